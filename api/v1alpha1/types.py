@@ -1,0 +1,629 @@
+"""Pydantic models of the gpu.orchestrator.dev/v1alpha1 API: GPUWorkload and GPUNode.
+
+The models are the single source of truth: the CRD YAML in ``config/crd`` and
+``docs/api.md`` are generated from them (``python -m api.v1alpha1.crd``). Every field
+therefore carries a description, which ends up in ``kubectl explain``.
+
+Field names are snake_case in Python and camelCase on the wire (``alias``).
+``Model.model_validate(raw_dict)`` parses an API object; ``model.to_api()`` dumps it
+back in wire form without unset optionals.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+GROUP = "gpu.orchestrator.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+#: Annotation that carries the seed's scheduling map (used when spec.schedulingMap is unset).
+SCHEDULING_MAP_ANNOTATION = "gpu-scheduling-map"
+
+#: Named priorities accepted in ``spec.priority`` (the seed's spellings).
+PRIORITY_NAMES: dict[str, int] = {"low": 0, "medium": 50, "high": 100}
+MAX_PRIORITY = 1_000_000_000
+
+#: Upper bound of the schedulingMap text, so that CEL cost estimates stay bounded.
+SCHEDULING_MAP_MAX_LENGTH = 4096
+
+#: RE2/Python regex a well-formed schedulingMap matches as a whole (syntax only; the
+#: parser in internal/scheduling/mapparser.py gives line-by-line messages). Its only
+#: escapes (\t, \r, \n) mean the same in a CEL string literal, so it embeds verbatim.
+SCHEDULING_MAP_PATTERN = (
+    "^([ \\t\\r]*([0-9]+[ \\t]*=[ \\t]*[^ \\t\\r\\n:=,]+[ \\t]*:[ \\t]*[0-9]+"
+    "([ \\t]*,[ \\t]*[0-9]+)*)?[ \\t\\r]*(\\n|$))*$"
+)
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+        extra="ignore",
+        use_enum_values=False,
+        validate_default=False,
+    )
+
+    def to_api(self) -> dict[str, Any]:
+        """Wire form (camelCase), unset optionals left out, enums as strings."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def format_time(value: datetime) -> str:
+    """RFC 3339 with second precision and a ``Z``, the way Kubernetes writes times."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --------------------------------------------------------------------------- enums
+
+
+class SchedulingStrategy(StrEnum):
+    """How nodes and devices are chosen for a workload."""
+
+    LEAST_LOADED = "leastLoaded"
+    BEST_FIT = "bestFit"
+    PRIORITY = "priority"
+    ROUND_ROBIN = "roundRobin"
+    ANNOTATION_MAP = "annotationMap"
+    RANDOM = "random"
+    COST_OPTIMIZED = "costOptimized"
+
+
+class Topology(StrEnum):
+    """NVLink topology requirement for the devices of one replica."""
+
+    NONE = "None"
+    PREFERRED = "Preferred"
+    REQUIRED = "Required"
+
+
+class WorkloadKind(StrEnum):
+    """Kind of child object created per replica."""
+
+    POD = "Pod"
+    JOB = "Job"
+
+
+class DeviceExposure(StrEnum):
+    """How a replica's container is shown its devices (see DESIGN.md)."""
+
+    CUDA_VISIBLE_DEVICES = "cuda-visible-devices"
+    NVIDIA_VISIBLE_DEVICES = "nvidia-visible-devices"
+    DEVICE_PLUGIN = "device-plugin"
+
+
+class Phase(StrEnum):
+    """Lifecycle phase of a GPUWorkload."""
+
+    PENDING = "Pending"
+    SCHEDULED = "Scheduled"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+# ------------------------------------------------------------------------ metadata
+
+
+class ObjectMeta(_Base):
+    """The subset of Kubernetes ObjectMeta the controller reads."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    name: str = Field("", description="Name of the object.")
+    namespace: str | None = Field(None, description="Namespace of the object.")
+    uid: str | None = Field(None, description="UID assigned by the API server.")
+    resource_version: str | None = Field(
+        None, alias="resourceVersion", description="Opaque version for optimistic concurrency."
+    )
+    generation: int | None = Field(None, description="Sequence number of spec changes.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Labels.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations.")
+    creation_timestamp: str | None = Field(
+        None, alias="creationTimestamp", description="Creation time (RFC 3339)."
+    )
+    deletion_timestamp: str | None = Field(
+        None, alias="deletionTimestamp", description="Deletion time, set when deleting."
+    )
+
+    @field_validator("labels", "annotations", mode="before")
+    @classmethod
+    def _none_to_empty(cls, v: Any) -> Any:
+        return {} if v is None else v
+
+
+# ---------------------------------------------------------------------- GPUWorkload
+
+
+class RetryPolicy(_Base):
+    """How often and how fast an unschedulable or failed workload is retried."""
+
+    max_retries: int = Field(
+        5,
+        alias="maxRetries",
+        ge=0,
+        description=(
+            "Attempts after the first before the workload is marked Failed. "
+            "0 means fail on the first unschedulable attempt."
+        ),
+    )
+    backoff_seconds: int = Field(
+        10,
+        alias="backoffSeconds",
+        ge=1,
+        description=(
+            "Base delay in seconds; retry n waits a random time up to "
+            "backoffSeconds * 2^n (exponential backoff with full jitter)."
+        ),
+    )
+    max_backoff_seconds: int = Field(
+        300,
+        alias="maxBackoffSeconds",
+        ge=1,
+        description="Upper bound in seconds of a single retry delay.",
+    )
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+        extra="ignore",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.maxBackoffSeconds >= self.backoffSeconds",
+                    "message": "maxBackoffSeconds must be >= backoffSeconds",
+                }
+            ]
+        },
+    )
+
+
+def _parse_priority(v: Any) -> int:
+    if isinstance(v, bool):
+        raise ValueError("priority must be an integer or one of low, medium, high")
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str):
+        s = v.strip().lower()
+        if s in PRIORITY_NAMES:
+            return PRIORITY_NAMES[s]
+        if re.fullmatch(r"[0-9]+", s):
+            return int(s)
+    raise ValueError(f"priority must be an integer or one of low, medium, high, got {v!r}")
+
+
+class GPUWorkloadSpec(_Base):
+    """Desired state of a GPUWorkload: how many replicas, how many GPUs each, and how
+    to choose nodes and devices for them."""
+
+    replicas: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Number of replicas. More than one makes a gang: all replicas are placed "
+            "together or none is."
+        ),
+    )
+    gpus_per_replica: int | None = Field(
+        None,
+        alias="gpusPerReplica",
+        ge=1,
+        le=64,
+        description="GPU devices per replica. Defaults to gpuCount, else 1.",
+    )
+    gpu_count: int | None = Field(
+        None,
+        alias="gpuCount",
+        ge=1,
+        le=64,
+        description=(
+            "Seed spelling of gpusPerReplica, accepted for compatibility. If both are "
+            "set they must be equal."
+        ),
+    )
+    min_gpu_memory_mib: int = Field(
+        0,
+        alias="minGPUMemoryMiB",
+        ge=0,
+        description="Only devices with at least this much total memory (MiB) are used.",
+    )
+    priority: int = Field(
+        0,
+        description=(
+            "Scheduling priority: an integer >= 0 or one of low (0), medium (50), "
+            "high (100). Higher priority places first; the priority strategy may "
+            "preempt lower-priority workloads."
+        ),
+        json_schema_extra={
+            "crd_schema": {"x-kubernetes-int-or-string": True},
+            "x-kubernetes-validations": [
+                {
+                    "rule": (
+                        "type(self) == int ? (self >= 0 && self <= 1000000000) : "
+                        "self in ['low', 'medium', 'high']"
+                    ),
+                    "message": (
+                        "priority must be an integer in [0, 1000000000] or one of low, medium, high"
+                    ),
+                }
+            ],
+        },
+    )
+    scheduling_strategy: SchedulingStrategy = Field(
+        SchedulingStrategy.LEAST_LOADED,
+        alias="schedulingStrategy",
+        description=(
+            "Placement strategy. leastLoaded: emptiest nodes first. bestFit: fullest "
+            "nodes that still fit. priority: like leastLoaded, may preempt "
+            "lower-priority workloads. roundRobin: rotates across nodes. annotationMap: "
+            "exact nodes and devices from schedulingMap. random: uniform among feasible "
+            "nodes. costOptimized: cheap nodes first."
+        ),
+    )
+    scheduling_map: str | None = Field(
+        None,
+        alias="schedulingMap",
+        max_length=SCHEDULING_MAP_MAX_LENGTH,
+        description=(
+            "Exact placement for the annotationMap strategy, one replica per line: "
+            "'<index>=<node>:<dev>,<dev>' (e.g. '0=node1:0,1'). Blank lines and spaces "
+            "are ignored. If unset, the gpu-scheduling-map annotation is read."
+        ),
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"self.matches('{SCHEDULING_MAP_PATTERN}')",
+                    "message": (
+                        "schedulingMap must be lines of '<index>=<node>:<dev>,<dev>', "
+                        "e.g. '0=node1:0,1'"
+                    ),
+                }
+            ]
+        },
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        alias="nodeSelector",
+        description="Only nodes whose labels match all of these are considered.",
+    )
+    topology: Topology = Field(
+        Topology.NONE,
+        description=(
+            "NVLink requirement for a replica's devices. None: ignore topology. "
+            "Preferred: use an NVLink-connected set when one is free. Required: only "
+            "NVLink-connected sets (needs topology reported by the GPUNode agent)."
+        ),
+    )
+    template: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "Pod template (a PodTemplateSpec) for each replica. The controller sets "
+            "nodeName, the device environment, labels and owner references."
+        ),
+        json_schema_extra={
+            "crd_schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        },
+    )
+    workload_kind: WorkloadKind = Field(
+        WorkloadKind.POD,
+        alias="workloadKind",
+        description="Child object per replica: Pod, or Job (a one-pod Job per replica).",
+    )
+    device_exposure: DeviceExposure | None = Field(
+        None,
+        alias="deviceExposure",
+        description=(
+            "How the container sees its devices; overrides the controller's "
+            "--device-exposure. cuda-visible-devices: host indices in "
+            "CUDA_VISIBLE_DEVICES. nvidia-visible-devices: device UUIDs in "
+            "NVIDIA_VISIBLE_DEVICES. device-plugin: request nvidia.com/gpu and let the "
+            "kubelet pick."
+        ),
+    )
+    retry_policy: RetryPolicy = Field(
+        default_factory=RetryPolicy,
+        alias="retryPolicy",
+        description="Retries with exponential backoff when the workload cannot be placed.",
+    )
+    model_name: str | None = Field(
+        None,
+        alias="modelName",
+        max_length=253,
+        description="Free text naming the model served or trained; shown, never interpreted.",
+    )
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+        extra="ignore",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": (
+                        "!has(self.gpuCount) || !has(self.gpusPerReplica) || "
+                        "self.gpuCount == self.gpusPerReplica"
+                    ),
+                    "message": "gpuCount and gpusPerReplica must be equal when both are set",
+                },
+            ]
+        },
+    )
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _priority(cls, v: Any) -> int:
+        p = _parse_priority(v)
+        if not 0 <= p <= MAX_PRIORITY:
+            raise ValueError(f"priority must be in [0, {MAX_PRIORITY}], got {p}")
+        return p
+
+    @field_validator("node_selector", mode="before")
+    @classmethod
+    def _none_to_empty(cls, v: Any) -> Any:
+        return {} if v is None else v
+
+    @model_validator(mode="after")
+    def _gpus(self) -> GPUWorkloadSpec:
+        if (
+            self.gpus_per_replica is not None
+            and self.gpu_count is not None
+            and self.gpus_per_replica != self.gpu_count
+        ):
+            raise ValueError("gpuCount and gpusPerReplica must be equal when both are set")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        """Effective GPUs per replica: gpusPerReplica, else gpuCount, else 1."""
+        if self.gpus_per_replica is not None:
+            return self.gpus_per_replica
+        if self.gpu_count is not None:
+            return self.gpu_count
+        return 1
+
+
+class Placement(_Base):
+    """Where one replica runs: a node and the host indices of its devices."""
+
+    index: int = Field(..., ge=0, description="Replica index, 0-based.")
+    node: str = Field(..., description="Name of the node the replica is bound to.")
+    devices: list[int] = Field(
+        default_factory=list,
+        description=(
+            "Host indices of the replica's GPU devices. Empty in device-plugin mode, "
+            "where the kubelet picks the devices."
+        ),
+        json_schema_extra={"item_minimum": 0},
+    )
+
+
+class Condition(_Base):
+    """A Kubernetes-style condition."""
+
+    type: str = Field(..., description="Condition type, e.g. Scheduled, Ready, Unschedulable.")
+    status: ConditionStatus = Field(..., description="True, False or Unknown.")
+    reason: str = Field("", description="Machine-readable CamelCase reason.")
+    message: str = Field("", description="Human-readable explanation.")
+    last_transition_time: datetime | None = Field(
+        None,
+        alias="lastTransitionTime",
+        description="When the condition last changed status.",
+    )
+    observed_generation: int | None = Field(
+        None,
+        alias="observedGeneration",
+        ge=0,
+        description="metadata.generation the condition was computed from.",
+    )
+
+    @field_serializer("last_transition_time")
+    def _ser_time(self, v: datetime | None) -> str | None:
+        return None if v is None else format_time(v)
+
+
+class GPUWorkloadStatus(_Base):
+    """Observed state of a GPUWorkload, written by the controller."""
+
+    phase: Phase = Field(
+        Phase.PENDING,
+        description="Pending, Scheduled, Running, Succeeded or Failed.",
+    )
+    placements: list[Placement] = Field(
+        default_factory=list,
+        description=(
+            "Node and devices per replica. Writing it is the commit point of a "
+            "placement: children are created from it."
+        ),
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["index"],
+        },
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Conditions: Scheduled, Ready, Unschedulable, Preempted, ...",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    )
+    retries: int = Field(0, ge=0, description="Scheduling retries made so far.")
+    next_retry_time: datetime | None = Field(
+        None,
+        alias="nextRetryTime",
+        description="When the next scheduling attempt is due.",
+    )
+    observed_generation: int | None = Field(
+        None,
+        alias="observedGeneration",
+        ge=0,
+        description="metadata.generation the status was computed from.",
+    )
+    message: str | None = Field(None, description="Human-readable summary of the state.")
+    gpus: int | None = Field(
+        None,
+        ge=0,
+        description="Total GPUs held by the workload (replicas x gpusPerReplica once placed).",
+    )
+    nodes: str | None = Field(
+        None,
+        description="Comma-separated names of the nodes the replicas are placed on.",
+    )
+
+    @field_serializer("next_retry_time")
+    def _ser_time(self, v: datetime | None) -> str | None:
+        return None if v is None else format_time(v)
+
+    @field_validator("placements", "conditions", mode="before")
+    @classmethod
+    def _none_to_empty(cls, v: Any) -> Any:
+        return [] if v is None else v
+
+    def condition(self, type_: str) -> Condition | None:
+        for c in self.conditions:
+            if c.type == type_:
+                return c
+        return None
+
+
+class GPUWorkload(_Base):
+    """A workload that needs GPUs on exact nodes and exact devices. The controller
+    places its replicas, records the placement in status, and creates one Pod (or Job)
+    per replica bound to its node with the device environment injected."""
+
+    api_version: str = Field(API_VERSION, alias="apiVersion", description="API version.")
+    kind: str = Field("GPUWorkload", description="Kind.")
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta, description="Object metadata.")
+    spec: GPUWorkloadSpec = Field(default_factory=GPUWorkloadSpec, description="Desired state.")
+    status: GPUWorkloadStatus = Field(
+        default_factory=GPUWorkloadStatus, description="Observed state."
+    )
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``, the ledger's workload key."""
+        return f"{self.metadata.namespace or 'default'}/{self.metadata.name}"
+
+    def scheduling_map_text(self) -> str | None:
+        """spec.schedulingMap, else the gpu-scheduling-map annotation, else None."""
+        if self.spec.scheduling_map is not None and self.spec.scheduling_map.strip():
+            return self.spec.scheduling_map
+        ann = self.metadata.annotations.get(SCHEDULING_MAP_ANNOTATION)
+        if ann is not None and ann.strip():
+            return ann
+        return None
+
+
+# -------------------------------------------------------------------------- GPUNode
+
+
+class GPUDevice(_Base):
+    """One GPU device of a node as reported by NVML."""
+
+    index: int = Field(..., ge=0, description="Host index of the device (NVML index).")
+    uuid: str = Field("", description="Device UUID, e.g. GPU-8d6c....")
+    model: str = Field("", description="Product name, e.g. NVIDIA H100 80GB HBM3.")
+    memory_total_mib: int = Field(0, alias="memoryTotalMiB", ge=0, description="Total memory, MiB.")
+    memory_used_mib: int = Field(0, alias="memoryUsedMiB", ge=0, description="Used memory, MiB.")
+    utilization: int = Field(
+        0, ge=0, le=100, description="GPU utilization over the last sample, percent."
+    )
+    temperature: int = Field(0, description="Core temperature, degrees Celsius.")
+    power_watts: float = Field(0.0, alias="powerWatts", ge=0, description="Power draw, watts.")
+    ecc_errors: int = Field(
+        0, alias="eccErrors", ge=0, description="Uncorrected volatile ECC errors."
+    )
+    healthy: bool = Field(True, description="False when the agent considers the device unusable.")
+    mig_mode: bool = Field(False, alias="migMode", description="True when MIG mode is enabled.")
+    nvlink_peers: list[int] = Field(
+        default_factory=list,
+        alias="nvlinkPeers",
+        description="Host indices of devices this one has an active NVLink to.",
+        json_schema_extra={"item_minimum": 0},
+    )
+
+    @field_validator("nvlink_peers", mode="before")
+    @classmethod
+    def _none_to_empty(cls, v: Any) -> Any:
+        return [] if v is None else v
+
+
+class GPUNodeSpec(_Base):
+    """Desired state of a GPUNode; the object is named after its node."""
+
+    node_name: str | None = Field(
+        None, alias="nodeName", description="Node this object describes (defaults to its name)."
+    )
+
+
+class GPUNodeStatus(_Base):
+    """Devices of a node, written periodically by the NVML agent."""
+
+    devices: list[GPUDevice] = Field(
+        default_factory=list,
+        description="GPU devices of the node.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["index"],
+        },
+    )
+    device_count: int = Field(0, alias="deviceCount", ge=0, description="Number of devices.")
+    healthy_count: int = Field(
+        0, alias="healthyCount", ge=0, description="Number of healthy devices."
+    )
+    driver_version: str | None = Field(
+        None, alias="driverVersion", description="NVIDIA driver version."
+    )
+    cuda_version: str | None = Field(
+        None, alias="cudaVersion", description="CUDA driver API version."
+    )
+    topology_known: bool = Field(
+        False,
+        alias="topologyKnown",
+        description="True when nvlinkPeers were read from NVML (topology can be trusted).",
+    )
+    last_heartbeat_time: datetime | None = Field(
+        None, alias="lastHeartbeatTime", description="When the agent last reported."
+    )
+
+    @field_serializer("last_heartbeat_time")
+    def _ser_time(self, v: datetime | None) -> str | None:
+        return None if v is None else format_time(v)
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _none_to_empty(cls, v: Any) -> Any:
+        return [] if v is None else v
+
+
+class GPUNode(_Base):
+    """GPU inventory of one node (cluster-scoped, named after the node), written by
+    the NVML agent and read by the scheduling strategies."""
+
+    api_version: str = Field(API_VERSION, alias="apiVersion", description="API version.")
+    kind: str = Field("GPUNode", description="Kind.")
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta, description="Object metadata.")
+    spec: GPUNodeSpec = Field(default_factory=GPUNodeSpec, description="Desired state.")
+    status: GPUNodeStatus = Field(default_factory=GPUNodeStatus, description="Observed state.")
+
+    @property
+    def node_name(self) -> str:
+        return self.spec.node_name or self.metadata.name
