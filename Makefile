@@ -1,0 +1,82 @@
+# gpu-orchestrator. `make demo` and `make test` work from a fresh machine: they
+# create the venv and build the pinned control-plane binaries on first use.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+TESTENV_DIR ?= .testenv
+NODES ?= 4
+GPUS ?= 4
+KUBECONFIG_LOCAL := $(TESTENV_DIR)/kubeconfig
+KUBECTL := kubectl --kubeconfig=$(KUBECONFIG_LOCAL)
+PYTEST_ARGS ?=
+
+.PHONY: help venv testenv test unit integration lint fmt cluster-up cluster-down demo run manifests bench clean
+
+help:
+	@echo "make demo          local control plane + config/ installed, prints the GPU nodes"
+	@echo "make test          every test (unit + integration on a real local control plane)"
+	@echo "make lint          ruff"
+	@echo "make cluster-up    the local control plane alone (NODES=, GPUS=); kubeconfig $(KUBECONFIG_LOCAL)"
+	@echo "make cluster-down  stops what cluster-up started"
+	@echo "make run           the controller against the current kubeconfig"
+	@echo "make manifests     regenerates config/crd from api/v1alpha1"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP)
+
+testenv:
+	@bash hack/testenv/build.sh >/dev/null
+
+test: venv testenv
+	$(BIN)/pytest tests $(PYTEST_ARGS)
+
+unit: venv
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+integration: venv testenv
+	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check .
+
+fmt: venv
+	$(BIN)/ruff check --fix .
+
+cluster-up: venv testenv
+	$(BIN)/python -m hack.testenv up --dir $(TESTENV_DIR) --nodes $(NODES) --gpus $(GPUS)
+
+cluster-down: venv
+	$(BIN)/python -m hack.testenv down --dir $(TESTENV_DIR)
+
+# The demo brings the control plane up, installs config/, shows the GPU nodes and
+# the CRDs, and stops everything again (KEEP=1 leaves the cluster running).
+demo: cluster-up
+	@trap '[ "$(KEEP)" = 1 ] || $(MAKE) --no-print-directory cluster-down' EXIT; set -e; \
+	$(KUBECTL) apply -k config; \
+	$(KUBECTL) wait --for=condition=Established --timeout=60s crd --all; \
+	echo; echo "== kubectl get nodes (GPU capacity)"; \
+	$(KUBECTL) get nodes -o custom-columns='NAME:.metadata.name,STATUS:.status.conditions[?(@.type=="Ready")].type,GPUS:.status.capacity.nvidia\.com/gpu,ALLOCATABLE:.status.allocatable.nvidia\.com/gpu,INTERNAL-IP:.status.addresses[?(@.type=="InternalIP")].address'; \
+	echo; echo "== kubectl get crds"; \
+	$(KUBECTL) get crds; \
+	echo; echo "== kubectl get gpuworkloads -A"; \
+	$(KUBECTL) get gpuworkloads -A; \
+	if [ "$(KEEP)" = 1 ]; then echo; echo "cluster left running: export KUBECONFIG=$(KUBECONFIG_LOCAL); make cluster-down to stop"; fi
+
+run: venv
+	$(BIN)/python main.py manager $(RUN_ARGS)
+
+manifests: venv
+	$(BIN)/python -m api.v1alpha1.crd
+
+bench: venv testenv
+	$(BIN)/python -m bench
+
+clean: cluster-down
+	rm -rf $(VENV) $(TESTENV_DIR) .pytest_cache .ruff_cache .hypothesis

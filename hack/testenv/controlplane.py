@@ -1,0 +1,415 @@
+"""The local control plane: real etcd, kube-apiserver, kube-controller-manager,
+optionally kube-scheduler, and kwok with fake GPU nodes, all on 127.0.0.1.
+
+Used by the pytest fixtures (tests/conftest.py), by ``make cluster-up`` and by the
+demo and the benchmark. Every process is started by this object and stopped by its
+own PID, in reverse order, also on an exception or a signal (see ``signals_stop``).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from . import pki
+from .process import Process, StartError
+
+HERE = Path(__file__).resolve().parent
+STAGES = HERE / "kwok-stages.yaml"
+PHASE_ANNOTATION = "testenv.gpu-orchestrator.dev/phase"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+SERVICE_CIDR = "10.0.0.0/24"  # virtual ClusterIPs, never dialed
+POD_CIDR = "127.64.0.1/16"  # kwok hands out pod IPs from loopback
+
+KCM_CONTROLLERS = ",".join([
+    "job-controller", "cronjob-controller", "statefulset-controller", "replicaset-controller",
+    "deployment-controller", "daemonset-controller", "garbage-collector-controller",
+    "namespace-controller", "serviceaccount-controller", "serviceaccount-token-controller",
+    "endpoints-controller", "endpointslice-controller", "pod-garbage-collector-controller",
+    "ttl-after-finished-controller", "disruption-controller", "resourcequota-controller",
+    "node-lifecycle-controller", "clusterrole-aggregation-controller",
+])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def binaries() -> Path:
+    """Builds (or finds in the cache) the pinned binaries; returns their directory."""
+    override = os.environ.get("TESTENV_BIN_DIR")
+    if override:
+        return Path(override)
+    out = subprocess.run(
+        ["bash", str(HERE / "build.sh")], check=True, stdout=subprocess.PIPE, text=True
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+class ControlPlane:
+    """A local control plane in ``workdir``; ``start()`` then ``stop()``, or ``with``."""
+
+    def __init__(
+        self,
+        workdir: Path | str,
+        *,
+        nodes: int = 4,
+        gpus: int = 4,
+        scheduler: bool = False,
+        bin_dir: Path | None = None,
+    ):
+        self.dir = Path(workdir).resolve()
+        self.nodes = nodes
+        self.gpus = gpus
+        self.with_scheduler = scheduler
+        self.bin = bin_dir
+        self.processes: dict[str, Process] = {}
+        self.ports: dict[str, int] = {}
+        self.kubeconfig = self.dir / "kubeconfig"
+        self.server = ""
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> ControlPlane:
+        if self.bin is None:
+            self.bin = binaries()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._pki()
+            self._start_etcd()
+            self._start_apiserver()
+            self._write_kubeconfigs()
+            self._start_controller_manager()
+            if self.with_scheduler:
+                self._start_scheduler()
+            self._start_kwok()
+            self.create_nodes([f"node{i}" for i in range(1, self.nodes + 1)], self.gpus)
+            self._wait_default_serviceaccount()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stops every process it started, last started first, each by its PID."""
+        for name in reversed(list(self.processes)):
+            self.processes[name].stop()
+        self.processes.clear()
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def pids(self) -> dict[str, int]:
+        return {n: p.pid for n, p in self.processes.items() if p.pid is not None}
+
+    # ---- processes -------------------------------------------------------------------
+
+    def _pki(self) -> None:
+        d = self.dir / "pki"
+        self.ca = pki.CertificateAuthority(d)
+        self.serving = self.ca.issue(
+            "apiserver", "kube-apiserver", server=True,
+            dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
+            ips=("127.0.0.1", "10.0.0.1"),
+        )
+        self.admin = self.ca.issue("admin", "admin", orgs=("system:masters",))
+        self.sa = pki.service_account_keys(d)
+
+    def _spawn(self, name: str, argv: list[str]) -> Process:
+        proc = Process(name, argv, self.dir / "logs" / f"{name}.log")
+        proc.start()
+        self.processes[name] = proc
+        return proc
+
+    def _start_etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.ports["etcd"] = client
+        self.ports["etcd-peer"] = peer
+        data = self.dir / "etcd-data"
+        proc = self._spawn("etcd", [
+            str(self.bin / "etcd"), "--name=testenv", f"--data-dir={data}",
+            f"--listen-client-urls=http://127.0.0.1:{client}",
+            f"--advertise-client-urls=http://127.0.0.1:{client}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=testenv=http://127.0.0.1:{peer}",
+            "--unsafe-no-fsync=true", "--log-level=warn",
+        ])
+        proc.wait_ready(lambda: self._http("GET", client, "/health")[0] == 200, 60)
+
+    def _apiserver_argv(self) -> list[str]:
+        port = self.ports["apiserver"]
+        return [
+            str(self.bin / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            "--advertise-address=127.0.0.1",
+            f"--cert-dir={self.dir / 'apiserver-certs'}",
+            f"--tls-cert-file={self.serving.cert}", f"--tls-private-key-file={self.serving.key}",
+            f"--client-ca-file={self.ca.cert_path}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={self.sa.cert}",
+            f"--service-account-signing-key-file={self.sa.key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--endpoint-reconciler-type=none",
+            "--allow-privileged=true",
+            "--disable-admission-plugins=ServiceAccount",
+            "--v=1",
+        ]
+
+    def _start_apiserver(self) -> None:
+        self.ports.setdefault("apiserver", free_port())
+        self.server = f"https://127.0.0.1:{self.ports['apiserver']}"
+        proc = self._spawn("kube-apiserver", self._apiserver_argv())
+        proc.wait_ready(lambda: self.api("GET", "/readyz")[0] == 200, 120)
+
+    def restart_apiserver(self) -> None:
+        """Stops kube-apiserver and starts it again on the same port and etcd."""
+        self.processes.pop("kube-apiserver").stop()
+        proc = Process("kube-apiserver", self._apiserver_argv(),
+                       self.dir / "logs" / "kube-apiserver.log")
+        proc.start()
+        # Keep start order for stop(): the apiserver goes back right after etcd.
+        rest = {n: p for n, p in self.processes.items() if n != "etcd"}
+        self.processes = {"etcd": self.processes["etcd"], "kube-apiserver": proc, **rest}
+        proc.wait_ready(lambda: self.api("GET", "/readyz")[0] == 200, 120)
+
+    def _write_kubeconfigs(self) -> None:
+        self.kubeconfig.write_text(json.dumps(self._kubeconfig_doc(), indent=2))
+
+    def _kubeconfig_doc(self) -> dict:
+        return {
+            "apiVersion": "v1", "kind": "Config", "current-context": "testenv",
+            "clusters": [{"name": "testenv", "cluster": {
+                "server": self.server, "certificate-authority": str(self.ca.cert_path)}}],
+            "users": [{"name": "admin", "user": {
+                "client-certificate": str(self.admin.cert), "client-key": str(self.admin.key)}}],
+            "contexts": [{"name": "testenv", "context": {
+                "cluster": "testenv", "user": "admin", "namespace": "default"}}],
+        }
+
+    def _healthz_probe(self, port: int):
+        ctx = ssl._create_unverified_context()  # serving cert is self-signed by the component
+        return lambda: self._http("GET", port, "/healthz", tls=ctx)[0] == 200
+
+    def _start_controller_manager(self) -> None:
+        port = free_port()
+        self.ports["kube-controller-manager"] = port
+        proc = self._spawn("kube-controller-manager", [
+            str(self.bin / "kube-controller-manager"),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--cert-dir={self.dir / 'kcm-certs'}",
+            "--leader-elect=false",
+            f"--controllers={KCM_CONTROLLERS}",
+            f"--service-account-private-key-file={self.sa.key}",
+            f"--root-ca-file={self.ca.cert_path}",
+            "--concurrent-gc-syncs=5",
+            "--v=1",
+        ])
+        proc.wait_ready(self._healthz_probe(port), 60)
+
+    def _start_scheduler(self) -> None:
+        port = free_port()
+        self.ports["kube-scheduler"] = port
+        proc = self._spawn("kube-scheduler", [
+            str(self.bin / "kube-scheduler"),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--cert-dir={self.dir / 'scheduler-certs'}",
+            "--leader-elect=false", "--v=1",
+        ])
+        proc.wait_ready(self._healthz_probe(port), 60)
+
+    def _start_kwok(self) -> None:
+        port = free_port()
+        self.ports["kwok"] = port
+        proc = self._spawn("kwok", [
+            str(self.bin / "kwok"),
+            f"--kubeconfig={self.kubeconfig}", f"--config={STAGES}",
+            "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+            "--node-ip=127.0.0.1", f"--cidr={POD_CIDR}",
+            "--node-lease-duration-seconds=40",
+            f"--server-address=127.0.0.1:{port}",
+        ])
+        proc.wait_ready(lambda: self._http("GET", port, "/healthz")[0] == 200, 60)
+
+    def _wait_default_serviceaccount(self) -> None:
+        # Namespaces become usable for pods once the serviceaccount controller ran.
+        proc = self.processes["kube-controller-manager"]
+        proc.wait_ready(
+            lambda: self.api("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0]
+            == 200, 60)
+
+    # ---- nodes and pods ----------------------------------------------------------------
+
+    def node_manifest(self, name: str, gpus: int, labels: dict[str, str] | None = None) -> dict:
+        capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+        return {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {
+                    "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64", "type": "kwok", **(labels or {}),
+                },
+            },
+            "spec": {},
+            "status": {
+                "capacity": capacity, "allocatable": dict(capacity),
+                "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
+                              {"type": "Hostname", "address": name}],
+            },
+        }
+
+    def create_nodes(self, names: list[str], gpus: int, labels: dict[str, str] | None = None,
+                     timeout: float = 60) -> None:
+        """Creates kwok nodes with ``gpus`` nvidia.com/gpu each and waits until Ready."""
+        for name in names:
+            code, body = self.api("POST", "/api/v1/nodes", self.node_manifest(name, gpus, labels))
+            if code not in (201, 409):
+                raise RuntimeError(f"creating node {name}: HTTP {code}: {body}")
+        deadline = time.monotonic() + timeout
+        pending = set(names)
+        while pending and time.monotonic() < deadline:
+            for name in list(pending):
+                code, node = self.api("GET", f"/api/v1/nodes/{name}")
+                conds = (node.get("status") or {}).get("conditions") or [] if code == 200 else []
+                if any(c["type"] == "Ready" and c["status"] == "True" for c in conds):
+                    pending.discard(name)
+            if pending:
+                time.sleep(0.2)
+        if pending:
+            raise StartError(f"kwok did not make nodes Ready: {sorted(pending)}\n"
+                             f"{self.processes['kwok'].log}")
+
+    def set_pod_phase(self, namespace: str, name: str, phase: str, timeout: float = 30) -> dict:
+        """Ends a Running pod on a fake node as ``Succeeded`` or ``Failed``; returns the pod."""
+        if phase not in ("Succeeded", "Failed"):
+            raise ValueError(f"phase must be Succeeded or Failed, not {phase!r}")
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        patch = {"metadata": {"annotations": {PHASE_ANNOTATION: phase}}}
+        code, body = self.api("PATCH", path, patch, content_type="application/merge-patch+json")
+        if code != 200:
+            raise RuntimeError(f"annotating pod {namespace}/{name}: HTTP {code}: {body}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            code, pod = self.api("GET", path)
+            if code == 200 and pod.get("status", {}).get("phase") == phase:
+                return pod
+            time.sleep(0.1)
+        raise TimeoutError(f"pod {namespace}/{name} did not reach {phase} in {timeout}s")
+
+    def compact_etcd(self) -> int:
+        """Compacts etcd to its current revision, so older resourceVersions get 410 Gone."""
+        port = self.ports["etcd"]
+        key = base64.b64encode(b"/registry").decode()
+        _, head = self._http("POST", port, "/v3/kv/range", {"key": key, "limit": 1})
+        revision = int(head["header"]["revision"])
+        code, body = self._http("POST", port, "/v3/kv/compaction",
+                                {"revision": revision, "physical": True})
+        if code != 200:
+            raise RuntimeError(f"etcd compaction failed: HTTP {code}: {body}")
+        return revision
+
+    # ---- clients -----------------------------------------------------------------------
+
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None,
+                timeout: float = 120) -> subprocess.CompletedProcess:
+        proc = subprocess.run(
+            ["kubectl", f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True, text=True, input=input, timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n"
+                               f"{proc.stdout}{proc.stderr}")
+        return proc
+
+    def ssl_context(self, *, client_cert: bool = True) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.ca.cert_path))
+        if client_cert:
+            ctx.load_cert_chain(str(self.admin.cert), str(self.admin.key))
+        return ctx
+
+    def api(self, method: str, path: str, body: dict | None = None, *,
+            content_type: str = "application/json", headers: dict[str, str] | None = None,
+            client_cert: bool = True) -> tuple[int, dict]:
+        """One request to kube-apiserver as the admin (or anonymously)."""
+        return self._http(method, self.ports["apiserver"], path, body,
+                          tls=self.ssl_context(client_cert=client_cert),
+                          content_type=content_type, headers=headers)
+
+    @staticmethod
+    def _http(method: str, port: int, path: str, body: dict | None = None, *,
+              tls: ssl.SSLContext | None = None, content_type: str = "application/json",
+              headers: dict[str, str] | None = None) -> tuple[int, dict]:
+        if tls is not None:
+            conn = http.client.HTTPSConnection("127.0.0.1", port, context=tls, timeout=10)
+        else:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            hdrs = {"Accept": "application/json", **(headers or {})}
+            data = None
+            if body is not None:
+                data = json.dumps(body).encode()
+                hdrs["Content-Type"] = content_type
+            conn.request(method, path, body=data, headers=hdrs)
+            resp = conn.getresponse()
+            raw = resp.read()
+            try:
+                parsed = json.loads(raw) if raw else {}
+            except ValueError:
+                parsed = {"raw": raw.decode(errors="replace")}
+            if not isinstance(parsed, dict):
+                parsed = {"value": parsed}
+            return resp.status, parsed
+        finally:
+            conn.close()
+
+
+@contextlib.contextmanager
+def signals_stop() -> Iterator[None]:
+    """Turns SIGTERM (and SIGHUP) into SystemExit so ``finally``/``with`` blocks stop
+    the control plane; restores the previous handlers afterwards."""
+
+    def _raise(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    saved = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+if __name__ == "__main__":  # pragma: no cover - use `python -m hack.testenv`
+    sys.exit("use: python -m hack.testenv up|down|status")
