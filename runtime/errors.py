@@ -1,0 +1,140 @@
+"""Typed API errors carrying the server's ``Status`` message (port of apimachinery's errors)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+
+class ApiError(Exception):
+    """An error answered by the API server (or a transport failure, ``status == 0``)."""
+
+    def __init__(
+        self,
+        status: int,
+        reason: str = "",
+        message: str = "",
+        body: dict[str, Any] | None = None,
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body or {}
+        super().__init__(f"{status} {reason}: {message}".strip())
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return self.body.get("details") or {}
+
+
+class BadRequest(ApiError):
+    pass
+
+
+class Unauthorized(ApiError):
+    pass
+
+
+class Forbidden(ApiError):
+    pass
+
+
+class NotFound(ApiError):
+    pass
+
+
+class MethodNotAllowed(ApiError):
+    pass
+
+
+class Conflict(ApiError):
+    pass
+
+
+class AlreadyExists(Conflict):
+    """409 with reason AlreadyExists (a subclass of Conflict, as in HTTP)."""
+
+
+class Gone(ApiError):
+    """410: the requested resourceVersion is too old (expired); relist."""
+
+
+class Invalid(ApiError):
+    """422: the object failed validation; ``causes`` lists the fields."""
+
+    @property
+    def causes(self) -> list[dict[str, Any]]:
+        return list(self.details.get("causes") or [])
+
+
+class TooManyRequests(ApiError):
+    @property
+    def retry_after(self) -> float | None:
+        v = self.details.get("retryAfterSeconds")
+        return float(v) if v is not None else None
+
+
+class InternalError(ApiError):
+    pass
+
+
+class ServerTimeout(ApiError):
+    pass
+
+
+class ServiceUnavailable(ApiError):
+    pass
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    405: MethodNotAllowed,
+    409: Conflict,
+    410: Gone,
+    422: Invalid,
+    429: TooManyRequests,
+    500: InternalError,
+    503: ServiceUnavailable,
+    504: ServerTimeout,
+}
+
+
+def from_status(status: int, body: bytes | dict[str, Any] | None) -> ApiError:
+    """Build the typed error for an HTTP status and a (possibly ``Status``) body."""
+    data: dict[str, Any] = {}
+    if isinstance(body, dict):
+        data = body
+    elif body:
+        try:
+            parsed = orjson.loads(body)
+            if isinstance(parsed, dict):
+                data = parsed
+        except orjson.JSONDecodeError:
+            data = {"message": body.decode("utf-8", "replace")[:1000]}
+    code = int(data.get("code") or status)
+    reason = str(data.get("reason") or "")
+    message = str(data.get("message") or "")
+    cls = _BY_STATUS.get(code, ApiError)
+    if code == 409 and reason == "AlreadyExists":
+        cls = AlreadyExists
+    return cls(code, reason, message, data)
+
+
+def is_not_found(err: BaseException) -> bool:
+    return isinstance(err, NotFound)
+
+
+def is_conflict(err: BaseException) -> bool:
+    return isinstance(err, Conflict) and not isinstance(err, AlreadyExists)
+
+
+def is_already_exists(err: BaseException) -> bool:
+    return isinstance(err, AlreadyExists)
+
+
+def is_gone(err: BaseException) -> bool:
+    return isinstance(err, Gone)

@@ -1,0 +1,85 @@
+"""A tiny threaded HTTP server for ``/metrics``, ``/healthz`` and ``/readyz``."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import structlog
+
+log = structlog.get_logger("runtime.httpserver")
+
+Route = Callable[[str], tuple[int, str, bytes]]  # query -> (status, content type, body)
+
+
+def parse_bind_address(addr: str | None) -> tuple[str, int] | None:
+    """``"0"``/``""``/None disable; ``":8080"`` is all interfaces; ``"127.0.0.1:0"`` a free port."""
+    if addr is None or addr in ("", "0"):
+        return None
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+class HTTPServer:
+    def __init__(self, bind_address: str, routes: dict[str, Route], name: str = "http") -> None:
+        parsed = parse_bind_address(bind_address)
+        if parsed is None:
+            raise ValueError("server disabled by bind address")
+        self.name = name
+        self.routes = routes
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path, _, query = self.path.partition("?")
+                route = server.routes.get(path)
+                if route is None:
+                    # /healthz/<check> and the like
+                    base = path.rsplit("/", 1)[0]
+                    route = server.routes.get(base)
+                    query = f"check={path.rsplit('/', 1)[1]}&{query}" if route else query
+                if route is None:
+                    status, ctype, body = 404, "text/plain", b"not found\n"
+                else:
+                    try:
+                        status, ctype, body = route(query)
+                    except Exception as e:
+                        status, ctype, body = 500, "text/plain", f"{e}\n".encode()
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._httpd = ThreadingHTTPServer(parsed, Handler)
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def host(self) -> str:
+        return str(self._httpd.server_address[0])
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name=self.name,
+            daemon=True,
+        )
+        self._thread.start()
+        log.info("httpserver.started", server=self.name, address=f"{self.host}:{self.port}")
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(5)
+        self._httpd.server_close()

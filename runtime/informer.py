@@ -1,0 +1,342 @@
+"""Shared index informers (port of client-go's SharedIndexInformer and SharedInformerFactory).
+
+An informer runs a :class:`~runtime.reflector.Reflector` into an :class:`~runtime.store.Indexer`
+and fans each change out to its handlers. Every handler has its own thread and unbounded
+buffer (client-go's processorListener), so a slow handler never stalls the watch or the
+other handlers; each handler sees one object's changes in order.
+
+Handlers receive frozen (read-only) objects. Deletes missed while the watch was down are
+delivered as :class:`~runtime.store.DeletedFinalStateUnknown` tombstones after a relist.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from runtime.client import Client
+from runtime.reflector import Reflector
+from runtime.store import DeletedFinalStateUnknown, Indexer, IndexFunc, freeze, meta_namespace_key
+
+log = structlog.get_logger("runtime.informer")
+
+JSON = dict[str, Any]
+
+
+class EventHandler:
+    """Override any of these; each is called from the handler's own thread."""
+
+    def on_add(self, obj: JSON) -> None:
+        pass
+
+    def on_update(self, old: JSON, new: JSON) -> None:
+        pass
+
+    def on_delete(self, obj: JSON | DeletedFinalStateUnknown) -> None:
+        pass
+
+
+class FuncHandler(EventHandler):
+    def __init__(
+        self,
+        on_add: Callable[[JSON], None] | None = None,
+        on_update: Callable[[JSON, JSON], None] | None = None,
+        on_delete: Callable[[Any], None] | None = None,
+    ) -> None:
+        self._a, self._u, self._d = on_add, on_update, on_delete
+
+    def on_add(self, obj: JSON) -> None:
+        if self._a:
+            self._a(obj)
+
+    def on_update(self, old: JSON, new: JSON) -> None:
+        if self._u:
+            self._u(old, new)
+
+    def on_delete(self, obj: Any) -> None:
+        if self._d:
+            self._d(obj)
+
+
+_SYNCED = object()
+
+
+class HandlerRegistration:
+    """One handler's buffer and thread. ``has_synced()``: it has seen the initial list."""
+
+    def __init__(self, handler: EventHandler, name: str) -> None:
+        self.handler = handler
+        self._buf: deque[tuple[Any, ...]] = deque()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._synced = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"handler-{name}", daemon=True)
+        self._thread.start()
+
+    def push(self, *n: Any) -> None:
+        with self._cond:
+            self._buf.append(n)
+            self._cond.notify()
+
+    def has_synced(self) -> bool:
+        return self._synced.is_set()
+
+    def wait_for_sync(self, timeout: float | None = None) -> bool:
+        return self._synced.wait(timeout)
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._buf)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._buf and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                n = self._buf.popleft()
+            op = n[0]
+            if op is _SYNCED:
+                self._synced.set()
+                continue
+            try:
+                if op == "add":
+                    self.handler.on_add(n[1])
+                elif op == "update":
+                    self.handler.on_update(n[1], n[2])
+                else:
+                    self.handler.on_delete(n[1])
+            except Exception:
+                log.exception("informer.handler_error", op=op)
+
+
+class SharedIndexInformer:
+    def __init__(
+        self,
+        client: Client,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        resync_period: float = 0.0,
+        indexers: dict[str, IndexFunc] | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        watch_timeout: tuple[float, float] = (300.0, 600.0),
+        page_size: int = 500,
+        transform: Callable[[JSON], JSON] | None = None,
+    ) -> None:
+        self.api_version = api_version
+        self.kind = kind
+        self.namespace = namespace
+        self.name = f"{api_version}/{kind}" + (f"@{namespace}" if namespace else "")
+        self.indexer = Indexer(indexers)
+        self.resync_period = resync_period
+        self.transform = transform
+        self.reflector = Reflector(
+            client,
+            api_version,
+            kind,
+            self,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            page_size=page_size,
+            watch_timeout=watch_timeout,
+            name=self.name,
+        )
+        self._lock = threading.RLock()
+        self._handlers: list[HandlerRegistration] = []
+        self._synced = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._started = False
+
+    # ---------------------------------------------------------------- handlers
+    def add_event_handler(self, handler: EventHandler) -> HandlerRegistration:
+        """Register a handler; if the informer has data already, it gets adds for all of it."""
+        reg = HandlerRegistration(handler, self.name)
+        with self._lock:
+            if self._synced.is_set():
+                for obj in self.indexer.list():
+                    reg.push("add", obj)
+                reg.push(_SYNCED)
+            self._handlers.append(reg)
+        return reg
+
+    def add_indexers(self, indexers: dict[str, IndexFunc]) -> None:
+        self.indexer.add_indexers(indexers)
+
+    def _notify(self, *n: Any) -> None:
+        for h in self._handlers:
+            h.push(*n)
+
+    # ---------------------------------------------------------------- reflector sink
+    def _prepare(self, obj: JSON) -> JSON:
+        if self.transform is not None:
+            obj = self.transform(obj)
+        return freeze(obj)
+
+    def replace(self, items: list[JSON], resource_version: str) -> None:
+        new = [self._prepare(o) for o in items]
+        with self._lock:
+            new_keys = {meta_namespace_key(o) for o in new}
+            for key in self.indexer.list_keys():
+                if key not in new_keys:
+                    old = self.indexer.delete(key)
+                    if old is not None:
+                        self._notify("delete", DeletedFinalStateUnknown(key, old))
+            for obj in new:
+                old = self.indexer.get(obj)
+                self.indexer.add(obj)
+                if old is None:
+                    self._notify("add", obj)
+                else:
+                    self._notify("update", old, obj)
+            if not self._synced.is_set():
+                self._synced.set()
+                self._notify(_SYNCED)
+
+    def watch_event(self, event_type: str, obj: JSON) -> None:
+        obj = self._prepare(obj)
+        with self._lock:
+            if event_type == "DELETED":
+                self.indexer.delete(obj)
+                self._notify("delete", obj)
+                return
+            old = self.indexer.get(obj)
+            self.indexer.add(obj)
+            if old is None:
+                self._notify("add", obj)
+            else:
+                self._notify("update", old, obj)
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        t = threading.Thread(target=self.reflector.run, name=f"reflector-{self.name}", daemon=True)
+        t.start()
+        self._threads.append(t)
+        if self.resync_period > 0:
+            r = threading.Thread(target=self._resync_loop, name=f"resync-{self.name}", daemon=True)
+            r.start()
+            self._threads.append(r)
+
+    def _resync_loop(self) -> None:
+        while not self._stop.wait(self.resync_period):
+            if not self._synced.is_set():
+                continue
+            with self._lock:
+                for obj in self.indexer.list():
+                    self._notify("update", obj, obj)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self.reflector.stop()
+        for h in self._handlers:
+            h.stop()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    def has_synced(self) -> bool:
+        return self._synced.is_set()
+
+    def wait_for_sync(self, timeout: float | None = None) -> bool:
+        return self._synced.wait(timeout)
+
+    @property
+    def last_sync_resource_version(self) -> str:
+        return self.reflector.last_resource_version
+
+
+class SharedInformerFactory:
+    """One informer per (apiVersion, kind, namespace), shared by every controller asking."""
+
+    def __init__(
+        self,
+        client: Client,
+        namespace: str | None = None,
+        resync_period: float = 0.0,
+        watch_timeout: tuple[float, float] = (300.0, 600.0),
+        transform: Callable[[JSON], JSON] | None = None,
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.resync_period = resync_period
+        self.watch_timeout = watch_timeout
+        self.transform = transform
+        self._informers: dict[tuple[str, str, str | None], SharedIndexInformer] = {}
+        self._lock = threading.Lock()
+        self._started = False
+
+    def informer_for(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        indexers: dict[str, IndexFunc] | None = None,
+    ) -> SharedIndexInformer:
+        ns = namespace if namespace is not None else self.namespace
+        key = (api_version, kind, ns)
+        with self._lock:
+            inf = self._informers.get(key)
+            if inf is None:
+                inf = SharedIndexInformer(
+                    self.client,
+                    api_version,
+                    kind,
+                    namespace=ns,
+                    resync_period=self.resync_period,
+                    watch_timeout=self.watch_timeout,
+                    transform=self.transform,
+                )
+                self._informers[key] = inf
+                if self._started:
+                    inf.start()
+        if indexers:
+            inf.add_indexers(indexers)
+        return inf
+
+    def informers(self) -> list[SharedIndexInformer]:
+        with self._lock:
+            return list(self._informers.values())
+
+    def start(self) -> None:
+        with self._lock:
+            self._started = True
+            infs = list(self._informers.values())
+        for inf in infs:
+            inf.start()
+
+    def wait_for_cache_sync(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for inf in self.informers():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not inf.wait_for_sync(left):
+                return False
+        return True
+
+    def has_synced(self) -> bool:
+        return all(i.has_synced() for i in self.informers())
+
+    def stop(self) -> None:
+        for inf in self.informers():
+            inf.stop()
