@@ -68,9 +68,14 @@ class Reflector:
         self.page_size = page_size
         self.watch_timeout = watch_timeout
         self.name = name or f"{api_version}/{kind}"
-        self._wait = wait_exponential_jitter(
-            initial=backoff_initial, max=backoff_max, jitter=backoff_initial
-        )
+        try:  # tenacity >= 9.1 names the scale "multiplier"; older ones "initial"
+            self._wait = wait_exponential_jitter(
+                multiplier=backoff_initial, max=backoff_max, jitter=backoff_initial
+            )
+        except TypeError:  # pragma: no cover
+            self._wait = wait_exponential_jitter(
+                initial=backoff_initial, max=backoff_max, jitter=backoff_initial
+            )
         self._stop = threading.Event()
         self._watch: Watch | None = None
         self._watch_lock = threading.Lock()
