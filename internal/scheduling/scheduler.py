@@ -1,0 +1,48 @@
+"""Scheduler: one strategy instance per name (roundRobin keeps a cursor), one RNG."""
+
+from __future__ import annotations
+
+import random
+
+from api.v1alpha1.types import DeviceExposure, GPUWorkload, SchedulingStrategy
+from internal.scheduling.framework import Decision, schedule
+from internal.scheduling.ledger import Ledger
+from internal.scheduling.snapshot import Snapshot
+from internal.scheduling.strategies import Strategy, create
+
+
+class Scheduler:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        ledger: Ledger,
+        *,
+        rng: random.Random | None = None,
+        default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES,
+    ) -> None:
+        self.snapshot = snapshot
+        self.ledger = ledger
+        self.rng = rng if rng is not None else random.Random(0)
+        self.default_exposure = default_exposure
+        self._strategies: dict[str, Strategy] = {}
+        if snapshot.ledger is not ledger:
+            snapshot.attach(ledger)
+
+    def strategy(self, name: str | SchedulingStrategy) -> Strategy:
+        key = name.value if isinstance(name, SchedulingStrategy) else name
+        s = self._strategies.get(key)
+        if s is None:
+            s = self._strategies[key] = create(key)
+        return s
+
+    def schedule(self, workload: GPUWorkload, strategy: str | None = None) -> Decision:
+        """Decide for ``workload`` with ``strategy`` (default: its spec's). Pure."""
+        strat = self.strategy(strategy or workload.spec.scheduling_strategy)
+        return schedule(
+            workload,
+            self.snapshot,
+            self.ledger,
+            strat,
+            self.rng,
+            default_exposure=self.default_exposure,
+        )

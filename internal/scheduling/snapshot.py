@@ -1,0 +1,291 @@
+"""What the scheduler knows about nodes: a snapshot built from raw Node and GPUNode
+dicts (as they come from the cache; no pydantic on this hot path).
+
+Devices of a node come from its GPUNode (index, uuid, memory, utilization, health,
+NVLink peers) when the agent reports one; otherwise the node's allocatable
+``nvidia.com/gpu`` gives ``n`` healthy devices ``0..n-1`` of unknown memory and
+unknown topology.
+
+Price: the node label ``gpu.orchestrator.dev/cost`` holds either a number (relative
+price per GPU-hour, lower is cheaper) or one of the words ``cheap`` (= 1),
+``standard`` (= 10) and ``expensive`` (= 100). Unlabelled nodes count as standard.
+The costOptimized strategy prefers the lowest cost.
+
+The snapshot keeps the ledger informed of each node's usable devices, so that the
+ledger's free-capacity index is right (``Snapshot(ledger)`` then ``upsert_*``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from internal.scheduling.ledger import Ledger
+
+GPU_RESOURCE = "nvidia.com/gpu"
+COST_LABEL = "gpu.orchestrator.dev/cost"
+COST_WORDS: dict[str, float] = {"cheap": 1.0, "standard": 10.0, "expensive": 100.0}
+DEFAULT_COST = COST_WORDS["standard"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    index: int
+    uuid: str = ""
+    model: str = ""
+    memory_total_mib: int | None = None
+    memory_used_mib: int = 0
+    utilization: int = 0
+    healthy: bool = True
+    nvlink_peers: frozenset[int] = frozenset()
+
+
+@dataclass(slots=True)
+class NodeInfo:
+    name: str
+    ready: bool = True
+    unschedulable: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[dict[str, Any], ...] = ()
+    devices: dict[int, DeviceInfo] = field(default_factory=dict)
+    topology_known: bool = False
+    has_gpunode: bool = False
+    cost: float = DEFAULT_COST
+
+    @property
+    def usable(self) -> frozenset[int]:
+        """Indices of healthy devices."""
+        return frozenset(i for i, d in self.devices.items() if d.healthy)
+
+    @property
+    def mean_utilization(self) -> float:
+        if not self.devices:
+            return 0.0
+        return sum(d.utilization for d in self.devices.values()) / len(self.devices)
+
+    @property
+    def cheap(self) -> bool:
+        return self.cost <= COST_WORDS["cheap"]
+
+
+def parse_cost(labels: Mapping[str, str]) -> float:
+    raw = labels.get(COST_LABEL)
+    if raw is None:
+        return DEFAULT_COST
+    raw = raw.strip().lower()
+    if raw in COST_WORDS:
+        return COST_WORDS[raw]
+    try:
+        v = float(raw)
+    except ValueError:
+        return DEFAULT_COST
+    return v if v >= 0 else DEFAULT_COST
+
+
+def _quantity_int(v: Any) -> int:
+    if v is None:
+        return 0
+    try:
+        return max(0, int(str(v)))
+    except ValueError:
+        return 0
+
+
+def node_gpu_count(node: Mapping[str, Any]) -> int:
+    status = node.get("status") or {}
+    alloc = status.get("allocatable") or {}
+    if GPU_RESOURCE in alloc:
+        return _quantity_int(alloc[GPU_RESOURCE])
+    return _quantity_int((status.get("capacity") or {}).get(GPU_RESOURCE))
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    for c in (node.get("status") or {}).get("conditions") or ():
+        if c.get("type") == "Ready":
+            return c.get("status") == "True"
+    return False
+
+
+def _devices_from_gpunode(gpunode: Mapping[str, Any]) -> tuple[dict[int, DeviceInfo], bool]:
+    status = gpunode.get("status") or {}
+    out: dict[int, DeviceInfo] = {}
+    any_peers = False
+    for d in status.get("devices") or ():
+        peers = frozenset(int(p) for p in d.get("nvlinkPeers") or ())
+        any_peers = any_peers or bool(peers)
+        idx = int(d.get("index", 0))
+        mem = d.get("memoryTotalMiB")
+        out[idx] = DeviceInfo(
+            index=idx,
+            uuid=str(d.get("uuid") or ""),
+            model=str(d.get("model") or ""),
+            memory_total_mib=int(mem) if mem is not None else None,
+            memory_used_mib=int(d.get("memoryUsedMiB") or 0),
+            utilization=int(d.get("utilization") or 0),
+            healthy=bool(d.get("healthy", True)),
+            nvlink_peers=peers,
+        )
+    known = bool(status.get("topologyKnown", False)) or any_peers
+    return out, known
+
+
+def gpunode_name(gpunode: Mapping[str, Any]) -> str:
+    spec = gpunode.get("spec") or {}
+    return str(spec.get("nodeName") or (gpunode.get("metadata") or {}).get("name") or "")
+
+
+class Snapshot:
+    """Nodes by name, kept in name order, and mirrored into the ledger's capacity."""
+
+    def __init__(self, ledger: Ledger | None = None) -> None:
+        self.nodes: dict[str, NodeInfo] = {}
+        self._names: list[str] = []  # sorted
+        self._raw_nodes: dict[str, Mapping[str, Any]] = {}
+        self._gpunodes: dict[str, Mapping[str, Any]] = {}
+        self.ledger = ledger
+        self._cost_levels: list[tuple[float, list[str]]] | None = None
+
+    # ----------------------------------------------------------------- building
+
+    @classmethod
+    def build(
+        cls,
+        nodes: Iterable[Mapping[str, Any]],
+        gpunodes: Iterable[Mapping[str, Any]] = (),
+        ledger: Ledger | None = None,
+    ) -> Snapshot:
+        snap = cls(ledger)
+        for g in gpunodes:
+            snap._gpunodes[gpunode_name(g)] = g
+        for n in nodes:
+            snap.upsert_node(n)
+        return snap
+
+    def _recompute(self, name: str) -> None:
+        raw = self._raw_nodes.get(name)
+        if raw is None:
+            return
+        meta = raw.get("metadata") or {}
+        spec = raw.get("spec") or {}
+        labels = dict(meta.get("labels") or {})
+        g = self._gpunodes.get(name)
+        if g is not None and (g.get("status") or {}).get("devices"):
+            devices, topo = _devices_from_gpunode(g)
+        else:
+            devices = {i: DeviceInfo(index=i) for i in range(node_gpu_count(raw))}
+            topo = False
+        info = NodeInfo(
+            name=name,
+            ready=_ready(raw),
+            unschedulable=bool(spec.get("unschedulable", False)),
+            labels=labels,
+            taints=tuple(spec.get("taints") or ()),
+            devices=devices,
+            topology_known=topo,
+            has_gpunode=g is not None,
+            cost=parse_cost(labels),
+        )
+        old = self.nodes.get(name)
+        if old is None:
+            bisect.insort(self._names, name)
+        if old is None or old.cost != info.cost:
+            self._cost_levels = None
+        self.nodes[name] = info
+        if self.ledger is not None:
+            self.ledger.set_node_devices(name, info.usable)
+
+    def upsert_node(self, node: Mapping[str, Any]) -> None:
+        name = str((node.get("metadata") or {}).get("name") or "")
+        self._raw_nodes[name] = node
+        self._recompute(name)
+
+    def upsert_gpunode(self, gpunode: Mapping[str, Any]) -> None:
+        name = gpunode_name(gpunode)
+        self._gpunodes[name] = gpunode
+        self._recompute(name)
+
+    def remove_gpunode(self, name: str) -> None:
+        self._gpunodes.pop(name, None)
+        self._recompute(name)
+
+    def remove_node(self, name: str) -> None:
+        self._raw_nodes.pop(name, None)
+        if self.nodes.pop(name, None) is not None:
+            i = bisect.bisect_left(self._names, name)
+            del self._names[i]
+            self._cost_levels = None
+        if self.ledger is not None:
+            self.ledger.remove_node(name)
+
+    def attach(self, ledger: Ledger) -> None:
+        """Use ``ledger`` and tell it every node's usable devices."""
+        self.ledger = ledger
+        for name, info in self.nodes.items():
+            ledger.set_node_devices(name, info.usable)
+
+    # ------------------------------------------------------------------- reading
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def get(self, name: str) -> NodeInfo | None:
+        return self.nodes.get(name)
+
+    @property
+    def names(self) -> list[str]:
+        """Node names in ascending order (do not mutate)."""
+        return self._names
+
+    def names_after(self, name: str | None) -> Iterator[str]:
+        """All names in order starting after ``name``, wrapping around (lazily)."""
+        names = self._names
+        start = 0 if name is None else bisect.bisect_right(names, name)
+        for i in range(len(names)):
+            yield names[(start + i) % len(names)]
+
+    def cost_levels(self) -> list[tuple[float, list[str]]]:
+        """(cost, names in order) from the cheapest level up."""
+        if self._cost_levels is None:
+            levels: dict[float, list[str]] = {}
+            for name in self._names:
+                levels.setdefault(self.nodes[name].cost, []).append(name)
+            self._cost_levels = sorted(levels.items())
+        return self._cost_levels
+
+
+# ----------------------------------------------------------------------- taints
+
+
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    """Kubernetes toleration matching for one taint."""
+    t_key = taint.get("key", "")
+    t_val = taint.get("value", "") or ""
+    t_eff = taint.get("effect", "")
+    for tol in tolerations:
+        eff = tol.get("effect") or ""
+        if eff and eff != t_eff:
+            continue
+        op = tol.get("operator") or "Equal"
+        key = tol.get("key") or ""
+        if op == "Exists":
+            if not key or key == t_key:
+                return True
+        elif key == t_key and (tol.get("value") or "") == t_val:
+            return True
+    return False
+
+
+def untolerated_taint(
+    node: NodeInfo, tolerations: Iterable[Mapping[str, Any]]
+) -> Mapping[str, Any] | None:
+    """The first NoSchedule/NoExecute taint of ``node`` not tolerated, else None."""
+    tols = list(tolerations)
+    for taint in node.taints:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not tolerates(tols, taint):
+            return taint
+    return None

@@ -1,0 +1,82 @@
+"""Builders of raw Node / GPUNode / GPUWorkload dicts for scheduling tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.v1alpha1.types import GPUWorkload
+from internal.scheduling import Ledger, Snapshot
+
+SEED_MAP = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3"
+
+
+def node(
+    name: str,
+    gpus: int = 4,
+    *,
+    ready: bool = True,
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, Any]] | None = None,
+    unschedulable: bool = False,
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"taints": taints or [], "unschedulable": unschedulable},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def gpunode(
+    name: str,
+    gpus: int = 4,
+    *,
+    memory: int = 81920,
+    unhealthy: tuple[int, ...] = (),
+    links: dict[int, list[int]] | None = None,
+) -> dict[str, Any]:
+    links = links or {}
+    return {
+        "metadata": {"name": name},
+        "status": {
+            "topologyKnown": bool(links),
+            "devices": [
+                {
+                    "index": i,
+                    "uuid": f"GPU-{name}-{i}",
+                    "memoryTotalMiB": memory,
+                    "healthy": i not in unhealthy,
+                    "nvlinkPeers": links.get(i, []),
+                }
+                for i in range(gpus)
+            ],
+        },
+    }
+
+
+def workload(
+    name: str = "w",
+    *,
+    ns: str = "default",
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> GPUWorkload:
+    return GPUWorkload.model_validate(
+        {
+            "metadata": {"name": name, "namespace": ns, "annotations": annotations or {}},
+            "spec": spec,
+        }
+    )
+
+
+def cluster(
+    *nodes: dict[str, Any], gpunodes: tuple[dict[str, Any], ...] = ()
+) -> tuple[Snapshot, Ledger]:
+    ledger = Ledger()
+    return Snapshot.build(nodes, gpunodes, ledger), ledger
+
+
+def four_nodes(gpus: int = 4) -> tuple[Snapshot, Ledger]:
+    return cluster(*(node(f"node{i}", gpus) for i in range(1, 5)))
