@@ -41,7 +41,7 @@ class Checks:
         return all(ok for _, ok, _ in results), results
 
     def handle(self, query: str) -> tuple[int, str, bytes]:
-        q = parse_qs(query)
+        q = parse_qs(query, keep_blank_values=True)
         ok, results = self.run()
         if "check" in q:
             wanted = q["check"][0]
