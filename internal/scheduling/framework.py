@@ -32,6 +32,9 @@ UNSCHEDULABLE = "Unschedulable"
 INVALID_MAP = "InvalidSchedulingMap"
 PREEMPT = "Preempting"
 
+#: unschedulable messages name every node when at most this many were not filtered
+EXPLAIN_ALL_BELOW = 16
+
 #: victims considered at most by the preemption planner
 MAX_VICTIMS = 64
 
@@ -330,8 +333,7 @@ def _place_searched(strategy: Strategy, ctx: Context) -> tuple[list[Placement] |
             if len(feasible) >= limit:
                 break
         if not feasible:
-            head = f"replica {index} of {replicas}: " if replicas > 1 else ""
-            return None, head
+            return None, ""
         chosen = strategy.choose(feasible, ctx)
         ctx.reasons.pop(chosen.name, None)
         if ctx.counted:
@@ -367,13 +369,48 @@ def _place_mapped(ctx: Context) -> tuple[list[Placement] | None, str, str]:
     for e in entries.values():
         reason, devices, _ = filter_node(e.node, ctx, exact=e.devices)
         if reason is not None:
-            ctx.reasons[e.node] = f"replica {e.index}: {reason}"
+            why = f"replica {e.index}: {reason}"
+            prev = ctx.reasons.get(e.node)
+            ctx.reasons[e.node] = why if prev is None else f"{prev}, {why}"
             continue
         ctx.view.take(e.node, devices)
         placements.append(Placement(index=e.index, node=e.node, devices=list(devices)))
     if ctx.reasons:
         return None, UNSCHEDULABLE, ""
     return placements, SCHEDULED, ""
+
+
+def _explain(
+    workload: GPUWorkload,
+    snapshot: Snapshot,
+    ledger: Ledger,
+    counted: bool,
+    seen: Mapping[str, str],
+) -> tuple[dict[str, str], int]:
+    """Per-node reasons against the ledger alone (without the failed gang's own
+    tentative replicas), for the nodes already filtered plus, in small clusters,
+    the nodes the index skipped. Returns (reasons, nodes filtered)."""
+    names = set(seen)
+    if len(snapshot) - len(names) <= EXPLAIN_ALL_BELOW:
+        names.update(snapshot.names)
+    ctx = Context(
+        workload=workload,
+        gpus=workload.spec.gpus,
+        counted=counted,
+        rng=random.Random(0),
+        tolerations=_tolerations(workload),
+        snapshot=snapshot,
+        view=View(ledger, workload.key),
+    )
+    replicas = workload.spec.replicas
+    out: dict[str, str] = {}
+    for name in sorted(names):
+        reason, _, free = filter_node(name, ctx)
+        if reason is None:
+            fit = free // max(ctx.gpus, 1)
+            reason = f"{gpus_word(free)}, room for {fit} of {replicas} replicas"
+        out[name] = reason
+    return out, ctx.visited
 
 
 def _attempt(
@@ -440,19 +477,29 @@ def schedule(
         )
     if outcome == INVALID_MAP:
         return Decision(INVALID_MAP, strat.name, message=msg, visited=ctx.visited)
-    # nodes the filters never saw were left out by the free-capacity index
-    others = 0 if strat.uses_map else max(0, len(snapshot) - len(ctx.reasons))
-    message = msg + group_reasons(ctx.reasons, others=others, need=gpus)
-    if workload.spec.replicas > 1:
+    reasons = dict(ctx.reasons)
+    visited = ctx.visited
+    if not strat.uses_map:
+        reasons, extra = _explain(workload, snapshot, ledger, counted, ctx.reasons)
+        visited += extra
+    # nodes never filtered were left out by the free-capacity index
+    others = 0 if strat.uses_map else max(0, len(snapshot) - len(reasons))
+    message = msg + group_reasons(reasons, others=others, need=gpus)
+    if workload.spec.replicas > 1 and not strat.uses_map:
+        message = (
+            f"gang of {workload.spec.replicas} x {gpus} GPU(s) does not fit, "
+            f"nothing booked: {message}"
+        )
+    elif workload.spec.replicas > 1:
         message = f"gang of {workload.spec.replicas} not placed, nothing booked: {message}"
     decision = Decision(
         UNSCHEDULABLE,
         strat.name,
         message=message,
-        reasons=dict(ctx.reasons),
+        reasons=reasons,
         counted=counted,
         gpus_per_replica=gpus,
-        visited=ctx.visited,
+        visited=visited,
     )
     if strat.preempts:
         plan = plan_preemption(workload, snapshot, ledger, strat, counted)

@@ -50,6 +50,7 @@ class Allocation:
     counted: dict[str, int] = field(default_factory=dict)  # node -> GPUs (device-plugin)
     priority: int = 0
     committed: bool = False
+    gpus_per_replica: int = 0
 
     @property
     def nodes(self) -> list[str]:
@@ -298,7 +299,7 @@ class Ledger:
                         f"{node}: {self.free_count(node)} free GPU(s), needs "
                         f"{len(devs) + counted.get(node, 0)}"
                     )
-        alloc = Allocation(key, tuple(placements), counted, priority)
+        alloc = Allocation(key, tuple(placements), counted, priority, False, gpus_per_replica)
         self._apply(alloc)
         return alloc
 

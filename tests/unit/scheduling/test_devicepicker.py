@@ -26,20 +26,23 @@ ISLANDS = {0: frozenset({1}), 1: frozenset({0}), 2: frozenset({3}), 3: frozenset
 
 def test_nvlink_set_first_when_known() -> None:
     # free 1,2,3: plain rule would take 1,2 (contiguous) which are not linked
-    p = pick_devices({1, 2, 3}, 2, topology=Topology.PREFERRED, nvlink_peers=ISLANDS,
-                     topology_known=True)
+    p = pick_devices(
+        {1, 2, 3}, 2, topology=Topology.PREFERRED, nvlink_peers=ISLANDS, topology_known=True
+    )
     assert p.devices == (2, 3)
 
 
 def test_required_fails_without_linked_set() -> None:
-    p = pick_devices({1, 2}, 2, topology=Topology.REQUIRED, nvlink_peers=ISLANDS,
-                     topology_known=True)
+    p = pick_devices(
+        {1, 2}, 2, topology=Topology.REQUIRED, nvlink_peers=ISLANDS, topology_known=True
+    )
     assert p.devices is None and "NVLink" in p.reason
 
 
 def test_preferred_falls_back() -> None:
-    p = pick_devices({1, 2}, 2, topology=Topology.PREFERRED, nvlink_peers=ISLANDS,
-                     topology_known=True)
+    p = pick_devices(
+        {1, 2}, 2, topology=Topology.PREFERRED, nvlink_peers=ISLANDS, topology_known=True
+    )
     assert p.devices == (1, 2)
 
 
@@ -51,8 +54,9 @@ def test_required_needs_known_topology() -> None:
 
 def test_nvlink_choice_leaves_least_fragmentation() -> None:
     full = {i: frozenset(j for j in range(8) if j != i) for i in range(8)}
-    p = pick_devices({0, 2, 3, 4, 5}, 2, topology=Topology.REQUIRED, nvlink_peers=full,
-                     topology_known=True)
+    p = pick_devices(
+        {0, 2, 3, 4, 5}, 2, topology=Topology.REQUIRED, nvlink_peers=full, topology_known=True
+    )
     assert p.devices is not None
     assert fragments({0, 2, 3, 4, 5} - set(p.devices)) == 1
     assert p.devices == (0, 2)  # keeps 3,4,5 whole

@@ -120,8 +120,9 @@ def _wl(name: str, placements: list, phase: str = "Running", **spec) -> dict:
     }
 
 
-def _pod(name: str, node: str | None, gpus: int, *, ours: bool = False,
-         phase: str = "Running") -> dict:
+def _pod(
+    name: str, node: str | None, gpus: int, *, ours: bool = False, phase: str = "Running"
+) -> dict:
     labels = {"gpu.orchestrator.dev/workload": "w"} if ours else {}
     return {
         "metadata": {"name": name, "namespace": "ns", "labels": labels},

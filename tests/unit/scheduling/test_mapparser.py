@@ -86,9 +86,7 @@ def test_round_trip(entries: list, data: st.DataObject) -> None:
     ]
     text = "\n\n".join(lines)
     parsed = parse_scheduling_map(text)
-    assert [(e.node, list(e.devices)) for e in parsed.values()] == [
-        (n, d) for n, d in entries
-    ]
+    assert [(e.node, list(e.devices)) for e in parsed.values()] == [(n, d) for n, d in entries]
     assert parse_scheduling_map(format_scheduling_map(parsed)) == {
         i: e.__class__(e.index, e.node, e.devices, i + 1) for i, e in parsed.items()
     }
