@@ -1,0 +1,10 @@
+"""The mutating admission webhook of the seed-compatible path: pods carrying the
+``gpu-scheduling-map`` annotation get their devices (per the exposure mode) at
+creation. Modules: ``podindex`` (which replica), ``exposure`` (what a mode sets),
+``patch`` (the JSONPatch), ``admission`` (AdmissionReview in/out), ``certs`` and
+``rotation`` (certificates and their renewal), ``cabundle`` (the CA bundle in the
+MutatingWebhookConfiguration), ``server`` (HTTPS), ``app`` (``serve``)."""
+
+from internal.webhook.app import Webhook, add_flags, build, serve, serve_from_args
+
+__all__ = ["Webhook", "add_flags", "build", "serve", "serve_from_args"]

@@ -1,0 +1,91 @@
+"""admission.k8s.io/v1 AdmissionReview in, AdmissionReview out, for pods. Pure.
+
+- No ``gpu-scheduling-map`` annotation, or not a pod CREATE: allowed, unchanged.
+- A malformed map, or an unknown per-pod exposure mode: rejected (``allowed:
+  false``, HTTP-like code 400) with the parser's message naming the bad line.
+- A replica index that cannot be told, or that the map does not name: allowed,
+  unchanged, with a warning (the pod-binding controller records the Event and
+  leaves the pod Pending).
+- Otherwise: allowed with the JSONPatch of :mod:`internal.webhook.patch`.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from api.v1alpha1.types import SCHEDULING_MAP_ANNOTATION, DeviceExposure
+from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
+from internal.webhook.exposure import parse_exposure
+from internal.webhook.patch import build_patch
+from internal.webhook.podindex import pod_index
+
+API_VERSION = "admission.k8s.io/v1"
+EXPOSURE_ANNOTATION = "gpu.orchestrator.dev/device-exposure"
+
+
+class BadReview(ValueError):
+    """The body is not an AdmissionReview this webhook can answer."""
+
+
+def _review(uid: str, response: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview",
+            "response": {"uid": uid, **response}}
+
+
+def _deny(uid: str, message: str) -> dict[str, Any]:
+    return _review(uid, {"allowed": False,
+                         "status": {"code": 400, "reason": "BadRequest", "message": message}})
+
+
+def mutate_review(body: Mapping[str, Any],
+                  default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES,
+                  ) -> dict[str, Any]:
+    """The AdmissionReview answering ``body``; raises BadReview for a malformed body."""
+    if body.get("kind") != "AdmissionReview" or not isinstance(body.get("request"), dict):
+        raise BadReview("expected an AdmissionReview with a request")
+    if body.get("apiVersion") != API_VERSION:
+        raise BadReview(f"unsupported apiVersion {body.get('apiVersion')!r}; want {API_VERSION}")
+    req = body["request"]
+    uid = str(req.get("uid") or "")
+    pod = req.get("object") or {}
+    resource = req.get("resource") or {}
+    if (req.get("operation") != "CREATE" or resource.get("resource") != "pods"
+            or req.get("subResource") or not isinstance(pod, dict)):
+        return _review(uid, {"allowed": True})
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    text = annotations.get(SCHEDULING_MAP_ANNOTATION)
+    if text is None:
+        return _review(uid, {"allowed": True})
+    try:
+        entries = parse_scheduling_map(str(text))
+    except MapParseError as exc:
+        return _deny(uid, f"annotation {SCHEDULING_MAP_ANNOTATION}: {exc}")
+    mode = default_exposure
+    if EXPOSURE_ANNOTATION in annotations:
+        try:
+            mode = parse_exposure(str(annotations[EXPOSURE_ANNOTATION]))
+        except ValueError as exc:
+            return _deny(uid, f"annotation {EXPOSURE_ANNOTATION}: {exc}")
+    index, source = pod_index(pod, str(req.get("name") or ""))
+    if index is None:
+        return _review(uid, {"allowed": True, "warnings": [
+            f"{SCHEDULING_MAP_ANNOTATION}: replica index unknown: {source}; "
+            "no devices injected"]})
+    entry = entries.get(index)
+    if entry is None:
+        known = ",".join(str(i) for i in entries)
+        return _review(uid, {"allowed": True, "warnings": [
+            f"{SCHEDULING_MAP_ANNOTATION}: no line for replica {index} ({source}); "
+            f"the map names replicas {known}; no devices injected"]})
+    patch = build_patch(pod, entry.devices, mode)
+    response: dict[str, Any] = {"allowed": True}
+    if patch.ops:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(orjson.dumps(patch.ops)).decode()
+    if patch.warnings:
+        response["warnings"] = patch.warnings
+    return _review(uid, response)

@@ -1,0 +1,163 @@
+"""The HTTPS server: ``POST /mutate`` (AdmissionReview), ``GET /healthz``.
+
+stdlib ``http.server``, one thread per connection. The listening socket is plain
+TCP; each accepted connection is wrapped with the certificate source's *current*
+``SSLContext`` in its own thread (so a slow handshake never blocks accepting), which
+is how a renewed certificate is picked up without a restart. TLS 1.2 is the minimum.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import orjson
+import structlog
+
+from api.v1alpha1.types import DeviceExposure
+from internal.webhook.admission import BadReview, mutate_review
+from internal.webhook.rotation import ServingCerts
+
+log = structlog.get_logger("webhook.server")
+
+MAX_BODY = 8 << 20  # AdmissionReview of the largest pod (objects are capped at ~1.5 MiB)
+HANDSHAKE_TIMEOUT = 10.0
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: kube-apiserver reuses connections
+    timeout = 60  # idle keep-alive connections are closed after this
+    server: _HTTPSServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("webhook_http", client=self.client_address[0], line=format % args)
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path in ("/healthz", "/readyz"):
+            ok = self.server.certs.valid()
+            status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
+            self._send(status, b"ok" if ok else b"serving certificate not valid",
+                       "text/plain")
+            return
+        self._send(HTTPStatus.NOT_FOUND, b"not found", "text/plain")
+
+    def do_POST(self) -> None:
+        if self.path.split("?", 1)[0] != "/mutate":
+            self._send(HTTPStatus.NOT_FOUND, b"not found", "text/plain")
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or -1)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY:
+            self.close_connection = True
+            self._send(HTTPStatus.BAD_REQUEST, b"a Content-Length up to 8 MiB is required",
+                       "text/plain")
+            return
+        raw = self.rfile.read(length)
+        ctype = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip()
+        if ctype != "application/json":
+            self._send(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, b"want application/json",
+                       "text/plain")
+            return
+        try:
+            review = orjson.loads(raw)
+            if not isinstance(review, dict):
+                raise BadReview("body is not a JSON object")
+            answer = mutate_review(review, self.server.default_exposure)
+        except (orjson.JSONDecodeError, BadReview) as exc:
+            log.warning("webhook_bad_request", error=str(exc))
+            self._send(HTTPStatus.BAD_REQUEST, str(exc).encode(), "text/plain")
+            return
+        except Exception:  # a bug of ours must not kill the connection thread silently
+            log.exception("webhook_internal_error")
+            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error", "text/plain")
+            return
+        _log_answer(review, answer)
+        self._send(HTTPStatus.OK, orjson.dumps(answer))
+
+
+def _log_answer(review: dict[str, Any], answer: dict[str, Any]) -> None:
+    req = review["request"]
+    resp = answer["response"]
+    md = (req.get("object") or {}).get("metadata") or {}
+    name = md.get("name") or req.get("name") or md.get("generateName") or ""
+    if "patch" not in resp and resp.get("allowed") and not resp.get("warnings"):
+        return
+    log.info("pod_admitted", pod=f"{req.get('namespace', '')}/{name}",
+             allowed=resp["allowed"], mutated="patch" in resp,
+             message=(resp.get("status") or {}).get("message"),
+             warnings=resp.get("warnings"), dry_run=bool(req.get("dryRun")))
+
+
+class _HTTPSServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, addr: tuple[str, int], certs: ServingCerts,
+                 default_exposure: DeviceExposure) -> None:
+        self.certs = certs
+        self.default_exposure = default_exposure
+        super().__init__(addr, _Handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        sock: socket.socket = request
+        sock.settimeout(HANDSHAKE_TIMEOUT)
+        try:
+            tls = self.certs.ssl_context().wrap_socket(sock, server_side=True)
+        except (ssl.SSLError, OSError) as exc:
+            log.debug("webhook_tls_handshake_failed", client=client_address[0], error=str(exc))
+            return
+        try:
+            self.RequestHandlerClass(tls, client_address, self)
+        finally:
+            tls.close()
+
+
+class WebhookServer:
+    """The server on ``host:port`` (port 0: a free one, see :attr:`port`)."""
+
+    def __init__(self, certs: ServingCerts, host: str = "0.0.0.0", port: int = 9443,
+                 default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES
+                 ) -> None:
+        self._httpd = _HTTPSServer((host, port), certs, default_exposure)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self._httpd.server_address[1]
+
+    @property
+    def host(self) -> str:
+        return str(self._httpd.server_address[0])
+
+    def serve_forever(self) -> None:
+        log.info("webhook_serving", address=f"{self.host}:{self.port}")
+        self._httpd.serve_forever(poll_interval=0.5)
+
+    def start(self) -> None:
+        """Serves in a background thread."""
+        self._thread = threading.Thread(target=self.serve_forever, name="webhook-server",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stops accepting, closes the listening socket; in-flight requests finish."""
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(timeout)
+            self._thread = None
+        self._httpd.server_close()
+        log.info("webhook_stopped", address=f"{self.host}:{self.port}")
