@@ -1,0 +1,267 @@
+"""NVML readings: recorded fixtures, health, NVLink peers, and the pynvml backend
+against a stand-in pynvml module (no GPU here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import types
+from typing import Any
+
+import pytest
+
+from internal.agent.nvml import (
+    FixtureBackend,
+    NvmlUnavailable,
+    RealNvmlBackend,
+    available_fixtures,
+    sample,
+    select_backend,
+)
+from internal.agent.nvml.health import is_healthy
+from internal.agent.nvml.topology import normalize_bus_id, nvlink_peers, topology_known
+from internal.agent.nvml.types import NvLink, RawDevice, RemoteType
+
+
+def test_bundled_fixtures() -> None:
+    assert available_fixtures() == ["a100-ecc-4", "h100-sxm-8", "pcie-4"]
+
+
+def test_h100_fixture_is_eight_healthy_all_to_all_nvlinked_devices() -> None:
+    s = sample(FixtureBackend.load("h100-sxm-8"))
+    assert [d.index for d in s.devices] == list(range(8))
+    assert all(d.healthy and d.model == "NVIDIA H100 80GB HBM3" for d in s.devices)
+    assert s.devices[0].memory_total_bytes == 81559 * 1024 * 1024
+    assert s.devices[2].utilization == 87 and s.devices[2].power_watts == pytest.approx(512.345)
+    for d in s.devices:
+        assert d.nvlink_peers == tuple(i for i in range(8) if i != d.index)
+    assert s.topology_known and s.driver_version == "550.54.15" and s.cuda_version == "12.4"
+    assert len({d.uuid for d in s.devices}) == 8
+
+
+def test_pcie_fixture_has_no_nvlink_but_known_topology() -> None:
+    s = sample(FixtureBackend.load("pcie-4"))
+    assert len(s.devices) == 4
+    assert all(d.nvlink_peers == () and d.healthy and not d.mig_mode for d in s.devices)
+    assert s.topology_known
+
+
+def test_ecc_fixture_has_one_unhealthy_device_and_direct_links() -> None:
+    s = sample(FixtureBackend.load("a100-ecc-4"))
+    assert [d.healthy for d in s.devices] == [True, True, False, True]
+    bad = s.devices[2]
+    assert bad.ecc_errors == 2 and "ECC" in bad.unhealthy_reason
+    assert s.devices[0].nvlink_peers == (1, 2, 3)
+
+
+def test_mutating_a_fixture_flips_health() -> None:
+    be = FixtureBackend.load("h100-sxm-8")
+    be.mark_unhealthy(5, ecc_errors=3)
+    s = sample(be)
+    assert not s.devices[5].healthy and s.devices[5].ecc_errors == 3
+    be.mark_healthy(5)
+    assert sample(be).devices[5].healthy
+    with pytest.raises(KeyError):
+        be.update_device(99, {"temperature": 1})
+
+
+def test_fixture_file_is_reread_when_it_changes(tmp_path: Any) -> None:
+    doc = FixtureBackend.load("pcie-4").data
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps(doc))
+    be = select_backend(f"fixture:{path}")
+    assert sample(be).devices[1].healthy
+    doc["devices"][1]["error"] = "GPU is lost"
+    path.write_text(json.dumps(doc))
+    st = os.stat(path)
+    os.utime(path, (st.st_atime, st.st_mtime + 5))
+    s = sample(be)
+    assert not s.devices[1].healthy and "GPU is lost" in s.devices[1].unhealthy_reason
+    assert not s.topology_known  # an unreadable device makes the topology unknown
+
+
+@pytest.mark.parametrize(("dev", "healthy"), [
+    (RawDevice(0), True),
+    (RawDevice(0, ecc_uncorrected_volatile=None), True),  # ECC not supported
+    (RawDevice(0, ecc_uncorrected_volatile=1), False),
+    (RawDevice(0, xid_errors=(13, 43)), True),  # application XIDs
+    (RawDevice(0, xid_errors=(79,)), False),  # fell off the bus
+    (RawDevice(0, error="Unknown Error"), False),
+])
+def test_health(dev: RawDevice, healthy: bool) -> None:
+    assert is_healthy(dev) is healthy
+
+
+def test_bus_ids_normalise() -> None:
+    assert normalize_bus_id("00000000:1A:00.0") == normalize_bus_id(b"0000:1a:00.0\x00")
+    assert normalize_bus_id("0000:1a:00.0") == "00000000:1a:00.0"
+
+
+def _gpu(i: int, bus: str, *links: NvLink, read: bool = True) -> RawDevice:
+    return RawDevice(i, pci_bus_id=bus, nvlinks=links, nvlinks_read=read)
+
+
+def test_direct_links_map_remote_bus_ids_to_local_indices_symmetrically() -> None:
+    devs = [
+        _gpu(0, "0000:01:00.0", NvLink(0, "00000000:02:00.0")),
+        _gpu(1, "0000:02:00.0"),  # its side of the link not reported: still a peer of 0
+        _gpu(2, "0000:03:00.0", NvLink(0, "0000:04:00.0"), NvLink(1, "0000:04:00.0")),
+        _gpu(3, "0000:04:00.0", NvLink(0, "0000:99:00.0")),  # another host's device
+    ]
+    assert nvlink_peers(devs) == {0: (1,), 1: (0,), 2: (3,), 3: (2,)}
+
+
+def test_switch_links_join_gpus_sharing_a_switch() -> None:
+    sw = RemoteType.SWITCH
+    devs = [
+        _gpu(0, "0000:01:00.0", NvLink(0, "0000:a0:00.0", sw)),
+        _gpu(1, "0000:02:00.0", NvLink(0, "0000:a0:00.0", sw)),
+        _gpu(2, "0000:03:00.0", NvLink(0, "0000:b0:00.0", sw)),
+        _gpu(3, "0000:04:00.0", NvLink(0, "0000:b0:00.0", RemoteType.UNKNOWN)),
+    ]
+    assert nvlink_peers(devs) == {0: (1,), 1: (0,), 2: (3,), 3: (2,)}
+    assert topology_known(devs)
+    assert not topology_known([*devs[:3], _gpu(3, "0000:04:00.0", read=False)])
+
+
+# --------------------------------------------------------------- pynvml stand-in
+
+
+class _Err(Exception):
+    pass
+
+
+def _fake_pynvml(devices: list[dict[str, Any]]) -> types.SimpleNamespace:
+    """Enough of pynvml's surface for RealNvmlBackend, driven by plain dicts."""
+    m = types.SimpleNamespace()
+    m.NVMLError = _Err
+    for n in ("NotSupported", "NoPermission", "FunctionNotFound", "InvalidArgument",
+              "Timeout", "GpuIsLost"):
+        setattr(m, f"NVMLError_{n}", type(f"NVMLError_{n}", (_Err,), {}))
+    m.NVML_TEMPERATURE_GPU = 0
+    m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    m.NVML_VOLATILE_ECC = 0
+    m.NVML_DEVICE_MIG_ENABLE = 1
+    m.NVML_FEATURE_ENABLED = 1
+    m.NVML_NVLINK_MAX_LINKS = 4
+    m.NVML_NVLINK_DEVICE_TYPE_GPU = 0
+    m.NVML_NVLINK_DEVICE_TYPE_SWITCH = 2
+    m.nvmlEventTypeXidCriticalError = 8
+    m.events = []  # (device index, xid) queued for nvmlEventSetWait_v2
+
+    def field(key: str) -> Any:
+        def fn(h: int, *args: Any) -> Any:
+            v = devices[h].get(key)
+            if isinstance(v, type) and issubclass(v, Exception):
+                raise v("nope")
+            if callable(v):
+                return v(*args)
+            return v
+        fn.__name__ = key
+        return fn
+
+    m.nvmlInit = lambda: None
+    m.nvmlShutdown = lambda: None
+    m.nvmlDeviceGetCount = lambda: len(devices)
+    m.nvmlDeviceGetHandleByIndex = lambda i: i
+    for key in ("UUID", "Name", "PciInfo", "MemoryInfo", "UtilizationRates", "Temperature",
+                "PowerUsage", "TotalEccErrors", "MigMode", "NvLinkState",
+                "NvLinkRemotePciInfo", "NvLinkRemoteDeviceType"):
+        setattr(m, f"nvmlDeviceGet{key}", field(key))
+    m.nvmlSystemGetDriverVersion = lambda: "550.54.15"
+    m.nvmlSystemGetCudaDriverVersion = lambda: 12040
+    m.nvmlEventSetCreate = lambda: "set"
+    m.nvmlEventSetFree = lambda s: None
+    m.nvmlDeviceRegisterEvents = lambda h, t, s: None
+
+    def wait(s: Any, ms: int) -> Any:
+        if not m.events:
+            raise m.NVMLError_Timeout("timeout")
+        dev, xid = m.events.pop(0)
+        return types.SimpleNamespace(device=dev, eventType=8, eventData=xid)
+
+    m.nvmlEventSetWait_v2 = wait
+    return m
+
+
+def _backend(mod: types.SimpleNamespace) -> RealNvmlBackend:
+    be = RealNvmlBackend.__new__(RealNvmlBackend)
+    import threading
+
+    be.nvml, be._lock, be._xids, be._events = mod, threading.Lock(), {}, None
+    be._setup_events()
+    return be
+
+
+def test_real_backend_reads_fields_and_tolerates_not_supported() -> None:
+    ns = types.SimpleNamespace
+    bus = ["00000000:18:00.0", "00000000:2A:00.0"]
+
+    def dev(i: int) -> dict[str, Any]:
+        return {
+            "UUID": f"GPU-{i}", "Name": b"NVIDIA H100 80GB HBM3",
+            "PciInfo": ns(busId=bus[i].encode()),
+            "MemoryInfo": ns(total=80 << 30, used=1 << 30),
+            "UtilizationRates": ns(gpu=40 + i, memory=3),
+            "Temperature": lambda _kind: 50, "PowerUsage": 123456,
+            "TotalEccErrors": lambda _t, _c: 0, "MigMode": [0, 0],
+            "NvLinkState": lambda link: 1 if link < 2 else 0,
+            "NvLinkRemotePciInfo": lambda link, i=i: ns(busId=bus[1 - i]),
+            "NvLinkRemoteDeviceType": lambda link: 0,
+        }
+    devs = [dev(0), dev(1)]
+    devs[1]["PowerUsage"] = None
+    mod = _fake_pynvml(devs)
+    mod.nvmlDeviceGetPowerUsage = _raiser(mod.NVMLError_NotSupported)
+    be = _backend(mod)
+    s = sample(be)
+    d0, d1 = s.devices
+    assert (d0.uuid, d0.model) == ("GPU-0", "NVIDIA H100 80GB HBM3")
+    assert (d0.utilization, d0.temperature_c) == (40, 50)
+    assert d0.memory_total_bytes == 80 << 30 and d0.power_watts == 0  # unsupported -> 0
+    assert d0.nvlink_peers == (1,) and d1.nvlink_peers == (0,)
+    assert all(d.healthy for d in s.devices) and s.topology_known
+    assert s.cuda_version == "12.4"
+
+    mod.events.append((1, 79))  # XID 79: fell off the bus
+    mod.events.append((0, 13))  # application error: ignored for health
+    s = sample(be)
+    assert s.devices[0].healthy and not s.devices[1].healthy
+    assert "79" in s.devices[1].unhealthy_reason
+
+
+def test_real_backend_no_nvlink_and_lost_gpu() -> None:
+    mod = _fake_pynvml([{}, {}])
+    for name in ("UUID", "Name", "PciInfo", "MemoryInfo", "UtilizationRates", "Temperature",
+                 "PowerUsage", "TotalEccErrors", "MigMode", "NvLinkState"):
+        setattr(mod, f"nvmlDeviceGet{name}", _raiser(mod.NVMLError_NotSupported))
+
+    def memory(h: int) -> Any:
+        if h == 1:
+            raise mod.NVMLError_GpuIsLost("GPU is lost")
+        return types.SimpleNamespace(total=1, used=0)
+
+    mod.nvmlDeviceGetMemoryInfo = memory
+    s = sample(_backend(mod))
+    assert s.devices[0].healthy and s.devices[0].nvlink_peers == ()
+    assert not s.devices[1].healthy and "GPU is lost" in s.devices[1].unhealthy_reason
+
+
+def _raiser(exc: type[Exception]) -> Any:
+    def fn(*_a: Any) -> Any:
+        raise exc("not supported")
+    return fn
+
+
+def test_auto_without_nvml_library_is_unavailable() -> None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        with pytest.raises(NvmlUnavailable):
+            select_backend("auto")
+    else:  # pragma: no cover - a GPU machine
+        pytest.skip("NVML loads here")
+    with pytest.raises(ValueError):
+        select_backend("bogus")
