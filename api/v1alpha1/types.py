@@ -172,8 +172,9 @@ class RetryPolicy(_Base):
         alias="backoffSeconds",
         ge=1,
         description=(
-            "Base delay in seconds; retry n waits a random time up to "
-            "backoffSeconds * 2^n (exponential backoff with full jitter)."
+            "Base delay in seconds. Retry n (from 1) waits a random time between "
+            "backoffSeconds and min(maxBackoffSeconds, backoffSeconds * 2^(n-1)): "
+            "exponential backoff with jitter."
         ),
     )
     max_backoff_seconds: int = Field(
