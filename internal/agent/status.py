@@ -130,3 +130,13 @@ def node_labels(s: NodeSample) -> dict[str, str | None]:
     labels[LABEL_GPU_MEMORY] = str(mem) if mem > 0 else None
     labels[LABEL_NVLINK] = "true" if any(d.nvlink_peers for d in devs) else "false"
     return labels
+
+
+def gpunode_for(node_name: str, s: NodeSample, heartbeat: datetime,
+                node_uid: str | None = None) -> dict[str, Any]:
+    """A whole GPUNode (with status) for ``s``: what the agent's writes amount to. Tests
+    of the scheduling side use it to stand in for a running agent, e.g.
+    ``gpunode_for("node1", sample(FixtureBackend.load("h100-sxm-8")), now)``."""
+    g = new_gpunode(node_name, node_uid)
+    g["status"] = build_status(s, heartbeat)
+    return g

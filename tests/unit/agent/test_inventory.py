@@ -12,7 +12,7 @@ from internal.agent.inventory import (
     scheduling_view,
 )
 from internal.agent.nvml import FixtureBackend, sample
-from internal.agent.status import build_status, new_gpunode
+from internal.agent.status import gpunode_for, new_gpunode
 from internal.scheduling.snapshot import Snapshot
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -26,9 +26,7 @@ def _node(name: str, gpus: int | None) -> dict[str, Any]:
 
 
 def _gpunode(name: str, fixture: str, heartbeat: datetime) -> dict[str, Any]:
-    g = new_gpunode(name)
-    g["status"] = build_status(sample(FixtureBackend.load(fixture)), heartbeat)
-    return g
+    return gpunode_for(name, sample(FixtureBackend.load(fixture)), heartbeat)
 
 
 def test_is_stale() -> None:
