@@ -8,6 +8,7 @@ is how a renewed certificate is picked up without a restart. TLS 1.2 is the mini
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import threading
@@ -38,6 +39,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
         self.send_response(status)
+        if self.server.stopping.is_set():
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -110,7 +114,21 @@ class _HTTPSServer(ThreadingHTTPServer):
                  default_exposure: DeviceExposure) -> None:
         self.certs = certs
         self.default_exposure = default_exposure
+        self.stopping = threading.Event()
+        self._conns: set[ssl.SSLSocket] = set()
+        self._conns_lock = threading.Lock()
         super().__init__(addr, _Handler)
+
+    def close_connections(self) -> None:
+        """Ends kept-alive connections: the read side of each is shut, so an idle one
+        sees EOF at once while one that is answering can still write its response."""
+        self.stopping.set()
+        with self._conns_lock:
+            conns = list(self._conns)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                # socket.socket.shutdown: on the TCP socket under TLS, not a TLS close.
+                socket.socket.shutdown(conn, socket.SHUT_RD)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         sock: socket.socket = request
@@ -120,9 +138,14 @@ class _HTTPSServer(ThreadingHTTPServer):
         except (ssl.SSLError, OSError) as exc:
             log.debug("webhook_tls_handshake_failed", client=client_address[0], error=str(exc))
             return
+        with self._conns_lock:
+            self._conns.add(tls)
         try:
-            self.RequestHandlerClass(tls, client_address, self)
+            if not self.stopping.is_set():
+                self.RequestHandlerClass(tls, client_address, self)
         finally:
+            with self._conns_lock:
+                self._conns.discard(tls)
             tls.close()
 
 
@@ -154,10 +177,12 @@ class WebhookServer:
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stops accepting, closes the listening socket; in-flight requests finish."""
+        """Stops accepting, closes the listening socket and the kept-alive connections;
+        requests being answered finish."""
         if self._thread is not None:
             self._httpd.shutdown()
             self._thread.join(timeout)
             self._thread = None
         self._httpd.server_close()
+        self._httpd.close_connections()
         log.info("webhook_stopped", address=f"{self.host}:{self.port}")

@@ -1,0 +1,1 @@
+"""gpu-scheduler-check: the seed's tiny probe service (see ``service``)."""

@@ -1,0 +1,5 @@
+import sys
+
+from internal.check.service import main
+
+sys.exit(main())
