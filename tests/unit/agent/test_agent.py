@@ -127,3 +127,17 @@ def test_run_agent_serves_metrics_and_stops_cleanly() -> None:
     assert "gpu_orchestrator_agent_device_temperature_celsius" in body
     assert "gpu_orchestrator_agent_device_memory_used_bytes" in body
     assert 'gpu_orchestrator_agent_reports_total{result="success"}' in body
+
+
+def test_cli_flags_and_refusals() -> None:
+    import argparse
+
+    from internal.agent.cli import add_agent_flags, agent_main
+
+    p = argparse.ArgumentParser()
+    add_agent_flags(p)
+    args = p.parse_args(["--node-name=n1", "--nvml-backend=fixture:pcie-4", "--interval=5",
+                         "--poll-interval=1", "--metrics-bind-address=0"])
+    assert (args.node_name, args.interval, args.poll_interval) == ("n1", 5.0, 1.0)
+    assert agent_main(p.parse_args(["--node-name="])) == 2
+    assert agent_main(p.parse_args(["--node-name=n1", "--nvml-backend=bogus"])) == 1
