@@ -190,7 +190,10 @@ class RetryPolicy(_Base):
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "self.maxBackoffSeconds >= self.backoffSeconds",
+                    "rule": (
+                        "!has(self.maxBackoffSeconds) || !has(self.backoffSeconds) || "
+                        "self.maxBackoffSeconds >= self.backoffSeconds"
+                    ),
                     "message": "maxBackoffSeconds must be >= backoffSeconds",
                 }
             ]
