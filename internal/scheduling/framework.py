@@ -169,6 +169,13 @@ class Decision:
     def nodes(self) -> list[str]:
         return sorted({p.node for p in self.placements})
 
+    @property
+    def gpus_total(self) -> int:
+        """GPUs the placements use (for status.gpus): the sum over replicas."""
+        if self.counted:
+            return self.gpus_per_replica * len(self.placements)
+        return sum(len(p.devices) for p in self.placements)
+
     def assume(self, ledger: Ledger, workload: GPUWorkload) -> None:
         """Book this decision in ``ledger`` (raises LedgerConflict if stale)."""
         if not self.ok:

@@ -169,3 +169,59 @@ def test_zz_examples_exercised_every_outcome() -> None:
     # guards against generators that never schedule (or never fail)
     if OUTCOMES:
         assert OUTCOMES["Scheduled"] > 0 and OUTCOMES["Unschedulable"] > 0, dict(OUTCOMES)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(1, 4),  # nodes
+    st.lists(st.tuples(st.integers(1, 4), st.integers(0, 40)), min_size=1, max_size=12),
+    st.integers(1, 2),  # replicas of the high-priority gang
+    st.integers(1, 4),  # its GPUs per replica
+)
+def test_preemption_plan_is_sufficient_and_minimal(
+    n_nodes: int, fillers: list, replicas: int, gpus: int
+) -> None:
+    ledger = Ledger()
+    snap = Snapshot.build([node(f"n{i}", 4) for i in range(n_nodes)], (), ledger)
+    sched = Scheduler(snap, ledger)
+    for k, (g, prio) in enumerate(fillers):
+        w = GPUWorkload.model_validate(
+            {
+                "metadata": {"name": f"f{k}", "namespace": "p"},
+                "spec": {"gpusPerReplica": g, "priority": prio, "schedulingStrategy": "bestFit"},
+            }
+        )
+        d = sched.schedule(w)
+        if d.ok:
+            d.assume(ledger, w)
+    hi = GPUWorkload.model_validate(
+        {
+            "metadata": {"name": "hi", "namespace": "p"},
+            "spec": {
+                "replicas": replicas,
+                "gpusPerReplica": gpus,
+                "priority": 1000,
+                "schedulingStrategy": "priority",
+            },
+        }
+    )
+    d = sched.schedule(hi)
+    if d.ok:
+        return
+    if replicas * gpus > 4 * n_nodes or d.outcome != "Preempting":
+        # only impossible gangs may fail without a plan
+        assert replicas * gpus > 4 * n_nodes or (replicas > n_nodes and gpus > 2)
+        return
+    # minimal: sparing any one victim no longer suffices
+    from internal.scheduling.framework import _attempt
+
+    for spared in d.victims:
+        rest = [v for v in d.victims if v != spared]
+        placements, *_ = _attempt(
+            hi, snap, ledger, sched.strategy("priority"), random.Random(0), False, rest
+        )
+        assert placements is None
+    for v in d.victims:
+        ledger.forget(v)
+    again = sched.schedule(hi)
+    assert again.ok, again.message
