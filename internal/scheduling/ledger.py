@@ -33,6 +33,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from api.v1alpha1.types import GPUWorkload, Phase, Placement
 
 WORKLOAD_LABEL = "gpu.orchestrator.dev/workload"
@@ -359,9 +361,13 @@ class Ledger:
         for node, devs in (node_devices or {}).items():
             ledger.set_node_devices(node, devs)
         problems: list[str] = []
-        parsed = [
-            w if isinstance(w, GPUWorkload) else GPUWorkload.model_validate(w) for w in workloads
-        ]
+        parsed: list[GPUWorkload] = []
+        for raw in workloads:
+            w, problem = _parse_workload(raw)
+            if problem:
+                problems.append(problem)
+            if w is not None:
+                parsed.append(w)
         for w in sorted(parsed, key=lambda w: w.key):
             if not holds_devices(w):
                 continue
@@ -387,6 +393,38 @@ class Ledger:
 
 
 # -------------------------------------------------------------------- helpers
+
+
+def _parse_workload(
+    raw: GPUWorkload | Mapping[str, Any],
+) -> tuple[GPUWorkload | None, str]:
+    """A workload for the rebuild. An object whose spec no longer validates still
+    holds what its status says: keep its placements (never lose a booking)."""
+    if isinstance(raw, GPUWorkload):
+        return raw, ""
+    try:
+        return GPUWorkload.model_validate(raw), ""
+    except ValidationError as e:
+        meta = raw.get("metadata") or {}
+        status = raw.get("status") or {}
+        spec = raw.get("spec") or {}
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        why = e.errors()[0].get("msg", str(e)) if e.errors() else str(e)
+        try:
+            gpus = spec.get("gpusPerReplica") or spec.get("gpuCount") or 1
+            w = GPUWorkload.model_validate(
+                {
+                    "metadata": meta,
+                    "spec": {"gpusPerReplica": int(gpus)},
+                    "status": {
+                        "phase": status.get("phase") or "Pending",
+                        "placements": status.get("placements") or [],
+                    },
+                }
+            )
+        except (ValidationError, TypeError, ValueError):
+            return None, f"{key}: unreadable, ignored: {why}"
+        return w, f"{key}: invalid spec, placements kept: {why}"
 
 
 def holds_devices(w: GPUWorkload) -> bool:

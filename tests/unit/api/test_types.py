@@ -142,3 +142,21 @@ def test_exposure_enum_values() -> None:
         "nvidia-visible-devices",
         "device-plugin",
     }
+
+
+def test_set_condition_transition_time_only_on_status_change() -> None:
+    from api.v1alpha1.types import ConditionStatus, GPUWorkloadStatus
+
+    st = GPUWorkloadStatus()
+    t0 = datetime(2024, 1, 1, tzinfo=UTC)
+    t1 = datetime(2024, 1, 2, tzinfo=UTC)
+    assert st.set_condition("Unschedulable", True, "NoFit", "node1: NotReady", t0, 1)
+    assert not st.set_condition("Unschedulable", True, "NoFit", "node1: NotReady", t1, 1)
+    assert st.set_condition("Unschedulable", True, "NoFit", "node2: NotReady", t1, 2)
+    c = st.condition("Unschedulable")
+    assert c is not None and c.last_transition_time == t0 and c.message == "node2: NotReady"
+    assert st.set_condition("Unschedulable", ConditionStatus.FALSE, "Placed", "", t1)
+    assert st.condition("Unschedulable").last_transition_time == t1
+    wire = st.to_api()["conditions"][0]
+    assert wire["lastTransitionTime"] == "2024-01-02T00:00:00Z" and wire["status"] == "False"
+    assert st.remove_condition("Unschedulable") and st.conditions == []

@@ -170,3 +170,10 @@ def test_pod_gpu_request() -> None:
     }
     assert pod_gpu_request(pod) == 4
     assert pod_gpu_request({"spec": {"containers": [{}]}}) == 0
+
+
+def test_rebuild_keeps_placements_of_invalid_objects() -> None:
+    bad = _wl("bad", [{"index": 0, "node": "node1", "devices": [2]}], priority="urgent")
+    led, problems = Ledger.rebuild([bad], (), {"node1": range(4)})
+    assert led.holder("node1", 2) == "ns/bad"
+    assert problems and problems[0].startswith("ns/bad: invalid spec, placements kept")
