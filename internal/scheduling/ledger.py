@@ -248,6 +248,13 @@ class Ledger:
         self._counted.setdefault(node, {})[f"pod:{pod_key}"] = gpus
         self._reindex(node)
 
+    def has_foreign_pod(self, pod_key: str) -> bool:
+        return pod_key in self._pods
+
+    def foreign_pods(self) -> Mapping[str, tuple[str, int]]:
+        """pod key -> (node, GPUs) of the counted pods the controller did not create."""
+        return self._pods
+
     def remove_foreign_pod(self, pod_key: str) -> None:
         old = self._pods.pop(pod_key, None)
         if old is None:

@@ -85,6 +85,7 @@ def test_foreign_pods_counted_and_removed() -> None:
     led = ledger4()
     led.set_foreign_pod("x/p", "node2", 2)
     assert led.free_count("node2") == 2
+    assert led.has_foreign_pod("x/p") and led.foreign_pods() == {"x/p": ("node2", 2)}
     led.set_foreign_pod("x/p", "node3", 1)  # moved / updated
     assert led.free_count("node2") == 4 and led.free_count("node3") == 3
     led.remove_foreign_pod("x/p")
