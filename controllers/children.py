@@ -1,0 +1,136 @@
+"""The children of a GPUWorkload: one Pod (or Job) per replica, bound to its node
+with the device environment of the exposure mode, and a headless Service for gangs.
+
+Pure functions from the workload and its placement to manifests; the reconciler
+creates them. Names are deterministic (``<workload>-<index>``), so a crash between
+the status write and the creation is repaired by the next reconcile, never doubled.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from api.v1alpha1.types import API_VERSION, DeviceExposure, GPUWorkload, Placement, WorkloadKind
+
+WORKLOAD_LABEL = "gpu.orchestrator.dev/workload"
+INDEX_LABEL = "gpu.orchestrator.dev/replica-index"
+NODE_ANNOTATION = "gpu.orchestrator.dev/node"
+DEVICES_ANNOTATION = "gpu.orchestrator.dev/devices"
+EXPOSURE_ANNOTATION = "gpu.orchestrator.dev/exposure"
+GPU_RESOURCE = "nvidia.com/gpu"
+MASTER_PORT = "29500"
+DEFAULT_IMAGE = "busybox:1.36"
+
+#: uuids(node, devices) -> the devices' UUIDs, or None when the node has no GPUNode
+UuidLookup = Callable[[str, list[int]], list[str] | None]
+
+
+def child_name(workload: str, index: int) -> str:
+    return f"{workload}-{index}"
+
+
+def owner_reference(raw: Mapping[str, Any]) -> dict[str, Any]:
+    meta = raw["metadata"]
+    return {"apiVersion": API_VERSION, "kind": "GPUWorkload", "name": meta["name"],
+            "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+def device_env(exposure: DeviceExposure, devices: list[int],
+               uuids: list[str] | None) -> list[dict[str, str]]:
+    """The variables that show a container its devices (DESIGN.md, exposure modes)."""
+    host = ",".join(str(d) for d in devices)
+    if exposure is DeviceExposure.CUDA_VISIBLE_DEVICES:
+        # The container sees every GPU with host numbering; CUDA picks the placed ones.
+        return [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                {"name": "CUDA_VISIBLE_DEVICES", "value": host}]
+    if exposure is DeviceExposure.NVIDIA_VISIBLE_DEVICES:
+        # The runtime isolates exactly these GPUs and renumbers them from 0.
+        shown = ",".join(uuids) if uuids else host
+        renumbered = ",".join(str(i) for i in range(len(devices)))
+        return [{"name": "NVIDIA_VISIBLE_DEVICES", "value": shown},
+                {"name": "CUDA_VISIBLE_DEVICES", "value": renumbered}]
+    return []  # device-plugin: the kubelet's device plugin sets them
+
+
+def _gang_env(w: GPUWorkload, index: int) -> list[dict[str, str]]:
+    name, ns = w.metadata.name, w.metadata.namespace or "default"
+    return [
+        {"name": "WORLD_SIZE", "value": str(w.spec.replicas)},
+        {"name": "RANK", "value": str(index)},
+        {"name": "MASTER_ADDR", "value": f"{child_name(name, 0)}.{name}.{ns}.svc"},
+        {"name": "MASTER_PORT", "value": MASTER_PORT},
+    ]
+
+
+def _merge_env(existing: list[dict[str, Any]], ours: list[dict[str, str]]) -> list[dict[str, Any]]:
+    names = {e["name"] for e in ours}
+    return [e for e in existing if e.get("name") not in names] + ours
+
+
+def pod_template(w: GPUWorkload, raw: Mapping[str, Any], p: Placement,
+                 exposure: DeviceExposure, uuids: UuidLookup) -> dict[str, Any]:
+    """The pod template of replica ``p``: the user's template, bound and injected."""
+    tpl = copy.deepcopy(w.spec.template or {})
+    meta = tpl.setdefault("metadata", {})
+    spec = tpl.setdefault("spec", {})
+    if not spec.get("containers"):
+        spec["containers"] = [{"name": "main", "image": DEFAULT_IMAGE}]
+    labels = meta.setdefault("labels", {})
+    labels.update({WORKLOAD_LABEL: w.metadata.name, INDEX_LABEL: str(p.index)})
+    ann = meta.setdefault("annotations", {})
+    ann.update({
+        NODE_ANNOTATION: p.node,
+        DEVICES_ANNOTATION: ",".join(str(d) for d in p.devices),
+        EXPOSURE_ANNOTATION: exposure.value,
+    })
+    spec["nodeName"] = p.node
+    spec.pop("schedulerName", None)
+    spec.setdefault("restartPolicy", "Never")  # our retryPolicy replaces restarts
+    env = device_env(exposure, p.devices, uuids(p.node, p.devices) if p.devices else None)
+    if w.spec.replicas > 1:
+        env += _gang_env(w, p.index)
+        spec["hostname"] = child_name(w.metadata.name, p.index)
+        spec["subdomain"] = w.metadata.name
+    gpus = w.spec.gpus
+    for c in spec["containers"]:
+        c["env"] = _merge_env(c.get("env") or [], env)
+        if exposure is DeviceExposure.DEVICE_PLUGIN:
+            res = c.setdefault("resources", {})
+            res.setdefault("limits", {})[GPU_RESOURCE] = str(gpus)
+            gpus = 0  # the pod's GPUs go to its first container
+    return tpl
+
+
+def build_child(w: GPUWorkload, raw: Mapping[str, Any], p: Placement,
+                exposure: DeviceExposure, uuids: UuidLookup) -> dict[str, Any]:
+    """A Pod, or a Job with one pod, for replica ``p``."""
+    tpl = pod_template(w, raw, p, exposure, uuids)
+    meta = {
+        "name": child_name(w.metadata.name, p.index),
+        "namespace": w.metadata.namespace,
+        "labels": dict(tpl["metadata"]["labels"]),
+        "annotations": dict(tpl["metadata"]["annotations"]),
+        "ownerReferences": [owner_reference(raw)],
+    }
+    if w.spec.workload_kind is WorkloadKind.JOB:
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+                "spec": {"backoffLimit": 0, "completions": 1, "parallelism": 1,
+                         "template": tpl}}
+    meta["labels"].update(tpl["metadata"].get("labels") or {})
+    meta["annotations"].update(tpl["metadata"].get("annotations") or {})
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": tpl["spec"]}
+
+
+def build_service(w: GPUWorkload, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The headless Service that gives a gang's replicas stable DNS names."""
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": w.metadata.name, "namespace": w.metadata.namespace,
+                     "labels": {WORKLOAD_LABEL: w.metadata.name},
+                     "ownerReferences": [owner_reference(raw)]},
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                 "selector": {WORKLOAD_LABEL: w.metadata.name},
+                 "ports": [{"name": "master", "port": int(MASTER_PORT)}]},
+    }

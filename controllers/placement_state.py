@@ -1,0 +1,310 @@
+"""The placing side's view of the cluster: the snapshot of nodes and GPUs, the
+ledger of who holds which device, and the scheduler over both, behind one lock.
+
+It is rebuilt from the informers' caches before the first placement after a start
+(DESIGN.md invariant 3) and then kept current by their events. Every update is
+idempotent, so an event that the rebuild already saw and then delivers again
+changes nothing. Only the leader's reconciler uses it (invariant 4): it is created
+when the controller starts leading.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from api.v1alpha1.types import DeviceExposure, GPUWorkload, Phase
+from internal.scheduling.framework import Decision
+from internal.scheduling.inventory import DEFAULT_STALE_AFTER, is_stale, stale_view
+from internal.scheduling.ledger import (
+    Ledger,
+    LedgerConflict,
+    is_controller_pod,
+    pod_gpu_request,
+    pod_is_active,
+    pod_key,
+)
+from internal.scheduling.scheduler import Scheduler
+from internal.scheduling.snapshot import Snapshot
+from runtime.store import thaw
+
+log = structlog.get_logger("placement")
+
+JSON = Mapping[str, Any]
+#: (nodes, gpunodes, workloads, pods) as listed from the caches
+Sources = tuple[list[JSON], list[JSON], list[JSON], list[JSON]]
+
+
+def _key(obj: JSON) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+
+
+def _is_placed(status: JSON) -> bool:
+    return bool(status.get("placements"))
+
+
+def _terminal(status: JSON) -> bool:
+    return status.get("phase") in (Phase.SUCCEEDED.value, Phase.FAILED.value)
+
+
+class PendingSet:
+    """Unplaced workloads: those never tried yet (by priority, for the priority gate)
+    and those waiting for capacity (woken when devices free up)."""
+
+    def __init__(self) -> None:
+        self._fresh: dict[str, int] = {}  # key -> priority, never attempted
+        self._prios: list[int] = []  # sorted priorities of _fresh (multiset)
+        self.waiting: set[str] = set()  # attempted, unschedulable
+
+    def update(self, obj: JSON) -> None:
+        key = _key(obj)
+        self.discard(key)
+        status = obj.get("status") or {}
+        meta = obj.get("metadata") or {}
+        if meta.get("deletionTimestamp") or _is_placed(status) or _terminal(status):
+            return
+        attempted = any(c.get("type") == "Scheduled" for c in status.get("conditions") or ())
+        if attempted:
+            self.waiting.add(key)
+            return
+        try:
+            prio = GPUWorkload.model_validate({"spec": obj.get("spec") or {}}).spec.priority
+        except ValueError:
+            return
+        self._fresh[key] = prio
+        bisect.insort(self._prios, prio)
+
+    def discard(self, key: str) -> None:
+        self.waiting.discard(key)
+        prio = self._fresh.pop(key, None)
+        if prio is not None:
+            del self._prios[bisect.bisect_left(self._prios, prio)]
+
+    def higher_fresh(self, key: str, priority: int) -> bool:
+        """Is a never-tried workload other than ``key`` of higher priority waiting?"""
+        if not self._prios or self._prios[-1] <= priority:
+            return False
+        return any(p > priority for k, p in self._fresh.items() if k != key)
+
+
+class PlacementState:
+    def __init__(self, default_exposure: DeviceExposure, rng: random.Random | None = None,
+                 enqueue_waiting: Callable[[Iterable[str]], None] | None = None,
+                 enqueue_on_node: Callable[[str], None] | None = None,
+                 stale_after: float = DEFAULT_STALE_AFTER.total_seconds(),
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.stale_after = stale_after
+        self.clock = clock
+        self._gpunodes: dict[str, JSON] = {}
+        self.lock = threading.RLock()
+        self.default_exposure = default_exposure
+        self.rng = rng or random.Random()
+        self.ledger = Ledger()
+        self.snapshot = Snapshot(self.ledger)
+        self.scheduler = Scheduler(self.snapshot, self.ledger, rng=self.rng,
+                                   default_exposure=default_exposure)
+        self.pending = PendingSet()
+        self.ready = False
+        self._enqueue_waiting = enqueue_waiting or (lambda keys: None)
+        self._enqueue_on_node = enqueue_on_node or (lambda node: None)
+
+    # ------------------------------------------------------------------ rebuild
+
+    def rebuild(self, read: Callable[[], Sources]) -> list[str]:
+        """The ledger from the caches: committed placements and foreign GPU pods.
+
+        ``read`` lists the caches; it runs under the lock, so an event whose handler
+        waits on the lock meanwhile is applied after the rebuild (events are
+        idempotent, so one the rebuild already saw changes nothing)."""
+        with self.lock:
+            nodes, gpunodes, workloads, pods = read()
+            parsed = []
+            for w in workloads:
+                try:
+                    parsed.append(GPUWorkload.model_validate(w))
+                except ValueError:
+                    continue  # invalid specs hold nothing
+            ledger, problems = Ledger.rebuild(parsed, pods)
+            self.ledger = ledger
+            self.snapshot = Snapshot.build(nodes, [self._view(g) for g in gpunodes], ledger)
+            self.scheduler = Scheduler(self.snapshot, ledger, rng=self.rng,
+                                       default_exposure=self.default_exposure)
+            self.pending = PendingSet()
+            for w in workloads:
+                self.pending.update(w)
+            self._gpunodes = {str(g["metadata"]["name"]): g for g in gpunodes}
+            self.ready = True
+        for p in problems:
+            log.warning("ledger.rebuild.conflict", problem=p)
+        log.info("ledger.rebuilt", nodes=len(self.snapshot), workloads=len(ledger.allocations()))
+        return problems
+
+    def _view(self, gpunode: JSON) -> JSON:
+        """What the scheduler sees of a GPUNode: nothing offered once its agent's
+        heartbeat is stale (existing placements stay in the ledger)."""
+        if is_stale(gpunode, self.clock(), self.stale_after):
+            return stale_view(thaw(gpunode))
+        return gpunode
+
+    def refresh_stale(self) -> None:
+        """Re-judges heartbeats (time passes without events); call periodically."""
+        with self.lock:
+            if not self.ready:
+                return
+            for g in self._gpunodes.values():
+                self.snapshot.upsert_gpunode(self._view(g))
+
+    # ------------------------------------------------------------- placing
+
+    def decide(self, w: GPUWorkload) -> Decision:
+        """Schedule ``w`` and, if it fits, book it in the ledger (assumed, uncommitted)."""
+        with self.lock:
+            decision = self.scheduler.schedule(w)
+            if decision.ok:
+                decision.assume(self.ledger, w)
+            return decision
+
+    def commit(self, key: str) -> None:
+        with self.lock:
+            if self.ledger.allocation(key) is not None:
+                self.ledger.commit(key)
+
+    def forget(self, key: str) -> None:
+        """Release ``key``'s devices; wakes workloads waiting for capacity."""
+        with self.lock:
+            released = self.ledger.forget(key)
+            waiting = list(self.pending.waiting) if released is not None else []
+        if waiting:
+            self._enqueue_waiting(waiting)
+
+    def is_committed(self, key: str) -> bool:
+        with self.lock:
+            return self.ledger.is_committed(key)
+
+    def held_by(self, key: str) -> bool:
+        with self.lock:
+            return self.ledger.allocation(key) is not None
+
+    def has_node(self, node: str) -> bool:
+        with self.lock:
+            return self.snapshot.get(node) is not None
+
+    def uuids(self, node: str, devices: list[int]) -> list[str] | None:
+        with self.lock:
+            info = self.snapshot.get(node)
+            if info is None or not info.has_gpunode:
+                return None
+            out = [info.devices[d].uuid if d in info.devices else "" for d in devices]
+        return out if all(out) else None
+
+    def higher_priority_fresh(self, key: str, priority: int) -> bool:
+        with self.lock:
+            return self.pending.higher_fresh(key, priority)
+
+    def node_gpus(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(total usable, allocated) GPUs per node, for the metrics."""
+        with self.lock:
+            total, used = {}, {}
+            for name in self.snapshot.names:
+                t = len(self.ledger.usable(name))
+                total[name] = t
+                used[name] = max(0, t - self.ledger.free_count(name))
+            return total, used
+
+    # --------------------------------------------------------------- events
+
+    def on_node(self, node: JSON) -> None:
+        with self.lock:
+            if not self.ready:
+                return
+            self.snapshot.upsert_node(node)
+            waiting = list(self.pending.waiting)
+        self._enqueue_waiting(waiting)
+
+    def on_node_deleted(self, node: Any) -> None:
+        name = str(((getattr(node, "obj", node) or {}).get("metadata") or {}).get("name"))
+        with self.lock:
+            if not self.ready:
+                return
+            self.snapshot.remove_node(name)
+        self._enqueue_on_node(name)
+
+    def on_gpunode(self, gpunode: JSON) -> None:
+        name = str((gpunode.get("metadata") or {}).get("name"))
+        with self.lock:
+            if not self.ready:
+                return
+            self._gpunodes[name] = gpunode
+            self.snapshot.upsert_gpunode(self._view(gpunode))
+            waiting = list(self.pending.waiting)
+        self._enqueue_waiting(waiting)
+        self._enqueue_on_node(name)
+
+    def on_gpunode_deleted(self, gpunode: Any) -> None:
+        obj = getattr(gpunode, "obj", gpunode) or {}
+        with self.lock:
+            if self.ready:
+                name = str((obj.get("metadata") or {}).get("name"))
+                self._gpunodes.pop(name, None)
+                self.snapshot.remove_gpunode(name)
+
+    def on_pod(self, pod: JSON) -> None:
+        """Count GPU pods the controller did not create (invariant: they take capacity)."""
+        if is_controller_pod(pod):
+            return
+        node = (pod.get("spec") or {}).get("nodeName")
+        gpus = pod_gpu_request(pod) if pod_is_active(pod) else 0
+        with self.lock:
+            if not self.ready:
+                return
+            had = pod_key(pod) in self.ledger._pods
+            if not had and not (node and gpus):
+                return
+            self.ledger.set_foreign_pod(pod_key(pod), node, gpus)
+            waiting = list(self.pending.waiting) if had and not gpus else []
+        if waiting:
+            self._enqueue_waiting(waiting)
+
+    def on_pod_deleted(self, pod: Any) -> None:
+        obj = getattr(pod, "obj", pod) or {}
+        with self.lock:
+            if not self.ready or pod_key(obj) not in self.ledger._pods:
+                return
+            self.ledger.remove_foreign_pod(pod_key(obj))
+            waiting = list(self.pending.waiting)
+        self._enqueue_waiting(waiting)
+
+    def on_workload(self, obj: JSON) -> None:
+        """Keeps the pending set current, and adopts a committed placement that this
+        ledger does not know (written by a previous leader)."""
+        with self.lock:
+            if not self.ready:
+                return
+            self.pending.update(obj)
+            status = obj.get("status") or {}
+            key = _key(obj)
+            if not _is_placed(status) or _terminal(status) or self.ledger.allocation(key):
+                return
+            try:
+                w = GPUWorkload.model_validate(obj)
+                self.ledger.assume(key, w.status.placements, gpus_per_replica=w.spec.gpus,
+                                   priority=w.spec.priority, committed=True,
+                                   check_capacity=False)
+            except (ValueError, LedgerConflict) as exc:
+                log.warning("ledger.adopt.failed", workload=key, error=str(exc))
+
+    def on_workload_deleted(self, obj: Any) -> None:
+        raw = getattr(obj, "obj", obj) or {}
+        key = _key(raw) if raw else str(getattr(obj, "key", ""))
+        with self.lock:
+            if not self.ready:
+                return
+            self.pending.discard(key)
+        self.forget(key)

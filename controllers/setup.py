@@ -1,0 +1,133 @@
+"""Wires the GPUWorkload controller into a manager: informers, indexes, the
+placement state's event handlers, the controller, and the state metrics."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from api.v1alpha1.types import API_VERSION, DeviceExposure
+from controllers.gpuworkload import GPUWorkloadReconciler, Options
+from controllers.placement_state import PlacementState
+from internal.metrics.domain import STATE
+from runtime import Builder, Controller, FuncHandler, Manager, Request
+from runtime.store import OWNER_UID_INDEX, index_by_owner_uid
+
+PLACEMENT_NODE_INDEX = "placement-node"
+COMPONENT = "gpu-orchestrator"
+
+
+def index_by_placement_node(obj: Any) -> list[str]:
+    return sorted({p.get("node") for p in (obj.get("status") or {}).get("placements") or ()
+                   if p.get("node")})
+
+
+@dataclass
+class ControllerOptions:
+    workers: int = 4
+    default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES
+    stale_after: float = 90.0  # seconds without a GPUNode heartbeat before it is stale
+    stale_check_period: float = 10.0
+    default_strategy: str | None = None  # for specs that name no schedulingStrategy
+
+
+class _StaleTicker:
+    """While leading, re-judges GPUNode heartbeats every period."""
+
+    def __init__(self, reconciler: GPUWorkloadReconciler, period: float) -> None:
+        self.reconciler, self.period = reconciler, period
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="gpunode-staleness", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            if self.reconciler.state is not None:
+                self.reconciler.state.refresh_stale()
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+
+def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions) -> Controller:
+    owner_index = {OWNER_UID_INDEX: index_by_owner_uid}
+    workloads = mgr.informer_for(API_VERSION, "GPUWorkload",
+                                 indexers={PLACEMENT_NODE_INDEX: index_by_placement_node})
+    pods = mgr.informer_for("v1", "Pod", indexers=owner_index)
+    jobs = mgr.informer_for("batch/v1", "Job", indexers=owner_index)
+    nodes = mgr.informer_for("v1", "Node")
+    gpunodes = mgr.informer_for(API_VERSION, "GPUNode")
+
+    holder: dict[str, Controller] = {}
+
+    def enqueue(keys: Iterable[str]) -> None:
+        ctrl = holder.get("ctrl")
+        if ctrl is None:
+            return
+        for k in keys:
+            ns, name = k.split("/", 1)
+            ctrl.enqueue(Request(ns, name))
+
+    def enqueue_on_node(node: str) -> None:
+        enqueue(f"{w['metadata']['namespace']}/{w['metadata']['name']}"
+                for w in workloads.indexer.by_index(PLACEMENT_NODE_INDEX, node))
+
+    def make_state() -> PlacementState:
+        state = PlacementState(opts.default_exposure, enqueue_waiting=enqueue,
+                               enqueue_on_node=enqueue_on_node, stale_after=opts.stale_after)
+        reconciler.state = state  # handlers see it (not ready) before the rebuild
+        state.rebuild(lambda: (nodes.indexer.list(), gpunodes.indexer.list(),
+                               workloads.indexer.list(), pods.indexer.list()))
+        return state
+
+    reconciler = GPUWorkloadReconciler(
+        mgr.client, mgr.event_recorder(COMPONENT), workloads.indexer, pods.indexer,
+        jobs.indexer, state_factory=make_state,
+        options=Options(default_exposure=opts.default_exposure,
+                        default_strategy=opts.default_strategy))
+
+    def on(method: str):
+        def call(*args: Any) -> None:
+            state = reconciler.state
+            if state is not None:
+                getattr(state, method)(args[-1])
+        return call
+
+    nodes.add_event_handler(FuncHandler(on("on_node"), on("on_node"), on("on_node_deleted")))
+    gpunodes.add_event_handler(
+        FuncHandler(on("on_gpunode"), on("on_gpunode"), on("on_gpunode_deleted")))
+    pods.add_event_handler(FuncHandler(on("on_pod"), on("on_pod"), on("on_pod_deleted")))
+    workloads.add_event_handler(
+        FuncHandler(on("on_workload"), on("on_workload"), on("on_workload_deleted")))
+
+    ctrl = (Builder(mgr).named("gpuworkload")
+            .for_(API_VERSION, "GPUWorkload")
+            .owns("v1", "Pod")
+            .owns("batch/v1", "Job")
+            .with_options(max_concurrent_reconciles=opts.workers)
+            .complete(reconciler))
+    holder["ctrl"] = ctrl
+    mgr.add(_StaleTicker(reconciler, opts.stale_check_period))
+
+    def phases() -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for w in workloads.indexer.list():
+            phase = (w.get("status") or {}).get("phase") or "Pending"
+            counts[phase] = counts.get(phase, 0) + 1
+        return counts
+
+    def node_gpus() -> tuple[dict[str, int], dict[str, int]]:
+        state = reconciler.state
+        return state.node_gpus() if state is not None and state.ready else ({}, {})
+
+    STATE.set_sources(phases, node_gpus)
+    return ctrl

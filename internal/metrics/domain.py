@@ -1,0 +1,87 @@
+"""The metrics a GPU platform team watches. Names are stable: alerts
+(config/prometheus) and the dashboard (config/grafana) are built on them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+                    30, 60, 120, 300)
+
+
+
+class StateCollector(Collector):
+    """Gauges read from the controller's state at scrape time, so they never drift:
+    workloads by phase (from the cache), GPUs per node and those held (from the
+    ledger). ``set_sources`` points it at the running controller."""
+
+    def __init__(self) -> None:
+        self._phases: Callable[[], dict[str, int]] = dict
+        self._gpus: Callable[[], tuple[dict[str, int], dict[str, int]]] = lambda: ({}, {})
+
+    def set_sources(self, phases: Callable[[], dict[str, int]],
+                    gpus: Callable[[], tuple[dict[str, int], dict[str, int]]]) -> None:
+        self._phases, self._gpus = phases, gpus
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        workloads = GaugeMetricFamily("gpu_orchestrator_workloads", "GPUWorkloads by phase.",
+                                      labels=["phase"])
+        counts = self._phases()
+        for phase in PHASES:
+            workloads.add_metric([phase], counts.get(phase, 0))
+        yield workloads
+        total, held = self._gpus()
+        t = GaugeMetricFamily("gpu_orchestrator_node_gpus", "GPUs a node offers (healthy "
+                              "GPUNode devices, or nvidia.com/gpu allocatable).", labels=["node"])
+        a = GaugeMetricFamily("gpu_orchestrator_node_gpus_allocated", "GPUs of a node held in "
+                              "the ledger, by our workloads or by other pods' nvidia.com/gpu "
+                              "requests.", labels=["node"])
+        for node, n in sorted(total.items()):
+            t.add_metric([node], n)
+            a.add_metric([node], held.get(node, 0))
+        yield t
+        yield a
+
+
+PHASES = ("Pending", "Scheduled", "Running", "Succeeded", "Failed")
+STATE = StateCollector()
+REGISTRY.register(STATE)
+
+SCHEDULING_ATTEMPTS = Counter(
+    "gpu_orchestrator_scheduling_attempts", "Placement decisions by strategy and result "
+    "(scheduled, unschedulable, invalid, preempting).", ["strategy", "result"],
+    registry=REGISTRY)
+DECISION_LATENCY = Histogram(
+    "gpu_orchestrator_scheduling_decision_seconds", "Time to compute one placement decision "
+    "(filter, score, pick devices), without API calls.", ["strategy"],
+    buckets=_LATENCY_BUCKETS, registry=REGISTRY)
+CREATE_TO_BOUND = Histogram(
+    "gpu_orchestrator_create_to_bound_seconds", "From a GPUWorkload's creationTimestamp to its "
+    "last child created bound to its node.", buckets=_LATENCY_BUCKETS, registry=REGISTRY)
+RETRIES = Counter(
+    "gpu_orchestrator_retries", "Placement retries scheduled by a workload's retryPolicy.",
+    registry=REGISTRY)
+FAILURES = Counter(
+    "gpu_orchestrator_failures", "Workloads that ended Failed, by reason.", ["reason"],
+    registry=REGISTRY)
+PREEMPTIONS = Counter(
+    "gpu_orchestrator_preemptions", "Workloads evicted by the priority strategy to make room.",
+    registry=REGISTRY)
+
+# The exported series names (counters gain _total), for tests that check the dashboard
+# and the alerts only name metrics that exist.
+METRIC_NAMES = frozenset({
+    "gpu_orchestrator_workloads",
+    "gpu_orchestrator_node_gpus",
+    "gpu_orchestrator_node_gpus_allocated",
+    "gpu_orchestrator_scheduling_attempts_total",
+    "gpu_orchestrator_scheduling_decision_seconds",
+    "gpu_orchestrator_create_to_bound_seconds",
+    "gpu_orchestrator_retries_total",
+    "gpu_orchestrator_failures_total",
+    "gpu_orchestrator_preemptions_total",
+})

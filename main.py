@@ -1,0 +1,126 @@
+"""gpu-orchestrator entry point.
+
+    python main.py [manager] [flags]   the controller manager (default)
+    python main.py agent [flags]       the NVML agent (DaemonSet on GPU nodes)
+    python main.py webhook [flags]     the CUDA_VISIBLE_DEVICES mutating webhook alone
+
+``python main.py SUBCOMMAND --help`` lists each one's flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+import structlog
+
+from api.v1alpha1.types import DeviceExposure, SchedulingStrategy
+
+
+def configure_logging(fmt: str, level: str) -> None:
+    """structlog: one event name per line with key=value context; JSON in a container."""
+    lvl = getattr(logging, level.upper(), logging.INFO)
+    renderer = (structlog.processors.JSONRenderer() if fmt == "json"
+                else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    in_container = os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token")
+    p.add_argument("--log-format", choices=["console", "json"],
+                   default="json" if in_container else "console")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def add_manager_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None,
+                   help="kubeconfig path; in-cluster config when unset")
+    p.add_argument("--namespace", default=None,
+                   help="watch GPUWorkloads in this namespace only (default: all)")
+    p.add_argument("--default-strategy", default=SchedulingStrategy.LEAST_LOADED.value,
+                   choices=[s.value for s in SchedulingStrategy],
+                   help="strategy for workloads whose spec names none")
+    p.add_argument("--device-exposure", default=DeviceExposure.CUDA_VISIBLE_DEVICES.value,
+                   choices=[e.value for e in DeviceExposure],
+                   help="how replicas see their devices unless a workload overrides it")
+    p.add_argument("--metrics-bind-address", default=":8080",
+                   help="address of /metrics; 0 disables")
+    p.add_argument("--health-probe-bind-address", default=":8081",
+                   help="address of /healthz and /readyz; 0 disables")
+    p.add_argument("--leader-elect", action="store_true",
+                   help="elect a leader on a Lease so only one replica places")
+    p.add_argument("--leader-election-namespace", default=None,
+                   help="namespace of the Lease (default: $POD_NAMESPACE, else default)")
+    p.add_argument("--leader-election-id", default="gpu-orchestrator-leader")
+    p.add_argument("--workers", type=int, default=4, help="concurrent reconciles")
+    p.add_argument("--gpunode-stale-after", type=float, default=90.0,
+                   help="seconds without an agent heartbeat before a GPUNode's devices are "
+                        "no longer offered")
+    p.add_argument("--qps", type=float, default=50.0, help="client-side API QPS limit")
+    p.add_argument("--burst", type=int, default=100, help="client-side API burst")
+
+
+def run_manager(args: argparse.Namespace) -> int:
+    from controllers.setup import ControllerOptions, setup_gpuworkload_controller
+    from runtime import Manager, Options, RestConfig
+
+    config = RestConfig.load(args.kubeconfig)
+    config.qps, config.burst = args.qps, args.burst
+    mgr = Manager(config, Options(
+        namespace=args.namespace,
+        metrics_bind_address=args.metrics_bind_address,
+        health_probe_bind_address=args.health_probe_bind_address,
+        leader_elect=args.leader_elect,
+        leader_election_id=args.leader_election_id,
+        leader_election_namespace=args.leader_election_namespace,
+    ))
+    setup_gpuworkload_controller(mgr, ControllerOptions(
+        workers=args.workers, default_exposure=DeviceExposure(args.device_exposure),
+        stale_after=args.gpunode_stale_after, default_strategy=args.default_strategy))
+    return mgr.start(install_signal_handlers=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0].startswith("-"):
+        argv.insert(0, "manager")
+    parser = argparse.ArgumentParser(prog="gpu-orchestrator", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    mp = sub.add_parser("manager", help="the controller manager")
+    add_manager_flags(mp)
+    _common(mp)
+    from internal.agent.cli import add_agent_flags
+    ap = sub.add_parser("agent", help="the NVML agent")
+    add_agent_flags(ap)
+    _common(ap)
+    from internal.webhook.app import add_flags as add_webhook_flags
+    wp = sub.add_parser("webhook", help="the mutating webhook")
+    add_webhook_flags(wp)
+    _common(wp)
+    args = parser.parse_args(argv)
+    configure_logging(args.log_format, args.log_level)
+    if args.command == "agent":
+        from internal.agent.cli import agent_main
+        return agent_main(args)
+    if args.command == "webhook":
+        from internal.webhook.app import serve_from_args
+        return serve_from_args(args)
+    return run_manager(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
