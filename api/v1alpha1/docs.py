@@ -16,6 +16,7 @@ from api.v1alpha1.types import (
     GPUDevice,
     GPUNode,
     GPUWorkload,
+    GPUWorkloadSpec,
 )
 
 
@@ -34,6 +35,8 @@ def _type_name(schema: dict[str, Any], tp: Any) -> str:
     if origin is dict:
         _k, v = typing.get_args(tp)
         return "object" if v is Any else f"map of {_type_name({}, v)}"
+    if not schema:
+        schema = crd.type_schema(tp)
     t = schema.get("type", "")
     fmt = schema.get("format")
     return "time (RFC 3339)" if fmt == "date-time" else (t or "object")
@@ -78,8 +81,20 @@ def _model_section(model: type[BaseModel]) -> list[str]:
                 _cell(info.description or ""),
             )
         )
+    rules = _model_rules(model)
+    if rules:
+        lines += ["", "Cross-field rules:", ""]
+        lines += [f"- {r['message']} (`{r['rule']}`)" for r in rules]
     lines.append("")
     return lines
+
+
+def _model_rules(model: type[BaseModel]) -> list[dict[str, str]]:
+    extra = model.model_config.get("json_schema_extra")
+    rules = list(extra.get("x-kubernetes-validations", [])) if isinstance(extra, dict) else []
+    if model is GPUWorkloadSpec:
+        rules.append(crd.MAP_INDEX_RULE)
+    return rules
 
 
 def _walk(root: type[BaseModel], seen: list[type[BaseModel]]) -> None:
