@@ -2,5 +2,5 @@
 keeps the node's GPUNode status, node labels and Prometheus metrics current.
 
 Scheduler-side helpers that need no agent running (staleness, the allocatable
-fallback) live in :mod:`internal.agent.inventory`, which is pure.
+fallback) live in :mod:`internal.scheduling.inventory`, which is pure.
 """

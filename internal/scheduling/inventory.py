@@ -50,8 +50,9 @@ def _seconds(threshold: timedelta | float) -> float:
     return threshold.total_seconds() if isinstance(threshold, timedelta) else float(threshold)
 
 
-def is_stale(gpunode: Mapping[str, Any], now: datetime,
-             threshold: timedelta | float = DEFAULT_STALE_AFTER) -> bool:
+def is_stale(
+    gpunode: Mapping[str, Any], now: datetime, threshold: timedelta | float = DEFAULT_STALE_AFTER
+) -> bool:
     """True when the GPUNode's heartbeat is missing or older than ``threshold``
     (a timedelta or seconds) at ``now``. A heartbeat in the future is fresh."""
     hb = heartbeat(gpunode)
@@ -80,8 +81,7 @@ def allocatable_gpus(node: Mapping[str, Any]) -> int:
 
 def fallback_devices(node: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Devices ``0..n-1`` for a node without an agent: healthy, nothing else known."""
-    return [{"index": i, "healthy": True, "nvlinkPeers": []}
-            for i in range(allocatable_gpus(node))]
+    return [{"index": i, "healthy": True, "nvlinkPeers": []} for i in range(allocatable_gpus(node))]
 
 
 def fallback_gpunode(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -93,13 +93,16 @@ def fallback_gpunode(node: Mapping[str, Any]) -> dict[str, Any]:
         "kind": "GPUNode",
         "metadata": {"name": name, "annotations": {SOURCE_ANNOTATION: "allocatable"}},
         "spec": {"nodeName": name},
-        "status": {"devices": devices, "deviceCount": len(devices),
-                   "healthyCount": len(devices), "topologyKnown": False},
+        "status": {
+            "devices": devices,
+            "deviceCount": len(devices),
+            "healthyCount": len(devices),
+            "topologyKnown": False,
+        },
     }
 
 
-def stale_view(gpunode: Mapping[str, Any], node: Mapping[str, Any] | None = None
-               ) -> dict[str, Any]:
+def stale_view(gpunode: Mapping[str, Any], node: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A copy of ``gpunode`` with every device not healthy (none is offered). When it
     reports no devices, the node's allocatable devices are listed, not healthy."""
     out = copy.deepcopy(dict(gpunode))
@@ -112,8 +115,12 @@ def stale_view(gpunode: Mapping[str, Any], node: Mapping[str, Any] | None = None
     return out
 
 
-def scheduling_view(node: Mapping[str, Any], gpunode: Mapping[str, Any] | None, now: datetime,
-                    threshold: timedelta | float = DEFAULT_STALE_AFTER) -> dict[str, Any]:
+def scheduling_view(
+    node: Mapping[str, Any],
+    gpunode: Mapping[str, Any] | None,
+    now: datetime,
+    threshold: timedelta | float = DEFAULT_STALE_AFTER,
+) -> dict[str, Any]:
     """The GPUNode to feed the scheduler's snapshot for ``node``."""
     if gpunode is None:
         return fallback_gpunode(node)

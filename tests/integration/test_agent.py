@@ -15,8 +15,8 @@ import pytest
 
 from hack.testenv import ControlPlane
 from internal.agent.agent import Agent, run_agent
-from internal.agent.inventory import is_stale, scheduling_view
 from internal.agent.nvml import FixtureBackend
+from internal.scheduling.inventory import is_stale, scheduling_view
 from internal.scheduling.snapshot import Snapshot
 from runtime.client import Client
 from tests.waiting import eventually

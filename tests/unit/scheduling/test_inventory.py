@@ -6,13 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from internal.agent.inventory import (
+from internal.agent.nvml import FixtureBackend, sample
+from internal.agent.status import gpunode_for, new_gpunode
+from internal.scheduling.inventory import (
     fallback_gpunode,
     is_stale,
     scheduling_view,
 )
-from internal.agent.nvml import FixtureBackend, sample
-from internal.agent.status import gpunode_for, new_gpunode
 from internal.scheduling.snapshot import Snapshot
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -20,9 +20,11 @@ NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 def _node(name: str, gpus: int | None) -> dict[str, Any]:
     alloc = {"cpu": "8"} if gpus is None else {"cpu": "8", "nvidia.com/gpu": str(gpus)}
-    return {"metadata": {"name": name}, "spec": {},
-            "status": {"allocatable": alloc,
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
+    return {
+        "metadata": {"name": name},
+        "spec": {},
+        "status": {"allocatable": alloc, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
 
 
 def _gpunode(name: str, fixture: str, heartbeat: datetime) -> dict[str, Any]:
@@ -37,8 +39,11 @@ def test_is_stale() -> None:
     assert is_stale({"status": {}}, NOW, 60)  # never reported
     assert is_stale({}, NOW, 60)
     assert is_stale({"status": {"lastHeartbeatTime": "garbage"}}, NOW, 60)
-    assert not is_stale({"status": {"lastHeartbeatTime": "2025-03-01T12:00:05.5+00:00"}},
-                        NOW.replace(tzinfo=None), 1)  # naive now is UTC; future is fresh
+    assert not is_stale(
+        {"status": {"lastHeartbeatTime": "2025-03-01T12:00:05.5+00:00"}},
+        NOW.replace(tzinfo=None),
+        1,
+    )  # naive now is UTC; future is fresh
 
 
 def test_fallback_lists_allocatable_devices() -> None:
