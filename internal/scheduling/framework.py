@@ -455,7 +455,8 @@ def schedule(
     *,
     default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES,
 ) -> Decision:
-    """Decide where every replica of ``workload`` goes. Pure: changes nothing.
+    """Decide where every replica of ``workload`` goes. Changes neither the snapshot
+    nor the ledger (only roundRobin's cursor moves on success).
 
     ``strategy``: an instance (keeps state such as roundRobin's cursor), a name,
     or None for the workload's spec.schedulingStrategy. ``rng``: the random source
