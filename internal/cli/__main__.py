@@ -1,0 +1,5 @@
+import sys
+
+from internal.cli.main import main
+
+sys.exit(main())

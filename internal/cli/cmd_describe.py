@@ -1,0 +1,102 @@
+"""``kubectl gpu describe WORKLOAD``: spec summary, placement per replica (with its
+pod and pod phase), conditions, why it is pending (the Unschedulable condition's
+per-node reasons) and the workload's recent Events."""
+
+from __future__ import annotations
+
+import argparse
+
+from internal.cli import inventory
+from internal.cli.kube import Kube, event_time
+from internal.cli.output import Printer, age
+from internal.scheduling.ledger import WORKLOAD_LABEL
+
+HELP = "placement, conditions, why it is pending, and recent events of one workload"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("workload", help="GPUWorkload name")
+    p.add_argument("--events", type=int, default=20, help="how many recent events (20)")
+
+
+def gather(kube: Kube, name: str, n_events: int = 20) -> dict:
+    w = kube.workload(name)
+    w.setdefault("kind", "GPUWorkload")
+    pods = kube.pods(kube.namespace, label_selector=f"{WORKLOAD_LABEL}={name}")
+    events = kube.events_for(w, n_events)
+    return {"workload": w, "pods": pods, "events": events}
+
+
+def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
+    info = gather(kube, args.workload, args.events)
+    w, pods, events = info["workload"], info["pods"], info["events"]
+    if out.structured:
+        out.data({
+            "workload": w,
+            "pendingReason": (inventory.pending_reason(w)
+                              if inventory.workload_phase(w) == "Pending" else None),
+            "pods": [{"name": p["metadata"]["name"],
+                      "node": (p.get("spec") or {}).get("nodeName"),
+                      "phase": (p.get("status") or {}).get("phase"),
+                      "devices": (p["metadata"].get("annotations") or {}).get(
+                          inventory.DEVICES_ANNOTATION)} for p in pods],
+            "events": events,
+        })
+        return 0
+    md, spec, st = w["metadata"], w.get("spec") or {}, w.get("status") or {}
+    reps = int(spec.get("replicas") or 1)
+    per = inventory.gpus_per_replica(w)
+    out.fields([
+        ("Name", md["name"]),
+        ("Namespace", md.get("namespace")),
+        ("Created", f"{md.get('creationTimestamp')} ({age(md.get('creationTimestamp'))} ago)"),
+        ("Strategy", spec.get("schedulingStrategy") or "leastLoaded"),
+        ("Replicas", reps),
+        ("GPUs", f"{per} per replica, {reps * per} in all"),
+        ("Priority", spec.get("priority", 0)),
+        ("Model", spec.get("modelName")),
+        ("Phase", inventory.workload_phase(w)),
+        ("Message", st.get("message")),
+        ("Retries", st.get("retries")),
+        ("Next retry", st.get("nextRetryTime")),
+    ])
+    out.line()
+    pod_by_name = {p["metadata"]["name"]: p for p in pods}
+    placements = sorted(st.get("placements") or (), key=lambda p: int(p.get("index", 0)))
+    if placements:
+        rows = []
+        for p in placements:
+            pod = pod_by_name.get(f"{md['name']}-{p.get('index', 0)}")
+            devs = ",".join(str(d) for d in p.get("devices") or ()) or "(kubelet picks)"
+            rows.append([p.get("index", 0), p["node"], devs,
+                         pod["metadata"]["name"] if pod else "-",
+                         (pod.get("status") or {}).get("phase") if pod else "-"])
+        out.table(["replica", "node", "devices", "pod", "pod phase"], rows, title="Placement:")
+    else:
+        out.line("Placement:  none yet")
+    out.line()
+    conds = st.get("conditions") or []
+    if conds:
+        out.table(["type", "status", "reason", "age", "message"],
+                  [[c.get("type"), c.get("status"), c.get("reason"),
+                    age(c.get("lastTransitionTime")),
+                    (c.get("message") or "").splitlines()[0] if c.get("message") else ""]
+                   for c in conds], title="Conditions:")
+    else:
+        out.line("Conditions:  none")
+    if inventory.workload_phase(w) == "Pending":
+        out.line()
+        out.heading("Why pending:")
+        reason = inventory.pending_reason(w) or "no reason recorded yet"
+        for ln in reason.splitlines():
+            out.line(f"  {ln}")
+    out.line()
+    if events:
+        out.table(["last seen", "type", "reason", "count", "message"],
+                  [[age(event_time(e)), e.get("type"), e.get("reason"),
+                    e.get("count") or 1, e.get("message") or e.get("note")]
+                   for e in events], title="Events:",
+                  styles=["yellow" if e.get("type") == "Warning" else None for e in events])
+    else:
+        out.line("Events:  none")
+    return 0

@@ -1,0 +1,58 @@
+"""``kubectl gpu nodes``: every GPU of every node, free or with the workload (and
+replica) holding it, plus its health, model and memory when a GPUNode reports them."""
+
+from __future__ import annotations
+
+import argparse
+
+from internal.cli.common import gpu_view
+from internal.cli.kube import Kube
+from internal.cli.output import Printer, age
+
+HELP = "each node's GPU devices: free or held by which workload, and health"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("node", nargs="*", help="only these nodes")
+
+
+def _mem(used: int | None, total: int | None) -> str:
+    if total is None:
+        return "-"
+    return f"{used or 0}/{total} MiB"
+
+
+def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
+    view, _ = gpu_view(kube)
+    if args.node:
+        missing = sorted(set(args.node) - {n.name for n in view})
+        if missing:
+            from internal.cli.kube import EXIT_NOT_FOUND, CliError
+
+            raise CliError(f"no GPU node named {', '.join(missing)}", EXIT_NOT_FOUND)
+        view = [n for n in view if n.name in args.node]
+    if out.structured:
+        out.data({"nodes": [n.to_dict() for n in view]})
+        return 0
+    if not view:
+        out.line("No nodes with GPUs (no nvidia.com/gpu allocatable and no GPUNode).")
+        return 0
+    rows, styles = [], []
+    for n in view:
+        for d in n.devices:
+            rows.append([n.name, d.index, d.holder or "free", d.health, d.model,
+                         _mem(d.memory_used_mib, d.memory_total_mib),
+                         "-" if d.utilization is None else f"{d.utilization}%"])
+            styles.append("red" if d.health == "Unhealthy" else
+                          ("green" if d.free else None))
+        for holder, count in sorted(n.counted.items()):
+            rows.append([n.name, "?", f"{holder} ({count} GPU, index picked by the kubelet)",
+                         "-", "", "-", "-"])
+            styles.append("yellow")
+    out.table(["node", "gpu", "workload", "health", "model", "memory", "util"], rows,
+              styles=styles)
+    out.line()
+    out.table(["node", "source", "gpus", "allocated", "free", "heartbeat"],
+              [[n.name, n.source, n.total, n.allocated, n.free,
+                f"{age(n.heartbeat)} ago" if n.heartbeat else "-"] for n in view])
+    return 0

@@ -1,0 +1,64 @@
+"""``kubectl gpu status``: cluster GPU totals (free, allocated, unhealthy) and the
+workloads waiting for GPUs, with the first line of why."""
+
+from __future__ import annotations
+
+import argparse
+
+from internal.cli import inventory
+from internal.cli.common import gpu_view, in_scope
+from internal.cli.kube import Kube
+from internal.cli.output import Printer, age
+
+HELP = "cluster GPU totals (free, allocated) and pending workloads"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
+    view, workloads = gpu_view(kube)
+    t = inventory.totals(view, workloads)
+    scope = in_scope(args, kube, workloads)
+    pending = [w for w in scope if inventory.workload_phase(w) == "Pending"]
+    if out.structured:
+        out.data({
+            "gpus": {"nodes": t.nodes, "total": t.total, "allocated": t.allocated,
+                     "free": t.free, "unhealthy": t.unhealthy},
+            "workloads": t.workloads,
+            "pending": [{"namespace": w["metadata"].get("namespace"),
+                         "name": w["metadata"]["name"],
+                         "gpus": inventory.gpus_per_replica(w)
+                         * int((w.get("spec") or {}).get("replicas") or 1),
+                         "reason": inventory.pending_reason(w)} for w in pending],
+            "nodes": [{"name": n.name, "total": n.total, "allocated": n.allocated,
+                       "free": n.free, "unhealthy": n.unhealthy} for n in view],
+        })
+        return 0
+    phases = ", ".join(f"{k} {v}" for k, v in t.workloads.items()) or "none"
+    out.fields([
+        ("Nodes with GPUs", t.nodes),
+        ("GPUs", t.total),
+        ("Allocated", t.allocated),
+        ("Free", t.free),
+        ("Unhealthy", t.unhealthy),
+        ("Workloads", phases),
+    ])
+    out.line()
+    out.table(["node", "gpus", "allocated", "free", "unhealthy"],
+              [[n.name, n.total, n.allocated, n.free, n.unhealthy] for n in view],
+              styles=["red" if n.free == 0 else None for n in view])
+    out.line()
+    where = "all namespaces" if kube.all_namespaces else f"namespace {kube.namespace}"
+    if not pending:
+        out.line(f"No pending workloads in {where}.")
+        return 0
+    out.heading(f"Pending workloads ({where}):")
+    out.table(
+        ["namespace", "name", "gpus", "age", "why"],
+        [[w["metadata"].get("namespace"), w["metadata"]["name"],
+          inventory.gpus_per_replica(w) * int((w.get("spec") or {}).get("replicas") or 1),
+          age(w["metadata"].get("creationTimestamp")),
+          (inventory.pending_reason(w).splitlines() or ["-"])[0]] for w in pending])
+    return 0

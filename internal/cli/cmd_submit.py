@@ -1,0 +1,81 @@
+"""``kubectl gpu submit FILE``: creates the GPUWorkload(s) of a YAML/JSON file
+(``-`` for stdin), after checking them against the API models, so a typo is reported
+with the field's name before anything reaches the cluster."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from api.v1alpha1.types import API_VERSION, GPUWorkload
+from internal.cli.kube import EXIT_ERROR, CliError, Kube
+from internal.cli.output import Printer
+
+HELP = "create the GPUWorkload(s) of a YAML file ('-' reads stdin)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="YAML or JSON file with one or more GPUWorkloads; - for stdin")
+    p.add_argument("--dry-run", action="store_true", help="server-side dry run")
+
+
+def load(path: str) -> list[dict]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise CliError(f"cannot read {path}: {e.strerror or e}", EXIT_ERROR) from e
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as e:
+        raise CliError(f"{path} is not valid YAML: {e}", EXIT_ERROR) from e
+    out: list[dict] = []
+    for d in docs:
+        if isinstance(d, dict) and d.get("kind") == "List":
+            out.extend(d.get("items") or [])
+        else:
+            out.append(d)
+    if not out:
+        raise CliError(f"{path} holds no object", EXIT_ERROR)
+    for i, d in enumerate(out):
+        where = f"{path} (document {i + 1})"
+        if not isinstance(d, dict):
+            raise CliError(f"{where}: not an object", EXIT_ERROR)
+        if d.get("kind") != "GPUWorkload" or d.get("apiVersion") != API_VERSION:
+            raise CliError(f"{where}: expected apiVersion {API_VERSION}, kind GPUWorkload; "
+                           f"got {d.get('apiVersion')}, {d.get('kind')}", EXIT_ERROR)
+        if not (d.get("metadata") or {}).get("name") and not (d.get("metadata") or {}).get(
+                "generateName"):
+            raise CliError(f"{where}: metadata.name is required", EXIT_ERROR)
+        try:
+            GPUWorkload.model_validate(d)
+        except ValidationError as e:
+            lines = "".join(f"\n  spec.{'.'.join(str(x) for x in err['loc'][1:])}: {err['msg']}"
+                            if err["loc"] and err["loc"][0] == "spec"
+                            else f"\n  {'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
+                            for err in e.errors())
+            raise CliError(f"{where}: invalid GPUWorkload:{lines}", EXIT_ERROR) from e
+        d.pop("status", None)
+    return out
+
+
+def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
+    docs = load(args.file)
+    kube.require_crds()
+    created = []
+    for d in docs:
+        ns = args.namespace or (d.get("metadata") or {}).get("namespace") or kube.namespace
+        d.setdefault("metadata", {})["namespace"] = ns
+        obj = kube.create(d, ns, dry_run=args.dry_run)
+        created.append(obj)
+        if not out.structured:
+            suffix = " (server dry run)" if args.dry_run else ""
+            out.line(f"gpuworkload.gpu.orchestrator.dev/{obj['metadata']['name']} created in "
+                     f"namespace {ns}{suffix}")
+    if out.structured:
+        out.data(created[0] if len(created) == 1 else
+                 {"apiVersion": "v1", "kind": "List", "items": created})
+    return 0
