@@ -34,6 +34,14 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 60  # idle keep-alive connections are closed after this
     server: _HTTPSServer
 
+    def handle_one_request(self) -> None:
+        if self.server.stopping.is_set():
+            # Linux still delivers data that arrives after shutdown(SHUT_RD): a
+            # request sent after stop() must not be answered by a stopped server.
+            self.close_connection = True
+            return
+        super().handle_one_request()
+
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("webhook_http", client=self.client_address[0], line=format % args)
 
@@ -116,12 +124,13 @@ class _HTTPSServer(ThreadingHTTPServer):
         self.default_exposure = default_exposure
         self.stopping = threading.Event()
         self._conns: set[ssl.SSLSocket] = set()
-        self._conns_lock = threading.Lock()
+        self._conns_lock = threading.Condition()
         super().__init__(addr, _Handler)
 
-    def close_connections(self) -> None:
+    def close_connections(self, timeout: float) -> None:
         """Ends kept-alive connections: the read side of each is shut, so an idle one
-        sees EOF at once while one that is answering can still write its response."""
+        sees EOF at once while one that is answering can still write its response;
+        waits up to ``timeout`` seconds for them to be closed."""
         self.stopping.set()
         with self._conns_lock:
             conns = list(self._conns)
@@ -129,6 +138,13 @@ class _HTTPSServer(ThreadingHTTPServer):
             with contextlib.suppress(OSError):
                 # socket.socket.shutdown: on the TCP socket under TLS, not a TLS close.
                 socket.socket.shutdown(conn, socket.SHUT_RD)
+        with self._conns_lock:
+            if not self._conns_lock.wait_for(lambda: not self._conns, timeout):
+                log.warning("webhook_connections_still_open", count=len(self._conns))
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that went away mid-request: not worth a traceback on stderr.
+        log.debug("webhook_connection_error", client=client_address[0], exc_info=True)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         sock: socket.socket = request
@@ -144,9 +160,10 @@ class _HTTPSServer(ThreadingHTTPServer):
             if not self.stopping.is_set():
                 self.RequestHandlerClass(tls, client_address, self)
         finally:
+            tls.close()
             with self._conns_lock:
                 self._conns.discard(tls)
-            tls.close()
+                self._conns_lock.notify_all()
 
 
 class WebhookServer:
@@ -184,5 +201,5 @@ class WebhookServer:
             self._thread.join(timeout)
             self._thread = None
         self._httpd.server_close()
-        self._httpd.close_connections()
+        self._httpd.close_connections(timeout)
         log.info("webhook_stopped", address=f"{self.host}:{self.port}")

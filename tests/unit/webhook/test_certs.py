@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
+from internal.webhook.certs import KeyPair
 from internal.webhook.rotation import SelfSignedCerts
 from internal.webhook.server import WebhookServer
 from tests.unit.webhook.test_patch import make_pod, review
@@ -122,3 +123,40 @@ def test_server_answers_admission_reviews(
     assert out["kind"] == "AdmissionReview" and out["response"]["patchType"] == "JSONPatch"
     status, _, _ = _get(srv.port, ca, "POST", "/mutate", b"{not json")
     assert status == 400
+
+
+def test_stop_closes_kept_alive_connections(
+        server: tuple[WebhookServer, SelfSignedCerts, Path]) -> None:
+    srv, _, ca = server
+    conn = http.client.HTTPSConnection(
+        "127.0.0.1", srv.port, context=ssl.create_default_context(cafile=str(ca)), timeout=5)
+    try:
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().read() == b"ok"
+        srv.stop()
+        with pytest.raises(OSError):  # the kept-alive connection no longer answers
+            conn.request("GET", "/healthz")
+            conn.getresponse().read()
+    finally:
+        conn.close()
+
+
+def test_file_certs_reload_when_the_files_change(tmp_path: Path) -> None:
+    from internal.webhook import certs as gen
+    from internal.webhook.rotation import FileCerts
+
+    ca = gen.generate_ca(T0, dt.timedelta(days=30))
+
+    def write() -> KeyPair:
+        pair = gen.issue_serving(ca, HOSTS, dt.datetime.now(dt.UTC), dt.timedelta(days=1))
+        (tmp_path / "tls.crt").write_bytes(pair.cert_pem)
+        (tmp_path / "tls.key").write_bytes(pair.key_pem)
+        return pair
+
+    write()
+    files = FileCerts(tmp_path)
+    assert files.valid() and files.ca_bundle() is None
+    assert not files.refresh()  # unchanged
+    first = files.ssl_context()
+    write()
+    assert files.refresh() and files.ssl_context() is not first
