@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -71,6 +71,10 @@ FAILURES = Counter(
 PREEMPTIONS = Counter(
     "gpu_orchestrator_preemptions", "Workloads evicted by the priority strategy to make room.",
     registry=REGISTRY)
+GPUNODE_HEARTBEAT_AGE = Gauge(
+    "gpu_orchestrator_gpunode_heartbeat_age_seconds", "Seconds since a GPUNode's "
+    "status.lastHeartbeatTime (its NVML agent's last report), as seen by the controller.",
+    ["node"], registry=REGISTRY)
 
 # The exported series names (counters gain _total), for tests that check the dashboard
 # and the alerts only name metrics that exist.
@@ -84,4 +88,5 @@ METRIC_NAMES = frozenset({
     "gpu_orchestrator_retries_total",
     "gpu_orchestrator_failures_total",
     "gpu_orchestrator_preemptions_total",
+    "gpu_orchestrator_gpunode_heartbeat_age_seconds",
 })
