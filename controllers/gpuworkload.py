@@ -257,6 +257,10 @@ class GPUWorkloadReconciler:
             return self._end_attempt(w, raw, "NodeLost",
                                      f"node(s) {', '.join(lost)} disappeared")
         exposure = w.spec.device_exposure or self.options.default_exposure
+        if exposure is DeviceExposure.DEVICE_PLUGIN and any(p.devices for p in
+                                                            w.status.placements):
+            # A map names devices, so the kubelet must not pick others.
+            exposure = DeviceExposure.CUDA_VISIBLE_DEVICES
         kind = "Job" if w.spec.workload_kind is WorkloadKind.JOB else "Pod"
         cache = self.jobs if kind == "Job" else self.pods
         mine: dict[int, JSON] = {}

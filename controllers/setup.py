@@ -58,7 +58,10 @@ class _StaleTicker:
         return True
 
 
-def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions) -> Controller:
+def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
+                                  ) -> tuple[Controller, GPUWorkloadReconciler]:
+    """Returns the controller and its reconciler, whose ``ensure_state()`` gives the
+    shared placement state (other placing controllers must use the same ledger)."""
     owner_index = {OWNER_UID_INDEX: index_by_owner_uid}
     workloads = mgr.informer_for(API_VERSION, "GPUWorkload",
                                  indexers={PLACEMENT_NODE_INDEX: index_by_placement_node})
@@ -130,4 +133,4 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions) -> Contr
         return state.node_gpus() if state is not None and state.ready else ({}, {})
 
     STATE.set_sources(phases, node_gpus)
-    return ctrl
+    return ctrl, reconciler

@@ -1,0 +1,174 @@
+"""The GPUWorkload controller running in-process against the local control plane,
+as its own ServiceAccount (so config/rbac is what it gets), plus node groups that
+isolate each test's capacity: kwok nodes with a unique label the test's workloads
+select, deleted afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from api.v1alpha1.types import API_VERSION, DeviceExposure
+from controllers.setup import ControllerOptions, setup_gpuworkload_controller
+from hack.testenv import ControlPlane
+from runtime import Client, Manager, NotFound, Options, RestConfig
+from tests.waiting import eventually
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+SA = "system:serviceaccount:gpu-orchestrator-system:gpu-orchestrator"
+SA_GROUPS = ["system:serviceaccounts", "system:serviceaccounts:gpu-orchestrator-system",
+             "system:authenticated"]
+GROUP_LABEL = "test.gpu-orchestrator.dev/group"
+
+
+@pytest.fixture(scope="session")
+def installed(cluster: ControlPlane) -> ControlPlane:
+    cluster.kubectl("apply", "-k", os.path.join(ROOT, "config"))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                    "crd/gpuworkloads.gpu.orchestrator.dev", "crd/gpunodes.gpu.orchestrator.dev")
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def admin(installed: ControlPlane) -> Client:
+    return Client(RestConfig.from_kubeconfig(str(installed.kubeconfig)))
+
+
+class Running:
+    """A manager with the GPUWorkload controller, on a thread; restartable."""
+
+    def __init__(self, cluster: ControlPlane, **opts: Any) -> None:
+        self.cluster = cluster
+        self.opts = opts
+        self.mgr: Manager | None = None
+        self.thread: threading.Thread | None = None
+        self.codes: list[int] = []
+
+    def start(self) -> Running:
+        config = RestConfig.from_kubeconfig(str(self.cluster.kubeconfig)).impersonating(
+            SA, SA_GROUPS)
+        config.qps, config.burst = 200, 400
+        self.mgr = Manager(config, Options(metrics_bind_address="127.0.0.1:0",
+                                           health_probe_bind_address="127.0.0.1:0",
+                                           graceful_shutdown_timeout=10))
+        _, self.reconciler = setup_gpuworkload_controller(
+            self.mgr, ControllerOptions(**{"workers": 4, **self.opts}))
+        mgr = self.mgr
+        self.thread = threading.Thread(target=lambda: self.codes.append(mgr.start()),
+                                       daemon=True, name="test-manager")
+        self.thread.start()
+        eventually(mgr.elected.is_set, timeout=60, what="manager started its controllers")
+        return self
+
+    def stop(self) -> None:
+        if self.mgr is not None:
+            self.mgr.stop()
+            assert self.thread is not None
+            self.thread.join(30)
+            assert not self.thread.is_alive(), "manager did not stop"
+            self.mgr = None
+
+
+@pytest.fixture(scope="module")
+def controller(installed: ControlPlane) -> Iterator[Running]:
+    run = Running(installed).start()
+    yield run
+    run.stop()
+
+
+@dataclass
+class NodeGroup:
+    """kwok nodes named ``<id>-<i>`` labelled ``GROUP_LABEL=<id>``."""
+
+    cluster: ControlPlane
+    id: str = field(default_factory=lambda: f"g{uuid.uuid4().hex[:6]}")
+    names: list[str] = field(default_factory=list)
+
+    @property
+    def selector(self) -> dict[str, str]:
+        return {GROUP_LABEL: self.id}
+
+    def add(self, count: int, gpus: int, labels: dict[str, str] | None = None) -> list[str]:
+        names = [f"{self.id}-{len(self.names) + i}" for i in range(count)]
+        self.cluster.create_nodes(names, gpus, labels={**self.selector, **(labels or {})})
+        self.names += names
+        return names
+
+    def delete(self) -> None:
+        for n in self.names:
+            self.cluster.api("DELETE", f"/api/v1/nodes/{n}")
+
+
+@pytest.fixture
+def group(installed: ControlPlane) -> Iterator[NodeGroup]:
+    g = NodeGroup(installed)
+    yield g
+    g.delete()
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def workload(name: str, namespace: str, annotations: dict[str, str] | None = None,
+             **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": "GPUWorkload",
+            "metadata": {"name": name, "namespace": namespace,
+                         "annotations": annotations or {}},
+            "spec": spec}
+
+
+def get_workload(c: Client, ns: str, name: str) -> dict[str, Any]:
+    return c.get(API_VERSION, "GPUWorkload", name, ns)
+
+
+def wait_phase(c: Client, ns: str, name: str, *phases: str, timeout: float = 30) -> dict:
+    def check() -> dict | None:
+        w = get_workload(c, ns, name)
+        return w if (w.get("status") or {}).get("phase") in phases else None
+    return eventually(check, timeout=timeout, what=f"{ns}/{name} in {phases}")
+
+
+def wait_condition(c: Client, ns: str, name: str, type_: str, reason: str,
+                   timeout: float = 30) -> dict:
+    def check() -> dict | None:
+        w = get_workload(c, ns, name)
+        for cond in (w.get("status") or {}).get("conditions") or ():
+            if cond["type"] == type_ and cond.get("reason") == reason:
+                return cond
+        return None
+    return eventually(check, timeout=timeout, what=f"{ns}/{name} {type_}={reason}")
+
+
+def pods_of(c: Client, ns: str, name: str) -> list[dict]:
+    pods = c.list("v1", "Pod", namespace=ns,
+                  label_selector=f"gpu.orchestrator.dev/workload={name}")["items"]
+    return sorted(pods, key=lambda p: p["metadata"]["name"])
+
+
+def env_of(pod: dict, var: str, container: int = 0) -> str | None:
+    for e in pod["spec"]["containers"][container].get("env") or ():
+        if e["name"] == var:
+            return e.get("value")
+    return None
+
+
+def events_for(c: Client, ns: str, name: str) -> list[dict]:
+    return c.list("v1", "Event", namespace=ns,
+                  field_selector=f"involvedObject.name={name}")["items"]
+
+
+def delete_workload(c: Client, ns: str, name: str) -> None:
+    with contextlib.suppress(NotFound):
+        c.delete(API_VERSION, "GPUWorkload", name, namespace=ns,
+                 propagation_policy="Background")
+
+
+EXPOSURES = [e.value for e in DeviceExposure]

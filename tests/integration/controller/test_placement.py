@@ -1,0 +1,123 @@
+"""Placement end to end: the seed's annotation map, gangs, races and freeing."""
+
+from __future__ import annotations
+
+import threading
+
+from runtime import Client
+from tests.integration.controller.conftest import (
+    NodeGroup,
+    Running,
+    delete_workload,
+    env_of,
+    events_for,
+    get_workload,
+    pods_of,
+    wait_condition,
+    wait_phase,
+    workload,
+)
+from tests.waiting import eventually
+
+SEED_MAP = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3\n"
+
+
+def test_seed_annotation_map_places_exactly_as_written(
+        controller: Running, admin: Client, namespace: str) -> None:
+    admin.create(workload("seed", namespace, annotations={"gpu-scheduling-map": SEED_MAP},
+                          replicas=5, gpuCount=1, schedulingStrategy="annotationMap"))
+    w = wait_phase(admin, namespace, "seed", "Running")
+    placed = {p["index"]: (p["node"], p["devices"]) for p in w["status"]["placements"]}
+    assert placed == {0: ("node1", [0, 1]), 1: ("node2", [2]), 2: ("node3", [0, 1, 2]),
+                      3: ("node4", [3]), 4: ("node4", [3])}
+    pods = pods_of(admin, namespace, "seed")
+    got = [(p["metadata"]["name"], p["spec"]["nodeName"], env_of(p, "CUDA_VISIBLE_DEVICES"),
+            p["status"]["phase"]) for p in pods]
+    assert got == [("seed-0", "node1", "0,1", "Running"), ("seed-1", "node2", "2", "Running"),
+                   ("seed-2", "node3", "0,1,2", "Running"), ("seed-3", "node4", "3", "Running"),
+                   ("seed-4", "node4", "3", "Running")]
+    # A gang: ranks and a headless Service for the rendezvous.
+    assert [env_of(p, "RANK") for p in pods] == ["0", "1", "2", "3", "4"]
+    assert {env_of(p, "WORLD_SIZE") for p in pods} == {"5"}
+    svc = admin.get("v1", "Service", "seed", namespace)
+    assert svc["spec"]["clusterIP"] == "None"
+    assert w["status"]["nodes"] == "node1,node2,node3,node4"
+    delete_workload(admin, namespace, "seed")
+
+
+def test_gang_that_does_not_fit_places_nothing(
+        controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+    group.add(2, gpus=2)
+    admin.create(workload("gang", namespace, replicas=3, gpusPerReplica=2,
+                          nodeSelector=group.selector))
+    cond = wait_condition(admin, namespace, "gang", "Scheduled", "Unschedulable")
+    assert cond["status"] == "False"
+    assert "gang of 3" in cond["message"]
+    w = get_workload(admin, namespace, "gang")
+    assert w["status"]["phase"] == "Pending"
+    assert not w["status"].get("placements")
+    assert pods_of(admin, namespace, "gang") == []
+    reasons = [e["reason"] for e in events_for(admin, namespace, "gang")]
+    assert "FailedScheduling" in reasons
+
+
+def test_unschedulable_message_names_each_node(
+        controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+    small, = group.add(1, gpus=1)
+    admin.create(workload("big", namespace, gpusPerReplica=2, nodeSelector=group.selector))
+    cond = wait_condition(admin, namespace, "big", "Scheduled", "Unschedulable")
+    assert f"{small}: 1 free GPU, needs 2" in cond["message"]
+
+
+def test_racing_workloads_never_share_a_device(
+        controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+    group.add(1, gpus=2)
+    names = [f"race-{i}" for i in range(4)]
+    threads = [threading.Thread(target=admin.create, args=(workload(
+        n, namespace, gpusPerReplica=1, nodeSelector=group.selector),)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    def settled() -> list[dict] | None:
+        ws = [get_workload(admin, namespace, n) for n in names]
+        for w in ws:
+            w.setdefault("status", {})
+        placed = [w for w in ws if w["status"].get("placements")]
+        waiting = [w for w in ws if any(c.get("reason") == "Unschedulable"
+                                        for c in w["status"].get("conditions") or ())]
+        return ws if len(placed) == 2 and len(waiting) == 2 else None
+
+    ws = eventually(settled, what="two placed, two unschedulable")
+    devices = [(p["node"], d) for w in ws for p in w["status"].get("placements") or ()
+               for d in p["devices"]]
+    assert len(devices) == len(set(devices)) == 2
+
+
+def test_deleting_a_workload_frees_its_devices(
+        controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+    node, = group.add(1, gpus=2)
+    admin.create(workload("first", namespace, gpusPerReplica=2, nodeSelector=group.selector))
+    wait_phase(admin, namespace, "first", "Running")
+    admin.create(workload("second", namespace, gpusPerReplica=2, nodeSelector=group.selector,
+                          retryPolicy={"maxRetries": 10, "backoffSeconds": 30}))
+    wait_condition(admin, namespace, "second", "Scheduled", "Unschedulable")
+    delete_workload(admin, namespace, "first")
+    # Woken by the freed capacity, long before its 30 s backoff.
+    w = wait_phase(admin, namespace, "second", "Running", timeout=20)
+    assert w["status"]["placements"] == [{"index": 0, "node": node, "devices": [0, 1]}]
+
+
+def test_finished_workload_frees_devices_and_succeeds(
+        controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+    group.add(1, gpus=1)
+    admin.create(workload("once", namespace, nodeSelector=group.selector))
+    wait_phase(admin, namespace, "once", "Running")
+    admin.create(workload("next", namespace, nodeSelector=group.selector))
+    wait_condition(admin, namespace, "next", "Scheduled", "Unschedulable")
+    controller.cluster.set_pod_phase(namespace, "once-0", "Succeeded")
+    w = wait_phase(admin, namespace, "once", "Succeeded")
+    assert any(c["type"] == "Ready" and c["reason"] == "Succeeded"
+               for c in w["status"]["conditions"])
+    wait_phase(admin, namespace, "next", "Running", timeout=20)
