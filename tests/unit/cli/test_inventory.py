@@ -1,0 +1,111 @@
+"""The plugin's GPU picture from raw objects, and its output, without a server."""
+
+from __future__ import annotations
+
+import argparse
+import io
+
+import yaml
+
+from api.v1alpha1.types import GPUWorkload
+from internal.cli import cmd_template, inventory
+from internal.cli.output import Printer
+
+
+def node(name: str, gpus: int) -> dict:
+    return {"metadata": {"name": name}, "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}}}
+
+
+def workload(name: str, placements: list[dict], phase: str = "Running", gpus: int = 1,
+             ns: str = "team") -> dict:
+    return {"metadata": {"name": name, "namespace": ns},
+            "spec": {"gpusPerReplica": gpus, "replicas": len(placements) or 1},
+            "status": {"phase": phase, "placements": placements}}
+
+
+def test_devices_free_or_held_and_totals() -> None:
+    nodes = [node("n1", 4), node("n2", 2), node("cpu", 0)]
+    wls = [
+        workload("a", [{"index": 0, "node": "n1", "devices": [0, 1]}], gpus=2),
+        workload("done", [{"index": 0, "node": "n1", "devices": [2]}], phase="Succeeded"),
+        workload("dp", [{"index": 0, "node": "n2", "devices": []}], gpus=1),  # device-plugin
+        workload("p", [], phase="Pending", gpus=8),
+    ]
+    pods = [
+        {"metadata": {"name": "x", "namespace": "other"},
+         "spec": {"nodeName": "n1", "containers": [
+             {"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}, "status": {"phase": "Running"}},
+        {"metadata": {"name": "gone", "namespace": "other"},  # finished: holds nothing
+         "spec": {"nodeName": "n2", "containers": [
+             {"resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+         "status": {"phase": "Succeeded"}},
+        # seed path: a StatefulSet pod with the webhook's annotation, no workload label
+        {"metadata": {"name": "sts-0", "namespace": "seed",
+                      "annotations": {"gpu.orchestrator.dev/devices": "3"}},
+         "spec": {"nodeName": "n1", "containers": [{}]}, "status": {"phase": "Running"}},
+        # a child of `a` already counted from its placement
+        {"metadata": {"name": "a-0", "namespace": "team",
+                      "labels": {"gpu.orchestrator.dev/workload": "a"},
+                      "annotations": {"gpu.orchestrator.dev/devices": "0,1"}},
+         "spec": {"nodeName": "n1", "containers": [{}]}, "status": {"phase": "Running"}},
+    ]
+    view = {n.name: n for n in inventory.node_gpus(nodes, [], wls, pods)}
+    assert set(view) == {"n1", "n2"}, "nodes without GPUs are left out"
+    n1 = view["n1"]
+    assert [d.holder for d in n1.devices] == ["team/a[0]", "team/a[0]", None, "seed/pod/sts-0"]
+    assert n1.counted == {"other/pod/x": 1}
+    assert (n1.total, n1.allocated, n1.free) == (4, 4, 0)
+    n2 = view["n2"]
+    assert n2.counted == {"team/dp[0]": 1} and n2.free == 1
+    t = inventory.totals(list(view.values()), wls)
+    assert (t.total, t.allocated, t.free) == (6, 5, 1)
+    assert t.workloads == {"Pending": 1, "Running": 2, "Succeeded": 1}
+
+
+def test_gpunode_devices_and_health_win_over_allocatable() -> None:
+    g = {"metadata": {"name": "n1"}, "status": {
+        "lastHeartbeatTime": "2024-01-01T00:00:00Z",
+        "devices": [{"index": 0, "healthy": True, "model": "H100", "memoryTotalMiB": 80},
+                    {"index": 1, "healthy": False, "model": "H100"}]}}
+    (n1,) = inventory.node_gpus([node("n1", 8)], [g], [], [])
+    assert n1.source == "GPUNode" and n1.total == 2 and n1.unhealthy == 1
+    assert [d.health for d in n1.devices] == ["Healthy", "Unhealthy"]
+    assert n1.to_dict()["devices"][0]["memory_total_mib"] == 80
+
+
+def test_two_workloads_on_one_device_both_show() -> None:
+    wls = [workload("a", [{"index": 0, "node": "n1", "devices": [0]}]),
+           workload("b", [{"index": 0, "node": "n1", "devices": [0]}])]
+    (n1,) = inventory.node_gpus([node("n1", 1)], [], wls, [])
+    assert n1.devices[0].holder == "team/a[0], team/b[0]"
+
+
+def test_pending_reason_and_placements_text() -> None:
+    w = workload("w", [{"index": 1, "node": "n2", "devices": [3]},
+                       {"index": 0, "node": "n1", "devices": [0, 1]}])
+    assert inventory.placements_text(w) == "0=n1:0,1 1=n2:3"
+    w["status"]["conditions"] = [{"type": "Unschedulable", "status": "True",
+                                  "message": "n1: 0 free"}]
+    assert inventory.pending_reason(w) == "n1: 0 free"
+    assert inventory.pending_reason({"metadata": {}}) == "not yet seen by the controller"
+
+
+def test_plain_table_when_not_a_terminal() -> None:
+    buf = io.StringIO()
+    Printer("table", buf).table(["node", "gpu"], [["n1", 0], ["node-long", None]])
+    assert buf.getvalue().splitlines() == ["NODE        GPU", "n1          0", "node-long   -"]
+
+
+def test_rich_table_on_a_terminal() -> None:
+    buf = io.StringIO()
+    Printer("table", buf, rich=True).table(["node", "gpu"], [["n1", 0]])
+    assert "node" in buf.getvalue() and "n1" in buf.getvalue()
+
+
+def test_template_is_a_valid_workload() -> None:
+    args = argparse.Namespace(name="x", replicas=3, gpus=2, strategy="bestFit",
+                              image="img", namespace=None)
+    text = cmd_template.render(args)
+    assert text.count("#") > 10, "commented"
+    w = GPUWorkload.model_validate(yaml.safe_load(text))
+    assert (w.spec.replicas, w.spec.gpus, w.spec.scheduling_strategy) == (3, 2, "bestFit")
