@@ -260,10 +260,14 @@ def condition(w: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
 
 
 def pending_reason(w: Mapping[str, Any]) -> str:
-    """Why a workload waits: its Unschedulable condition (True), else its message."""
-    c = condition(w, "Unschedulable")
-    if c is not None and c.get("status") == "True":
-        return c.get("message") or c.get("reason") or ""
+    """Why a workload waits: the message of its ``Scheduled=False`` condition (reason
+    Unschedulable, one line per node), or of an ``Unschedulable=True`` condition,
+    else status.message."""
+    for type_, status in (("Scheduled", "False"), ("Unschedulable", "True")):
+        c = condition(w, type_)
+        if c is not None and c.get("status") == status and (c.get("message") or
+                                                              c.get("reason")):
+            return c.get("message") or c.get("reason") or ""
     st = w.get("status") or {}
     return st.get("message") or ("not yet seen by the controller" if not st else "")
 

@@ -148,7 +148,8 @@ def _scenario(cluster: ControlPlane, ns: str) -> dict:
     create_event(cluster, ns, train, "Scheduled", "placed 0=node1:0,1 1=node2:2,3")
     big = create_workload(cluster, ns, "big", 1, 8, schedulingStrategy="bestFit", status={
         "phase": "Pending",
-        "conditions": [{"type": "Unschedulable", "status": "True", "reason": "InsufficientGPUs",
+        # the controller's shape: Scheduled=False, reason Unschedulable, per-node lines
+        "conditions": [{"type": "Scheduled", "status": "False", "reason": "Unschedulable",
                         "message": UNSCHEDULABLE, "lastTransitionTime": t}],
         "message": "waiting for 8 free GPUs on one node", "retries": 2})
     create_event(cluster, ns, big, "FailedScheduling", "0/4 nodes can place 1 replica x 8 GPUs",
@@ -263,7 +264,7 @@ def test_describe_pending_shows_reasons_and_events(gpu: Plugin, scenario: dict) 
         assert f"{node}: {free} of 4 GPUs free, need 8" in out
     assert "FailedScheduling" in out
     assert "stale event of a deleted namesake" not in out, "events are matched by uid"
-    assert "Unschedulable" in out and "InsufficientGPUs" in out
+    assert "Unschedulable" in out and "Scheduled" in out
     assert "bestFit" in out
 
     data = gpu.json("describe", "big", "-n", ns)

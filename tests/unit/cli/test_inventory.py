@@ -87,6 +87,9 @@ def test_pending_reason_and_placements_text() -> None:
     w["status"]["conditions"] = [{"type": "Unschedulable", "status": "True",
                                   "message": "n1: 0 free"}]
     assert inventory.pending_reason(w) == "n1: 0 free"
+    w["status"]["conditions"] = [{"type": "Scheduled", "status": "False",
+                                  "reason": "Unschedulable", "message": "n2: cordoned"}]
+    assert inventory.pending_reason(w) == "n2: cordoned"
     assert inventory.pending_reason({"metadata": {}}) == "not yet seen by the controller"
 
 
