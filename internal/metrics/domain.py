@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -22,10 +22,12 @@ class StateCollector(Collector):
     def __init__(self) -> None:
         self._phases: Callable[[], dict[str, int]] = dict
         self._gpus: Callable[[], tuple[dict[str, int], dict[str, int]]] = lambda: ({}, {})
+        self._heartbeats: Callable[[], dict[str, float]] = dict
 
     def set_sources(self, phases: Callable[[], dict[str, int]],
-                    gpus: Callable[[], tuple[dict[str, int], dict[str, int]]]) -> None:
-        self._phases, self._gpus = phases, gpus
+                    gpus: Callable[[], tuple[dict[str, int], dict[str, int]]],
+                    heartbeats: Callable[[], dict[str, float]] = dict) -> None:
+        self._phases, self._gpus, self._heartbeats = phases, gpus, heartbeats
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         workloads = GaugeMetricFamily("gpu_orchestrator_workloads", "GPUWorkloads by phase.",
@@ -45,6 +47,13 @@ class StateCollector(Collector):
             a.add_metric([node], held.get(node, 0))
         yield t
         yield a
+        age = GaugeMetricFamily(
+            "gpu_orchestrator_gpunode_heartbeat_age_seconds", "Seconds since a GPUNode's "
+            "status.lastHeartbeatTime (its NVML agent's last report), as seen by the "
+            "controller.", labels=["node"])
+        for node, seconds in sorted(self._heartbeats().items()):
+            age.add_metric([node], seconds)
+        yield age
 
 
 PHASES = ("Pending", "Scheduled", "Running", "Succeeded", "Failed")
@@ -71,10 +80,7 @@ FAILURES = Counter(
 PREEMPTIONS = Counter(
     "gpu_orchestrator_preemptions", "Workloads evicted by the priority strategy to make room.",
     registry=REGISTRY)
-GPUNODE_HEARTBEAT_AGE = Gauge(
-    "gpu_orchestrator_gpunode_heartbeat_age_seconds", "Seconds since a GPUNode's "
-    "status.lastHeartbeatTime (its NVML agent's last report), as seen by the controller.",
-    ["node"], registry=REGISTRY)
+
 
 # The exported series names (counters gain _total), for tests that check the dashboard
 # and the alerts only name metrics that exist.
