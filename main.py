@@ -69,6 +69,12 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpunode-stale-after", type=float, default=90.0,
                    help="seconds without an agent heartbeat before a GPUNode's devices are "
                         "no longer offered")
+    p.add_argument("--enable-pod-binding", action="store_true",
+                   help="run the pod-binding controller of the seed-compatible path: bind "
+                        "pods whose schedulerName is --scheduler-name as their "
+                        "gpu-scheduling-map says, through the same ledger")
+    p.add_argument("--scheduler-name", default="gpu-scheduler",
+                   help="schedulerName of the pods the pod-binding controller binds")
     p.add_argument("--qps", type=float, default=50.0, help="client-side API QPS limit")
     p.add_argument("--burst", type=int, default=100, help="client-side API burst")
 
@@ -87,9 +93,14 @@ def run_manager(args: argparse.Namespace) -> int:
         leader_election_id=args.leader_election_id,
         leader_election_namespace=args.leader_election_namespace,
     ))
-    setup_gpuworkload_controller(mgr, ControllerOptions(
+    _, reconciler = setup_gpuworkload_controller(mgr, ControllerOptions(
         workers=args.workers, default_exposure=DeviceExposure(args.device_exposure),
         stale_after=args.gpunode_stale_after, default_strategy=args.default_strategy))
+    if args.enable_pod_binding:
+        from controllers.podbinding import PodBindingOptions, setup_podbinding_controller
+        setup_podbinding_controller(mgr, reconciler, PodBindingOptions(
+            scheduler_name=args.scheduler_name, workers=args.workers,
+            default_strategy=args.default_strategy))
     return mgr.start(install_signal_handlers=True)
 
 

@@ -47,7 +47,7 @@ from controllers.conditions import (
     get_condition,
     set_condition,
 )
-from controllers.placement_state import PlacementState
+from controllers.placement_state import PlacementState, PodBook
 from internal import metrics as m
 from internal.backoff import next_delay, should_retry
 from internal.scheduling.framework import INVALID_MAP, PREEMPT, UNSCHEDULABLE
@@ -99,6 +99,9 @@ class GPUWorkloadReconciler:
         self.rng = rng or random.Random()
         self._state_factory = state_factory
         self.state: PlacementState | None = None
+        #: other controllers booking pods in the same ledger; register before the
+        #: state is built (it reads them once, at its rebuild)
+        self.pod_books: list[PodBook] = []
         self._state_lock = threading.Lock()
         self._bound_observed: set[str] = set()
 

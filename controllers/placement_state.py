@@ -13,9 +13,9 @@ from __future__ import annotations
 import bisect
 import random
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -94,12 +94,31 @@ class PendingSet:
         return any(p > priority for k, p in self._fresh.items() if k != key)
 
 
+class PodBook(Protocol):
+    """Another placing controller that books pods of its own in this ledger (the
+    seed path's pod binding). Its pods are never counted as foreign GPU pods."""
+
+    def owns(self, pod: JSON) -> bool:
+        """Is ``pod`` booked by this book (and so not a foreign pod)?"""
+        ...
+
+    def rebuild(self, ledger: Ledger, pods: list[JSON]) -> list[str]:
+        """Re-book its bound pods in a freshly rebuilt ``ledger`` (called under the
+        state lock, after the workloads' placements). Returns problems found."""
+        ...
+
+    def wake(self) -> None:
+        """Capacity was freed: retry the pods waiting for it (called unlocked)."""
+        ...
+
+
 class PlacementState:
     def __init__(self, default_exposure: DeviceExposure, rng: random.Random | None = None,
                  enqueue_waiting: Callable[[Iterable[str]], None] | None = None,
                  enqueue_on_node: Callable[[str], None] | None = None,
                  stale_after: float = DEFAULT_STALE_AFTER.total_seconds(),
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 pod_books: Sequence[PodBook] = ()) -> None:
         self.stale_after = stale_after
         self.clock = clock
         self._gpunodes: dict[str, JSON] = {}
@@ -114,6 +133,7 @@ class PlacementState:
         self.ready = False
         self._enqueue_waiting = enqueue_waiting or (lambda keys: None)
         self._enqueue_on_node = enqueue_on_node or (lambda node: None)
+        self.pod_books = tuple(pod_books)
 
     # ------------------------------------------------------------------ rebuild
 
@@ -132,6 +152,8 @@ class PlacementState:
                 except ValueError:
                     continue  # invalid specs hold nothing
             ledger, problems = Ledger.rebuild(parsed, pods)
+            for book in self.pod_books:
+                problems += book.rebuild(ledger, pods)
             self.ledger = ledger
             self.snapshot = Snapshot.build(nodes, [self._view(g) for g in gpunodes], ledger)
             self.scheduler = Scheduler(self.snapshot, ledger, rng=self.rng,
@@ -181,8 +203,24 @@ class PlacementState:
         with self.lock:
             released = self.ledger.forget(key)
             waiting = list(self.pending.waiting) if released is not None else []
+        if released is not None:
+            self._wake(waiting)
+
+    def capacity_freed(self) -> None:
+        """Devices were released outside ``forget`` (a pod book's own release):
+        wake whatever waits for capacity."""
+        with self.lock:
+            waiting = list(self.pending.waiting)
+        self._wake(waiting)
+
+    def _wake(self, waiting: list[str]) -> None:
         if waiting:
             self._enqueue_waiting(waiting)
+        for book in self.pod_books:
+            book.wake()
+
+    def _owned(self, pod: JSON) -> bool:
+        return any(book.owns(pod) for book in self.pod_books)
 
     def is_committed(self, key: str) -> bool:
         with self.lock:
@@ -226,7 +264,7 @@ class PlacementState:
                 return
             self.snapshot.upsert_node(node)
             waiting = list(self.pending.waiting)
-        self._enqueue_waiting(waiting)
+        self._wake(waiting)
 
     def on_node_deleted(self, node: Any) -> None:
         name = str(((getattr(node, "obj", node) or {}).get("metadata") or {}).get("name"))
@@ -244,7 +282,7 @@ class PlacementState:
             self._gpunodes[name] = gpunode
             self.snapshot.upsert_gpunode(self._view(gpunode))
             waiting = list(self.pending.waiting)
-        self._enqueue_waiting(waiting)
+        self._wake(waiting)
         self._enqueue_on_node(name)
 
     def on_gpunode_deleted(self, gpunode: Any) -> None:
@@ -257,7 +295,7 @@ class PlacementState:
 
     def on_pod(self, pod: JSON) -> None:
         """Count GPU pods the controller did not create (invariant: they take capacity)."""
-        if is_controller_pod(pod):
+        if is_controller_pod(pod) or self._owned(pod):
             return
         node = (pod.get("spec") or {}).get("nodeName")
         gpus = pod_gpu_request(pod) if pod_is_active(pod) else 0
@@ -268,9 +306,10 @@ class PlacementState:
             if not had and not (node and gpus):
                 return
             self.ledger.set_foreign_pod(pod_key(pod), node, gpus)
-            waiting = list(self.pending.waiting) if had and not gpus else []
-        if waiting:
-            self._enqueue_waiting(waiting)
+            freed = had and not gpus
+            waiting = list(self.pending.waiting) if freed else []
+        if freed:
+            self._wake(waiting)
 
     def on_pod_deleted(self, pod: Any) -> None:
         obj = getattr(pod, "obj", pod) or {}
@@ -279,7 +318,7 @@ class PlacementState:
                 return
             self.ledger.remove_foreign_pod(pod_key(obj))
             waiting = list(self.pending.waiting)
-        self._enqueue_waiting(waiting)
+        self._wake(waiting)
 
     def on_workload(self, obj: JSON) -> None:
         """Keeps the pending set current, and adopts a committed placement that this

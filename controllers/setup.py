@@ -86,7 +86,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
 
     def make_state() -> PlacementState:
         state = PlacementState(opts.default_exposure, enqueue_waiting=enqueue,
-                               enqueue_on_node=enqueue_on_node, stale_after=opts.stale_after)
+                               enqueue_on_node=enqueue_on_node, stale_after=opts.stale_after,
+                               pod_books=reconciler.pod_books)
         reconciler.state = state  # handlers see it (not ready) before the rebuild
         state.rebuild(lambda: (nodes.indexer.list(), gpunodes.indexer.list(),
                                workloads.indexer.list(), pods.indexer.list()))

@@ -19,9 +19,9 @@ import orjson
 
 from api.v1alpha1.types import SCHEDULING_MAP_ANNOTATION, DeviceExposure
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
+from internal.scheduling.podindex import pod_index
 from internal.webhook.exposure import parse_exposure
 from internal.webhook.patch import build_patch
-from internal.scheduling.podindex import pod_index
 
 API_VERSION = "admission.k8s.io/v1"
 EXPOSURE_ANNOTATION = "gpu.orchestrator.dev/device-exposure"

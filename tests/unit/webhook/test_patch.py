@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from api.v1alpha1.types import DeviceExposure
+from internal.scheduling.podindex import pod_index
 from internal.webhook.admission import mutate_review
 from internal.webhook.patch import DEVICES_ANNOTATION, build_patch
-from internal.scheduling.podindex import pod_index
 
 SEED = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3"
 

@@ -1,0 +1,564 @@
+"""The pod-binding controller of the seed-compatible path: a scheduler for pods
+that say ``schedulerName: gpu-scheduler`` (a StatefulSet's, typically), binding
+each through the Binding subresource, through the same ledger as GPUWorkloads.
+
+One reconcile of pod ``namespace/name``:
+
+1. Gone, finished (Succeeded/Failed), or deleted before it was bound: release what
+   it held (DESIGN.md invariant 5) and wake whatever waits for capacity.
+2. Bound (``spec.nodeName``): make sure the ledger knows what it holds (a pod bound
+   by an earlier leader, or by someone else).
+3. Unbound, with the ``gpu-scheduling-map`` annotation: its replica index (the
+   ``apps.kubernetes.io/pod-index`` label, else the name's ordinal) picks the line
+   of the map; the named node must exist and be Ready, the named devices must exist,
+   be healthy and be held by no other workload.
+   Unbound, without a map: the default strategy places one replica of
+   ``nvidia.com/gpu`` limit (else 1) GPUs, honouring the pod's nodeSelector and
+   tolerations.
+   The placement is booked in the shared ledger, under the state lock, then the
+   pod is bound; a failed bind releases the booking. When it cannot be placed, a
+   ``FailedScheduling`` Warning Event on the pod says why, the pod stays Pending and
+   is retried with exponential backoff, and at once when capacity is freed.
+
+Ledger keys. A pod's booking is held under its controlling owner
+(``StatefulSet:<ns>/<name>``; ``Pod:<ns>/<name>`` when it has none), so that one
+StatefulSet's own map may name a device for several of its pods (the seed puts
+replicas 3 and 4 both on node4:3) while a device held by any other workload is
+refused (invariant 1). The owner's allocation is the list of its pods'
+placements; booking or releasing one pod re-books the owner's list. A pod that
+requests ``nvidia.com/gpu`` and has no map is booked under its own ``Pod:`` key and
+counted (the kubelet's device plugin picks its devices). These bookings have a
+priority above any GPUWorkload's, so they are never preemption victims.
+
+What the binding records. The Binding carries the ``gpu.orchestrator.dev/devices``
+annotation (the API server copies a Binding's annotations onto the pod), so a bound
+pod says which devices it holds, the same annotation the webhook writes at admission.
+After a restart the ledger is rebuilt from it (else from the map line of the pod's
+index, else from its ``nvidia.com/gpu`` request) before anything new is placed
+(invariant 3). A pod without a map gets devices booked but no
+``CUDA_VISIBLE_DEVICES``: the webhook only injects env into annotated pods at
+admission, and a pod's env cannot change after it, so such a pod either requests
+``nvidia.com/gpu`` (and the device plugin exposes the GPUs) or merely reserves them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from api.v1alpha1.types import (
+    MAX_PRIORITY,
+    SCHEDULING_MAP_ANNOTATION,
+    DeviceExposure,
+    GPUWorkload,
+    Placement,
+    SchedulingStrategy,
+)
+from controllers.children import DEVICES_ANNOTATION
+from controllers.gpuworkload import GPUWorkloadReconciler
+from controllers.placement_state import PlacementState
+from internal.scheduling.ledger import (
+    Ledger,
+    LedgerConflict,
+    is_controller_pod,
+    pod_gpu_request,
+    pod_is_active,
+    pod_key,
+)
+from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
+from internal.scheduling.podindex import pod_index
+from runtime import Builder, Conflict, Controller, Manager, NotFound, Request, Result
+from runtime.events import EventRecorder
+from runtime.predicates import Funcs, UpdateEvent
+from runtime.store import Indexer
+
+log = structlog.get_logger("podbinding")
+
+JSON = Mapping[str, Any]
+
+DEFAULT_SCHEDULER_NAME = "gpu-scheduler"
+FAILED_SCHEDULING = "FailedScheduling"
+#: above every GPUWorkload's priority: a bound pod's devices are never preempted
+SEED_PRIORITY = MAX_PRIORITY + 1
+
+
+# ------------------------------------------------------------------ pod helpers
+
+
+def _meta(pod: JSON) -> JSON:
+    return pod.get("metadata") or {}
+
+
+def _spec(pod: JSON) -> JSON:
+    return pod.get("spec") or {}
+
+
+def owner_key(pod: JSON) -> str:
+    """The ledger key of a seed-path pod: its controlling owner, else itself."""
+    meta = _meta(pod)
+    ns = meta.get("namespace") or "default"
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller"):
+            return f"{ref.get('kind')}:{ns}/{ref.get('name')}"
+    return f"Pod:{ns}/{meta.get('name') or ''}"
+
+
+def describe_holder(key: str) -> str:
+    """``StatefulSet ns/name`` for a pod book's key, ``GPUWorkload ns/name`` else."""
+    kind, sep, rest = key.partition(":")
+    return f"{kind} {rest}" if sep else f"GPUWorkload {key}"
+
+
+def parse_devices(value: Any) -> list[int] | None:
+    """``"0,1"`` -> ``[0, 1]``; None when absent or malformed."""
+    if value is None:
+        return None
+    out: list[int] = []
+    for tok in str(value).split(","):
+        tok = tok.strip()
+        if not tok.isdigit():
+            return None
+        out.append(int(tok))
+    return out or None
+
+
+def _devs(devices: list[int] | tuple[int, ...]) -> str:
+    return ",".join(map(str, devices))
+
+
+# ------------------------------------------------------------------------ book
+
+
+@dataclass(slots=True)
+class Entry:
+    """What one pod holds: under ``ledger_key``, one placement."""
+
+    ledger_key: str
+    placement: Placement
+    gpus: int  # counted GPUs when the placement names no devices
+    bound: bool = False
+
+    @property
+    def counted(self) -> bool:
+        return not self.placement.devices
+
+
+def bound_entry(pod: JSON) -> Entry | None:
+    """What a bound pod holds, as told by the pod: the devices annotation, else its
+    map line (when it names the node the pod is on), else its ``nvidia.com/gpu``
+    request, counted. None when it holds no GPU."""
+    node = _spec(pod).get("nodeName")
+    if not node:
+        return None
+    annotations = _meta(pod).get("annotations") or {}
+    index, _ = pod_index(pod)
+    devices = parse_devices(annotations.get(DEVICES_ANNOTATION))
+    if devices is None and index is not None:
+        text = annotations.get(SCHEDULING_MAP_ANNOTATION)
+        if text is not None and text.strip():
+            with contextlib.suppress(MapParseError):
+                line = parse_scheduling_map(text).get(index)
+                if line is not None and line.node == node:
+                    devices = list(line.devices)
+    placement_index = index if index is not None else 0
+    if devices:
+        return Entry(owner_key(pod), Placement(index=placement_index, node=node,
+                                               devices=devices), len(devices), True)
+    gpus = pod_gpu_request(pod)
+    if gpus > 0:
+        return Entry(f"Pod:{pod_key(pod)}", Placement(index=placement_index, node=node), gpus,
+                     True)
+    return None
+
+
+class SeedBook:
+    """The seed path's pods in the shared ledger (a ``PodBook`` of the
+    PlacementState): pod key -> Entry, and the owner allocations they make up.
+
+    Not thread-safe on its own: every call runs under the PlacementState lock."""
+
+    def __init__(self, scheduler_name: str = DEFAULT_SCHEDULER_NAME) -> None:
+        self.scheduler_name = scheduler_name
+        self.pods: dict[str, Entry] = {}
+        self._by_key: dict[str, set[str]] = {}  # ledger key -> pod keys
+        self.on_wake: Callable[[], None] = lambda: None
+
+    # -- PodBook
+    def owns(self, pod: JSON) -> bool:
+        return _spec(pod).get("schedulerName") == self.scheduler_name and \
+            not is_controller_pod(pod)
+
+    def rebuild(self, ledger: Ledger, pods: list[JSON]) -> list[str]:
+        self.pods.clear()
+        self._by_key.clear()
+        problems: list[str] = []
+        for pod in sorted(pods, key=pod_key):
+            if not self.owns(pod):
+                continue
+            key = pod_key(pod)
+            ledger.remove_foreign_pod(key)  # booked by its binding, not counted twice
+            if not pod_is_active(pod):
+                continue
+            entry = bound_entry(pod)
+            if entry is None:
+                continue
+            try:
+                self.book(ledger, key, entry)
+            except LedgerConflict as exc:
+                problems.append(f"pod {key}: {exc}")
+        return problems
+
+    def wake(self) -> None:
+        self.on_wake()
+
+    # -- bookings
+    def entry(self, key: str) -> Entry | None:
+        return self.pods.get(key)
+
+    def _rebook(self, ledger: Ledger, ledger_key: str, entries: list[Entry]) -> None:
+        if not entries:
+            ledger.forget(ledger_key)
+            return
+        ledger.assume(ledger_key, [e.placement for e in entries],
+                      gpus_per_replica=max(e.gpus for e in entries), priority=SEED_PRIORITY,
+                      committed=all(e.bound for e in entries), check_capacity=False)
+
+    def book(self, ledger: Ledger, key: str, entry: Entry) -> None:
+        """Book ``entry`` for pod ``key`` with the other pods of its owner (raises
+        LedgerConflict, changing nothing, when a device is held by another key)."""
+        old = self.pods.get(key)
+        if old is not None and old.ledger_key != entry.ledger_key:
+            self.release(ledger, key)
+            old = None
+        others = [self.pods[k] for k in sorted(self._by_key.get(entry.ledger_key, ()))
+                  if k != key]
+        self._rebook(ledger, entry.ledger_key, [*others, entry])
+        self.pods[key] = entry
+        self._by_key.setdefault(entry.ledger_key, set()).add(key)
+
+    def mark_bound(self, ledger: Ledger, key: str) -> None:
+        entry = self.pods.get(key)
+        if entry is None or entry.bound:
+            return
+        entry.bound = True
+        if all(self.pods[k].bound for k in self._by_key.get(entry.ledger_key, ())):
+            with contextlib.suppress(KeyError):
+                ledger.commit(entry.ledger_key)
+
+    def release(self, ledger: Ledger, key: str) -> Entry | None:
+        """Release pod ``key``'s placement (its owner keeps the others')."""
+        entry = self.pods.pop(key, None)
+        if entry is None:
+            return None
+        keys = self._by_key.get(entry.ledger_key, set())
+        keys.discard(key)
+        if not keys:
+            self._by_key.pop(entry.ledger_key, None)
+        try:
+            self._rebook(ledger, entry.ledger_key, [self.pods[k] for k in sorted(keys)])
+        except LedgerConflict:  # cannot happen for a subset of what it held
+            ledger.forget(entry.ledger_key)
+        return entry
+
+
+# ------------------------------------------------------------------ reconciler
+
+
+@dataclass
+class PodBindingOptions:
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    workers: int = 2
+    #: strategy for pods without a map (annotationMap falls back to leastLoaded)
+    default_strategy: str = SchedulingStrategy.LEAST_LOADED.value
+    initial_backoff: float = 1.0  # seconds before the first retry of an unplaceable pod
+    max_backoff: float = 60.0
+
+
+@dataclass
+class _Waiting:
+    attempts: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class PodBindingReconciler:
+    def __init__(self, client: Any, recorder: EventRecorder, pods: Indexer,
+                 state: Callable[[], PlacementState], book: SeedBook,
+                 options: PodBindingOptions | None = None) -> None:
+        self.client = client
+        self.recorder = recorder
+        self.pods = pods
+        self.state = state
+        self.book = book
+        self.options = options or PodBindingOptions()
+        self.enqueue: Callable[[Request], None] = lambda req: None
+        self._waiting = _Waiting()
+        book.on_wake = self._wake
+
+    # ------------------------------------------------------------------ entry
+
+    def reconcile(self, req: Request) -> Result | None:
+        state = self.state()  # the ledger is rebuilt before the first placement
+        key = f"{req.namespace}/{req.name}"
+        pod = self.pods.get_by_name(req.name, req.namespace)
+        if pod is None or not self.book.owns(pod) or not pod_is_active(pod):
+            self._settled(key)
+            self._release(state, key)
+            return None
+        if _spec(pod).get("nodeName"):
+            self._settled(key)
+            self._adopt(state, key, pod)
+            return None
+        if _meta(pod).get("deletionTimestamp"):
+            self._settled(key)
+            self._release(state, key)
+            return None
+        held = self.book.entry(key)
+        if held is not None and held.bound:
+            return None  # bound by us; the cache has not seen it yet
+        with state.lock:
+            entry, why = self._plan(state, pod)
+            if entry is not None:
+                try:
+                    self.book.book(state.ledger, key, entry)
+                except LedgerConflict as exc:
+                    entry, why = None, str(exc)
+        if entry is None:
+            return self._unschedulable(pod, key, why)
+        return self._bind(state, pod, key, entry)
+
+    # --------------------------------------------------------------- planning
+
+    def _plan(self, state: PlacementState, pod: JSON) -> tuple[Entry | None, str]:
+        """Where ``pod`` goes, or why it cannot go anywhere. Under the state lock."""
+        text = (_meta(pod).get("annotations") or {}).get(SCHEDULING_MAP_ANNOTATION)
+        index, source = pod_index(pod)
+        if text is None or not text.strip():
+            return self._plan_default(state, pod, index)
+        try:
+            lines = parse_scheduling_map(text)
+        except MapParseError as exc:
+            return None, f"invalid {SCHEDULING_MAP_ANNOTATION} annotation: {exc}"
+        if index is None:
+            return None, f"cannot tell the pod's replica index: {source}"
+        line = lines.get(index)
+        if line is None:
+            return None, (f"{SCHEDULING_MAP_ANNOTATION} has no entry for replica index "
+                          f"{index} ({source}); it maps index(es) "
+                          f"{', '.join(map(str, lines))}")
+        key = owner_key(pod)
+        why = self._check_exact(state, key, index, line.node, line.devices)
+        if why:
+            return None, why
+        return Entry(key, Placement(index=index, node=line.node, devices=list(line.devices)),
+                     len(line.devices)), ""
+
+    @staticmethod
+    def _check_exact(state: PlacementState, key: str, index: int, node: str,
+                     devices: tuple[int, ...]) -> str:
+        ledger = state.ledger
+        info = state.snapshot.get(node)
+        where = f"replica index {index}: node {node}"
+        if info is None:
+            return f"{where} does not exist"
+        if not info.ready:
+            return f"{where} is not Ready"
+        missing = [d for d in devices if d not in info.devices]
+        if missing:
+            return (f"{where}: device(s) {_devs(missing)} beyond the node's "
+                    f"{len(info.devices)} GPU(s)")
+        unhealthy = [d for d in devices if not info.devices[d].healthy]
+        if unhealthy:
+            return f"{where}: device(s) {_devs(unhealthy)} unhealthy"
+        held: dict[int, str] = {}
+        for d in devices:
+            holder = ledger.holder(node, d)
+            if holder is not None and holder != key:
+                held[d] = holder
+        if held:
+            owners = ", ".join(describe_holder(h) for h in sorted(set(held.values())))
+            return f"{where}: device(s) {_devs(sorted(held))} held by {owners}"
+        new = [d for d in devices if ledger.holder(node, d) != key]
+        free = ledger.free_count(node)
+        if len(new) > free:
+            return f"{where}: {free} free GPU(s), needs {len(new)} (other GPU pods)"
+        return ""
+
+    def _plan_default(self, state: PlacementState, pod: JSON,
+                      index: int | None) -> tuple[Entry | None, str]:
+        """No map: one replica by the default strategy."""
+        meta, spec = _meta(pod), _spec(pod)
+        requested = pod_gpu_request(pod)
+        gpus = min(max(requested, 1), 64)
+        counted = requested > 0  # the device plugin picks the devices
+        strategy = self.options.default_strategy
+        if strategy == SchedulingStrategy.ANNOTATION_MAP.value:
+            strategy = SchedulingStrategy.LEAST_LOADED.value
+        exposure = DeviceExposure.DEVICE_PLUGIN if counted else \
+            DeviceExposure.CUDA_VISIBLE_DEVICES
+        try:
+            model = GPUWorkload.model_validate({
+                # the model's key is the pod's own ``Pod:`` ledger key
+                "metadata": {"name": meta.get("name"),
+                             "namespace": f"Pod:{meta.get('namespace') or 'default'}"},
+                "spec": {"gpusPerReplica": gpus, "schedulingStrategy": strategy,
+                         "deviceExposure": exposure.value,
+                         "nodeSelector": dict(spec.get("nodeSelector") or {}),
+                         "template": {"spec": {"tolerations": [
+                             dict(t) for t in spec.get("tolerations") or ()]}}},
+            })
+        except ValueError as exc:
+            return None, f"cannot place the pod: {exc}"
+        decision = state.scheduler.schedule(model)
+        if not decision.ok or not decision.placements:
+            return None, decision.message or "no node fits"
+        p = decision.placements[0]
+        i = index if index is not None else 0
+        if decision.counted:
+            return Entry(model.key, Placement(index=i, node=p.node), gpus), ""
+        return Entry(owner_key(pod), Placement(index=i, node=p.node, devices=list(p.devices)),
+                     gpus), ""
+
+    # ---------------------------------------------------------------- binding
+
+    def _bind(self, state: PlacementState, pod: JSON, key: str, entry: Entry) -> Result | None:
+        meta = _meta(pod)
+        name, ns = meta["name"], meta.get("namespace") or "default"
+        node, devices = entry.placement.node, entry.placement.devices
+        binding: dict[str, Any] = {
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "namespace": ns, "uid": meta.get("uid")},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        if devices:
+            # the API server copies a Binding's annotations onto the pod
+            binding["metadata"]["annotations"] = {DEVICES_ANNOTATION: _devs(devices)}
+        try:
+            self.client.create_subresource("v1", "Pod", name, "binding", binding, namespace=ns)
+        except (NotFound, Conflict) as exc:
+            # gone, re-created under the same name, or bound meanwhile: the pod's own
+            # events bring it back (a bound pod is then adopted)
+            self._release(state, key)
+            log.info("pod.bind.skipped", pod=key, node=node, reason=type(exc).__name__,
+                     error=str(exc))
+            return None
+        except Exception:
+            self._release(state, key)  # never bound: release the booking
+            raise
+        with state.lock:
+            self.book.mark_bound(state.ledger, key)
+        self._settled(key)
+        what = f" (GPU devices {_devs(devices)})" if devices else \
+            f" ({entry.gpus} GPU(s) for the device plugin)"
+        self.recorder.normal(pod, "Scheduled", f"Successfully assigned {key} to {node}{what}")
+        log.info("pod.bound", pod=key, node=node, devices=_devs(devices),
+                 holder=entry.ledger_key)
+        return None
+
+    def _unschedulable(self, pod: JSON, key: str, why: str) -> Result:
+        with self._waiting.lock:
+            attempts = self._waiting.attempts.get(key, 0)
+            self._waiting.attempts[key] = attempts + 1
+        self.recorder.warning(pod, FAILED_SCHEDULING, why)
+        delay = min(self.options.max_backoff, self.options.initial_backoff * 2 ** min(attempts, 30))
+        log.info("pod.unschedulable", pod=key, reason=why, attempts=attempts + 1,
+                 retry_in=delay)
+        return Result(requeue_after=delay)
+
+    # ---------------------------------------------------------------- holding
+
+    def _adopt(self, state: PlacementState, key: str, pod: JSON) -> None:
+        """A bound pod: the ledger must know what it holds."""
+        want = bound_entry(pod)
+        with state.lock:
+            have = self.book.entry(key)
+            if have is not None and want is not None and have.ledger_key == want.ledger_key \
+                    and have.placement == want.placement:
+                self.book.mark_bound(state.ledger, key)
+                return
+            if have is not None and have.bound and want is None:
+                return  # ours, and the pod does not say more than we know
+            if want is None:
+                return
+            try:
+                self.book.book(state.ledger, key, want)
+            except LedgerConflict as exc:
+                conflict = str(exc)
+            else:
+                return
+        log.warning("pod.adopt.conflict", pod=key, error=conflict)
+        self.recorder.warning(pod, "DeviceConflict",
+                              f"bound outside this scheduler to devices another workload "
+                              f"holds: {conflict}")
+
+    def _release(self, state: PlacementState, key: str) -> None:
+        with state.lock:
+            released = self.book.release(state.ledger, key)
+        if released is not None:
+            log.info("pod.released", pod=key, node=released.placement.node,
+                     devices=_devs(released.placement.devices), holder=released.ledger_key)
+            state.capacity_freed()
+
+    # ---------------------------------------------------------------- waiting
+
+    def _settled(self, key: str) -> None:
+        with self._waiting.lock:
+            self._waiting.attempts.pop(key, None)
+
+    def _wake(self) -> None:
+        """Capacity was freed: retry every waiting pod now."""
+        with self._waiting.lock:
+            keys = list(self._waiting.attempts)
+        for k in keys:
+            ns, name = k.split("/", 1)
+            self.enqueue(Request(ns, name))
+
+
+# ------------------------------------------------------------------- wiring
+
+
+def pod_predicate(book: SeedBook) -> Funcs:
+    """This scheduler's pods: every event while unbound; once bound, only binding,
+    finishing and deletion."""
+
+    def update(e: UpdateEvent) -> bool:
+        if not book.owns(e.new):
+            return False
+        new_spec, old_spec = _spec(e.new), _spec(e.old)
+        if not new_spec.get("nodeName") or new_spec.get("nodeName") != old_spec.get("nodeName"):
+            return True
+        if pod_is_active(e.old) != pod_is_active(e.new):
+            return True
+        return _meta(e.old).get("deletionTimestamp") != _meta(e.new).get("deletionTimestamp")
+
+    return Funcs(create=lambda e: book.owns(e.obj), update=update,
+                 delete=lambda e: book.owns(e.obj), generic=lambda e: book.owns(e.obj))
+
+
+def setup_podbinding_controller(mgr: Manager, gpuworkload_reconciler: GPUWorkloadReconciler,
+                                opts: PodBindingOptions | None = None
+                                ) -> tuple[Controller, PodBindingReconciler]:
+    """Adds the pod-binding controller on the shared Pod informer, booking in the
+    GPUWorkload reconciler's placement state. Call before the manager starts (the
+    state reads its pod books at its rebuild)."""
+    opts = opts or PodBindingOptions()
+    if gpuworkload_reconciler.state is not None:
+        raise RuntimeError("set up the pod-binding controller before the placement state "
+                           "is built (before the manager starts)")
+    pods = mgr.informer_for("v1", "Pod")
+    book = SeedBook(opts.scheduler_name)
+    gpuworkload_reconciler.pod_books.append(book)
+    reconciler = PodBindingReconciler(mgr.client, mgr.event_recorder(opts.scheduler_name),
+                                      pods.indexer, gpuworkload_reconciler.ensure_state, book,
+                                      opts)
+    ctrl = (Builder(mgr).named("podbinding")
+            .for_("v1", "Pod", pod_predicate(book))
+            .with_options(max_concurrent_reconciles=opts.workers)
+            .complete(reconciler))
+    reconciler.enqueue = ctrl.enqueue
+    return ctrl, reconciler
+
