@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -277,11 +278,14 @@ class PodBindingOptions:
     default_strategy: str = SchedulingStrategy.LEAST_LOADED.value
     initial_backoff: float = 1.0  # seconds before the first retry of an unplaceable pod
     max_backoff: float = 60.0
+    #: freed capacity retries a waiting pod at once, but not more often than this
+    min_wake_interval: float = 1.0
 
 
 @dataclass
 class _Waiting:
     attempts: dict[str, int] = field(default_factory=dict)
+    last: dict[str, float] = field(default_factory=dict)  # monotonic time of the last try
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -295,7 +299,7 @@ class PodBindingReconciler:
         self.state = state
         self.book = book
         self.options = options or PodBindingOptions()
-        self.enqueue: Callable[[Request], None] = lambda req: None
+        self.enqueue_after: Callable[[Request, float], None] = lambda req, delay: None
         self._waiting = _Waiting()
         book.on_wake = self._wake
 
@@ -463,6 +467,7 @@ class PodBindingReconciler:
         with self._waiting.lock:
             attempts = self._waiting.attempts.get(key, 0)
             self._waiting.attempts[key] = attempts + 1
+            self._waiting.last[key] = time.monotonic()
         self.recorder.warning(pod, FAILED_SCHEDULING, why)
         delay = min(self.options.max_backoff, self.options.initial_backoff * 2 ** min(attempts, 30))
         log.info("pod.unschedulable", pod=key, reason=why, attempts=attempts + 1,
@@ -508,14 +513,18 @@ class PodBindingReconciler:
     def _settled(self, key: str) -> None:
         with self._waiting.lock:
             self._waiting.attempts.pop(key, None)
+            self._waiting.last.pop(key, None)
 
     def _wake(self) -> None:
-        """Capacity was freed: retry every waiting pod now."""
+        """Capacity was freed (or a node changed): retry every waiting pod now, or
+        ``min_wake_interval`` after its last try (node heartbeats wake often)."""
+        now = time.monotonic()
         with self._waiting.lock:
-            keys = list(self._waiting.attempts)
-        for k in keys:
+            due = {k: self._waiting.last.get(k, 0.0) + self.options.min_wake_interval - now
+                   for k in self._waiting.attempts}
+        for k, wait in due.items():
             ns, name = k.split("/", 1)
-            self.enqueue(Request(ns, name))
+            self.enqueue_after(Request(ns, name), max(0.0, wait))
 
 
 # ------------------------------------------------------------------- wiring
@@ -559,6 +568,6 @@ def setup_podbinding_controller(mgr: Manager, gpuworkload_reconciler: GPUWorkloa
             .for_("v1", "Pod", pod_predicate(book))
             .with_options(max_concurrent_reconciles=opts.workers)
             .complete(reconciler))
-    reconciler.enqueue = ctrl.enqueue
+    reconciler.enqueue_after = ctrl.queue.add_after
     return ctrl, reconciler
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from api.v1alpha1.types import API_VERSION, DeviceExposure
+from controllers.podbinding import PodBindingOptions, setup_podbinding_controller
 from controllers.setup import ControllerOptions, setup_gpuworkload_controller
 from hack.testenv import ControlPlane
 from runtime import Client, Manager, NotFound, Options, RestConfig
@@ -43,11 +44,15 @@ def admin(installed: ControlPlane) -> Client:
 
 
 class Running:
-    """A manager with the GPUWorkload controller, on a thread; restartable."""
+    """A manager with the GPUWorkload controller, on a thread; restartable. With
+    ``pod_binding`` (True or PodBindingOptions) it also runs the pod-binding
+    controller of the seed path, on the same ledger."""
 
-    def __init__(self, cluster: ControlPlane, **opts: Any) -> None:
+    def __init__(self, cluster: ControlPlane,
+                 pod_binding: bool | PodBindingOptions = False, **opts: Any) -> None:
         self.cluster = cluster
         self.opts = opts
+        self.pod_binding = pod_binding
         self.mgr: Manager | None = None
         self.thread: threading.Thread | None = None
         self.codes: list[int] = []
@@ -61,6 +66,10 @@ class Running:
                                            graceful_shutdown_timeout=10))
         _, self.reconciler = setup_gpuworkload_controller(
             self.mgr, ControllerOptions(**{"workers": 4, **self.opts}))
+        if self.pod_binding:
+            pb = self.pod_binding if isinstance(self.pod_binding, PodBindingOptions) else \
+                PodBindingOptions(max_backoff=5.0)
+            _, self.binder = setup_podbinding_controller(self.mgr, self.reconciler, pb)
         mgr = self.mgr
         self.thread = threading.Thread(target=lambda: self.codes.append(mgr.start()),
                                        daemon=True, name="test-manager")
