@@ -1,0 +1,276 @@
+"""The pod-binding reconciler against an in-memory cache, a fake client and the real
+PlacementState (no server): bookings, refusals, releases and the rebuild."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from api.v1alpha1.types import DeviceExposure, Placement
+from controllers.placement_state import PlacementState
+from controllers.podbinding import (
+    SEED_PRIORITY,
+    PodBindingOptions,
+    PodBindingReconciler,
+    SeedBook,
+    bound_entry,
+    owner_key,
+    pod_predicate,
+)
+from runtime import ApiError, Conflict, Request
+from runtime.predicates import UpdateEvent
+from runtime.store import Indexer
+from tests.unit.scheduling.helpers import SEED_MAP, node
+
+NS = "ns"
+STS = f"StatefulSet:{NS}/check"
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.bindings: list[dict[str, Any]] = []
+        self.fail: Exception | None = None
+
+    def create_subresource(self, api_version: str, kind: str, name: str, sub: str,
+                           body: dict[str, Any], namespace: str | None = None) -> dict:
+        assert (api_version, kind, sub) == ("v1", "Pod", "binding")
+        if self.fail is not None:
+            raise self.fail
+        self.bindings.append(body)
+        return body
+
+
+class FakeRecorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str, str]] = []
+
+    def normal(self, obj: Any, reason: str, message: str) -> None:
+        self.events.append((obj["metadata"]["name"], "Normal", reason, message))
+
+    def warning(self, obj: Any, reason: str, message: str) -> None:
+        self.events.append((obj["metadata"]["name"], "Warning", reason, message))
+
+
+def pod(name: str, *, map_text: str | None = SEED_MAP, owner: str | None = "check",
+        node_name: str | None = None, gpus: int | None = None, phase: str = "Pending",
+        annotations: dict[str, str] | None = None,
+        scheduler: str = "gpu-scheduler") -> dict[str, Any]:
+    ann = dict(annotations or {})
+    if map_text is not None:
+        ann["gpu-scheduling-map"] = map_text
+    meta: dict[str, Any] = {"name": name, "namespace": NS, "uid": f"uid-{name}",
+                            "annotations": ann}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                    "name": owner, "uid": "sts", "controller": True}]
+    c: dict[str, Any] = {"name": "c", "image": "x"}
+    if gpus is not None:
+        c["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    spec: dict[str, Any] = {"schedulerName": scheduler, "containers": [c]}
+    if node_name:
+        spec["nodeName"] = node_name
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+class Env:
+    def __init__(self, pods: list[dict[str, Any]] = (), gpus: int = 4) -> None:  # type: ignore[assignment]
+        self.nodes = [node(f"node{i}", gpus) for i in range(1, 5)]
+        self.pods = Indexer()
+        for p in pods:
+            self.pods.add(p)
+        self.book = SeedBook()
+        self.state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, pod_books=[self.book])
+        self.rebuild()
+        self.client, self.recorder = FakeClient(), FakeRecorder()
+        self.rec = PodBindingReconciler(self.client, self.recorder, self.pods,
+                                        lambda: self.state, self.book, PodBindingOptions())
+
+    def rebuild(self, workloads: list[dict[str, Any]] = ()) -> list[str]:  # type: ignore[assignment]
+        return self.state.rebuild(lambda: (self.nodes, [], list(workloads),
+                                           self.pods.list()))
+
+    def add(self, p: dict[str, Any]) -> None:
+        self.pods.add(p)
+
+    def reconcile(self, name: str) -> Any:
+        return self.rec.reconcile(Request(NS, name))
+
+    def holder(self, node_name: str, device: int) -> str | None:
+        return self.state.ledger.holder(node_name, device)
+
+    def bound(self) -> dict[str, tuple[str, str | None]]:
+        return {b["metadata"]["name"]: (b["target"]["name"],
+                                        (b["metadata"].get("annotations") or {})
+                                        .get("gpu.orchestrator.dev/devices"))
+                for b in self.client.bindings}
+
+    def warnings(self, name: str) -> list[str]:
+        return [m for n, t, r, m in self.recorder.events
+                if n == name and t == "Warning" and r == "FailedScheduling"]
+
+
+def test_seed_map_binds_each_index_to_its_node_and_devices() -> None:
+    env = Env()
+    for i in range(5):
+        env.add(pod(f"check-{i}"))
+        assert env.reconcile(f"check-{i}") is None
+    assert env.bound() == {"check-0": ("node1", "0,1"), "check-1": ("node2", "2"),
+                           "check-2": ("node3", "0,1,2"), "check-3": ("node4", "3"),
+                           "check-4": ("node4", "3")}
+    assert env.client.bindings[0]["metadata"]["uid"] == "uid-check-0"
+    alloc = env.state.ledger.allocation(STS)
+    assert alloc is not None and alloc.committed and alloc.priority == SEED_PRIORITY
+    assert sorted(p.index for p in alloc.placements) == [0, 1, 2, 3, 4]
+    assert env.holder("node4", 3) == STS
+
+
+def test_index_label_wins_over_the_name() -> None:
+    env = Env()
+    p = pod("whatever-0")
+    p["metadata"]["labels"] = {"apps.kubernetes.io/pod-index": "2"}
+    env.add(p)
+    env.reconcile("whatever-0")
+    assert env.bound() == {"whatever-0": ("node3", "0,1,2")}
+
+
+@pytest.mark.parametrize("map_text, name, want", [
+    ("0=node1:0", "check-3", "no entry for replica index 3"),
+    ("0=node9:0", "check-0", "replica index 0: node node9 does not exist"),
+    ("0=node1:4", "check-0", "device(s) 4 beyond the node's 4 GPU(s)"),
+    ("0=node1", "check-0", "invalid gpu-scheduling-map annotation: line 1"),
+    ("0=node1:0", "nameless", "cannot tell the pod's replica index"),
+])
+def test_unplaceable_pods_get_an_event_and_a_retry(map_text: str, name: str, want: str) -> None:
+    env = Env([pod(name, map_text=map_text)])
+    first = env.reconcile(name)
+    second = env.reconcile(name)
+    assert env.client.bindings == []
+    assert any(want in m for m in env.warnings(name)), env.warnings(name)
+    assert 0 < first.requeue_after < second.requeue_after  # exponential backoff
+
+
+def test_device_of_another_workload_is_refused_and_nothing_is_booked() -> None:
+    env = Env()
+    env.state.ledger.assume("ns/gw", [Placement(index=0, node="node4", devices=[3])])
+    env.add(pod("check-3"))
+    env.reconcile("check-3")
+    assert "device(s) 3 held by GPUWorkload ns/gw" in env.warnings("check-3")[0]
+    assert env.state.ledger.allocation(STS) is None
+    # another StatefulSet is "another workload" too
+    env.state.ledger.forget("ns/gw")
+    env.add(pod("other-3", owner="other"))
+    env.reconcile("other-3")
+    env.add(pod("check-3"))
+    env.reconcile("check-3")
+    assert f"held by StatefulSet {NS}/other" in env.warnings("check-3")[-1]
+
+
+def test_failed_bind_releases_the_booking() -> None:
+    env = Env([pod("check-0")])
+    env.client.fail = ApiError(500, "InternalError", "boom")
+    with pytest.raises(ApiError):
+        env.reconcile("check-0")
+    assert env.holder("node1", 0) is None
+    env.client.fail = Conflict(409, "Conflict", "already assigned")
+    assert env.reconcile("check-0") is None
+    assert env.holder("node1", 0) is None
+
+
+def test_finished_or_deleted_pods_release_only_their_own_devices() -> None:
+    env = Env()
+    for i in (3, 4):
+        env.add(pod(f"check-{i}"))
+        env.reconcile(f"check-{i}")
+    env.add(pod("check-3", node_name="node4", phase="Succeeded"))
+    env.reconcile("check-3")
+    assert env.holder("node4", 3) == STS  # check-4 still holds it
+    env.pods.delete(f"{NS}/check-4")
+    env.reconcile("check-4")
+    assert env.holder("node4", 3) is None
+    assert env.state.ledger.allocation(STS) is None
+
+
+def test_release_wakes_waiting_pods_and_workloads() -> None:
+    env = Env()
+    woken: list[Request] = []
+    env.rec.enqueue_after = lambda req, delay: woken.append(req)
+    env.rec.options.min_wake_interval = 0
+    env.add(pod("a-0", owner="a", map_text="0=node1:0"))
+    env.reconcile("a-0")
+    env.add(pod("b-0", owner="b", map_text="0=node1:0"))
+    env.reconcile("b-0")
+    assert env.warnings("b-0")
+    env.pods.delete(f"{NS}/a-0")
+    env.reconcile("a-0")
+    assert woken == [Request(NS, "b-0")]
+    env.reconcile("b-0")
+    assert env.bound()["b-0"] == ("node1", "0")
+
+
+def test_no_map_uses_the_default_strategy() -> None:
+    env = Env(gpus=2)
+    env.add(pod("plugin-0", map_text=None, gpus=2))
+    env.reconcile("plugin-0")
+    (node_name, devices), = env.bound().values()
+    assert devices is None  # the device plugin picks: counted, not named
+    assert env.state.ledger.counted(node_name) == {f"Pod:{NS}/plugin-0": 2}
+    env.add(pod("plain-0", map_text=None, owner=None))
+    env.reconcile("plain-0")
+    node2, devs2 = env.bound()["plain-0"]
+    assert node2 != node_name and devs2 is not None and len(devs2.split(",")) == 1
+    assert env.holder(node2, int(devs2)) == f"Pod:{NS}/plain-0"
+
+
+def test_rebuild_rebooks_bound_pods_and_never_counts_them_as_foreign() -> None:
+    pods = [
+        pod("check-3", node_name="node4", phase="Running",
+            annotations={"gpu.orchestrator.dev/devices": "3"}),
+        pod("check-4", node_name="node4", phase="Running"),  # devices from its map line
+        pod("gpu-0", map_text=None, node_name="node2", gpus=2, phase="Running"),
+        pod("done-0", map_text="0=node1:0", owner="done", node_name="node1",
+            phase="Succeeded"),
+    ]
+    env = Env(pods)
+    ledger = env.state.ledger
+    assert env.holder("node4", 3) == STS
+    assert sorted(p.index for p in ledger.allocation(STS).placements) == [3, 4]
+    assert ledger.counted("node2") == {f"Pod:{NS}/gpu-0": 2}
+    assert not ledger.foreign_pods()
+    assert env.holder("node1", 0) is None
+    # events for our pods never count them as foreign either
+    env.state.on_pod(pods[2])
+    assert not ledger.foreign_pods()
+
+
+def test_rebuild_reports_a_pod_bound_onto_a_workloads_device() -> None:
+    wl = {"apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUWorkload",
+          "metadata": {"name": "gw", "namespace": NS},
+          "spec": {"gpusPerReplica": 1},
+          "status": {"phase": "Running",
+                     "placements": [{"index": 0, "node": "node4", "devices": [3]}]}}
+    env = Env()
+    env.add(pod("check-3", node_name="node4", phase="Running"))
+    problems = env.rebuild([wl])
+    assert any("check-3" in p and "held by ns/gw" in p for p in problems)
+    assert env.holder("node4", 3) == "ns/gw"
+
+
+def test_bound_entry_and_owner_key() -> None:
+    assert owner_key(pod("x-1")) == STS
+    assert owner_key(pod("x-1", owner=None)) == f"Pod:{NS}/x-1"
+    assert bound_entry(pod("x-1")) is None  # not bound
+    e = bound_entry(pod("x-1", node_name="node2"))
+    assert e is not None and (e.placement.node, e.placement.devices) == ("node2", [2])
+    assert bound_entry(pod("x-1", node_name="node3")) is None  # map names another node
+
+
+def test_predicate_keeps_unbound_and_lifecycle_changes_only() -> None:
+    pred = pod_predicate(SeedBook())
+    unbound, bound = pod("a-0"), pod("a-0", node_name="node1", phase="Running")
+    assert not pred.update(UpdateEvent(pod("a-0", scheduler="default-scheduler"),
+                                       pod("a-0", scheduler="default-scheduler")))
+    assert pred.update(UpdateEvent(unbound, unbound))
+    assert pred.update(UpdateEvent(unbound, bound))
+    assert not pred.update(UpdateEvent(bound, bound))
+    assert pred.update(UpdateEvent(bound, pod("a-0", node_name="node1", phase="Failed")))
