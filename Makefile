@@ -12,7 +12,7 @@ KUBECONFIG_LOCAL := $(TESTENV_DIR)/kubeconfig
 KUBECTL := kubectl --kubeconfig=$(KUBECONFIG_LOCAL)
 PYTEST_ARGS ?=
 
-.PHONY: help venv testenv test unit integration lint fmt cluster-up cluster-down demo run manifests bench clean
+.PHONY: help venv tools testenv test unit integration lint fmt cluster-up cluster-down demo run manifests bench clean
 
 help:
 	@echo "make demo          local control plane + config/ installed, prints the GPU nodes"
@@ -34,7 +34,11 @@ venv: $(STAMP)
 testenv:
 	@bash hack/testenv/build.sh >/dev/null
 
-test: venv testenv
+# promtool (Debian's prometheus package), for the alert rule tests
+tools:
+	@bash hack/install-tools.sh
+
+test: venv tools testenv
 	$(BIN)/pytest tests $(PYTEST_ARGS)
 
 unit: venv
@@ -55,19 +59,17 @@ cluster-up: venv testenv
 cluster-down: venv
 	$(BIN)/python -m hack.testenv down --dir $(TESTENV_DIR)
 
-# The demo brings the control plane up, installs config/, shows the GPU nodes and
-# the CRDs, and stops everything again (KEEP=1 leaves the cluster running).
+# The demo brings the control plane up, installs config/, runs the controller and the
+# webhook, applies the samples and the seed StatefulSet, prints what a user would
+# look at, and stops everything again (KEEP=1 leaves it all running).
 demo: cluster-up
 	@trap '[ "$(KEEP)" = 1 ] || $(MAKE) --no-print-directory cluster-down' EXIT; set -e; \
-	$(KUBECTL) apply -k config; \
-	$(KUBECTL) wait --for=condition=Established --timeout=60s crd --all; \
 	echo; echo "== kubectl get nodes (GPU capacity)"; \
 	$(KUBECTL) get nodes -o custom-columns='NAME:.metadata.name,STATUS:.status.conditions[?(@.type=="Ready")].type,GPUS:.status.capacity.nvidia\.com/gpu,ALLOCATABLE:.status.allocatable.nvidia\.com/gpu,INTERNAL-IP:.status.addresses[?(@.type=="InternalIP")].address'; \
+	$(BIN)/python -m hack.demo --dir $(TESTENV_DIR); \
 	echo; echo "== kubectl get crds"; \
 	$(KUBECTL) get crds; \
-	echo; echo "== kubectl get gpuworkloads -A"; \
-	$(KUBECTL) get gpuworkloads -A; \
-	if [ "$(KEEP)" = 1 ]; then echo; echo "cluster left running: export KUBECONFIG=$(KUBECONFIG_LOCAL); make cluster-down to stop"; fi
+	if [ "$(KEEP)" = 1 ]; then echo; echo "left running: export KUBECONFIG=$(KUBECONFIG_LOCAL); make cluster-down to stop"; fi
 
 run: venv
 	$(BIN)/python main.py manager $(RUN_ARGS)

@@ -53,7 +53,7 @@ from internal.backoff import next_delay, should_retry
 from internal.scheduling.framework import INVALID_MAP, PREEMPT, UNSCHEDULABLE
 from runtime import AlreadyExists, Conflict, NotFound, Request, Result
 from runtime.events import EventRecorder
-from runtime.store import Indexer
+from runtime.store import NODE_NAME_INDEX, Indexer
 
 log = structlog.get_logger("gpuworkload")
 
@@ -257,6 +257,7 @@ class GPUWorkloadReconciler:
         attempt = str(w.status.retries)
         lost = sorted({p.node for p in w.status.placements if not state.has_node(p.node)})
         if lost:
+            self._force_delete_on(raw, lost)
             return self._end_attempt(w, raw, "NodeLost",
                                      f"node(s) {', '.join(lost)} disappeared")
         exposure = w.spec.device_exposure or self.options.default_exposure
@@ -415,6 +416,21 @@ class GPUWorkloadReconciler:
             return True
         except AlreadyExists:
             return False
+
+    def _force_delete_on(self, raw: JSON, nodes: list[str]) -> None:
+        """Pods of this workload on nodes that are gone: no kubelet will ever confirm
+        their graceful deletion, so delete them at once (as the pod GC would, later),
+        freeing their deterministic names for the next attempt."""
+        name = raw["metadata"]["name"]
+        for node in nodes:
+            for pod in self.pods.by_index(NODE_NAME_INDEX, node):
+                meta = pod.get("metadata") or {}
+                if meta.get("namespace") != raw["metadata"]["namespace"] or \
+                        (meta.get("labels") or {}).get(ch.WORKLOAD_LABEL) != name:
+                    continue
+                with contextlib.suppress(NotFound):
+                    self.client.delete("v1", "Pod", meta["name"], namespace=meta["namespace"],
+                                       grace_period_seconds=0)
 
     def _delete_children(self, raw: JSON, *, keep_attempt: str | None = None,
                          only_unfinished: bool = False) -> None:

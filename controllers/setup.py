@@ -13,7 +13,12 @@ from controllers.gpuworkload import GPUWorkloadReconciler, Options
 from controllers.placement_state import PlacementState
 from internal.metrics.domain import STATE
 from runtime import Builder, Controller, FuncHandler, Manager, Request
-from runtime.store import OWNER_UID_INDEX, index_by_owner_uid
+from runtime.store import (
+    NODE_NAME_INDEX,
+    OWNER_UID_INDEX,
+    index_by_node_name,
+    index_by_owner_uid,
+)
 
 PLACEMENT_NODE_INDEX = "placement-node"
 COMPONENT = "gpu-orchestrator"
@@ -65,7 +70,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     owner_index = {OWNER_UID_INDEX: index_by_owner_uid}
     workloads = mgr.informer_for(API_VERSION, "GPUWorkload",
                                  indexers={PLACEMENT_NODE_INDEX: index_by_placement_node})
-    pods = mgr.informer_for("v1", "Pod", indexers=owner_index)
+    pods = mgr.informer_for("v1", "Pod",
+                            indexers={**owner_index, NODE_NAME_INDEX: index_by_node_name})
     jobs = mgr.informer_for("batch/v1", "Job", indexers=owner_index)
     nodes = mgr.informer_for("v1", "Node")
     gpunodes = mgr.informer_for(API_VERSION, "GPUNode")

@@ -1,0 +1,145 @@
+"""``make demo``: on a running local control plane (``make cluster-up``), install
+config/, run the controller and the webhook as background processes (their PIDs go
+into the control plane's state.json, so ``make cluster-down`` stops them too), apply
+the samples and the seed-path StatefulSet, and print what a user would look at.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from hack.testenv.controlplane import free_port
+from hack.testenv.process import Process, tail
+
+ROOT = Path(__file__).resolve().parent.parent
+NS_WORKLOADS = "demo"
+NS_SEED = "seed-path"
+WEBHOOK_CONFIG = "gpu-orchestrator-demo"
+
+
+class Demo:
+    def __init__(self, d: Path) -> None:
+        self.dir = d.resolve()
+        self.state_file = self.dir / "state.json"
+        if not self.state_file.exists():
+            sys.exit(f"demo: no control plane in {self.dir}; run `make cluster-up` first")
+        self.state = json.loads(self.state_file.read_text())
+        self.kubeconfig = self.state["kubeconfig"]
+
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> str:
+        p = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args],
+                           capture_output=True, text=True, input=input)
+        if check and p.returncode != 0:
+            raise SystemExit(f"demo: kubectl {' '.join(args)} failed:\n{p.stdout}{p.stderr}")
+        return p.stdout
+
+    def show(self, title: str, *args: str) -> None:
+        print(f"\n== kubectl {' '.join(args)}   # {title}", flush=True)
+        print(self.kubectl(*args), end="", flush=True)
+
+    def spawn(self, name: str, argv: list[str], ready_log: str, timeout: float = 60) -> None:
+        proc = Process(name, argv, self.dir / "logs" / f"{name}.log")
+        proc.start()
+        self.state["processes"][name] = {"pid": proc.pid, "exe": argv[0]}
+        self.state_file.write_text(json.dumps(self.state, indent=2))
+        proc.wait_ready(lambda: ready_log in proc.log.read_text(errors="replace"), timeout)
+        print(f"demo: {name} running (pid {proc.pid}, log {proc.log})", flush=True)
+
+    def wait(self, what: str, fn, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not fn():
+            if time.monotonic() > deadline:
+                print(f"demo: gave up waiting for {what}", file=sys.stderr)
+                return
+            time.sleep(0.5)
+
+    def pods_running(self, ns: str, count: int) -> bool:
+        pods = json.loads(self.kubectl("get", "pods", "-n", ns, "-o", "json"))["items"]
+        return sum(p["status"].get("phase") == "Running" for p in pods) >= count
+
+    # ------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.kubectl("apply", "-k", str(ROOT / "config"))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        py = sys.executable
+        self.spawn("manager", [
+            py, str(ROOT / "main.py"), "manager", f"--kubeconfig={self.kubeconfig}",
+            "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0",
+            "--enable-pod-binding", "--log-format=console"], "controller.starting")
+        port = free_port()
+        self.register_webhook(port)
+        self.spawn("webhook", [
+            py, str(ROOT / "main.py"), "webhook", f"--kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1", f"--port={port}", "--host=127.0.0.1",
+            f"--cert-dir={self.dir / 'webhook-certs'}",
+            f"--webhook-config-name={WEBHOOK_CONFIG}", "--log-format=console"],
+            "webhook_serving")
+        self.wait("the webhook's CA bundle", lambda: json.loads(self.kubectl(
+            "get", "mutatingwebhookconfiguration", WEBHOOK_CONFIG, "-o", "json"))[
+            "webhooks"][0]["clientConfig"].get("caBundle"), 30)
+
+        print("\n### GPUWorkloads: one sample per strategy, and the seed's 5-replica map")
+        self.kubectl("create", "namespace", NS_WORKLOADS, check=False)
+        self.kubectl("apply", "-n", NS_WORKLOADS, "-k", str(ROOT / "config" / "samples"))
+        self.wait("the seed workload's 5 pods", lambda: self.pods_running(NS_WORKLOADS, 5))
+        time.sleep(2)
+        self.show("placements", "get", "gpuworkloads", "-n", NS_WORKLOADS)
+        self.show("each pod's node and devices", "get", "pods", "-n", NS_WORKLOADS, "-o",
+                  "custom-columns=NAME:.metadata.name,STATUS:.status.phase,"
+                  "NODE:.spec.nodeName,IP:.status.podIP,"
+                  "CUDA_VISIBLE_DEVICES:.spec.containers[0].env[?(@.name=="
+                  "\"CUDA_VISIBLE_DEVICES\")].value")
+
+        print("\n### Seed path: a StatefulSet with schedulerName gpu-scheduler and the map "
+              "annotation (the GPUWorkloads are deleted first: they hold those devices)")
+        self.kubectl("delete", "-n", NS_WORKLOADS, "-k", str(ROOT / "config" / "samples"),
+                     "--wait=true")
+        self.kubectl("create", "namespace", NS_SEED, check=False)
+        self.kubectl("apply", "-n", NS_SEED, "-f",
+                     str(ROOT / "config" / "samples" / "gpu-scheduler-check-statefulset.yaml"))
+        self.wait("the StatefulSet's 5 pods", lambda: self.pods_running(NS_SEED, 5), 90)
+        self.show("bound by gpu-scheduler", "get", "pods", "-n", NS_SEED, "-o", "wide")
+        self.show("injected by the webhook", "get", "pods", "-n", NS_SEED, "-o",
+                  "custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,"
+                  "CUDA_VISIBLE_DEVICES:.spec.containers[0].env[?(@.name=="
+                  "\"CUDA_VISIBLE_DEVICES\")].value")
+
+    def register_webhook(self, port: int) -> None:
+        """config/webhook's configuration, called by URL on 127.0.0.1 (never through a
+        Service); the webhook patches its own CA bundle in."""
+        doc = yaml.safe_load((ROOT / "config/webhook/mutating_webhook_configuration.yaml")
+                             .read_text())
+        doc = copy.deepcopy(doc)
+        doc["metadata"] = {"name": WEBHOOK_CONFIG}
+        for hook in doc["webhooks"]:
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}/mutate"}
+        self.kubectl("apply", "-f", "-", input=json.dumps(doc))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hack.demo", description=__doc__)
+    p.add_argument("--dir", type=Path, default=Path(".testenv"))
+    a = p.parse_args(argv)
+    demo = Demo(a.dir)
+    try:
+        demo.run()
+    except Exception as exc:
+        for name in ("manager", "webhook"):
+            log = demo.dir / "logs" / f"{name}.log"
+            if log.exists():
+                print(f"\n--- {name} log tail ---\n{tail(log)}", file=sys.stderr)
+        raise SystemExit(f"demo: {exc}") from exc
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
