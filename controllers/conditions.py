@@ -12,6 +12,7 @@ from api.v1alpha1.types import Phase
 SCHEDULED = "Scheduled"
 READY = "Ready"
 FAILED = "Failed"
+PREEMPTED = "Preempted"
 
 
 def set_condition(conditions: list[dict[str, Any]], type_: str, status: bool, reason: str,

@@ -40,6 +40,7 @@ from api.v1alpha1.types import (
 from controllers import children as ch
 from controllers.conditions import (
     FAILED,
+    PREEMPTED,
     READY,
     SCHEDULED,
     aggregate,
@@ -166,6 +167,10 @@ class GPUWorkloadReconciler:
             status = self._status(raw, phase=Phase.SCHEDULED, message=decision.message,
                                   placements=placements, next_retry=None,
                                   condition=(SCHEDULED, True, "Scheduled", decision.message))
+            if get_condition(raw.get("status") or {}, PREEMPTED):
+                status["conditions"] = set_condition(
+                    status["conditions"], PREEMPTED, False, "PlacedAgain", decision.message,
+                    _fmt(now), raw["metadata"].get("generation"))
             try:
                 raw = self._write_status(raw, status, precondition=True)
             except Exception:
@@ -242,6 +247,8 @@ class GPUWorkloadReconciler:
         self.recorder.warning(victim, "Preempted", msg)
         status = self._status(victim, phase=Phase.PENDING, message=msg, placements=None,
                               next_retry=None, condition=(SCHEDULED, False, "Preempted", msg))
+        status["conditions"] = set_condition(status["conditions"], PREEMPTED, True, "Preempted",
+                                             msg, _fmt(self.clock()), None)
         status["conditions"] = set_condition(status["conditions"], READY, False, "Preempted",
                                              msg, _fmt(self.clock()), None)
         with contextlib.suppress(NotFound):

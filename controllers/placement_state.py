@@ -54,6 +54,17 @@ def _terminal(status: JSON) -> bool:
     return status.get("phase") in (Phase.SUCCEEDED.value, Phase.FAILED.value)
 
 
+def _more_room(before: Any, after: Any) -> bool:
+    """Could this node change let a waiting workload fit where it did not before?
+    (Heartbeats and status churn must not wake every waiting workload.)"""
+    if after is None or not after.ready or after.unschedulable:
+        return False
+    if before is None or not before.ready or before.unschedulable:
+        return True
+    return bool(after.usable - before.usable) or after.labels != before.labels or \
+        after.taints != before.taints or after.devices != before.devices
+
+
 class PendingSet:
     """Unplaced workloads: those never tried yet (by priority, for the priority gate)
     and those waiting for capacity (woken when devices free up)."""
@@ -259,12 +270,16 @@ class PlacementState:
     # --------------------------------------------------------------- events
 
     def on_node(self, node: JSON) -> None:
+        name = str((node.get("metadata") or {}).get("name"))
         with self.lock:
             if not self.ready:
                 return
+            before = self.snapshot.get(name)
             self.snapshot.upsert_node(node)
-            waiting = list(self.pending.waiting)
-        self._wake(waiting)
+            more = _more_room(before, self.snapshot.get(name))
+            waiting = list(self.pending.waiting) if more else []
+        if more:
+            self._wake(waiting)
 
     def on_node_deleted(self, node: Any) -> None:
         name = str(((getattr(node, "obj", node) or {}).get("metadata") or {}).get("name"))
@@ -279,11 +294,13 @@ class PlacementState:
         with self.lock:
             if not self.ready:
                 return
+            before = self.snapshot.get(name)
             self._gpunodes[name] = gpunode
             self.snapshot.upsert_gpunode(self._view(gpunode))
-            waiting = list(self.pending.waiting)
-        self._wake(waiting)
-        self._enqueue_on_node(name)
+            more = _more_room(before, self.snapshot.get(name))
+            waiting = list(self.pending.waiting) if more else []
+        if more:
+            self._wake(waiting)
 
     def on_gpunode_deleted(self, gpunode: Any) -> None:
         obj = getattr(gpunode, "obj", gpunode) or {}

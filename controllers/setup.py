@@ -6,12 +6,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from api.v1alpha1.types import API_VERSION, DeviceExposure
 from controllers.gpuworkload import GPUWorkloadReconciler, Options
 from controllers.placement_state import PlacementState
 from internal.metrics.domain import STATE
+from internal.scheduling.inventory import heartbeat
 from runtime import Builder, Controller, FuncHandler, Manager, Request
 from runtime.store import (
     NODE_NAME_INDEX,
@@ -139,5 +141,14 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         state = reconciler.state
         return state.node_gpus() if state is not None and state.ready else ({}, {})
 
-    STATE.set_sources(phases, node_gpus)
+    def heartbeats() -> dict[str, float]:
+        now = datetime.now(UTC)
+        out = {}
+        for g in gpunodes.indexer.list():
+            beat = heartbeat(g)
+            if beat is not None:
+                out[g["metadata"]["name"]] = max(0.0, (now - beat).total_seconds())
+        return out
+
+    STATE.set_sources(phases, node_gpus, heartbeats)
     return ctrl, reconciler

@@ -225,6 +225,7 @@ class ControlPlane:
             f"--service-account-private-key-file={self.sa.key}",
             f"--root-ca-file={self.ca.cert_path}",
             "--concurrent-gc-syncs=5",
+            "--node-monitor-period=1s",
             "--v=1",
         ])
         proc.wait_ready(self._healthz_probe(port), 60)
@@ -288,7 +289,8 @@ class ControlPlane:
 
     def create_nodes(self, names: list[str], gpus: int, labels: dict[str, str] | None = None,
                      timeout: float = 60) -> None:
-        """Creates kwok nodes with ``gpus`` nvidia.com/gpu each and waits until Ready."""
+        """Creates kwok nodes with ``gpus`` nvidia.com/gpu each and waits until they are
+        Ready and untainted."""
         for name in names:
             code, body = self.api("POST", "/api/v1/nodes", self.node_manifest(name, gpus, labels))
             if code not in (201, 409):
@@ -299,7 +301,11 @@ class ControlPlane:
             for name in list(pending):
                 code, node = self.api("GET", f"/api/v1/nodes/{name}")
                 conds = (node.get("status") or {}).get("conditions") or [] if code == 200 else []
-                if any(c["type"] == "Ready" and c["status"] == "True" for c in conds):
+                # Ready, and the node lifecycle controller has lifted its
+                # node.kubernetes.io/not-ready taint (as a kubelet's node would be).
+                taints = (node.get("spec") or {}).get("taints") or [] if code == 200 else []
+                if any(c["type"] == "Ready" and c["status"] == "True" for c in conds) and \
+                        not any(t["key"].startswith("node.kubernetes.io/") for t in taints):
                     pending.discard(name)
             if pending:
                 time.sleep(0.2)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from api.v1alpha1.types import API_VERSION, DeviceExposure
+from controllers.gpuworkload import GPUWorkloadReconciler
 from controllers.podbinding import PodBindingOptions, setup_podbinding_controller
 from controllers.setup import ControllerOptions, setup_gpuworkload_controller
 from hack.testenv import ControlPlane
@@ -56,6 +57,7 @@ class Running:
         self.mgr: Manager | None = None
         self.thread: threading.Thread | None = None
         self.codes: list[int] = []
+        self.reconciler: GPUWorkloadReconciler | None = None
 
     def start(self) -> Running:
         config = RestConfig.from_kubeconfig(str(self.cluster.kubeconfig)).impersonating(
@@ -76,6 +78,19 @@ class Running:
         self.thread.start()
         eventually(mgr.elected.is_set, timeout=60, what="manager started its controllers")
         return self
+
+    def wait_nodes(self, names: list[str]) -> list[str]:
+        """Waits until this controller's snapshot has ``names`` Ready and untainted (its informers
+        lag the API by a moment); returns them, so ``wait_nodes(group.add(...))``."""
+        def seen() -> bool:
+            state = self.reconciler.state if self.reconciler is not None else None
+            if state is None or not state.ready:
+                return True  # its rebuild will read them from the cache
+            with state.lock:
+                infos = [state.snapshot.get(n) for n in names]
+            return all(i is not None and i.ready and not i.taints for i in infos)
+        eventually(seen, timeout=30, what=f"controller sees nodes {names} Ready")
+        return names
 
     def stop(self) -> None:
         if self.mgr is not None:

@@ -1,5 +1,5 @@
 """Workload lifecycle: Job mode, exposure modes, node loss with retries, foreign GPU
-pods, and a controller restart in the middle of a burst."""
+pods."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tests.waiting import eventually
 
 def test_job_mode_runs_a_bound_job_and_succeeds(
         controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
-    node, = group.add(1, gpus=4)
+    node, = controller.wait_nodes(group.add(1, gpus=4))
     admin.create(workload("train", namespace, workloadKind="Job", gpusPerReplica=2,
                           nodeSelector=group.selector))
     w = wait_phase(admin, namespace, "train", "Running")
@@ -38,7 +38,7 @@ def test_job_mode_runs_a_bound_job_and_succeeds(
 
 def test_exposure_modes(controller: Running, admin: Client, namespace: str,
                         group: NodeGroup) -> None:
-    group.add(1, gpus=8)
+    controller.wait_nodes(group.add(1, gpus=8))
     admin.create(workload("nv", namespace, gpusPerReplica=2, nodeSelector=group.selector,
                           deviceExposure="nvidia-visible-devices"))
     admin.create(workload("dp", namespace, gpusPerReplica=3, nodeSelector=group.selector,
@@ -64,7 +64,7 @@ def test_exposure_modes(controller: Running, admin: Client, namespace: str,
 
 def test_foreign_gpu_pods_take_capacity(
         controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
-    node, = group.add(1, gpus=4)
+    node, = controller.wait_nodes(group.add(1, gpus=4))
     admin.create({"apiVersion": "v1", "kind": "Pod",
                   "metadata": {"name": "someone-else", "namespace": namespace},
                   "spec": {"nodeName": node, "containers": [{
@@ -80,13 +80,13 @@ def test_foreign_gpu_pods_take_capacity(
 def test_lost_node_fails_the_replica_and_the_retry_places_it_elsewhere(
         controller: Running, admin: Client, namespace: str, group: NodeGroup,
         cluster: ControlPlane) -> None:
-    first, = group.add(1, gpus=2)
+    first, = controller.wait_nodes(group.add(1, gpus=2))
     admin.create(workload("survivor", namespace, gpusPerReplica=2, nodeSelector=group.selector,
                           retryPolicy={"maxRetries": 3, "backoffSeconds": 1,
                                        "maxBackoffSeconds": 2}))
     w = wait_phase(admin, namespace, "survivor", "Running")
     assert w["status"]["placements"][0]["node"] == first
-    second, = group.add(1, gpus=2)
+    second, = controller.wait_nodes(group.add(1, gpus=2))
     cluster.api("DELETE", f"/api/v1/nodes/{first}")
     cond = wait_condition(admin, namespace, "survivor", "Scheduled", "Scheduled", timeout=30)
 
@@ -106,7 +106,7 @@ def test_lost_node_fails_the_replica_and_the_retry_places_it_elsewhere(
 
 def test_failed_replica_without_retries_fails_the_workload(
         controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
-    group.add(1, gpus=2)
+    controller.wait_nodes(group.add(1, gpus=2))
     admin.create(workload("fragile", namespace, nodeSelector=group.selector,
                           retryPolicy={"maxRetries": 0}))
     wait_phase(admin, namespace, "fragile", "Running")
@@ -115,37 +115,6 @@ def test_failed_replica_without_retries_fails_the_workload(
     failed = [c for c in w["status"]["conditions"] if c["type"] == "Failed"]
     assert failed and failed[0]["reason"] == "ReplicaFailed"
     assert not controller.reconciler.ensure_state().held_by(f"{namespace}/fragile")
-
-
-def test_restart_mid_burst_neither_duplicates_nor_loses(
-        installed: ControlPlane, admin: Client, namespace: str, group: NodeGroup) -> None:
-    """Its own controller: stopped while a burst is being placed, then a new one
-    (with a ledger rebuilt from the cache) finishes the burst."""
-    group.add(4, gpus=4)
-    run = Running(installed).start()
-    names = [f"burst-{i:02d}" for i in range(16)]
-    try:
-        for n in names:
-            admin.create(workload(n, namespace, nodeSelector=group.selector))
-        eventually(lambda: sum(1 for n in names if get_workload(admin, namespace, n).get(
-            "status", {}).get("placements")) >= 4, what="some placed")
-    finally:
-        run.stop()
-    run = Running(installed).start()
-    try:
-        for n in names:
-            wait_phase(admin, namespace, n, "Running", timeout=60)
-    finally:
-        run.stop()
-    devices = []
-    for n in names:
-        w = get_workload(admin, namespace, n)
-        (p,) = w["status"]["placements"]
-        devices += [(p["node"], d) for d in p["devices"]]
-        pods = pods_of(admin, namespace, n)
-        assert [x["metadata"]["name"] for x in pods] == [f"{n}-0"]
-        assert env_of(pods[0], "CUDA_VISIBLE_DEVICES") == ",".join(map(str, p["devices"]))
-    assert len(devices) == len(set(devices)) == 16
 
 
 def test_workload_api_object_round_trips(admin: Client, namespace: str) -> None:

@@ -47,7 +47,7 @@ def test_seed_annotation_map_places_exactly_as_written(
 
 def test_gang_that_does_not_fit_places_nothing(
         controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
-    group.add(2, gpus=2)
+    controller.wait_nodes(group.add(2, gpus=2))
     admin.create(workload("gang", namespace, replicas=3, gpusPerReplica=2,
                           nodeSelector=group.selector))
     cond = wait_condition(admin, namespace, "gang", "Scheduled", "Unschedulable")
@@ -63,7 +63,7 @@ def test_gang_that_does_not_fit_places_nothing(
 
 def test_unschedulable_message_names_each_node(
         controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
-    small, = group.add(1, gpus=1)
+    small, = controller.wait_nodes(group.add(1, gpus=1))
     admin.create(workload("big", namespace, gpusPerReplica=2, nodeSelector=group.selector))
     cond = wait_condition(admin, namespace, "big", "Scheduled", "Unschedulable")
     assert f"{small}: 1 free GPU, needs 2" in cond["message"]
@@ -71,7 +71,7 @@ def test_unschedulable_message_names_each_node(
 
 def test_racing_workloads_never_share_a_device(
         controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
-    group.add(1, gpus=2)
+    controller.wait_nodes(group.add(1, gpus=2))
     names = [f"race-{i}" for i in range(4)]
     threads = [threading.Thread(target=admin.create, args=(workload(
         n, namespace, gpusPerReplica=1, nodeSelector=group.selector),)) for n in names]
@@ -97,7 +97,7 @@ def test_racing_workloads_never_share_a_device(
 
 def test_deleting_a_workload_frees_its_devices(
         controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
-    node, = group.add(1, gpus=2)
+    node, = controller.wait_nodes(group.add(1, gpus=2))
     admin.create(workload("first", namespace, gpusPerReplica=2, nodeSelector=group.selector))
     wait_phase(admin, namespace, "first", "Running")
     admin.create(workload("second", namespace, gpusPerReplica=2, nodeSelector=group.selector,
@@ -111,7 +111,7 @@ def test_deleting_a_workload_frees_its_devices(
 
 def test_finished_workload_frees_devices_and_succeeds(
         controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
-    group.add(1, gpus=1)
+    controller.wait_nodes(group.add(1, gpus=1))
     admin.create(workload("once", namespace, nodeSelector=group.selector))
     wait_phase(admin, namespace, "once", "Running")
     admin.create(workload("next", namespace, nodeSelector=group.selector))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from internal.scheduling.snapshot import COST_LABEL as COST
 from runtime import Client
 from tests.integration.controller.conftest import (
     NodeGroup,
@@ -28,7 +29,7 @@ def _fill(admin: Client, ns: str, name: str, group: NodeGroup, node: str, gpus: 
 
 def test_least_loaded_prefers_the_emptiest_node(
         controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
-    busy, empty = group.add(2, gpus=4)
+    busy, empty = controller.wait_nodes(group.add(2, gpus=4))
     _fill(admin, namespace, "filler", group, busy, 2)
     admin.create(workload("w", namespace, schedulingStrategy="leastLoaded",
                           nodeSelector=group.selector))
@@ -37,7 +38,7 @@ def test_least_loaded_prefers_the_emptiest_node(
 
 def test_best_fit_packs_the_fullest_node_that_fits(
         controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
-    busy, _empty = group.add(2, gpus=4)
+    busy, _empty = controller.wait_nodes(group.add(2, gpus=4))
     _fill(admin, namespace, "filler", group, busy, 3)
     admin.create(workload("w", namespace, schedulingStrategy="bestFit",
                           nodeSelector=group.selector))
@@ -47,7 +48,7 @@ def test_best_fit_packs_the_fullest_node_that_fits(
 
 def test_round_robin_spreads_consecutive_workloads(
         controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
-    nodes = group.add(3, gpus=4)
+    nodes = controller.wait_nodes(group.add(3, gpus=4))
     used = []
     for i in range(3):
         admin.create(workload(f"rr-{i}", namespace, schedulingStrategy="roundRobin",
@@ -58,8 +59,8 @@ def test_round_robin_spreads_consecutive_workloads(
 
 def test_cost_optimized_prefers_the_cheap_node(
         controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
-    group.add(2, gpus=4, labels={"gpu.orchestrator.dev/cost": "expensive"})
-    cheap, = group.add(1, gpus=4, labels={"gpu.orchestrator.dev/cost": "cheap"})
+    controller.wait_nodes(group.add(2, gpus=4, labels={COST: "expensive"}))
+    cheap, = controller.wait_nodes(group.add(1, gpus=4, labels={COST: "cheap"}))
     admin.create(workload("w", namespace, schedulingStrategy="costOptimized",
                           nodeSelector=group.selector))
     assert _node_of(admin, namespace, "w") == cheap
@@ -67,7 +68,7 @@ def test_cost_optimized_prefers_the_cheap_node(
 
 def test_random_spreads_over_feasible_nodes(
         controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
-    nodes = group.add(4, gpus=4)
+    nodes = controller.wait_nodes(group.add(4, gpus=4))
     for i in range(8):
         admin.create(workload(f"r-{i}", namespace, schedulingStrategy="random",
                               nodeSelector=group.selector))
@@ -78,7 +79,7 @@ def test_random_spreads_over_feasible_nodes(
 
 def test_priority_preempts_a_lower_priority_workload(
         controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
-    node, = group.add(1, gpus=2)
+    node, = controller.wait_nodes(group.add(1, gpus=2))
     admin.create(workload("low", namespace, gpusPerReplica=2, priority="low",
                           schedulingStrategy="priority", nodeSelector=group.selector))
     wait_phase(admin, namespace, "low", "Running")
