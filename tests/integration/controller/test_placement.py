@@ -121,3 +121,33 @@ def test_finished_workload_frees_devices_and_succeeds(
     assert any(c["type"] == "Ready" and c["reason"] == "Succeeded"
                for c in w["status"]["conditions"])
     wait_phase(admin, namespace, "next", "Running", timeout=20)
+
+
+def test_domain_metrics_describe_the_placements(
+        controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+    import urllib.request
+
+    node, = controller.wait_nodes(group.add(1, gpus=4))
+    admin.create(workload("metered", namespace, gpusPerReplica=3, nodeSelector=group.selector))
+    wait_phase(admin, namespace, "metered", "Running")
+    assert controller.mgr is not None
+
+    def scrape() -> str:
+        url = f"http://127.0.0.1:{controller.mgr.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.read().decode()
+
+    def has_all() -> str | None:
+        text = scrape()
+        want = [f'gpu_orchestrator_node_gpus{{node="{node}"}} 4.0',
+                f'gpu_orchestrator_node_gpus_allocated{{node="{node}"}} 3.0']
+        return text if all(w in text for w in want) else None
+
+    text = eventually(has_all, what="node GPU gauges")
+    assert 'gpu_orchestrator_scheduling_attempts_total{result="scheduled",strategy="leastLoaded"}' \
+        in text
+    assert "gpu_orchestrator_scheduling_decision_seconds_bucket" in text
+    assert "gpu_orchestrator_create_to_bound_seconds_count" in text
+    running = [line for line in text.splitlines()
+               if line.startswith('gpu_orchestrator_workloads{phase="Running"}')]
+    assert running and float(running[0].split()[-1]) >= 1
