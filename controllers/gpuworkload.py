@@ -396,7 +396,7 @@ class GPUWorkloadReconciler:
         }
         pls = old.get("placements") if placements is ... else placements
         status["placements"] = pls or None
-        status["gpus"] = sum(len(p.get("devices") or ()) for p in pls or ()) or None
+        status["gpus"] = _gpus_held(pls or (), raw.get("spec") or {}) or None
         status["nodes"] = ",".join(sorted({p["node"] for p in pls or ()})) or None
         status["nextRetryTime"] = old.get("nextRetryTime") if next_retry is ... else next_retry
         return status
@@ -467,6 +467,15 @@ class GPUWorkloadReconciler:
 def _key(raw: JSON) -> str:
     meta = raw.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+
+
+def _gpus_held(placements: Any, spec: JSON) -> int:
+    """Distinct devices named (a map may share one between replicas), plus the
+    counted GPUs of device-plugin replicas."""
+    per_replica = spec.get("gpusPerReplica") or spec.get("gpuCount") or 1
+    named = {(p["node"], d) for p in placements for d in p.get("devices") or ()}
+    counted = sum(per_replica for p in placements if not p.get("devices"))
+    return len(named) + counted
 
 
 def _strip(conds: Any) -> list[tuple[Any, ...]]:

@@ -89,15 +89,25 @@ class Demo:
 
         print("\n### GPUWorkloads: one sample per strategy, and the seed's 5-replica map")
         self.kubectl("create", "namespace", NS_WORKLOADS, check=False)
-        self.kubectl("apply", "-n", NS_WORKLOADS, "-k", str(ROOT / "config" / "samples"))
+        # The seed's map pins exact devices: apply it first, then the strategies'
+        # samples fill what is left.
+        self.kubectl("apply", "-n", NS_WORKLOADS, "-f",
+                     str(ROOT / "config" / "samples" / "gpuworkload_annotationmap_seed.yaml"))
         self.wait("the seed workload's 5 pods", lambda: self.pods_running(NS_WORKLOADS, 5))
-        time.sleep(2)
+        self.kubectl("apply", "-n", NS_WORKLOADS, "-k", str(ROOT / "config" / "samples"))
+        self.wait("every sample's pod", lambda: self.pods_running(NS_WORKLOADS, 11))
         self.show("placements", "get", "gpuworkloads", "-n", NS_WORKLOADS)
         self.show("each pod's node and devices", "get", "pods", "-n", NS_WORKLOADS, "-o",
                   "custom-columns=NAME:.metadata.name,STATUS:.status.phase,"
                   "NODE:.spec.nodeName,IP:.status.podIP,"
                   "CUDA_VISIBLE_DEVICES:.spec.containers[0].env[?(@.name=="
                   "\"CUDA_VISIBLE_DEVICES\")].value")
+
+        gpu = str(Path(sys.executable).parent / "kubectl-gpu")
+        print("\n== kubectl gpu nodes   # each device: free, or the workload holding it",
+              flush=True)
+        print(subprocess.run([gpu, "--kubeconfig", self.kubeconfig, "nodes"], text=True,
+                             capture_output=True).stdout, end="", flush=True)
 
         print("\n### Seed path: a StatefulSet with schedulerName gpu-scheduler and the map "
               "annotation (the GPUWorkloads are deleted first: they hold those devices)")
