@@ -110,6 +110,12 @@ class EventRecorder:
                 if item is None:
                     return
                 self._write(*item)
+            except errors.Forbidden as e:
+                # A namespace being deleted refuses new content: expected, not news.
+                if "being terminated" in str(e):
+                    log.debug("events.write_skipped", error=str(e))
+                else:
+                    log.warning("events.write_failed", error=str(e))
             except Exception as e:
                 log.warning("events.write_failed", error=str(e))
             finally:
