@@ -7,8 +7,9 @@ books a successful decision with ``ledger.assume(workload.key, decision.placemen
 
 Filters, in order (the first that fails gives the node's reason): node exists;
 Ready; not cordoned; every NoSchedule/NoExecute taint tolerated by the template;
-labels match spec.nodeSelector; enough free healthy devices with at least
-minGPUMemoryMiB; an NVLink-connected set when topology is Required.
+labels match spec.nodeSelector; the GPUNode's heartbeat not stale; enough free healthy
+devices with at least minGPUMemoryMiB; an NVLink-connected set when topology is
+Required.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ SCHEDULED = "Scheduled"
 UNSCHEDULABLE = "Unschedulable"
 INVALID_MAP = "InvalidSchedulingMap"
 PREEMPT = "Preempting"
+
+#: a node whose GPU agent stopped reporting offers nothing (its placements stay)
+STALE_REASON = "GPUNode heartbeat stale (GPU agent not reporting), GPUs not offered"
 
 #: unschedulable messages name every node when at most this many were not filtered
 EXPLAIN_ALL_BELOW = 16
@@ -212,6 +216,8 @@ def filter_node(
         for k, v in spec.node_selector.items():
             if node.labels.get(k) != v:
                 return f"does not match nodeSelector {k}={v}", (), 0
+    if node.stale:
+        return STALE_REASON, (), 0
     view = ctx.view
     free_count = view.free_count(name)
     min_mem = spec.min_gpu_memory_mib

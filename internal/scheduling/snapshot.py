@@ -22,6 +22,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from internal.scheduling.inventory import SOURCE_ANNOTATION
+
 if TYPE_CHECKING:
     from internal.scheduling.ledger import Ledger
 
@@ -53,6 +55,8 @@ class NodeInfo:
     devices: dict[int, DeviceInfo] = field(default_factory=dict)
     topology_known: bool = False
     has_gpunode: bool = False
+    #: the GPUNode's heartbeat is stale (see inventory.stale_view): nothing offered
+    stale: bool = False
     cost: float = DEFAULT_COST
 
     @property
@@ -65,6 +69,15 @@ class NodeInfo:
         if not self.devices:
             return 0.0
         return sum(d.utilization for d in self.devices.values()) / len(self.devices)
+
+    def max_memory_mib(self, devices: Iterable[int] | None = None) -> int | None:
+        """The largest memoryTotalMiB among ``devices`` (default: the usable ones);
+        None when any of them does not report memory (no GPUNode) or there are none."""
+        idx = self.usable if devices is None else devices
+        mems = [self.devices[i].memory_total_mib if i in self.devices else None for i in idx]
+        if not mems or any(m is None for m in mems):
+            return None
+        return max(m for m in mems if m is not None)
 
     @property
     def cheap(self) -> bool:
@@ -172,10 +185,16 @@ class Snapshot:
         spec = raw.get("spec") or {}
         labels = dict(meta.get("labels") or {})
         g = self._gpunodes.get(name)
+        stale = g is not None and (
+            ((g.get("metadata") or {}).get("annotations") or {}).get(SOURCE_ANNOTATION) == "stale"
+        )
         if g is not None and (g.get("status") or {}).get("devices"):
             devices, topo = _devices_from_gpunode(g)
         else:
-            devices = {i: DeviceInfo(index=i) for i in range(node_gpu_count(raw))}
+            # no agent report: the allocatable devices (none offered when stale)
+            devices = {
+                i: DeviceInfo(index=i, healthy=not stale) for i in range(node_gpu_count(raw))
+            }
             topo = False
         info = NodeInfo(
             name=name,
@@ -186,6 +205,7 @@ class Snapshot:
             devices=devices,
             topology_known=topo,
             has_gpunode=g is not None,
+            stale=stale,
             cost=parse_cost(labels),
         )
         old = self.nodes.get(name)

@@ -1,5 +1,7 @@
-"""leastLoaded: the node with the most free GPUs (then the lowest mean utilization
-reported by the agent), spreading load."""
+"""leastLoaded: the node whose GPUs the agent reports least busy (mean utilization
+over the node's devices, in whole percent), then the node with the most free GPUs
+left, spreading load. Nodes without a GPUNode report count as idle (0%), so without
+agents this is "the most free GPUs"."""
 
 from __future__ import annotations
 
@@ -17,4 +19,4 @@ class LeastLoaded(Strategy):
     most_free_first = True
 
     def score(self, cand: Candidate, ctx: Context) -> tuple[float, ...]:
-        return (cand.free_after, -cand.node.mean_utilization)
+        return (-round(cand.node.mean_utilization), cand.free_after)
