@@ -4,16 +4,23 @@ the whole session, stopped by PID at the end, also on failure or SIGTERM."""
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from hack.testenv import ControlPlane, signals_stop
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Background threads (informers, workers) log outside any test's capture: keep the
+# run's output to warnings and errors. GPU_ORCH_TEST_LOG=debug shows everything.
+structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(
+    getattr(logging, os.environ.get("GPU_ORCH_TEST_LOG", "warning").upper())))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -11,6 +11,7 @@ released before it ends."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -156,6 +157,7 @@ def test_seed_statefulset_pods_are_bound_as_the_map_says(
         sts = f"StatefulSet:{namespace}/gpu-scheduler-check"
         assert {holder(binder, n, d) for n, ds in SEED.items() for d in ds} == {sts}
         out = cluster.kubectl("get", "pod", "-o", "wide", "-n", namespace)
+        os.makedirs(os.path.dirname(ARTIFACT), exist_ok=True)
         with open(ARTIFACT, "w") as f:
             f.write(out.stdout)
     finally:
