@@ -151,3 +151,19 @@ def test_domain_metrics_describe_the_placements(
     running = [line for line in text.splitlines()
                if line.startswith('gpu_orchestrator_workloads{phase="Running"}')]
     assert running and float(running[0].split()[-1]) >= 1
+
+
+def test_unschedulable_workload_fails_after_max_retries(
+        controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+    node, = controller.wait_nodes(group.add(1, gpus=1))
+    admin.create(workload("hopeless", namespace, gpusPerReplica=2, nodeSelector=group.selector,
+                          retryPolicy={"maxRetries": 2, "backoffSeconds": 1,
+                                       "maxBackoffSeconds": 1}))
+    w = wait_phase(admin, namespace, "hopeless", "Failed", timeout=30)
+    assert w["status"]["retries"] == 2
+    failed = next(c for c in w["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "Unschedulable"
+    assert "gave up after 2 retries" in failed["message"]
+    assert f"{node}: 1 free GPU, needs 2" in failed["message"]
+    reasons = [e["reason"] for e in events_for(admin, namespace, "hopeless")]
+    assert "FailedScheduling" in reasons and "Unschedulable" in reasons
