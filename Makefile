@@ -78,7 +78,8 @@ manifests: venv
 	$(BIN)/python -m api.v1alpha1.crd
 
 bench: venv testenv
-	$(BIN)/python -m bench
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean: cluster-down
 	rm -rf $(VENV) $(TESTENV_DIR) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,607 @@
+"""End-to-end: kube-scheduler against the GPUWorkload controller on one local
+control plane (hack/testenv), same kwok nodes, one system at a time.
+
+Per size (N nodes x G GPUs), for each system in turn:
+
+- a fresh process of the system (kube-scheduler, or ``python main.py manager``), a
+  one-unit warm-up, then
+- burst: ``units`` created as fast as ``--clients`` connections allow;
+- steady: ``rate`` units/s for ``duration`` seconds;
+- after each phase: every unit's bound time, the process's CPU and peak RSS, the
+  API requests of the window (audit log, by User-Agent), the no-double-booking check,
+  then the namespace is emptied (grace 0) so the next phase starts from a free cluster.
+
+A unit is a Pod requesting ``nvidia.com/gpu: 1`` (baseline) or a one-GPU Pod-mode
+GPUWorkload (ours). Bound: the pod is first seen (watch, in this process) with
+``spec.nodeName``; for ours that is the child pod's ADDED event, since the controller
+creates it bound. Latency: the time just before this process sent the create, to that.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.kube import Api, Creator, proc_stats
+from hack.testenv.controlplane import ControlPlane, free_port
+from hack.testenv.process import Process
+
+ROOT = Path(__file__).resolve().parent.parent
+GROUP = "gpu.orchestrator.dev"
+VERSION = "v1alpha1"
+SCHEDULER = "kube-scheduler"
+OURS = "gpu-orchestrator"
+NODE_PREFIX = "bench-node-"
+
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: Metadata
+"""
+
+Progress = Callable[[str], None]
+
+
+class BenchPlane(ControlPlane):
+    """The test control plane with an audit log (who sent which request) and a
+    kube-scheduler that the benchmark starts and stops itself, once per size."""
+
+    def _apiserver_argv(self) -> list[str]:
+        policy = self.dir / "audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
+        self.audit_log = self.dir / "audit.log"
+        return [*super()._apiserver_argv(), f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=0",
+                "--audit-log-format=json"]
+
+    def start_scheduler(self, qps: float | None, burst: int | None) -> int:
+        port = free_port()
+        argv = [
+            str(self.bin / "kube-scheduler"),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--cert-dir={self.dir / 'scheduler-certs'}",
+            "--leader-elect=false", "--v=1",
+        ]
+        if qps:
+            argv.append(f"--kube-api-qps={qps}")
+        if burst:
+            argv.append(f"--kube-api-burst={burst}")
+        proc = self._spawn(SCHEDULER, argv)
+        proc.wait_ready(self._healthz_probe(port), 60)
+        return proc.pid  # type: ignore[return-value]
+
+    def stop_process(self, name: str) -> None:
+        proc = self.processes.pop(name, None)
+        if proc is not None:
+            proc.stop()
+
+
+# --------------------------------------------------------------------------- units
+
+
+@dataclass
+class System:
+    name: str
+    resource_path: str  # collection path with {ns}
+    build: Callable[[str, str], dict]  # (namespace, name) -> manifest
+    unit_of_pod: Callable[[str], str | None]
+
+
+def _pod(ns: str, name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": {"bench": "unit"}},
+            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "main", "image": "busybox:1.36",
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+
+
+def _workload(ns: str, name: str) -> dict:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUWorkload",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"gpusPerReplica": 1, "workloadKind": "Pod",
+                     "template": {"spec": {"terminationGracePeriodSeconds": 0,
+                                           "containers": [{"name": "main",
+                                                           "image": "busybox:1.36"}]}}}}
+
+
+BASELINE = System(SCHEDULER, "/api/v1/namespaces/{ns}/pods", _pod, lambda pod: pod)
+OURS_SYSTEM = System(OURS, f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/gpuworkloads", _workload,
+                     lambda pod: pod[:-2] if pod.endswith("-0") else None)
+
+
+class Tracker:
+    """Fed by the pod watch of a phase's namespace: when each unit was first seen
+    bound, and Running."""
+
+    def __init__(self, system: System) -> None:
+        self.system = system
+        self.bound: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+        self.node: dict[str, str] = {}
+
+    def handle(self, typ: str, pod: dict, t: float) -> None:
+        if typ not in ("ADDED", "MODIFIED"):
+            return
+        unit = self.system.unit_of_pod(pod["metadata"]["name"])
+        if unit is None:
+            return
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and unit not in self.bound:
+            self.bound[unit] = t
+            self.node[unit] = node
+        if (pod.get("status") or {}).get("phase") == "Running" and unit not in self.running:
+            self.running[unit] = t
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Config:
+    sizes: list[int]
+    bursts: list[int]
+    gpus: int = 8
+    rate: float = 50.0
+    duration: float = 10.0
+    clients: int = 8
+    workers: int = 4
+    qps: float | None = None  # None: each system's default (50, burst 100)
+    api_burst: int | None = None
+    systems: list[str] = field(default_factory=lambda: [SCHEDULER, OURS])
+    profile_dir: Path | None = None  # py-spy the controller during the largest burst
+    controller_env: dict[str, str] = field(default_factory=dict)
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
+
+
+def _metrics_total(api: Api) -> float:
+    total = 0.0
+    for line in api.text("/metrics").splitlines():
+        if line.startswith("apiserver_request_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _client_class(ua: str) -> str:
+    ua = ua or ""
+    for prefix, name in (("kube-scheduler", SCHEDULER), ("runtime-client", OURS),
+                         ("gpu-bench", "bench"), ("kwok", "kwok"),
+                         ("kube-controller-manager", "kube-controller-manager"),
+                         ("kube-apiserver", "kube-apiserver")):
+        if ua.startswith(prefix):
+            return name
+    return "other"
+
+
+def audit_counts(path: Path, start: int, end: int) -> dict[str, Any]:
+    """Requests completed in the audit log between byte offsets, by client, and the
+    verbs/resources of each client."""
+    by_client: collections.Counter[str] = collections.Counter()
+    watches: collections.Counter[str] = collections.Counter()
+    detail: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    for line in data.splitlines():
+        try:
+            ev = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        who = _client_class(ev.get("userAgent", ""))
+        verb = ev.get("verb", "?")
+        if verb == "watch":
+            watches[who] += 1
+            continue
+        by_client[who] += 1
+        ref = ev.get("objectRef") or {}
+        res = ref.get("resource", "?") + (f"/{ref['subresource']}" if ref.get("subresource")
+                                          else "")
+        detail[who][f"{verb} {res}"] += 1
+    return {"requests": dict(by_client), "watches": dict(watches),
+            "detail": {k: dict(v.most_common()) for k, v in detail.items()}}
+
+
+class Bench:
+    def __init__(self, cp: BenchPlane, cfg: Config, progress: Progress) -> None:
+        self.cp, self.cfg, self.progress = cp, cfg, progress
+        self.api = Api(cp.ports["apiserver"], cp.ssl_context())
+        self.nodes: list[str] = []
+        self.controller: Process | None = None
+        self.profiler: Any = None
+
+    # ---------------------------------------------------------------- setup
+
+    def install_crds(self) -> None:
+        self.cp.kubectl("apply", "-k", str(ROOT / "config" / "crd"))
+        self.cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                        f"crd/gpuworkloads.{GROUP}", f"crd/gpunodes.{GROUP}")
+
+    def ensure_nodes(self, n: int) -> None:
+        if len(self.nodes) >= n:
+            return
+        t0 = time.time()
+        names = [f"{NODE_PREFIX}{i:05d}" for i in range(len(self.nodes), n)]
+        creator = Creator(self.api, self.cfg.clients)
+        for name in names:
+            creator.submit("/api/v1/nodes", self.cp.node_manifest(name, self.cfg.gpus), name)
+        deadline = time.time() + 120 + n / 5
+        while time.time() < deadline:
+            ready = self._ready_nodes()
+            self.progress(f"nodes: {len(creator.done)}/{len(names)} created, "
+                          f"{ready}/{n} Ready and untainted")
+            if ready >= n:
+                break
+            time.sleep(2)
+        creator.close()
+        if creator.errors:
+            raise RuntimeError(f"creating nodes: {creator.errors[:3]}")
+        if self._ready_nodes() < n:
+            raise RuntimeError(f"only {self._ready_nodes()} of {n} nodes became Ready")
+        self.nodes += names
+        self.progress(f"nodes: {n} Ready in {time.time() - t0:.0f}s")
+
+    def _ready_nodes(self) -> int:
+        out = self.api.must("GET", "/api/v1/nodes?labelSelector=type%3Dkwok")
+        count = 0
+        for node in out["items"]:
+            if not node["metadata"]["name"].startswith(NODE_PREFIX):
+                continue
+            conds = (node.get("status") or {}).get("conditions") or []
+            taints = (node.get("spec") or {}).get("taints") or []
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in conds) and \
+                    not any(t["key"].startswith("node.kubernetes.io/") for t in taints):
+                count += 1
+        return count
+
+    # ---------------------------------------------------------------- systems
+
+    def start(self, system: str) -> int:
+        if system == SCHEDULER:
+            return self.cp.start_scheduler(self.cfg.qps, self.cfg.api_burst)
+        health, metrics = free_port(), free_port()
+        argv = [sys.executable, str(ROOT / "main.py"), "manager",
+                f"--kubeconfig={self.cp.kubeconfig}",
+                f"--metrics-bind-address=127.0.0.1:{metrics}",
+                f"--health-probe-bind-address=127.0.0.1:{health}",
+                f"--workers={self.cfg.workers}", "--log-format=console"]
+        if self.cfg.qps:
+            argv.append(f"--qps={self.cfg.qps}")
+        if self.cfg.api_burst:
+            argv.append(f"--burst={self.cfg.api_burst}")
+        proc = Process(OURS, argv, self.cp.dir / "logs" / f"{OURS}.log")
+        env_before = {k: os.environ.get(k) for k in self.cfg.controller_env}
+        os.environ.update(self.cfg.controller_env)
+        try:
+            proc.start()
+        finally:
+            for k, v in env_before.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        self.controller = proc
+        proc.wait_ready(lambda: self.cp._http("GET", health, "/readyz")[0] == 200, 60)
+        return proc.pid  # type: ignore[return-value]
+
+    def stop(self, system: str) -> None:
+        if system == SCHEDULER:
+            self.cp.stop_process(SCHEDULER)
+        elif self.controller is not None:
+            self.controller.stop(grace=20)
+            self.controller = None
+
+    def others(self) -> dict[str, int]:
+        return {n: p for n, p in self.cp.pids().items() if n != SCHEDULER}
+
+    # ---------------------------------------------------------------- phases
+
+    def _namespace(self, ns: str) -> None:
+        self.api.must("POST", "/api/v1/namespaces",
+                      {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            code, _ = self.api.request("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default")
+            if code == 200:
+                return
+            time.sleep(0.2)
+
+    def _empty(self, ns: str, system: System) -> None:
+        """Deletes the phase's units and pods at once (grace 0) and the namespace."""
+        if system.name == OURS:
+            self.api.request("DELETE", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/gpuworkloads")
+        self.api.request("DELETE", f"/api/v1/namespaces/{ns}/pods",
+                         {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            out = self.api.must("GET", f"/api/v1/namespaces/{ns}/pods?limit=1")
+            if not out["items"]:
+                break
+            self.api.request("DELETE", f"/api/v1/namespaces/{ns}/pods",
+                             {"apiVersion": "v1", "kind": "DeleteOptions",
+                              "gracePeriodSeconds": 0})
+            time.sleep(1)
+        self.api.request("DELETE", f"/api/v1/namespaces/{ns}")
+
+    def warm_up(self, system: System, tag: str) -> None:
+        ns = f"warm-{tag}"
+        self._namespace(ns)
+        tracker = Tracker(system)
+        watch = self.api.watch(f"/api/v1/namespaces/{ns}/pods", tracker.handle)
+        try:
+            self.api.must("POST", system.resource_path.format(ns=ns), system.build(ns, "warm"))
+            deadline = time.time() + 120
+            while "warm" not in tracker.bound and time.time() < deadline:
+                time.sleep(0.05)
+            if "warm" not in tracker.bound:
+                raise RuntimeError(f"{system.name}: the warm-up unit was not bound in 120s")
+        finally:
+            watch.stop()
+            self._empty(ns, system)
+
+    def phase(self, system: System, pid: int, kind: str, ns: str, units: int,
+              rate: float | None) -> dict[str, Any]:
+        self._namespace(ns)
+        tracker = Tracker(system)
+        watch = self.api.watch(f"/api/v1/namespaces/{ns}/pods", tracker.handle)
+        creator = Creator(self.api, self.cfg.clients)
+        names = [f"u-{i:05d}" for i in range(units)]
+        path = system.resource_path.format(ns=ns)
+        others = self.others()
+        before = {"proc": proc_stats(pid), "others": {n: proc_stats(p)["cpu_s"]
+                                                      for n, p in others.items()},
+                  "audit": self.cp.audit_log.stat().st_size, "metrics": _metrics_total(self.api)}
+        profiling = kind == "burst" and self.profiler is not None and system.name == OURS
+        if profiling:
+            self.profiler.start(pid)
+        stop = threading.Event()
+        t_start = time.time()
+        if rate:
+            creator.run_rate([(path, system.build(ns, n), n) for n in names], rate, stop)
+        else:
+            for n in names:
+                creator.submit(path, system.build(ns, n), n)
+        timeout = 120 + units / 5 + (units / rate if rate else 0)
+        deadline = time.time() + timeout
+        last = 0.0
+        try:
+            while len(tracker.bound) < units and time.time() < deadline:
+                if len(creator.errors) > 0 and len(creator.done) + len(creator.errors) >= units:
+                    break
+                time.sleep(0.05)
+                if time.time() - last >= 2:
+                    last = time.time()
+                    self.progress(f"  {system.name:>16} {kind:>6} {len(self.nodes):>5} nodes: "
+                                  f"created {len(creator.done):>6}/{units}  "
+                                  f"bound {len(tracker.bound):>6}/{units}  "
+                                  f"({time.time() - t_start:5.1f}s)")
+            t_bound = max(tracker.bound.values(), default=time.time())
+            # Quiescence: every unit Running (kwok), then the system's CPU idle, so the
+            # window holds all of its follow-up requests (e.g. our Running status).
+            q_deadline = time.time() + 60 + units / 50
+            while len(tracker.running) < len(tracker.bound) and time.time() < q_deadline:
+                time.sleep(0.2)
+            cpu = proc_stats(pid)["cpu_s"]
+            while time.time() < q_deadline:
+                time.sleep(1.0)
+                now = proc_stats(pid)["cpu_s"]
+                if now - cpu < 0.03:
+                    break
+                cpu = now
+        finally:
+            stop.set()
+            if profiling:
+                self.profiler.stop()
+            watch.stop()
+            creator.close()
+        after = {"proc": proc_stats(pid), "others": {n: proc_stats(p)["cpu_s"]
+                                                     for n, p in others.items()},
+                 "audit": self.cp.audit_log.stat().st_size, "metrics": _metrics_total(self.api)}
+        check = self.check(system, ns)
+        self._empty(ns, system)
+
+        bound = tracker.bound
+        lat = [bound[u] - creator.sent[u] for u in bound if u in creator.sent]
+        first = min(creator.sent.values(), default=t_start)
+        audit = audit_counts(self.cp.audit_log, before["audit"], after["audit"])
+        own = audit["requests"].get(system.name, 0)
+        total = sum(audit["requests"].values())
+        elapsed = t_bound - first
+        last_create = max(creator.done.values(), default=first)
+        curve = sorted(t - first for t in bound.values())
+        row = {
+            "units": units, "bound": len(bound), "complete": len(bound) == units,
+            "create_errors": creator.errors[:5], "create_error_count": len(creator.errors),
+            "rate_per_s": rate,
+            "seconds_first_create_to_last_bound": round(elapsed, 3),
+            "seconds_creating": round(last_create - first, 3),
+            "throughput_per_s": round(len(bound) / elapsed, 1) if elapsed > 0 else None,
+            "latency_p50_s": _round(_pct(lat, 0.50)), "latency_p99_s": _round(_pct(lat, 0.99)),
+            "latency_max_s": _round(max(lat, default=None)),
+            "cpu_s": round(after["proc"]["cpu_s"] - before["proc"]["cpu_s"], 2),
+            "peak_rss_mib": after["proc"]["peak_rss_mib"],
+            "rss_mib": after["proc"]["rss_mib"],
+            "cpu_s_control_plane": {n: round(after["others"][n] - before["others"][n], 2)
+                                    for n in others},
+            "api_requests_own": own,
+            "api_requests_per_unit_own": round(own / units, 2) if units else None,
+            "api_requests_all_clients": total,
+            "api_requests_per_unit_all": round(total / units, 2) if units else None,
+            "apiserver_request_total_delta": round(after["metrics"] - before["metrics"]),
+            "audit": audit,
+            "double_booking": check,
+            "bound_curve_s": [round(x, 3) for x in curve],
+        }
+        self.progress(
+            f"  {system.name:>16} {kind:>6} {len(self.nodes):>5} nodes: {len(bound)}/{units} "
+            f"bound in {elapsed:.1f}s -> {row['throughput_per_s']}/s, p50 "
+            f"{_ms(row['latency_p50_s'])} p99 {_ms(row['latency_p99_s'])}, "
+            f"{row['api_requests_per_unit_own']} req/unit, cpu {row['cpu_s']}s, "
+            f"peak rss {row['peak_rss_mib']} MiB, double-booked: {check['violations']}")
+        return row
+
+    def check(self, system: System, ns: str) -> dict[str, Any]:
+        """No device given twice. Ours: the (node, device) pairs of every placement are
+        distinct and within the node's GPUs. kube-scheduler names no devices: the
+        ``nvidia.com/gpu`` requests per node stay within capacity."""
+        per_node: collections.Counter[str] = collections.Counter()
+        violations: list[str] = []
+        if system.name == OURS:
+            out = self.api.must("GET", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/gpuworkloads")
+            seen: dict[tuple[str, int], str] = {}
+            for w in out["items"]:
+                for p in (w.get("status") or {}).get("placements") or ():
+                    for d in p.get("devices") or ():
+                        key = (p["node"], int(d))
+                        if key in seen:
+                            violations.append(f"{p['node']}:{d} given to {seen[key]} and "
+                                              f"{w['metadata']['name']}")
+                        seen[key] = w["metadata"]["name"]
+                        if not 0 <= int(d) < self.cfg.gpus:
+                            violations.append(f"{p['node']}:{d} does not exist")
+                        per_node[p["node"]] += 1
+            basis = "status.placements (node, device) pairs"
+        else:
+            out = self.api.must("GET", f"/api/v1/namespaces/{ns}/pods")
+            for pod in out["items"]:
+                node = (pod.get("spec") or {}).get("nodeName")
+                if node:
+                    per_node[node] += 1
+            basis = "bound pods' nvidia.com/gpu per node vs capacity"
+        for node, n in per_node.items():
+            if n > self.cfg.gpus:
+                violations.append(f"{node}: {n} GPUs given, capacity {self.cfg.gpus}")
+        return {"basis": basis, "devices_given": sum(per_node.values()),
+                "nodes_used": len(per_node), "violations": len(violations),
+                "examples": violations[:5]}
+
+    # ---------------------------------------------------------------- driver
+
+    def run(self) -> list[dict[str, Any]]:
+        results = []
+        systems = {SCHEDULER: BASELINE, OURS: OURS_SYSTEM}
+        largest = max(range(len(self.cfg.sizes)), key=lambda i: self.cfg.bursts[i])
+        for i, n in enumerate(self.cfg.sizes):
+            self.ensure_nodes(n)
+            capacity = n * self.cfg.gpus
+            burst = min(self.cfg.bursts[i], capacity)
+            steady = min(int(self.cfg.rate * self.cfg.duration), capacity)
+            entry: dict[str, Any] = {"nodes": n, "gpus_per_node": self.cfg.gpus,
+                                     "capacity": capacity, "burst_requested": self.cfg.bursts[i],
+                                     "burst_units": burst, "steady_units": steady,
+                                     "systems": {}}
+            self.progress(f"size {n} nodes x {self.cfg.gpus} GPUs: burst {burst} units"
+                          f"{' (capped at capacity)' if burst < self.cfg.bursts[i] else ''}, "
+                          f"steady {self.cfg.rate:g}/s x {self.cfg.duration:g}s = {steady}")
+            for name in self.cfg.systems:
+                system = systems[name]
+                t0 = time.time()
+                pid = self.start(name)
+                started = proc_stats(pid)
+                try:
+                    self.progress(f"  {name}: pid {pid} ready in {time.time() - t0:.1f}s; "
+                                  f"warm-up")
+                    tag = f"{'s' if name == SCHEDULER else 'o'}{n}"
+                    self.warm_up(system, tag)
+                    res: dict[str, Any] = {"pid_start": started}
+                    keep = self.profiler
+                    if i != largest:
+                        self.profiler = None
+                    try:
+                        if burst:
+                            res["burst"] = self.phase(system, pid, "burst", f"burst-{tag}",
+                                                      burst, None)
+                    finally:
+                        self.profiler = keep
+                    if steady:
+                        res["steady"] = self.phase(system, pid, "steady", f"steady-{tag}",
+                                                   steady, self.cfg.rate)
+                    end = proc_stats(pid)
+                    res["process"] = {"peak_rss_mib": end["peak_rss_mib"],
+                                      "cpu_s_total": round(end["cpu_s"], 2),
+                                      "cpu_s_startup_and_warmup":
+                                          round(started["cpu_s"], 2)}
+                    entry["systems"][name] = res
+                finally:
+                    self.stop(name)
+            results.append(entry)
+        return results
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1000:.0f}ms"
+
+
+class PySpy:
+    """py-spy record of the controller during the largest burst (when installed)."""
+
+    def __init__(self, exe: str, out_dir: Path) -> None:
+        self.exe, self.out_dir = exe, out_dir
+        self.proc: Any = None
+
+    def start(self, pid: int) -> None:
+        import subprocess
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [self.exe, "record", "--pid", str(pid), "--rate", "50", "--format", "raw",
+             "--output", str(self.out_dir / "controller-burst.folded"), "--nonblocking"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        import signal
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(30)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.proc = None
+
+
+def summarize_profile(folded: Path, top: int = 25) -> list[tuple[str, float]]:
+    """Self-time and inclusive share of the hottest functions in a py-spy raw file."""
+    incl: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in folded.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        try:
+            count = int(n)
+        except ValueError:
+            continue
+        total += count
+        for frame in set(stack.split(";")):
+            incl[frame] += count
+    if not total:
+        return []
+    return [(f, round(100 * c / total, 1)) for f, c in incl.most_common(top)]
+
+
+def median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None

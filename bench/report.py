@@ -1,0 +1,98 @@
+"""The results as a Markdown table and a PNG of bound units over time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _v(x: Any, fmt: str = "{}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1000:.0f}"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    m = doc.get("machine") or {}
+    lines = [f"Machine: {m.get('cores')} cores ({m.get('cpu', '')}), "
+             f"{m.get('memory_mib', 0) // 1024} GiB, Python {m.get('python')}. "
+             f"Control plane, both systems, kwok and the load generator share these cores.", ""]
+    if doc.get("e2e"):
+        lines += [
+            "| nodes x GPUs | system | burst units | burst units/s | burst p50 / p99 (s) "
+            "| steady units (rate) | steady p50 / p99 (ms) | peak RSS (MiB) | CPU s burst / steady "
+            "| API req/unit burst / steady | devices given twice |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for size in doc["e2e"]:
+            for name, res in size["systems"].items():
+                b, s = res.get("burst") or {}, res.get("steady") or {}
+                twice = sum((x.get("double_booking") or {}).get("violations", 0) for x in (b, s)
+                            if x)
+                burst_units = f"{b.get('bound')}/{b.get('units')}" if b else "-"
+                steady_units = (f"{s.get('bound')}/{s.get('units')} ({s.get('rate_per_s'):g}/s)"
+                                if s else "-")
+                lines.append(
+                    f"| {size['nodes']} x {size['gpus_per_node']} | {name} | {burst_units} | "
+                    f"{_v(b.get('throughput_per_s'))} | "
+                    f"{_v(b.get('latency_p50_s'), '{:.2f}')} / "
+                    f"{_v(b.get('latency_p99_s'), '{:.2f}')} | {steady_units} | "
+                    f"{_ms(s.get('latency_p50_s'))} / {_ms(s.get('latency_p99_s'))} | "
+                    f"{_v((res.get('process') or {}).get('peak_rss_mib'))} | "
+                    f"{_v(b.get('cpu_s'))} / {_v(s.get('cpu_s'))} | "
+                    f"{_v(b.get('api_requests_per_unit_own'))} / "
+                    f"{_v(s.get('api_requests_per_unit_own'))} | {twice} |")
+        lines.append("")
+    if doc.get("micro"):
+        sizes = sorted({r["nodes"] for r in doc["micro"]})
+        lines += ["One placement decision (in-process, half the GPUs booked), p50 / p99 in "
+                  "microseconds:", "",
+                  "| strategy | " + " | ".join(f"{n} nodes" for n in sizes) + " |",
+                  "| --- | " + " | ".join("---:" for _ in sizes) + " |"]
+        by = {(r["strategy"], r["nodes"]): r for r in doc["micro"]}
+        for strat in sorted({r["strategy"] for r in doc["micro"]}):
+            cells = []
+            for n in sizes:
+                r = by.get((strat, n))
+                cells.append(f"{r['p50_us']:.0f} / {r['p99_us']:.0f}" if r else "-")
+            lines.append(f"| {strat} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(doc: dict[str, Any], path: Path) -> bool:
+    """Writes the PNG; False when matplotlib is not installed (``pip install -e '.[bench]'``)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = doc["e2e"]
+    phases = [p for p in ("burst", "steady")
+              if any(p in r for s in sizes for r in s["systems"].values())]
+    fig, axes = plt.subplots(len(phases), len(sizes), squeeze=False,
+                             figsize=(5.5 * len(sizes), 4 * len(phases)))
+    for col, size in enumerate(sizes):
+        for row, phase in enumerate(phases):
+            ax = axes[row][col]
+            for name, res in size["systems"].items():
+                r = res.get(phase)
+                if not r:
+                    continue
+                curve = r["bound_curve_s"]
+                ax.step(curve, range(1, len(curve) + 1), where="post",
+                        label=f"{name} ({_v(r.get('throughput_per_s'))}/s)")
+            ax.set_title(f"{size['nodes']} nodes x {size['gpus_per_node']} GPUs, {phase}")
+            ax.set_xlabel("seconds since the first create")
+            ax.set_ylabel("units bound")
+            ax.grid(alpha=0.3)
+            ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

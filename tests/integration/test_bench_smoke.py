@@ -1,0 +1,39 @@
+"""A tiny run of the benchmark (bench/): both systems place every unit, the numbers
+come out, nothing is given twice, and everything it started is stopped.
+
+It starts its own small control plane (it needs kube-scheduler, which the session
+``cluster`` does not run), reusing the binaries that ``cluster`` was started with.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.__main__ import main
+from hack.testenv import ControlPlane
+
+
+def test_bench_smoke(cluster: ControlPlane, tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    code = main(["--sizes", "4", "--burst", "20", "--rate", "20", "--duration", "1",
+                 "--no-micro", "--out", str(out), "--bin-dir", str(cluster.bin)])
+    assert code == 0
+    doc = json.loads((out / "bench.json").read_text())
+    (size,) = doc["e2e"]
+    assert set(size["systems"]) == {"kube-scheduler", "gpu-orchestrator"}
+    for name, res in size["systems"].items():
+        for phase, units in (("burst", 20), ("steady", 20)):
+            r = res[phase]
+            assert r["bound"] == units, (name, phase, r)
+            assert r["double_booking"]["violations"] == 0, (name, phase, r["double_booking"])
+            assert r["api_requests_own"] > 0, (name, phase)
+            assert r["latency_p99_s"] is not None
+        assert res["process"]["peak_rss_mib"] > 0
+    try:
+        import matplotlib  # noqa: F401  (the bench extra; make test installs dev only)
+    except ImportError:
+        pass
+    else:
+        assert (out / "bound_over_time.png").stat().st_size > 0
+    assert "kube-scheduler" in (out / "table.md").read_text()
