@@ -9,6 +9,7 @@ requests the shared ``controller`` fixture, so only one placing controller runs.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,6 +24,7 @@ from internal.scheduling.framework import STALE_REASON
 from internal.scheduling.snapshot import NodeInfo
 from runtime import Client, NotFound
 from tests.integration.controller.conftest import (
+    ROOT,
     NodeGroup,
     Running,
     env_of,
@@ -259,3 +261,50 @@ def test_least_loaded_prefers_the_node_reporting_lower_utilization(
                           nodeSelector=group.selector))
     w = wait_phase(admin, namespace, "w", "Running")
     assert w["status"]["placements"][0]["node"] == cool
+
+
+# ------------------------------------------------------------------- config/agent
+
+
+def _target_node(pod: dict[str, Any]) -> str | None:
+    """The node a DaemonSet pod is for: bound, or pinned by its node affinity."""
+    if pod["spec"].get("nodeName"):
+        return str(pod["spec"]["nodeName"])
+    terms = (((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+        "nodeSelectorTerms") or []
+    for t in terms:
+        for f in t.get("matchFields") or ():
+            if f.get("key") == "metadata.name" and f.get("values"):
+                return str(f["values"][0])
+    return None
+
+
+def test_config_installs_the_agent_daemonset_for_gpu_nodes_only(
+        placing: Running, installed: ControlPlane, admin: Client, namespace: str,
+        group: NodeGroup) -> None:
+    out = installed.kubectl("apply", "-k", os.path.join(ROOT, "config")).stdout  # idempotent
+    assert "daemonset.apps/gpu-orchestrator-agent" in out
+    ds = admin.get("apps/v1", "DaemonSet", "gpu-orchestrator-agent", AGENT_NS)
+    assert ds["spec"]["template"]["spec"]["serviceAccountName"] == "gpu-orchestrator-agent"
+    admin.get("v1", "ServiceAccount", "gpu-orchestrator-agent", AGENT_NS)
+
+    gpu, = placing.wait_nodes(group.add(1, gpus=4, labels={"nvidia.com/gpu.present": "true"}))
+    plain, = placing.wait_nodes(group.add(1, gpus=4))
+
+    def agent_pods() -> list[dict[str, Any]]:
+        return admin.list("v1", "Pod", namespace=AGENT_NS,
+                          label_selector="app.kubernetes.io/name=gpu-orchestrator-agent")["items"]
+
+    pod = eventually(lambda: next((p for p in agent_pods() if _target_node(p) == gpu), None),
+                     timeout=30, what=f"agent pod for {gpu}")
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert "nvidia.com/gpu" not in (pod["spec"]["containers"][0]["resources"].get("limits") or {})
+    assert not [p for p in agent_pods() if _target_node(p) == plain]
+
+    # The agent's pod takes no GPU: a workload still gets all four of the node's GPUs.
+    admin.create(workload("all4", namespace, gpusPerReplica=4,
+                          nodeSelector={**group.selector, "nvidia.com/gpu.present": "true"}))
+    w = wait_phase(admin, namespace, "all4", "Running")
+    assert w["status"]["placements"] == [{"index": 0, "node": gpu, "devices": [0, 1, 2, 3]}]
