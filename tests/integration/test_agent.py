@@ -82,6 +82,9 @@ def running(agent_rbac: ControlPlane, h100: FixtureBackend) -> Iterator[RunningA
         yield ra
     finally:
         ra.halt()
+        # Other modules count the cluster's nodes and GPUs: leave none behind.
+        agent_rbac.api("DELETE", f"{GROUP}/gpunodes/{NODE}")
+        agent_rbac.api("DELETE", f"/api/v1/nodes/{NODE}")
 
 
 def _gpunode(cluster: ControlPlane) -> dict[str, Any] | None:
