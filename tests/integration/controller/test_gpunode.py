@@ -308,3 +308,10 @@ def test_config_installs_the_agent_daemonset_for_gpu_nodes_only(
                           nodeSelector={**group.selector, "nvidia.com/gpu.present": "true"}))
     w = wait_phase(admin, namespace, "all4", "Running")
     assert w["status"]["placements"] == [{"index": 0, "node": gpu, "devices": [0, 1, 2, 3]}]
+
+    # Nothing left behind: no scheduler binds the agent's pod here, so it stays Pending
+    # (unbound pods outlive their node; neither the DaemonSet nor pod GC removes them).
+    installed.api("DELETE", f"/api/v1/nodes/{gpu}")
+    for p in agent_pods():
+        if _target_node(p) == gpu:
+            installed.api("DELETE", f"/api/v1/namespaces/{AGENT_NS}/pods/{p['metadata']['name']}")
