@@ -136,14 +136,23 @@ class GPUWorkloadReconciler:
         if status.get("phase") in (Phase.SUCCEEDED.value, Phase.FAILED.value):
             state.forget(key)
             return None
+        if state.is_behind(raw):
+            # The cache has not caught up with our own last write of this object.
+            return Result(requeue_after=0.1)
+        eviction = state.eviction(key)
+        if eviction is not None:
+            self._evicted(raw, eviction)
+            return None
         if not w.status.placements:
             if state.is_committed(key):
                 # Our own placement write has not reached the cache yet.
                 return Result(requeue_after=0.1)
             return self._place(w, raw)
-        if not state.held_by(key):
-            # The cache still shows a placement this ledger already released.
-            return Result(requeue_after=0.1)
+        if not state.held_by(key) and not state.adopt(raw):
+            # A committed placement this ledger did not hold (a write whose answer
+            # was lost, a previous leader) and that now collides with another one.
+            return self._end_attempt(w, raw, "PlacementConflict",
+                                     "its devices were booked by another workload")
         return self._run(w, raw)
 
     # ---------------------------------------------------------------- placing
@@ -241,26 +250,27 @@ class GPUWorkloadReconciler:
         self._write_status(raw, status)
 
     def _preempt(self, victim_key: str, by: GPUWorkload) -> None:
-        ns, name = victim_key.split("/", 1)
-        state = self.ensure_state()
-        victim = self.workloads.get_by_name(name, ns)
-        state.forget(victim_key)
-        m.PREEMPTIONS.inc()
-        if victim is None:
-            return
+        """Releases the victim's devices now; its own reconcile (never this one: one
+        worker per key) deletes its children and records why."""
         msg = (f"preempted by {by.key} (priority {by.spec.priority}) to make room; "
                f"waiting to be placed again")
-        self._delete_children(victim)
-        self.recorder.warning(victim, "Preempted", msg)
-        status = self._status(victim, phase=Phase.PENDING, message=msg, placements=None,
-                              next_retry=None, condition=(SCHEDULED, False, "Preempted", msg))
-        status["conditions"] = set_condition(status["conditions"], PREEMPTED, True, "Preempted",
-                                             msg, _fmt(self.clock()), None)
-        status["conditions"] = set_condition(status["conditions"], READY, False, "Preempted",
-                                             msg, _fmt(self.clock()), None)
-        with contextlib.suppress(NotFound):
-            self._write_status(victim, status)
+        self.ensure_state().evict(victim_key, msg)
+        m.PREEMPTIONS.inc()
         log.info("placement.preempted", workload=victim_key, by=by.key)
+
+    def _evicted(self, raw: JSON, msg: str) -> None:
+        """The victim's side of a preemption: children gone, back to Pending."""
+        self._delete_children(raw)
+        self.recorder.warning(raw, "Preempted", msg)
+        status = self._status(raw, phase=Phase.PENDING, message=msg, placements=None,
+                              next_retry=None, condition=(SCHEDULED, False, "Preempted", msg))
+        now, gen = _fmt(self.clock()), raw["metadata"].get("generation")
+        status["conditions"] = set_condition(status["conditions"], PREEMPTED, True, "Preempted",
+                                             msg, now, gen)
+        status["conditions"] = set_condition(status["conditions"], READY, False, "Preempted",
+                                             msg, now, gen)
+        self._write_status(raw, status)
+        self.ensure_state().evicted(_key(raw))
 
     # ---------------------------------------------------------------- running
 
@@ -419,9 +429,12 @@ class GPUWorkloadReconciler:
         body: dict[str, Any] = {"status": status}
         if precondition:
             body["metadata"] = {"resourceVersion": meta["resourceVersion"]}
-        return self.client.patch(API_VERSION, "GPUWorkload", meta["name"], body,
-                                 namespace=meta["namespace"], patch_type="merge",
-                                 subresource="status")
+        written = self.client.patch(API_VERSION, "GPUWorkload", meta["name"], body,
+                                    namespace=meta["namespace"], patch_type="merge",
+                                    subresource="status")
+        if self.state is not None:
+            self.state.wrote(written)
+        return written
 
     def _ensure(self, obj: dict[str, Any]) -> bool:
         """Creates ``obj``; True if created, False if it already existed."""

@@ -46,6 +46,15 @@ def _key(obj: JSON) -> str:
     return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
+def _rv(obj: JSON) -> int:
+    """etcd's resourceVersions are increasing integers (opaque by contract, but
+    kube-apiserver's are revisions); 0 when unknown."""
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 def _is_placed(status: JSON) -> bool:
     return bool(status.get("placements"))
 
@@ -133,6 +142,8 @@ class PlacementState:
         self.stale_after = stale_after
         self.clock = clock
         self._gpunodes: dict[str, JSON] = {}
+        self._written: dict[str, int] = {}  # workload key -> rv of our last write
+        self._evicting: dict[str, str] = {}  # preempted key -> why, until it is told
         self.lock = threading.RLock()
         self.default_exposure = default_exposure
         self.rng = rng or random.Random()
@@ -339,22 +350,71 @@ class PlacementState:
 
     def on_workload(self, obj: JSON) -> None:
         """Keeps the pending set current, and adopts a committed placement that this
-        ledger does not know (written by a previous leader)."""
+        ledger does not know (written by a previous leader). Objects older than this
+        controller's own last write of them are skipped: they would undo it."""
         with self.lock:
             if not self.ready:
                 return
             self.pending.update(obj)
-            status = obj.get("status") or {}
-            key = _key(obj)
-            if not _is_placed(status) or _terminal(status) or self.ledger.allocation(key):
-                return
-            try:
-                w = GPUWorkload.model_validate(obj)
-                self.ledger.assume(key, w.status.placements, gpus_per_replica=w.spec.gpus,
-                                   priority=w.spec.priority, committed=True,
-                                   check_capacity=False)
-            except (ValueError, LedgerConflict) as exc:
-                log.warning("ledger.adopt.failed", workload=key, error=str(exc))
+            if not self.is_behind(obj):
+                self._adopt(obj)
+
+    def adopt(self, obj: JSON) -> bool:
+        """Books the committed placement of ``obj`` if this ledger does not hold it.
+        False when it conflicts with what the ledger holds for other workloads."""
+        with self.lock:
+            return self._adopt(obj)
+
+    def _adopt(self, obj: JSON) -> bool:
+        status = obj.get("status") or {}
+        key = _key(obj)
+        if not _is_placed(status) or _terminal(status) or self.ledger.allocation(key) or \
+                key in self._evicting:
+            return True
+        try:
+            w = GPUWorkload.model_validate(obj)
+            self.ledger.assume(key, w.status.placements, gpus_per_replica=w.spec.gpus,
+                               priority=w.spec.priority, committed=True,
+                               check_capacity=False)
+            log.info("ledger.adopted", workload=key)
+            return True
+        except (ValueError, LedgerConflict) as exc:
+            log.warning("ledger.adopt.failed", workload=key, error=str(exc))
+            return False
+
+    # ------------------------------------------------------- preemption
+
+    def evict(self, key: str, message: str) -> None:
+        """Releases ``key``'s devices for a preemptor and marks it to be told so by
+        its own reconcile (which is then queued); until then nothing re-adopts it."""
+        with self.lock:
+            self.ledger.forget(key)
+            self._evicting[key] = message
+        self._enqueue_waiting([key])
+
+    def eviction(self, key: str) -> str | None:
+        with self.lock:
+            return self._evicting.get(key)
+
+    def evicted(self, key: str) -> None:
+        with self.lock:
+            self._evicting.pop(key, None)
+
+    # ------------------------------------------------------- own writes
+
+    def wrote(self, obj: JSON) -> None:
+        """Records the resourceVersion of this controller's latest write of ``obj``."""
+        rv = _rv(obj)
+        if rv:
+            with self.lock:
+                self._written[_key(obj)] = rv
+
+    def is_behind(self, obj: JSON) -> bool:
+        """Is ``obj`` (from the cache) older than this controller's last write of it?
+        (The cache lags the API; acting on an older copy would undo the write.)"""
+        rv = _rv(obj)
+        with self.lock:
+            return bool(rv) and rv < self._written.get(_key(obj), 0)
 
     def on_workload_deleted(self, obj: Any) -> None:
         raw = getattr(obj, "obj", obj) or {}
