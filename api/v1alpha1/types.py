@@ -276,8 +276,10 @@ class GPUWorkloadSpec(_Base):
         SchedulingStrategy.LEAST_LOADED,
         alias="schedulingStrategy",
         description=(
-            "Placement strategy. leastLoaded: emptiest nodes first. bestFit: fullest "
-            "nodes that still fit. priority: like leastLoaded, may preempt "
+            "Placement strategy. leastLoaded: lowest GPU utilization (from GPUNode), "
+            "then most free GPUs. bestFit: smallest GPUs that meet minGPUMemoryMiB "
+            "when nodes report memory, then the fullest node that still fits. "
+            "priority: like leastLoaded, may preempt "
             "lower-priority workloads. roundRobin: rotates across nodes. annotationMap: "
             "exact nodes and devices from schedulingMap. random: uniform among feasible "
             "nodes. costOptimized: cheap nodes first."
