@@ -24,7 +24,7 @@ have=1; for b in "${want[@]}"; do [ -x "$out/$b" ] || have=0; done
 if [ "$have" = 1 ]; then echo "$out"; exit 0; fi
 
 mkdir -p "$out.tmp"
-export CGO_ENABLED=0 GOFLAGS=-mod=mod
+export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false"
 start=$(date +%s)
 minor=${k8s#v1.}; minor=${minor%%.*}
 stamp="-s -w -X k8s.io/component-base/version.gitVersion=$k8s -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
