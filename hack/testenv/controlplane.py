@@ -210,39 +210,34 @@ class ControlPlane:
         ctx = ssl._create_unverified_context()  # serving cert is self-signed by the component
         return lambda: self._http("GET", port, "/healthz", tls=ctx)[0] == 200
 
-    def _start_controller_manager(self) -> None:
+    def _start_component(self, name: str, certs: str, *flags: str) -> None:
+        """kube-controller-manager or kube-scheduler: admin kubeconfig, serving on a
+        random loopback port, no leader election; ready when /healthz answers."""
         port = free_port()
-        self.ports["kube-controller-manager"] = port
-        proc = self._spawn("kube-controller-manager", [
-            str(self.bin / "kube-controller-manager"),
+        self.ports[name] = port
+        proc = self._spawn(name, [
+            str(self.bin / name),
             f"--kubeconfig={self.kubeconfig}",
             f"--authentication-kubeconfig={self.kubeconfig}",
             f"--authorization-kubeconfig={self.kubeconfig}",
             "--bind-address=127.0.0.1", f"--secure-port={port}",
-            f"--cert-dir={self.dir / 'kcm-certs'}",
-            "--leader-elect=false",
+            f"--cert-dir={self.dir / certs}",
+            "--leader-elect=false", "--v=1", *flags,
+        ])
+        proc.wait_ready(self._healthz_probe(port), 60)
+
+    def _start_controller_manager(self) -> None:
+        self._start_component(
+            "kube-controller-manager", "kcm-certs",
             f"--controllers={KCM_CONTROLLERS}",
             f"--service-account-private-key-file={self.sa.key}",
             f"--root-ca-file={self.ca.cert_path}",
             "--concurrent-gc-syncs=5",
             "--node-monitor-period=1s",
-            "--v=1",
-        ])
-        proc.wait_ready(self._healthz_probe(port), 60)
+        )
 
     def _start_scheduler(self) -> None:
-        port = free_port()
-        self.ports["kube-scheduler"] = port
-        proc = self._spawn("kube-scheduler", [
-            str(self.bin / "kube-scheduler"),
-            f"--kubeconfig={self.kubeconfig}",
-            f"--authentication-kubeconfig={self.kubeconfig}",
-            f"--authorization-kubeconfig={self.kubeconfig}",
-            "--bind-address=127.0.0.1", f"--secure-port={port}",
-            f"--cert-dir={self.dir / 'scheduler-certs'}",
-            "--leader-elect=false", "--v=1",
-        ])
-        proc.wait_ready(self._healthz_probe(port), 60)
+        self._start_component("kube-scheduler", "scheduler-certs")
 
     def _start_kwok(self) -> None:
         port = free_port()
