@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["e2e"] = run_e2e(args, doc)
     doc["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
     (args.out / "bench.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    (args.out / "bench.partial.json").unlink(missing_ok=True)
     table = report.markdown(doc)
     (args.out / "table.md").write_text(table)
     if doc.get("e2e") and not report.plot(doc, args.out / "bound_over_time.png"):
@@ -137,7 +138,12 @@ def run_e2e(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, Any
         try:
             progress(f"control plane: starting in {workdir}")
             cp.start()
-            bench = e2e.Bench(cp, cfg, progress)
+            def save(results: list[dict[str, Any]]) -> None:
+                partial = {**doc, "e2e": results, "partial": True}
+                (args.out / "bench.partial.json").write_bytes(
+                    orjson.dumps(partial, option=orjson.OPT_INDENT_2))
+
+            bench = e2e.Bench(cp, cfg, progress, save)
             bench.install_crds()
             spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
             if args.profile:

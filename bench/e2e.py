@@ -63,8 +63,9 @@ class BenchPlane(ControlPlane):
         policy = self.dir / "audit-policy.yaml"
         policy.write_text(AUDIT_POLICY)
         self.audit_log = self.dir / "audit.log"
+        # maxsize in MB: never rotate (0 would mean lumberjack's default of 100)
         return [*super()._apiserver_argv(), f"--audit-policy-file={policy}",
-                f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=0",
+                f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=1000000",
                 "--audit-log-format=json"]
 
     def start_scheduler(self, qps: float | None, burst: int | None) -> int:
@@ -202,29 +203,46 @@ def audit_counts(path: Path, start: int, end: int) -> dict[str, Any]:
     detail: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     with open(path, "rb") as f:
         f.seek(start)
-        data = f.read(end - start)
-    for line in data.splitlines():
-        try:
-            ev = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        who = _client_class(ev.get("userAgent", ""))
-        verb = ev.get("verb", "?")
-        if verb == "watch":
-            watches[who] += 1
-            continue
-        by_client[who] += 1
-        ref = ev.get("objectRef") or {}
-        res = ref.get("resource", "?") + (f"/{ref['subresource']}" if ref.get("subresource")
-                                          else "")
-        detail[who][f"{verb} {res}"] += 1
+        lines = _lines(f, end - start)
+        for line in lines:
+            try:
+                ev = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            who = _client_class(ev.get("userAgent", ""))
+            verb = ev.get("verb", "?")
+            if verb == "watch":
+                watches[who] += 1
+                continue
+            by_client[who] += 1
+            ref = ev.get("objectRef") or {}
+            res = ref.get("resource", "?") + (f"/{ref['subresource']}" if ref.get("subresource")
+                                              else "")
+            detail[who][f"{verb} {res}"] += 1
     return {"requests": dict(by_client), "watches": dict(watches),
             "detail": {k: dict(v.most_common()) for k, v in detail.items()}}
 
 
+def _lines(f: Any, size: int) -> Any:
+    """The lines of the next ``size`` bytes of ``f``, read in blocks."""
+    rest = b""
+    while size > 0:
+        block = f.read(min(size, 1 << 20))
+        if not block:
+            break
+        size -= len(block)
+        parts = (rest + block).split(b"\n")
+        rest = parts.pop()
+        yield from parts
+    if rest:
+        yield rest
+
+
 class Bench:
-    def __init__(self, cp: BenchPlane, cfg: Config, progress: Progress) -> None:
+    def __init__(self, cp: BenchPlane, cfg: Config, progress: Progress,
+                 save: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
         self.cp, self.cfg, self.progress = cp, cfg, progress
+        self.save = save or (lambda results: None)
         self.api = Api(cp.ports["apiserver"], cp.ssl_context())
         self.nodes: list[str] = []
         self.controller: Process | None = None
@@ -371,6 +389,7 @@ class Bench:
         before = {"proc": proc_stats(pid), "others": {n: proc_stats(p)["cpu_s"]
                                                       for n, p in others.items()},
                   "audit": self.cp.audit_log.stat().st_size, "metrics": _metrics_total(self.api)}
+        foreign_before = foreign_apiservers(self.cp.pids().get("kube-apiserver"))
         profiling = kind == "burst" and self.profiler is not None and system.name == OURS
         if profiling:
             self.profiler.start(pid)
@@ -450,6 +469,10 @@ class Bench:
             "apiserver_request_total_delta": round(after["metrics"] - before["metrics"]),
             "audit": audit,
             "double_booking": check,
+            "watch_reconnects": watch.reconnects, "watch_relists": watch.relists,
+            "loadavg_after": _loadavg(),
+            "foreign_apiservers": sorted({foreign_before,
+                                          foreign_apiservers(self.cp.pids().get("kube-apiserver"))}),
             "bound_curve_s": [round(x, 3) for x in curve],
         }
         self.progress(
@@ -533,6 +556,8 @@ class Bench:
                                                       burst, None)
                     finally:
                         self.profiler = keep
+                    entry["systems"][name] = res
+                    self.save([*results, entry])
                     if steady:
                         res["steady"] = self.phase(system, pid, "steady", f"steady-{tag}",
                                                    steady, self.cfg.rate)
@@ -541,11 +566,35 @@ class Bench:
                                       "cpu_s_total": round(end["cpu_s"], 2),
                                       "cpu_s_startup_and_warmup":
                                           round(started["cpu_s"], 2)}
-                    entry["systems"][name] = res
+                    self.save([*results, entry])
                 finally:
                     self.stop(name)
             results.append(entry)
         return results
+
+
+def foreign_apiservers(own: int | None) -> int:
+    """kube-apiservers on this machine that this run did not start (other users'
+    tests share the cores: the numbers are noisier then)."""
+    count = 0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == own:
+            continue
+        try:
+            argv0 = (d / "cmdline").read_bytes().split(b"\0", 1)[0]
+        except OSError:
+            continue
+        if argv0.endswith(b"/kube-apiserver"):
+            count += 1
+    return count
+
+
+def _loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return ""
 
 
 def _round(x: float | None) -> float | None:

@@ -87,51 +87,108 @@ class Api:
     # ------------------------------------------------------------------ watch
 
     def watch(self, path: str, handle: Callable[[str, dict, float], None]) -> Watch:
-        """Starts a watch of ``path`` (a collection) from now; ``handle(type, obj, t)``
-        runs on the watch thread with the arrival time ``t`` (time.time())."""
+        """Lists ``path`` (a collection) and watches it from there; ``handle(type, obj,
+        t)`` runs with the arrival time ``t`` (time.time())."""
         w = Watch(self, path, handle)
         w.start()
         return w
 
 
 class Watch:
+    """A watch that survives the server closing it (kube-apiserver drops watchers
+    it finds slow under load): it resumes from the last resourceVersion, or lists
+    again when that is gone (410), handing every listed object to ``handle`` with
+    the time of the list. ``reconnects`` and ``relists`` say how often."""
+
     def __init__(self, api: Api, path: str, handle: Callable[[str, dict, float], None]) -> None:
         self.api, self.path, self.handle = api, path, handle
         self.error: BaseException | None = None
+        self.rv = ""
+        self.reconnects = 0
+        self.relists = 0
         self._conn: http.client.HTTPSConnection | None = None
+        self._resp: http.client.HTTPResponse | None = None
         self._stopping = False
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"watch {path}")
 
     def start(self) -> None:
-        conn = self._conn = self.api._conn(timeout=None)  # type: ignore[arg-type]
-        sep = "&" if "?" in self.path else "?"
-        conn.request("GET", f"{self.path}{sep}watch=1&timeoutSeconds=7200",
-                     headers={"Accept": "application/json", "User-Agent": USER_AGENT})
-        self._resp = conn.getresponse()  # headers arrive once the watch is established
-        if self._resp.status != 200:
-            raise RuntimeError(f"watch {self.path}: HTTP {self._resp.status}")
+        self._list(initial=True)
+        self._open()
         self._thread.start()
 
-    def _run(self) -> None:
-        try:
-            while True:
-                line = self._resp.readline()
-                if not line:
-                    break
-                t = time.time()
-                ev = orjson.loads(line)
-                self.handle(ev["type"], ev["object"], t)
-        except BaseException as exc:
-            if not self._stopping:
-                self.error = exc
+    def _list(self, initial: bool = False) -> None:
+        out = self.api.must("GET", self.path)
+        t = time.time()
+        for item in out.get("items") or ():
+            self.handle("ADDED" if initial else "MODIFIED", item, t)
+        self.rv = out["metadata"]["resourceVersion"]
+        if not initial:
+            self.relists += 1
 
-    def stop(self) -> None:
-        self._stopping = True
+    def _open(self) -> None:
+        conn = self.api._conn(timeout=None)  # type: ignore[arg-type]
+        sep = "&" if "?" in self.path else "?"
+        conn.request("GET", f"{self.path}{sep}watch=1&allowWatchBookmarks=true"
+                            f"&resourceVersion={self.rv}&timeoutSeconds=7200",
+                     headers={"Accept": "application/json", "User-Agent": USER_AGENT})
+        resp = conn.getresponse()  # headers arrive once the watch is established
+        if resp.status != 200:
+            conn.close()
+            raise RuntimeError(f"watch {self.path}: HTTP {resp.status}")
+        self._conn, self._resp = conn, resp
+        if self._stopping:
+            self._close()
+
+    def _close(self) -> None:
         conn = self._conn
         if conn is not None and conn.sock is not None:
             with contextlib.suppress(OSError):
                 conn.sock.shutdown(socket.SHUT_RDWR)
+        if conn is not None:
             conn.close()
+
+    def _stream(self) -> None:
+        assert self._resp is not None
+        while True:
+            line = self._resp.readline()
+            if not line:
+                return
+            t = time.time()
+            ev = orjson.loads(line)
+            typ, obj = ev["type"], ev["object"]
+            if typ == "ERROR":  # e.g. 410 Gone: list again
+                self._list()
+                return
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if rv:
+                self.rv = rv
+            if typ != "BOOKMARK":
+                self.handle(typ, obj, t)
+
+    def _run(self) -> None:
+        while not self._stopping:
+            try:
+                self._stream()
+            except BaseException as exc:
+                if self._stopping:
+                    return
+                self.error = exc
+            if self._stopping:
+                return
+            self.reconnects += 1
+            try:
+                self._open()
+            except Exception:
+                try:
+                    self._list()
+                    self._open()
+                except Exception as exc:
+                    self.error = exc
+                    time.sleep(0.5)
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._close()
         self._thread.join(5)
 
 
