@@ -13,6 +13,7 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -115,25 +116,10 @@ def build(
     return Webhook(certs, server, patcher, check_interval)
 
 
-def serve(
-    *,
-    bind_address: str = "0.0.0.0",
-    port: int = 9443,
-    cert_dir: str | None = None,
-    self_signed: bool = True,
-    hosts: Sequence[str] = (),
-    service_name: str = SERVICE_NAME,
-    service_namespace: str = SERVICE_NAMESPACE,
-    webhook_config_name: str = WEBHOOK_CONFIG_NAME,
-    patch_ca_bundle: bool = True,
-    kubeconfig: str | None = None,
-    device_exposure: DeviceExposure | str = DeviceExposure.CUDA_VISIBLE_DEVICES,
-    cert_validity: dt.timedelta = dt.timedelta(days=90),
-    check_interval: float = 60.0,
-    stop: threading.Event | None = None,
-) -> int:
+def serve(*, stop: threading.Event | None = None, **options: Any) -> int:
     """Runs the mutating webhook until ``stop`` is set (or SIGTERM/SIGINT when called
-    from the main thread without ``stop``); returns the exit code (0).
+    from the main thread without ``stop``); returns the exit code (0). ``options``
+    are :func:`build`'s:
 
     - ``self_signed``: generate and renew a CA and serving certificate for the
       Service DNS names, 127.0.0.1 and ``hosts``, kept in ``cert_dir`` (a temporary
@@ -144,13 +130,7 @@ def serve(
     - ``device_exposure``: the default mode; a pod may override it with the
       annotation ``gpu.orchestrator.dev/device-exposure``.
     """
-    webhook = build(
-        bind_address=bind_address, port=port, cert_dir=cert_dir, self_signed=self_signed,
-        hosts=hosts, service_name=service_name, service_namespace=service_namespace,
-        webhook_config_name=webhook_config_name, patch_ca_bundle=patch_ca_bundle,
-        kubeconfig=kubeconfig, device_exposure=device_exposure,
-        cert_validity=cert_validity, check_interval=check_interval,
-    )
+    webhook = build(**options)
     if stop is None:
         stop = threading.Event()
         if threading.current_thread() is threading.main_thread():
