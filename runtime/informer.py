@@ -197,12 +197,7 @@ class SharedIndexInformer:
                     if old is not None:
                         self._notify("delete", DeletedFinalStateUnknown(key, old))
             for obj in new:
-                old = self.indexer.get(obj)
-                self.indexer.add(obj)
-                if old is None:
-                    self._notify("add", obj)
-                else:
-                    self._notify("update", old, obj)
+                self._upsert(obj)
             if not self._synced.is_set():
                 self._synced.set()
                 self._notify(_SYNCED)
@@ -214,12 +209,17 @@ class SharedIndexInformer:
                 self.indexer.delete(obj)
                 self._notify("delete", obj)
                 return
-            old = self.indexer.get(obj)
-            self.indexer.add(obj)
-            if old is None:
-                self._notify("add", obj)
-            else:
-                self._notify("update", old, obj)
+            self._upsert(obj)
+
+    def _upsert(self, obj: JSON) -> None:
+        """Store ``obj`` and tell the handlers: an add, or an update of what was there.
+        (Called with the lock held.)"""
+        old = self.indexer.get(obj)
+        self.indexer.add(obj)
+        if old is None:
+            self._notify("add", obj)
+        else:
+            self._notify("update", old, obj)
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> None:

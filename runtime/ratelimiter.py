@@ -20,14 +20,29 @@ class RateLimiter(Protocol):
     def num_requeues(self, item: Hashable) -> int: ...
 
 
-class ItemExponentialFailureRateLimiter:
+class _PerItemFailures:
+    """The failure count per item that per-item limiters keep, and its bookkeeping."""
+
+    def __init__(self) -> None:
+        self._failures: dict[Hashable, int] = {}
+        self._lock = threading.Lock()
+
+    def forget(self, item: Hashable) -> None:
+        with self._lock:
+            self._failures.pop(item, None)
+
+    def num_requeues(self, item: Hashable) -> int:
+        with self._lock:
+            return self._failures.get(item, 0)
+
+
+class ItemExponentialFailureRateLimiter(_PerItemFailures):
     """``base * 2**failures`` seconds per item, capped at ``max_delay``."""
 
     def __init__(self, base_delay: float = 0.005, max_delay: float = 1000.0) -> None:
+        super().__init__()
         self.base_delay = base_delay
         self.max_delay = max_delay
-        self._failures: dict[Hashable, int] = {}
-        self._lock = threading.Lock()
 
     def when(self, item: Hashable) -> float:
         with self._lock:
@@ -37,38 +52,20 @@ class ItemExponentialFailureRateLimiter:
             return self.max_delay
         return min(self.base_delay * (2**exp), self.max_delay)
 
-    def forget(self, item: Hashable) -> None:
-        with self._lock:
-            self._failures.pop(item, None)
-
-    def num_requeues(self, item: Hashable) -> int:
-        with self._lock:
-            return self._failures.get(item, 0)
-
-
-class ItemFastSlowRateLimiter:
+class ItemFastSlowRateLimiter(_PerItemFailures):
     """``fast_delay`` for the first ``max_fast_attempts`` failures, ``slow_delay`` after."""
 
     def __init__(self, fast_delay: float, slow_delay: float, max_fast_attempts: int) -> None:
+        super().__init__()
         self.fast_delay = fast_delay
         self.slow_delay = slow_delay
         self.max_fast_attempts = max_fast_attempts
-        self._failures: dict[Hashable, int] = {}
-        self._lock = threading.Lock()
 
     def when(self, item: Hashable) -> float:
         with self._lock:
             n = self._failures.get(item, 0) + 1
             self._failures[item] = n
         return self.fast_delay if n <= self.max_fast_attempts else self.slow_delay
-
-    def forget(self, item: Hashable) -> None:
-        with self._lock:
-            self._failures.pop(item, None)
-
-    def num_requeues(self, item: Hashable) -> int:
-        with self._lock:
-            return self._failures.get(item, 0)
 
 
 class BucketRateLimiter:
