@@ -12,14 +12,23 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from api.v1alpha1.keys import (
+    ATTEMPT_LABEL,
+    DEVICES_ANNOTATION,
+    EXPOSURE_ANNOTATION,
+    GPU_RESOURCE,
+    INDEX_LABEL,
+    NODE_ANNOTATION,
+    WORKLOAD_LABEL,
+    WORKLOAD_UID_LABEL,
+)
 from api.v1alpha1.types import API_VERSION, DeviceExposure, GPUWorkload, Placement, WorkloadKind
+from internal.scheduling import exposure as exp
 
-WORKLOAD_LABEL = "gpu.orchestrator.dev/workload"
-INDEX_LABEL = "gpu.orchestrator.dev/replica-index"
-NODE_ANNOTATION = "gpu.orchestrator.dev/node"
-DEVICES_ANNOTATION = "gpu.orchestrator.dev/devices"
-EXPOSURE_ANNOTATION = "gpu.orchestrator.dev/exposure"
-GPU_RESOURCE = "nvidia.com/gpu"
+__all__ = ["ATTEMPT_LABEL", "DEVICES_ANNOTATION", "EXPOSURE_ANNOTATION", "GPU_RESOURCE",
+           "INDEX_LABEL", "NODE_ANNOTATION", "WORKLOAD_LABEL", "WORKLOAD_UID_LABEL",
+           "build_child", "build_service", "child_name", "device_env", "owner_reference"]
+
 MASTER_PORT = "29500"
 DEFAULT_IMAGE = "busybox:1.36"
 
@@ -40,18 +49,7 @@ def owner_reference(raw: Mapping[str, Any]) -> dict[str, Any]:
 def device_env(exposure: DeviceExposure, devices: list[int],
                uuids: list[str] | None) -> list[dict[str, str]]:
     """The variables that show a container its devices (DESIGN.md, exposure modes)."""
-    host = ",".join(str(d) for d in devices)
-    if exposure is DeviceExposure.CUDA_VISIBLE_DEVICES:
-        # The container sees every GPU with host numbering; CUDA picks the placed ones.
-        return [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
-                {"name": "CUDA_VISIBLE_DEVICES", "value": host}]
-    if exposure is DeviceExposure.NVIDIA_VISIBLE_DEVICES:
-        # The runtime isolates exactly these GPUs and renumbers them from 0.
-        shown = ",".join(uuids) if uuids else host
-        renumbered = ",".join(str(i) for i in range(len(devices)))
-        return [{"name": "NVIDIA_VISIBLE_DEVICES", "value": shown},
-                {"name": "CUDA_VISIBLE_DEVICES", "value": renumbered}]
-    return []  # device-plugin: the kubelet's device plugin sets them
+    return [{"name": k, "value": v} for k, v in exp.device_env(exposure, devices, uuids).items()]
 
 
 def _gang_env(w: GPUWorkload, index: int) -> list[dict[str, str]]:
@@ -70,15 +68,19 @@ def _merge_env(existing: list[dict[str, Any]], ours: list[dict[str, str]]) -> li
 
 
 def pod_template(w: GPUWorkload, raw: Mapping[str, Any], p: Placement,
-                 exposure: DeviceExposure, uuids: UuidLookup) -> dict[str, Any]:
-    """The pod template of replica ``p``: the user's template, bound and injected."""
+                 exposure: DeviceExposure, uuids: UuidLookup,
+                 attempt: int = 0) -> dict[str, Any]:
+    """The pod template of replica ``p``: the user's template, bound and injected.
+    Every container and init container gets the exposure's environment, over what
+    the template or the image sets."""
     tpl = copy.deepcopy(w.spec.template or {})
     meta = tpl.setdefault("metadata", {})
     spec = tpl.setdefault("spec", {})
     if not spec.get("containers"):
         spec["containers"] = [{"name": "main", "image": DEFAULT_IMAGE}]
     labels = meta.setdefault("labels", {})
-    labels.update({WORKLOAD_LABEL: w.metadata.name, INDEX_LABEL: str(p.index)})
+    labels.update({WORKLOAD_LABEL: w.metadata.name, INDEX_LABEL: str(p.index),
+                   WORKLOAD_UID_LABEL: str(raw["metadata"]["uid"]), ATTEMPT_LABEL: str(attempt)})
     ann = meta.setdefault("annotations", {})
     ann.update({
         NODE_ANNOTATION: p.node,
@@ -94,6 +96,8 @@ def pod_template(w: GPUWorkload, raw: Mapping[str, Any], p: Placement,
         spec["hostname"] = child_name(w.metadata.name, p.index)
         spec["subdomain"] = w.metadata.name
     gpus = w.spec.gpus
+    for c in spec.get("initContainers") or ():
+        c["env"] = _merge_env(c.get("env") or [], env)
     for c in spec["containers"]:
         c["env"] = _merge_env(c.get("env") or [], env)
         if exposure is DeviceExposure.DEVICE_PLUGIN:
@@ -104,9 +108,9 @@ def pod_template(w: GPUWorkload, raw: Mapping[str, Any], p: Placement,
 
 
 def build_child(w: GPUWorkload, raw: Mapping[str, Any], p: Placement,
-                exposure: DeviceExposure, uuids: UuidLookup) -> dict[str, Any]:
-    """A Pod, or a Job with one pod, for replica ``p``."""
-    tpl = pod_template(w, raw, p, exposure, uuids)
+                exposure: DeviceExposure, uuids: UuidLookup, attempt: int = 0) -> dict[str, Any]:
+    """A Pod, or a Job with one pod, for replica ``p`` of attempt ``attempt``."""
+    tpl = pod_template(w, raw, p, exposure, uuids, attempt)
     meta = {
         "name": child_name(w.metadata.name, p.index),
         "namespace": w.metadata.namespace,

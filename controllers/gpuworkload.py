@@ -1,18 +1,36 @@
 """The GPUWorkload reconciler: a workload becomes a placement, then its children.
 
-One reconcile of ``namespace/name``:
+Devices are held by pods (DESIGN.md, the ledger's invariants): this reconciler
+books decisions, creates pods, and *asks* pods to go; it never frees a device
+itself. A device comes back when the last pod holding it is deleted or finishes.
 
-1. Gone or being deleted: release its devices (its children go with it through
-   their ownerReferences).
-2. Not placed: decide with the strategy and book the decision in the ledger
-   (assume), write ``status.placements`` with the object's resourceVersion (the
-   commit point), then commit. A failed write releases the booking. Nothing fits:
-   the ``Scheduled=False`` condition says why per node, an Event says it too, and
-   the retry policy sets ``nextRetryTime``; after ``maxRetries`` the workload fails.
-3. Placed: create each replica's child under its deterministic name, bound to its
-   node with the device environment, then aggregate the children's phases. A failed
-   replica or a vanished node ends the attempt: children deleted, devices released,
-   and the retry policy decides between another attempt and Failed.
+One reconcile of ``namespace/name`` observes, decides, acts, then reports:
+
+| observed                                  | what it does                                   |
+| ----------------------------------------- | ---------------------------------------------- |
+| gone                                      | releases its booking (its pods keep theirs)    |
+| being deleted                             | deletes its children; removes our finalizer    |
+|                                           | once none is left (``kubectl delete`` waits)   |
+| spec invalid                              | ``Scheduled=False InvalidSpec``; pods kept     |
+| Succeeded / Failed                        | releases its booking                           |
+| preempted (told by the preemptor)         | deletes its children, back to Pending          |
+| not placed                                | decides; books; commits (below); or says why   |
+|                                           | nothing fits and applies the retry policy      |
+| placed, nominated over preempted pods     | waits for them to be gone, says so             |
+| placed                                    | creates missing children, aggregates phases;   |
+|                                           | a failed replica, a lost node, a child that    |
+|                                           | cannot be created end the attempt              |
+
+Commit points. One replica in Pod mode: the bound pod itself (its ``nodeName`` and
+env cannot change after creation) — the status write that follows only reports.
+Gangs and Job mode: ``status.placements``, written with the object's
+resourceVersion before any child, because a half-created gang cannot be rebuilt
+from its pods alone. A crash between two steps is repaired by the next reconcile
+from what the API holds (our own pods of the current attempt are adopted, never
+decided again).
+
+The status is built by one ``StatusBuilder`` through the reconcile and written
+once at its end, and not at all when nothing a user sees changed.
 """
 
 from __future__ import annotations
@@ -22,18 +40,25 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 from pydantic import ValidationError
 
+from api.v1alpha1.keys import (
+    ATTEMPT_LABEL,
+    CHILDREN_FINALIZER,
+    DEVICES_ANNOTATION,
+    INDEX_LABEL,
+)
 from api.v1alpha1.types import (
     API_VERSION,
     DeviceExposure,
     GPUWorkload,
     Phase,
+    Placement,
     SchedulingStrategy,
     WorkloadKind,
 )
@@ -46,21 +71,25 @@ from controllers.conditions import (
     aggregate,
     child_phase,
     get_condition,
-    set_condition,
 )
 from controllers.placement_state import PlacementState, PodBook
+from controllers.status import StatusBuilder, fmt_time, parse_time, same_status
 from internal import metrics as m
 from internal.backoff import next_delay, should_retry
 from internal.scheduling.framework import INVALID_MAP, PREEMPT, UNSCHEDULABLE
-from runtime import AlreadyExists, Conflict, NotFound, Request, Result
+from internal.scheduling.pods import BadPod, controller_ref, parse_devices
+from runtime import AlreadyExists, ApiError, Conflict, NotFound, Request, Result
 from runtime.events import EventRecorder
 from runtime.store import NODE_NAME_INDEX, Indexer
 
 log = structlog.get_logger("gpuworkload")
 
-ATTEMPT_LABEL = "gpu.orchestrator.dev/attempt"
 #: a lower-priority workload waits this long for a never-tried higher one to go first
 PRIORITY_GATE_DELAY = 0.2
+#: how often a deleting workload looks again for children still going away
+FINALIZE_POLL = 1.0
+#: API answers to a create that no retry of the same request can fix
+PERMANENT_CREATE_ERRORS = (400, 403, 422)
 
 JSON = Mapping[str, Any]
 
@@ -69,20 +98,36 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _fmt(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse(s: str | None) -> datetime | None:
-    if not s:
-        return None
-    return datetime.fromisoformat(s.replace("Z", "+00:00"))
-
-
 @dataclass
 class Options:
     default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES
     default_strategy: str | None = None  # used when a spec names none (the CRD defaults it)
+
+
+@dataclass
+class Outcome:
+    """What one reconcile decided to report: the status it wants, Events, requeue."""
+
+    status: StatusBuilder
+    result: Result | None = None
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, msg)
+    raw: JSON | None = None  # the object as last written during the reconcile
+
+    def warn(self, reason: str, message: str) -> Outcome:
+        self.events.append(("Warning", reason, message))
+        return self
+
+    def normal(self, reason: str, message: str) -> Outcome:
+        self.events.append(("Normal", reason, message))
+        return self
+
+
+class EndAttempt(Exception):
+    """Raised inside ``_run`` when the attempt cannot go on (reason, message)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason, self.message = reason, message
 
 
 class GPUWorkloadReconciler:
@@ -122,47 +167,116 @@ class GPUWorkloadReconciler:
         state = self.ensure_state()
         key = f"{req.namespace}/{req.name}"
         raw = self.workloads.get_by_name(req.name, req.namespace)
-        if raw is None or (raw.get("metadata") or {}).get("deletionTimestamp"):
+        if raw is None:
             state.forget(key)
             self._bound_observed.discard(key)
             return None
-        try:
-            w = GPUWorkload.model_validate(raw)
-        except ValidationError as exc:
-            return self._invalid_spec(raw, exc)
-        if self.options.default_strategy and "schedulingStrategy" not in (raw.get("spec") or {}):
-            w.spec.scheduling_strategy = SchedulingStrategy(self.options.default_strategy)
-        status = raw.get("status") or {}
-        if status.get("phase") in (Phase.SUCCEEDED.value, Phase.FAILED.value):
-            state.forget(key)
-            return None
+        state.claim(key, raw["metadata"].get("uid"))
+        if raw["metadata"].get("deletionTimestamp"):
+            return self._finalize(raw)
         if state.is_behind(raw):
             # The cache has not caught up with our own last write of this object.
             return Result(requeue_after=0.1)
+        out = self._observe_and_act(raw)
+        return self._report(raw, out)
+
+    def _observe_and_act(self, raw: JSON) -> Outcome:
+        state = self.ensure_state()
+        key = _key(raw)
+        status = StatusBuilder(raw, self.clock())
+        try:
+            w = GPUWorkload.model_validate(raw)
+        except ValidationError as exc:
+            errs = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            message = f"invalid spec: {errs}"
+            # Its pods, if any, keep holding their devices: the ledger follows them.
+            status.phase(Phase.PENDING, message).condition(SCHEDULED, False, "InvalidSpec",
+                                                           message)
+            out = Outcome(status)
+            return out.warn("InvalidSpec", message) if _changed_message(raw, message) else out
+        if self.options.default_strategy and "schedulingStrategy" not in (raw.get("spec") or {}):
+            w.spec.scheduling_strategy = SchedulingStrategy(self.options.default_strategy)
+        if w.status.phase in (Phase.SUCCEEDED, Phase.FAILED):
+            state.forget(key)
+            return Outcome(status)
         eviction = state.eviction(key)
         if eviction is not None:
-            self._evicted(raw, eviction)
-            return None
-        if not w.status.placements:
-            if state.is_committed(key):
-                # Our own placement write has not reached the cache yet.
-                return Result(requeue_after=0.1)
-            return self._place(w, raw)
+            return self._evicted(raw, status, eviction)
+        placements = self._placements(w, raw)
+        if placements is None:
+            waiting = self._previous_attempt(w, raw, status)
+            return waiting if waiting is not None else self._place(w, raw, status)
         if not state.held_by(key) and not state.adopt(raw):
             # A committed placement this ledger did not hold (a write whose answer
-            # was lost, a previous leader) and that now collides with another one.
-            return self._end_attempt(w, raw, "PlacementConflict",
-                                     "its devices were booked by another workload")
-        return self._run(w, raw)
+            # was lost, a previous leader) that collides with what runs now.
+            return self._end_attempt(w, raw, status, "PlacementConflict",
+                                     "its devices are held by another workload's pods")
+        return self._run_or_end(w, raw, status, placements)
+
+    def _placements(self, w: GPUWorkload, raw: JSON) -> list[Placement] | None:
+        """This attempt's placement: committed in status; else our committed booking
+        (the pod was created, the cache has not caught up); else read back from our
+        own pods of this attempt (a one-replica pod is its own commit point)."""
+        if w.status.placements:
+            return list(w.status.placements)
+        state = self.ensure_state()
+        booking = state.booking(w.key)
+        if booking is not None and booking.committed and booking.placements:
+            return list(booking.placements)
+        adopted = self._placements_from_pods(w, raw)
+        if adopted:
+            with contextlib.suppress(Exception):
+                state.adopt({**raw, "status": {**(raw.get("status") or {}),
+                                               "placements": [p.model_dump(by_alias=True)
+                                                              for p in adopted]}})
+            return adopted
+        return None
+
+    def _placements_from_pods(self, w: GPUWorkload, raw: JSON) -> list[Placement]:
+        if not self._pod_is_commit_point(w):
+            return []
+        preempted = get_condition(raw.get("status") or {}, PREEMPTED) or {}
+        if preempted.get("status") == "True":
+            return []  # its pods were asked to go; they are not this attempt's record
+        attempt = str(w.status.retries)
+        out = []
+        for pod in self.pods.by_index("owner-uid", raw["metadata"]["uid"]):
+            meta = pod.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            node = (pod.get("spec") or {}).get("nodeName")
+            if labels.get(ATTEMPT_LABEL, "0") != attempt or not node or \
+                    meta.get("deletionTimestamp"):
+                continue
+            try:
+                devices = parse_devices((meta.get("annotations") or {}).get(DEVICES_ANNOTATION))
+                index = int(labels.get(INDEX_LABEL, "0"))
+            except (BadPod, ValueError):
+                continue
+            out.append(Placement(index=index, node=node, devices=devices or []))
+        return out[:1]
 
     # ---------------------------------------------------------------- placing
 
-    def _place(self, w: GPUWorkload, raw: JSON) -> Result | None:
+    def _previous_attempt(self, w: GPUWorkload, raw: JSON,
+                          status: StatusBuilder) -> Outcome | None:
+        """A new attempt starts once the previous attempt's children are gone: their
+        names are the new ones', and their devices stay theirs until then. Waiting
+        for our own pods spends no retry; their deletion wakes the workload."""
+        kind = "Job" if w.spec.workload_kind is WorkloadKind.JOB else "Pod"
+        _, stale = self._children(raw, kind, str(w.status.retries))
+        if not stale:
+            return None
+        self._delete_children(raw, keep_attempt=str(w.status.retries))
+        self.ensure_state().block(w.key)
+        msg = "waiting for the previous attempt's pods to terminate"
+        status.placements(None).phase(Phase.PENDING, msg)
+        return Outcome(status, Result(requeue_after=5.0))
+
+    def _place(self, w: GPUWorkload, raw: JSON, status: StatusBuilder) -> Outcome:
         state = self.ensure_state()
         key = w.key
-        now = self.clock()
         if state.higher_priority_fresh(key, w.spec.priority):
-            return Result(requeue_after=PRIORITY_GATE_DELAY)
+            return Outcome(status, Result(requeue_after=PRIORITY_GATE_DELAY))
         started = time.perf_counter()
         decision = state.decide(w)
         strategy = decision.strategy
@@ -170,261 +284,343 @@ class GPUWorkloadReconciler:
         log.debug("placement.decided", workload=key, outcome=decision.outcome,
                   strategy=strategy, nodes=decision.nodes, visited=decision.visited)
 
-        if decision.ok:
-            m.SCHEDULING_ATTEMPTS.labels(strategy, "scheduled").inc()
+        if decision.ok or decision.outcome == PREEMPT:
+            preempting = decision.outcome == PREEMPT
+            m.SCHEDULING_ATTEMPTS.labels(strategy, "preempting" if preempting
+                                         else "scheduled").inc()
+            if preempting:
+                m.PREEMPTIONS.inc(len(decision.victims))
+                log.info("placement.preempting", workload=key, victims=decision.victims)
             placements = [p.model_dump(by_alias=True) for p in decision.placements]
-            # The commit write already says what _run would write once the children
-            # exist (none running yet, Ready=False Starting), so that second status
-            # write is skipped: one API request less per workload (bench/).
             _, starting = aggregate({}, w.spec.replicas)
-            status = self._status(raw, phase=Phase.SCHEDULED, message=starting,
-                                  placements=placements, next_retry=None,
-                                  condition=(SCHEDULED, True, "Scheduled", decision.message))
-            status["conditions"] = set_condition(
-                status["conditions"], READY, False, "Starting", starting, _fmt(now),
-                raw["metadata"].get("generation"))
+            status.placements(placements).retry(next_retry=None)
+            status.phase(Phase.SCHEDULED, starting)
+            status.condition(SCHEDULED, True, "Scheduled", decision.message)
+            status.condition(READY, False, "Starting", starting)
             if get_condition(raw.get("status") or {}, PREEMPTED):
-                status["conditions"] = set_condition(
-                    status["conditions"], PREEMPTED, False, "PlacedAgain", decision.message,
-                    _fmt(now), raw["metadata"].get("generation"))
+                status.condition(PREEMPTED, False, "PlacedAgain", decision.message)
+            out = Outcome(status).normal("Preempting" if preempting else "Scheduled",
+                                         decision.message)
+            if self._pod_is_commit_point(w):
+                if preempting:
+                    state.commit(key)  # nominated: reported, its pod created later
+                return self._run_or_end(w, raw, status, list(decision.placements), out,
+                                        fresh=not preempting)
             try:
-                raw = self._write_status(raw, status, precondition=True)
+                raw = self._write_status(raw, status.build(), precondition=True)
             except Exception:
                 state.forget(key)  # the booking was never committed: release it
                 raise
             state.commit(key)
-            self.recorder.normal(raw, "Scheduled", decision.message)
             log.info("placement.committed", workload=key, strategy=strategy,
                      placements=";".join(f"{p.index}={p.node}:{','.join(map(str, p.devices))}"
                                          for p in decision.placements))
-            return self._run(GPUWorkload.model_validate(raw), raw)
+            status.old = raw.get("status") or {}
+            out.raw = raw
+            return self._run_or_end(GPUWorkload.model_validate(raw), raw, status,
+                                    list(decision.placements), out)
 
         if decision.outcome == INVALID_MAP:
             m.SCHEDULING_ATTEMPTS.labels(strategy, "invalid").inc()
-            self._set_unplaced(raw, "InvalidSchedulingMap", decision.message)
-            return None  # a user error: retried when the spec changes, not before
-
-        if decision.outcome == PREEMPT:
-            m.SCHEDULING_ATTEMPTS.labels(strategy, "preempting").inc()
-            for victim in decision.victims:
-                self._preempt(victim, w)
-            return Result(requeue_after=0.05)
+            # a user error: retried when the spec changes, not before
+            return self._unplaced(raw, status, "InvalidSchedulingMap", decision.message)
 
         m.SCHEDULING_ATTEMPTS.labels(strategy, "unschedulable").inc()
-        return self._unschedulable(w, raw, decision.message, now)
+        return self._unschedulable(w, raw, status, decision.message)
 
-    def _unschedulable(self, w: GPUWorkload, raw: JSON, message: str, now: datetime) -> Result:
+    @staticmethod
+    def _pod_is_commit_point(w: GPUWorkload) -> bool:
+        return w.spec.replicas == 1 and w.spec.workload_kind is not WorkloadKind.JOB
+
+    def _unschedulable(self, w: GPUWorkload, raw: JSON, status: StatusBuilder,
+                       message: str) -> Outcome:
         """Nothing fits. Attempts on the retry timer count as retries; attempts woken
-        early by freed capacity do not."""
+        early by freed capacity do not. ``maxRetries: 0`` fails at once."""
+        now = self.clock()
         policy = w.spec.retry_policy
-        due_at = _parse((raw.get("status") or {}).get("nextRetryTime"))
+        due_at = parse_time((raw.get("status") or {}).get("nextRetryTime"))
         retries = w.status.retries
         if due_at is not None and now < due_at:
-            self._set_unplaced(raw, UNSCHEDULABLE, message, warn=False)
-            return Result(requeue_after=(due_at - now).total_seconds())
+            out = self._unplaced(raw, status, UNSCHEDULABLE, message, warn=False)
+            out.result = Result(requeue_after=(due_at - now).total_seconds())
+            return out
         if due_at is not None:
             retries += 1
             m.RETRIES.inc()
-        if not should_retry(retries, policy) and due_at is not None:
-            msg = f"gave up after {retries} retries: {message}"
-            self._fail(raw, UNSCHEDULABLE, msg, retries=retries)
-            return Result()
+        if not should_retry(retries, policy) and (due_at is not None or retries == 0):
+            why = (f"gave up after {retries} retries: {message}" if retries
+                   else f"unschedulable and maxRetries is 0: {message}")
+            return self._fail(raw, status, UNSCHEDULABLE, why, retries=retries)
         delay = next_delay(retries + 1, policy, self.rng)
-        nxt = _fmt(now.fromtimestamp(now.timestamp() + delay, UTC))
-        self._set_unplaced(raw, UNSCHEDULABLE, message, retries=retries, next_retry=nxt)
-        return Result(requeue_after=delay)
+        nxt = fmt_time(datetime.fromtimestamp(now.timestamp() + delay, UTC))
+        status.retry(retries, nxt)
+        out = self._unplaced(raw, status, UNSCHEDULABLE, message)
+        out.result = Result(requeue_after=delay)
+        return out
 
-    def _set_unplaced(self, raw: JSON, reason: str, message: str, *, warn: bool = True,
-                      retries: int | None = None, next_retry: str | None = None) -> None:
-        current = get_condition(raw.get("status") or {}, SCHEDULED) or {}
-        if warn or current.get("message") != message:
-            self.recorder.warning(raw, "FailedScheduling" if reason == UNSCHEDULABLE else reason,
-                                  message)
-        extra: dict[str, Any] = {}
-        if retries is not None:
-            extra["retries"] = retries
-        status = self._status(raw, phase=Phase.PENDING, message=message, placements=None,
-                              next_retry=next_retry if next_retry else
-                              (raw.get("status") or {}).get("nextRetryTime"),
-                              condition=(SCHEDULED, False, reason, message), **extra)
-        self._write_status(raw, status)
+    def _unplaced(self, raw: JSON, status: StatusBuilder, reason: str, message: str, *,
+                  warn: bool = True) -> Outcome:
+        out = Outcome(status.placements(None).phase(Phase.PENDING, message)
+                      .condition(SCHEDULED, False, reason, message))
+        if warn or _changed_message(raw, message):
+            out.warn("FailedScheduling" if reason == UNSCHEDULABLE else reason, message)
+        return out
 
-    def _preempt(self, victim_key: str, by: GPUWorkload) -> None:
-        """Releases the victim's devices now; its own reconcile (never this one: one
-        worker per key) deletes its children and records why."""
-        msg = (f"preempted by {by.key} (priority {by.spec.priority}) to make room; "
-               f"waiting to be placed again")
-        self.ensure_state().evict(victim_key, msg)
-        m.PREEMPTIONS.inc()
-        log.info("placement.preempted", workload=victim_key, by=by.key)
-
-    def _evicted(self, raw: JSON, msg: str) -> None:
-        """The victim's side of a preemption: children gone, back to Pending."""
+    def _evicted(self, raw: JSON, status: StatusBuilder, msg: str) -> Outcome:
+        """The victim's side of a preemption: its booking was released by the
+        preemptor; its children are asked to go (their devices stay nominated to the
+        preemptor until they are gone); back to Pending."""
         self._delete_children(raw)
-        self.recorder.warning(raw, "Preempted", msg)
-        status = self._status(raw, phase=Phase.PENDING, message=msg, placements=None,
-                              next_retry=None, condition=(SCHEDULED, False, "Preempted", msg))
-        now, gen = _fmt(self.clock()), raw["metadata"].get("generation")
-        status["conditions"] = set_condition(status["conditions"], PREEMPTED, True, "Preempted",
-                                             msg, now, gen)
-        status["conditions"] = set_condition(status["conditions"], READY, False, "Preempted",
-                                             msg, now, gen)
-        self._write_status(raw, status)
         self.ensure_state().evicted(_key(raw))
+        status.placements(None).retry(next_retry=None).phase(Phase.PENDING, msg)
+        status.condition(SCHEDULED, False, "Preempted", msg)
+        status.condition(PREEMPTED, True, "Preempted", msg)
+        status.condition(READY, False, "Preempted", msg)
+        return Outcome(status).warn("Preempted", msg)
 
     # ---------------------------------------------------------------- running
 
-    def _run(self, w: GPUWorkload, raw: JSON) -> Result | None:
+    def _run_or_end(self, w: GPUWorkload, raw: JSON, status: StatusBuilder,
+                    placements: list[Placement], out: Outcome | None = None, *,
+                    fresh: bool = False) -> Outcome:
+        out = out or Outcome(status)
+        try:
+            return self._run(w, raw, out, placements, fresh)
+        except EndAttempt as end:
+            ended = self._end_attempt(w, raw, status, end.reason, end.message)
+            ended.events[:0] = [e for e in out.events if e[1] != "Scheduled"]
+            return ended
+        except Exception:
+            if fresh:
+                self.ensure_state().forget(w.key)  # no pod made it durable
+            raise
+
+    def _run(self, w: GPUWorkload, raw: JSON, out: Outcome, placements: list[Placement],
+             fresh: bool) -> Outcome:
         state = self.ensure_state()
         key = w.key
+        status = out.status
         meta = raw["metadata"]
-        attempt = str(w.status.retries)
-        lost = sorted({p.node for p in w.status.placements if not state.has_node(p.node)})
+        attempt = w.status.retries
+        lost = sorted({p.node for p in placements if not state.has_node(p.node)})
         if lost:
             self._force_delete_on(raw, lost)
-            return self._end_attempt(w, raw, "NodeLost",
-                                     f"node(s) {', '.join(lost)} disappeared")
+            raise EndAttempt("NodeLost", f"node(s) {', '.join(lost)} disappeared")
+        status.placements([p.model_dump(by_alias=True) for p in placements])
+        blockers = state.blockers(key)
+        if blockers:
+            n = sum(len(v) for v in blockers.values())
+            msg = (f"waiting for {n} preempted pod(s) to terminate on "
+                   f"{', '.join(sorted(blockers))}")
+            status.phase(Phase.SCHEDULED, msg).condition(SCHEDULED, True, "WaitingForPreemption",
+                                                         msg)
+            return out
         exposure = w.spec.device_exposure or self.options.default_exposure
-        if exposure is DeviceExposure.DEVICE_PLUGIN and any(p.devices for p in
-                                                            w.status.placements):
+        if exposure is DeviceExposure.DEVICE_PLUGIN and any(p.devices for p in placements):
             # A map names devices, so the kubelet must not pick others.
             exposure = DeviceExposure.CUDA_VISIBLE_DEVICES
         kind = "Job" if w.spec.workload_kind is WorkloadKind.JOB else "Pod"
+        mine, stale = self._children(raw, kind, str(attempt))
+        if stale:
+            # A previous attempt's children still go away; their names are ours to
+            # reuse only once they are gone (and their devices stay theirs till then).
+            self._delete_children(raw, keep_attempt=str(attempt))
+            out.result = Result(requeue_after=0.5)
+            return out
+        if w.spec.replicas > 1:
+            self._create(ch.build_service(w, raw), kind_word="headless Service")
+        created_now = False
+        for p in placements:
+            if p.index in mine:
+                continue
+            if w.status.phase is Phase.RUNNING:
+                raise EndAttempt("ReplicaLost", f"replica {p.index} on {p.node} was deleted")
+            child = ch.build_child(w, raw, p, exposure, state.uuids, attempt)
+            existing = self._create(child, kind_word=kind)
+            if existing is None:
+                created_now = True
+                if fresh:
+                    state.commit(key)  # the bound pod is the commit point
+                    log.info("placement.committed", workload=key, node=p.node,
+                             devices=",".join(map(str, p.devices)))
+            else:
+                child = existing
+            mine[p.index] = child
+        if created_now and key not in self._bound_observed:
+            self._bound_observed.add(key)
+            created = parse_time(meta.get("creationTimestamp"))
+            if created is not None and w.status.retries == 0:
+                m.CREATE_TO_BOUND.observe(max(0.0, (self.clock() - created).total_seconds()))
+
+        phases = {i: child_phase(c) for i, c in mine.items() if i < w.spec.replicas}
+        phase, message = aggregate(phases, w.spec.replicas)
+        if phase is Phase.FAILED:
+            raise EndAttempt("ReplicaFailed", message)
+        status.phase(phase, message)
+        if phase is Phase.SUCCEEDED:
+            state.forget(key)
+            status.condition(READY, False, "Succeeded", message)
+        elif phase is Phase.RUNNING:
+            status.condition(READY, True, "Running", message)
+        else:
+            status.condition(READY, False, "Starting", message)
+        return out
+
+    def _children(self, raw: JSON, kind: str, attempt: str) -> tuple[dict[int, JSON], bool]:
+        """Our children of this attempt by index, and whether older ones remain."""
         cache = self.jobs if kind == "Job" else self.pods
         mine: dict[int, JSON] = {}
         stale = False
-        for obj in cache.by_index("owner-uid", meta["uid"]):
-            labels = (obj.get("metadata") or {}).get("labels") or {}
+        uid = raw["metadata"]["uid"]
+        for obj in cache.by_index("owner-uid", uid):
+            ref = controller_ref(obj)
+            if ref is None or ref.get("uid") != uid:
+                continue
+            meta = obj.get("metadata") or {}
+            labels = meta.get("labels") or {}
             try:
                 idx = int(labels.get(ch.INDEX_LABEL, ""))
             except ValueError:
                 continue
-            if labels.get(ATTEMPT_LABEL, "0") == attempt:
+            if labels.get(ATTEMPT_LABEL, "0") == attempt and not meta.get("deletionTimestamp"):
                 mine[idx] = obj
             else:
-                stale = True  # a previous attempt's child, still going away
-        if stale:
-            self._delete_children(raw, keep_attempt=attempt)
-            return Result(requeue_after=0.5)
-        if w.spec.replicas > 1:
-            self._ensure(ch.build_service(w, raw))
-        created_now = False
-        for p in w.status.placements:
-            if p.index in mine:
-                continue
-            if w.status.phase is Phase.RUNNING:
-                return self._end_attempt(w, raw, "ReplicaLost",
-                                         f"replica {p.index} on {p.node} was deleted")
-            child = ch.build_child(w, raw, p, exposure, state.uuids)
-            child["metadata"]["labels"][ATTEMPT_LABEL] = attempt
-            if kind == "Job":
-                child["spec"]["template"]["metadata"]["labels"][ATTEMPT_LABEL] = attempt
-            if self._ensure(child):
-                created_now = True
-            mine[p.index] = child
-        if created_now and key not in self._bound_observed:
-            self._bound_observed.add(key)
-            created = _parse(meta.get("creationTimestamp"))
-            if created is not None and w.status.retries == 0:
-                m.CREATE_TO_BOUND.observe(max(0.0, (self.clock() - created).total_seconds()))
+                stale = True
+        return mine, stale
 
-        phases = {i: child_phase(c) for i, c in mine.items()}
-        phase, message = aggregate(phases, w.spec.replicas)
-        if phase is Phase.FAILED:
-            return self._end_attempt(w, raw, "ReplicaFailed", message)
-        status = self._status(raw, phase=phase, message=message)
-        now = _fmt(self.clock())
-        gen = meta.get("generation")
-        if phase is Phase.SUCCEEDED:
-            state.forget(key)
-            status["conditions"] = set_condition(status["conditions"], READY, False,
-                                                 "Succeeded", message, now, gen)
-        elif phase is Phase.RUNNING:
-            status["conditions"] = set_condition(status["conditions"], READY, True,
-                                                 "Running", message, now, gen)
-        else:
-            status["conditions"] = set_condition(status["conditions"], READY, False,
-                                                 "Starting", message, now, gen)
-        self._write_status(raw, status)
-        return None
+    def _create(self, obj: dict[str, Any], *, kind_word: str) -> JSON | None:
+        """Creates ``obj``: None when created now; the existing object when one of
+        ours (this workload, this attempt) is already there. Anything else ends the
+        attempt with a reason a user can act on."""
+        meta = obj["metadata"]
+        try:
+            self.client.create(obj)
+            return None
+        except AlreadyExists:
+            existing = self._get_existing(obj)
+            ours = obj["metadata"]["ownerReferences"][0]["uid"]
+            ref = controller_ref(existing) if existing is not None else None
+            if existing is None or ref is None or ref.get("uid") != ours:
+                raise EndAttempt(
+                    "ChildNameTaken",
+                    f"{kind_word} {meta['name']} already exists and is not owned by this "
+                    f"workload; delete or rename it") from None
+            return existing
+        except ApiError as exc:
+            if exc.status in PERMANENT_CREATE_ERRORS:
+                raise EndAttempt("ChildCreateFailed",
+                                 f"cannot create {kind_word} {meta['name']}: "
+                                 f"{exc.message or exc}") from None
+            raise
 
-    def _end_attempt(self, w: GPUWorkload, raw: JSON, reason: str, message: str) -> Result | None:
-        """A replica failed or its node vanished: free everything, then retry or fail."""
+    def _get_existing(self, obj: JSON) -> JSON | None:
+        meta = obj["metadata"]
+        try:
+            return self.client.get(obj["apiVersion"], obj["kind"], meta["name"],
+                                   namespace=meta["namespace"])
+        except NotFound:
+            return None
+
+    def _end_attempt(self, w: GPUWorkload, raw: JSON, status: StatusBuilder, reason: str,
+                     message: str) -> Outcome:
+        """A replica failed, its node vanished, its child could not be made: ask its
+        children to go (their devices stay held until they are gone), release the
+        booking, then retry or fail."""
         state = self.ensure_state()
         self._delete_children(raw, only_unfinished=True)
         state.forget(w.key)
+        self._bound_observed.discard(w.key)
         retries = w.status.retries
         if not should_retry(retries, w.spec.retry_policy):
-            self._fail(raw, reason, f"{message}; no retries left "
-                                    f"(maxRetries {w.spec.retry_policy.max_retries})")
-            return None
+            return self._fail(raw, status, reason, f"{message}; no retries left "
+                              f"(maxRetries {w.spec.retry_policy.max_retries})")
         retries += 1
         m.RETRIES.inc()
         delay = next_delay(retries, w.spec.retry_policy, self.rng)
-        nxt = _fmt(datetime.fromtimestamp(self.clock().timestamp() + delay, UTC))
+        nxt = fmt_time(datetime.fromtimestamp(self.clock().timestamp() + delay, UTC))
         msg = f"{message}; retry {retries} of {w.spec.retry_policy.max_retries} in {delay:.0f}s"
-        self.recorder.warning(raw, reason, msg)
-        status = self._status(raw, phase=Phase.PENDING, message=msg, placements=None,
-                              next_retry=nxt, retries=retries,
-                              condition=(SCHEDULED, False, reason, msg))
-        status["conditions"] = set_condition(status["conditions"], READY, False, reason, msg,
-                                             _fmt(self.clock()), raw["metadata"].get("generation"))
-        self._write_status(raw, status)
-        self._bound_observed.discard(w.key)
-        return Result(requeue_after=delay)
+        status.placements(None).retry(retries, nxt).phase(Phase.PENDING, msg)
+        status.condition(SCHEDULED, False, reason, msg).condition(READY, False, reason, msg)
+        return Outcome(status, Result(requeue_after=delay)).warn(reason, msg)
 
-    def _fail(self, raw: JSON, reason: str, message: str, retries: int | None = None) -> None:
+    def _fail(self, raw: JSON, status: StatusBuilder, reason: str, message: str,
+              retries: int | None = None) -> Outcome:
         self.ensure_state().forget(_key(raw))
         m.FAILURES.labels(reason).inc()
-        self.recorder.warning(raw, reason, message)
-        extra = {"retries": retries} if retries is not None else {}
-        status = self._status(raw, phase=Phase.FAILED, message=message, next_retry=None,
-                              condition=(FAILED, True, reason, message), **extra)
-        status["conditions"] = set_condition(status["conditions"], READY, False, reason,
-                                             message, _fmt(self.clock()),
-                                             raw["metadata"].get("generation"))
-        self._write_status(raw, status)
         log.info("workload.failed", workload=_key(raw), reason=reason, message=message)
+        status.retry(retries, None).phase(Phase.FAILED, message)
+        status.condition(FAILED, True, reason, message).condition(READY, False, reason, message)
+        return Outcome(status).warn(reason, message)
 
-    def _invalid_spec(self, raw: JSON, exc: ValidationError) -> None:
-        errs = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        message = f"invalid spec: {errs}"
-        self._set_unplaced(raw, "InvalidSpec", message)
+    # --------------------------------------------------------------- deleting
+
+    def _finalize(self, raw: JSON) -> Result | None:
+        """Being deleted: release the booking, ask every child to go, and let the
+        object go once none is left, so that ``kubectl delete`` returns when the
+        pods are gone and whatever waits for their GPUs is placed right after."""
+        self.ensure_state().forget(_key(raw))
+        self._bound_observed.discard(_key(raw))
+        meta = raw["metadata"]
+        finalizers = meta.get("finalizers") or ()
+        if CHILDREN_FINALIZER not in finalizers:
+            return None
+        uid = meta["uid"]
+        if "orphan" in finalizers:
+            # ``--cascade=orphan``: the user keeps the children (and they keep their
+            # GPUs: pods hold devices whoever owns them).
+            left = []
+        else:
+            self._delete_children(raw)
+            left = [o for cache in (self.pods, self.jobs) for o in cache.by_index("owner-uid", uid)]
+        if left:
+            return Result(requeue_after=FINALIZE_POLL)
+        rest = [f for f in meta.get("finalizers") or () if f != CHILDREN_FINALIZER]
+        with contextlib.suppress(NotFound):
+            self.client.patch(API_VERSION, "GPUWorkload", meta["name"],
+                              {"metadata": {"finalizers": rest or None,
+                                            "resourceVersion": meta["resourceVersion"]}},
+                              namespace=meta["namespace"], patch_type="merge")
+        return None
+
+    def _ensure_finalizer(self, raw: JSON) -> JSON:
+        meta = raw["metadata"]
+        finalizers = list(meta.get("finalizers") or ())
+        if CHILDREN_FINALIZER in finalizers:
+            return raw
+        written = self.client.patch(
+            API_VERSION, "GPUWorkload", meta["name"],
+            {"metadata": {"finalizers": [*finalizers, CHILDREN_FINALIZER],
+                          "resourceVersion": meta["resourceVersion"]}},
+            namespace=meta["namespace"], patch_type="merge")
+        if self.state is not None:
+            self.state.wrote(written)
+        return written
 
     # ---------------------------------------------------------------- writing
 
-    def _status(self, raw: JSON, *, phase: Phase, message: str,
-                placements: list[dict[str, Any]] | type[Ellipsis] | None = ...,
-                next_retry: str | type[Ellipsis] | None = ...,
-                condition: tuple[str, bool, str, str] | None = None,
-                retries: int | None = None) -> dict[str, Any]:
-        old = raw.get("status") or {}
-        gen = raw["metadata"].get("generation")
-        conditions = [dict(c) for c in old.get("conditions") or ()]
-        if condition is not None:
-            t, s, reason, msg = condition
-            conditions = set_condition(conditions, t, s, reason, msg, _fmt(self.clock()), gen)
-        status: dict[str, Any] = {
-            "phase": phase.value,
-            "message": message,
-            "conditions": conditions,
-            "observedGeneration": gen,
-            "retries": old.get("retries", 0) if retries is None else retries,
-        }
-        pls = old.get("placements") if placements is ... else placements
-        status["placements"] = pls or None
-        status["gpus"] = _gpus_held(pls or (), raw.get("spec") or {}) or None
-        status["nodes"] = ",".join(sorted({p["node"] for p in pls or ()})) or None
-        status["nextRetryTime"] = old.get("nextRetryTime") if next_retry is ... else next_retry
-        return status
+    def _report(self, raw: JSON, out: Outcome) -> Result | None:
+        """Writes the status once (when it changed), then the Events."""
+        raw = out.raw or raw
+        status = out.status.build()
+        if status.get("placements") and (raw.get("status") or {}).get("phase") not in (
+                Phase.SUCCEEDED.value, Phase.FAILED.value):
+            try:
+                raw = self._ensure_finalizer(raw)
+            except Conflict:
+                return Result(requeue_after=0.1)
+        if not same_status(out.status.old, status):
+            raw = self._write_status(raw, status)
+        for type_, reason, message in out.events:
+            if type_ == "Warning":
+                self.recorder.warning(raw, reason, message)
+            else:
+                self.recorder.normal(raw, reason, message)
+        return out.result
 
     def _write_status(self, raw: JSON, status: dict[str, Any], *,
                       precondition: bool = False) -> JSON:
         """Merge-patches status; with ``precondition`` only if the object is unchanged
         since ``raw`` was read (resourceVersion), else Conflict."""
-        old = raw.get("status") or {}
-        if not precondition and _same(old, status):
-            return raw
         meta = raw["metadata"]
         body: dict[str, Any] = {"status": status}
         if precondition:
@@ -436,24 +632,16 @@ class GPUWorkloadReconciler:
             self.state.wrote(written)
         return written
 
-    def _ensure(self, obj: dict[str, Any]) -> bool:
-        """Creates ``obj``; True if created, False if it already existed."""
-        try:
-            self.client.create(obj)
-            return True
-        except AlreadyExists:
-            return False
-
     def _force_delete_on(self, raw: JSON, nodes: list[str]) -> None:
-        """Pods of this workload on nodes that are gone: no kubelet will ever confirm
-        their graceful deletion, so delete them at once (as the pod GC would, later),
-        freeing their deterministic names for the next attempt."""
-        name = raw["metadata"]["name"]
+        """Our pods on nodes that are gone: no kubelet will ever confirm their graceful
+        deletion, so delete them at once (as the pod GC would, later), freeing their
+        deterministic names for the next attempt."""
+        uid = raw["metadata"]["uid"]
         for node in nodes:
             for pod in self.pods.by_index(NODE_NAME_INDEX, node):
                 meta = pod.get("metadata") or {}
-                if meta.get("namespace") != raw["metadata"]["namespace"] or \
-                        (meta.get("labels") or {}).get(ch.WORKLOAD_LABEL) != name:
+                ref = controller_ref(pod)
+                if ref is None or ref.get("uid") != uid:
                     continue
                 with contextlib.suppress(NotFound):
                     self.client.delete("v1", "Pod", meta["name"], namespace=meta["namespace"],
@@ -461,12 +649,14 @@ class GPUWorkloadReconciler:
 
     def _delete_children(self, raw: JSON, *, keep_attempt: str | None = None,
                          only_unfinished: bool = False) -> None:
+        """Asks our children to go (Jobs in the foreground, so a Job is gone only
+        when its pod is). Their devices stay held until they are."""
         uid = raw["metadata"]["uid"]
         for cache, api, kind in ((self.pods, "v1", "Pod"), (self.jobs, "batch/v1", "Job")):
             for obj in cache.by_index("owner-uid", uid):
                 meta = obj.get("metadata") or {}
-                if kind == "Pod" and any(o.get("kind") == "Job"
-                                         for o in meta.get("ownerReferences") or ()):
+                ref = controller_ref(obj)
+                if ref is None or ref.get("uid") != uid:
                     continue
                 if keep_attempt is not None and \
                         (meta.get("labels") or {}).get(ATTEMPT_LABEL, "0") == keep_attempt:
@@ -475,13 +665,10 @@ class GPUWorkloadReconciler:
                     continue
                 if meta.get("deletionTimestamp"):
                     continue
-                try:
+                with contextlib.suppress(NotFound, Conflict):
                     self.client.delete(api, kind, meta["name"], namespace=meta["namespace"],
-                                       propagation_policy="Background")
-                except NotFound:
-                    pass
-                except Conflict:
-                    pass
+                                       propagation_policy="Foreground" if kind == "Job"
+                                       else "Background")
 
 
 def _key(raw: JSON) -> str:
@@ -489,26 +676,6 @@ def _key(raw: JSON) -> str:
     return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
-def _gpus_held(placements: Any, spec: JSON) -> int:
-    """Distinct devices named (a map may share one between replicas), plus the
-    counted GPUs of device-plugin replicas."""
-    per_replica = spec.get("gpusPerReplica") or spec.get("gpuCount") or 1
-    named = {(p["node"], d) for p in placements for d in p.get("devices") or ()}
-    counted = sum(per_replica for p in placements if not p.get("devices"))
-    return len(named) + counted
-
-
-def _strip(conds: Any) -> list[tuple[Any, ...]]:
-    return [(c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
-            for c in conds or ()]
-
-
-def _same(old: JSON, new: JSON) -> bool:
-    for k, v in new.items():
-        if k == "conditions":
-            if _strip(old.get(k)) != _strip(v):
-                return False
-        elif (old.get(k) if old.get(k) not in ([], "", None) else None) != \
-                (v if v not in ([], "", None) else None):
-            return False
-    return True
+def _changed_message(raw: JSON, message: str) -> bool:
+    current = get_condition(raw.get("status") or {}, SCHEDULED) or {}
+    return current.get("message") != message

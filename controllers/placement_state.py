@@ -2,15 +2,19 @@
 ledger of who holds which device, and the scheduler over both, behind one lock.
 
 It is rebuilt from the informers' caches before the first placement after a start
-(DESIGN.md invariant 3) and then kept current by their events. Every update is
+(DESIGN.md invariant 6) and then kept current by their events. Every update is
 idempotent, so an event that the rebuild already saw and then delivers again
-changes nothing. Only the leader's reconciler uses it (invariant 4): it is created
-when the controller starts leading.
+changes nothing. Only the leader's reconciler uses it: it is created when the
+controller starts leading.
+
+Every pod event goes to the ledger (``Ledger.sync_pod``): pods are the holders, so
+a device comes back only when the last pod holding it is deleted or finishes, and
+then whatever waits for capacity (or for a preemption's victims) is woken. A pod
+that cannot be read is reported (``on_problem``) and skipped, never raised.
 """
 
 from __future__ import annotations
 
-import bisect
 import random
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -19,17 +23,13 @@ from typing import Any, Protocol
 
 import structlog
 
-from api.v1alpha1.types import DeviceExposure, GPUWorkload, Phase
-from internal.scheduling.framework import Decision
+from api.v1alpha1.types import DeviceExposure, GPUWorkload
+from controllers.pending import PendingSet, is_placed, is_terminal
+from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
+from internal.scheduling.framework import PREEMPT, Decision
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER, is_stale, stale_view
-from internal.scheduling.ledger import (
-    Ledger,
-    LedgerConflict,
-    is_controller_pod,
-    pod_gpu_request,
-    pod_is_active,
-    pod_key,
-)
+from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner
+from internal.scheduling.pods import pod_uid
 from internal.scheduling.scheduler import Scheduler
 from internal.scheduling.snapshot import Snapshot
 from runtime.store import thaw
@@ -55,14 +55,6 @@ def _rv(obj: JSON) -> int:
         return 0
 
 
-def _is_placed(status: JSON) -> bool:
-    return bool(status.get("placements"))
-
-
-def _terminal(status: JSON) -> bool:
-    return status.get("phase") in (Phase.SUCCEEDED.value, Phase.FAILED.value)
-
-
 def _more_room(before: Any, after: Any) -> bool:
     """Could this node change let a waiting workload fit where it did not before?
     (Heartbeats and status churn must not wake every waiting workload.)"""
@@ -72,46 +64,6 @@ def _more_room(before: Any, after: Any) -> bool:
         return True
     return bool(after.usable - before.usable) or after.labels != before.labels or \
         after.taints != before.taints or after.devices != before.devices
-
-
-class PendingSet:
-    """Unplaced workloads: those never tried yet (by priority, for the priority gate)
-    and those waiting for capacity (woken when devices free up)."""
-
-    def __init__(self) -> None:
-        self._fresh: dict[str, int] = {}  # key -> priority, never attempted
-        self._prios: list[int] = []  # sorted priorities of _fresh (multiset)
-        self.waiting: set[str] = set()  # attempted, unschedulable
-
-    def update(self, obj: JSON) -> None:
-        key = _key(obj)
-        self.discard(key)
-        status = obj.get("status") or {}
-        meta = obj.get("metadata") or {}
-        if meta.get("deletionTimestamp") or _is_placed(status) or _terminal(status):
-            return
-        attempted = any(c.get("type") == "Scheduled" for c in status.get("conditions") or ())
-        if attempted:
-            self.waiting.add(key)
-            return
-        try:
-            prio = GPUWorkload.model_validate({"spec": obj.get("spec") or {}}).spec.priority
-        except ValueError:
-            return
-        self._fresh[key] = prio
-        bisect.insort(self._prios, prio)
-
-    def discard(self, key: str) -> None:
-        self.waiting.discard(key)
-        prio = self._fresh.pop(key, None)
-        if prio is not None:
-            del self._prios[bisect.bisect_left(self._prios, prio)]
-
-    def higher_fresh(self, key: str, priority: int) -> bool:
-        """Is a never-tried workload other than ``key`` of higher priority waiting?"""
-        if not self._prios or self._prios[-1] <= priority:
-            return False
-        return any(p > priority for k, p in self._fresh.items() if k != key)
 
 
 class PodBook(Protocol):
@@ -138,12 +90,15 @@ class PlacementState:
                  enqueue_on_node: Callable[[str], None] | None = None,
                  stale_after: float = DEFAULT_STALE_AFTER.total_seconds(),
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 pod_books: Sequence[PodBook] = ()) -> None:
+                 pod_books: Sequence[PodBook] = (),
+                 on_problem: Callable[[JSON, str, str], None] | None = None) -> None:
         self.stale_after = stale_after
         self.clock = clock
         self._gpunodes: dict[str, JSON] = {}
         self._written: dict[str, int] = {}  # workload key -> rv of our last write
         self._evicting: dict[str, str] = {}  # preempted key -> why, until it is told
+        self._blocked: set[str] = set()  # nominated keys waiting for victims' pods
+        self._reported: set[str] = set()  # pod UIDs whose conflict was reported
         self.lock = threading.RLock()
         self.default_exposure = default_exposure
         self.rng = rng or random.Random()
@@ -155,25 +110,21 @@ class PlacementState:
         self.ready = False
         self._enqueue_waiting = enqueue_waiting or (lambda keys: None)
         self._enqueue_on_node = enqueue_on_node or (lambda node: None)
+        self._on_problem = on_problem or (lambda obj, reason, message: None)
         self.pod_books = tuple(pod_books)
 
     # ------------------------------------------------------------------ rebuild
 
     def rebuild(self, read: Callable[[], Sources]) -> list[str]:
-        """The ledger from the caches: committed placements and foreign GPU pods.
+        """The ledger from the caches: pods first, then committed placements.
 
         ``read`` lists the caches; it runs under the lock, so an event whose handler
         waits on the lock meanwhile is applied after the rebuild (events are
         idempotent, so one the rebuild already saw changes nothing)."""
         with self.lock:
             nodes, gpunodes, workloads, pods = read()
-            parsed = []
-            for w in workloads:
-                try:
-                    parsed.append(GPUWorkload.model_validate(w))
-                except ValueError:
-                    continue  # invalid specs hold nothing
-            ledger, problems = Ledger.rebuild(parsed, pods)
+            ours = [p for p in pods if not self._owned(p)]
+            ledger, problems = Ledger.rebuild(workloads, ours)
             for book in self.pod_books:
                 problems += book.rebuild(ledger, pods)
             self.ledger = ledger
@@ -182,12 +133,14 @@ class PlacementState:
                                        default_exposure=self.default_exposure)
             self.pending = PendingSet()
             for w in workloads:
-                self.pending.update(w)
+                self._track_pending(w)
             self._gpunodes = {str(g["metadata"]["name"]): g for g in gpunodes}
+            self._blocked = {a.key for a in ledger.bookings() if a.overlap}
             self.ready = True
         for p in problems:
-            log.warning("ledger.rebuild.conflict", problem=p)
-        log.info("ledger.rebuilt", nodes=len(self.snapshot), workloads=len(ledger.allocations()))
+            BAD_OBJECTS.labels("rebuild").inc()
+            log.warning("ledger.rebuild.problem", problem=p)
+        log.info("ledger.rebuilt", nodes=len(self.snapshot), holders=len(ledger.allocations()))
         return problems
 
     def _view(self, gpunode: JSON) -> JSON:
@@ -208,12 +161,31 @@ class PlacementState:
     # ------------------------------------------------------------- placing
 
     def decide(self, w: GPUWorkload) -> Decision:
-        """Schedule ``w`` and, if it fits, book it in the ledger (assumed, uncommitted)."""
+        """Schedule ``w`` and, if it fits, book it in the ledger (assumed, uncommitted).
+
+        A preemption is booked here too, under the same lock: the victims' bookings
+        are released (their own reconcile then deletes their children, which are
+        queued) and ``w`` is nominated over the devices their pods still hold."""
+        victims: list[str] = []
         with self.lock:
             decision = self.scheduler.schedule(w)
             if decision.ok:
                 decision.assume(self.ledger, w)
-            return decision
+                self._blocked.discard(w.key)
+            elif decision.outcome == PREEMPT:
+                message = (f"preempted by {w.key} (priority {w.spec.priority}) to make room; "
+                           f"waiting to be placed again")
+                for v in decision.victims:
+                    self.ledger.forget(v)
+                    self._evicting[v] = message
+                decision.assume(self.ledger, w)
+                self._blocked.add(w.key)
+                victims = list(decision.victims)
+            if decision.ok or victims:
+                self.pending.discard(w.key)
+        if victims:
+            self._enqueue_waiting(victims)
+        return decision
 
     def commit(self, key: str) -> None:
         with self.lock:
@@ -221,12 +193,23 @@ class PlacementState:
                 self.ledger.commit(key)
 
     def forget(self, key: str) -> None:
-        """Release ``key``'s devices; wakes workloads waiting for capacity."""
+        """Release ``key``'s booking (its pods keep what they hold); wakes workloads
+        waiting for capacity."""
         with self.lock:
             released = self.ledger.forget(key)
+            self._blocked.discard(key)
             waiting = list(self.pending.waiting) if released is not None else []
         if released is not None:
             self._wake(waiting)
+
+    def claim(self, key: str, uid: str | None) -> None:
+        """A booking under ``key`` made for another object of that name (deleted and
+        re-created) is not this one's: release it."""
+        with self.lock:
+            a = self.ledger.allocation(key)
+            stale = a is not None and bool(a.uid) and bool(uid) and a.uid != uid
+        if stale:
+            self.forget(key)
 
     def capacity_freed(self) -> None:
         """Devices were released outside ``forget`` (a pod book's own release):
@@ -236,6 +219,8 @@ class PlacementState:
         self._wake(waiting)
 
     def _wake(self, waiting: list[str]) -> None:
+        with self.lock:
+            waiting = waiting + sorted(self._blocked)
         if waiting:
             self._enqueue_waiting(waiting)
         for book in self.pod_books:
@@ -248,9 +233,29 @@ class PlacementState:
         with self.lock:
             return self.ledger.is_committed(key)
 
+    def booking(self, key: str) -> Any:
+        """The ledger's booking of ``key`` (an Allocation), or None."""
+        with self.lock:
+            return self.ledger.allocation(key)
+
     def held_by(self, key: str) -> bool:
         with self.lock:
             return self.ledger.allocation(key) is not None
+
+    def blockers(self, key: str) -> dict[str, list[str]]:
+        """node -> pods that ``key``'s nomination still waits for (empty: none)."""
+        with self.lock:
+            out = self.ledger.blockers(key)
+            if out:
+                self._blocked.add(key)
+            else:
+                self._blocked.discard(key)
+            return out
+
+    def block(self, key: str) -> None:
+        """``key`` waits for pods to go: any pod's deletion wakes it."""
+        with self.lock:
+            self._blocked.add(key)
 
     def has_node(self, node: str) -> bool:
         with self.lock:
@@ -322,31 +327,55 @@ class PlacementState:
                 self.snapshot.remove_gpunode(name)
 
     def on_pod(self, pod: JSON) -> None:
-        """Count GPU pods the controller did not create (invariant: they take capacity)."""
-        if is_controller_pod(pod) or self._owned(pod):
+        """Every pod holds what it holds (DESIGN.md invariants 2-3), whoever made it;
+        pod books' pods are booked by their book."""
+        if self._owned(pod):
             return
-        node = (pod.get("spec") or {}).get("nodeName")
-        gpus = pod_gpu_request(pod) if pod_is_active(pod) else 0
+        uid = pod_uid(pod)
         with self.lock:
             if not self.ready:
                 return
-            had = pod_key(pod) in self.ledger._pods
-            if not had and not (node and gpus):
-                return
-            self.ledger.set_foreign_pod(pod_key(pod), node, gpus)
-            freed = had and not gpus
+            before = self.ledger.pod(uid)
+            problems = self.ledger.sync_pod(pod)
+            after = self.ledger.pod(uid)
+            freed = before is not None and (after is None or _less(after, before))
             waiting = list(self.pending.waiting) if freed else []
+            report = bool(problems) and uid not in self._reported
+            if report:
+                self._reported.add(uid)
+            elif not problems:
+                self._reported.discard(uid)
+        if report:
+            self._report(pod, problems)
         if freed:
             self._wake(waiting)
 
+    def _report(self, pod: JSON, problems: list[str]) -> None:
+        for p in problems:
+            bad = "also held by" not in p
+            if bad:
+                BAD_OBJECTS.labels("Pod").inc()
+            else:
+                DEVICE_CONFLICTS.inc()
+            log.warning("ledger.pod.problem", problem=p)
+            self._on_problem(pod, "BadAnnotation" if bad else "DeviceConflict", p)
+
     def on_pod_deleted(self, pod: Any) -> None:
         obj = getattr(pod, "obj", pod) or {}
+        uid = pod_uid(obj)
         with self.lock:
-            if not self.ready or pod_key(obj) not in self.ledger._pods:
+            self._reported.discard(uid)
+            if not self.ready or not self.ledger.remove_pod(uid):
                 return
-            self.ledger.remove_foreign_pod(pod_key(obj))
             waiting = list(self.pending.waiting)
         self._wake(waiting)
+
+    def _track_pending(self, obj: JSON) -> None:
+        key = _key(obj)
+        if self.ledger.allocation(key) is not None:
+            self.pending.discard(key)
+        else:
+            self.pending.update(obj)
 
     def on_workload(self, obj: JSON) -> None:
         """Keeps the pending set current, and adopts a committed placement that this
@@ -355,27 +384,30 @@ class PlacementState:
         with self.lock:
             if not self.ready:
                 return
-            self.pending.update(obj)
             if not self.is_behind(obj):
                 self._adopt(obj)
+            self._track_pending(obj)
 
     def adopt(self, obj: JSON) -> bool:
         """Books the committed placement of ``obj`` if this ledger does not hold it.
-        False when it conflicts with what the ledger holds for other workloads."""
+        False when it conflicts with what the ledger holds for other owners (running
+        pods win)."""
         with self.lock:
             return self._adopt(obj)
 
     def _adopt(self, obj: JSON) -> bool:
         status = obj.get("status") or {}
         key = _key(obj)
-        if not _is_placed(status) or _terminal(status) or self.ledger.allocation(key) or \
-                key in self._evicting:
+        meta = obj.get("metadata") or {}
+        if not is_placed(status) or is_terminal(status) or self.ledger.allocation(key) or \
+                key in self._evicting or meta.get("deletionTimestamp"):
             return True
         try:
             w = GPUWorkload.model_validate(obj)
             self.ledger.assume(key, w.status.placements, gpus_per_replica=w.spec.gpus,
                                priority=w.spec.priority, committed=True,
-                               check_capacity=False)
+                               check_capacity=False, owner=booking_owner(w),
+                               uid=w.metadata.uid or "")
             log.info("ledger.adopted", workload=key)
             return True
         except (ValueError, LedgerConflict) as exc:
@@ -383,14 +415,6 @@ class PlacementState:
             return False
 
     # ------------------------------------------------------- preemption
-
-    def evict(self, key: str, message: str) -> None:
-        """Releases ``key``'s devices for a preemptor and marks it to be told so by
-        its own reconcile (which is then queued); until then nothing re-adopts it."""
-        with self.lock:
-            self.ledger.forget(key)
-            self._evicting[key] = message
-        self._enqueue_waiting([key])
 
     def eviction(self, key: str) -> str | None:
         with self.lock:
@@ -423,4 +447,13 @@ class PlacementState:
             if not self.ready:
                 return
             self.pending.discard(key)
+            self._evicting.pop(key, None)
+            self._written.pop(key, None)
         self.forget(key)
+
+
+def _less(after: Any, before: Any) -> bool:
+    """Does the pod hold less now than before?"""
+    def size(a: Any) -> int:
+        return sum(len(p.devices) for p in a.placements) + sum(a.counted.values())
+    return size(after) < size(before) or after.nodes != before.nodes

@@ -52,6 +52,7 @@ from typing import Any
 
 import structlog
 
+from api.v1alpha1.keys import DEVICES_ANNOTATION
 from api.v1alpha1.types import (
     MAX_PRIORITY,
     SCHEDULING_MAP_ANNOTATION,
@@ -60,19 +61,20 @@ from api.v1alpha1.types import (
     Placement,
     SchedulingStrategy,
 )
-from controllers.children import DEVICES_ANNOTATION
 from controllers.gpuworkload import GPUWorkloadReconciler
 from controllers.placement_state import PlacementState
-from internal.scheduling.ledger import (
-    Ledger,
-    LedgerConflict,
+from internal.scheduling.ledger import Ledger, LedgerConflict
+from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
+from internal.scheduling.podindex import pod_index
+from internal.scheduling.pods import (
+    BadPod,
     is_controller_pod,
     pod_gpu_request,
     pod_is_active,
     pod_key,
+    pod_uid,
 )
-from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
-from internal.scheduling.podindex import pod_index
+from internal.scheduling.pods import parse_devices as _parse_devices
 from runtime import Builder, Conflict, Controller, Manager, NotFound, Request, Result
 from runtime.events import EventRecorder
 from runtime.predicates import Funcs, UpdateEvent
@@ -116,16 +118,11 @@ def describe_holder(key: str) -> str:
 
 
 def parse_devices(value: Any) -> list[int] | None:
-    """``"0,1"`` -> ``[0, 1]``; None when absent or malformed."""
-    if value is None:
+    """``"0,1"`` -> ``[0, 1]``; None when absent or malformed (``"²"`` included)."""
+    try:
+        return _parse_devices(value)
+    except BadPod:
         return None
-    out: list[int] = []
-    for tok in str(value).split(","):
-        tok = tok.strip()
-        if not tok.isdigit():
-            return None
-        out.append(int(tok))
-    return out or None
 
 
 def _devs(devices: list[int] | tuple[int, ...]) -> str:
@@ -202,7 +199,7 @@ class SeedBook:
             if not self.owns(pod):
                 continue
             key = pod_key(pod)
-            ledger.remove_foreign_pod(key)  # booked by its binding, not counted twice
+            ledger.remove_pod(pod_uid(pod))  # booked by its binding, not counted twice
             if not pod_is_active(pod):
                 continue
             entry = bound_entry(pod)

@@ -95,14 +95,15 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     def make_state() -> PlacementState:
         state = PlacementState(opts.default_exposure, enqueue_waiting=enqueue,
                                enqueue_on_node=enqueue_on_node, stale_after=opts.stale_after,
-                               pod_books=reconciler.pod_books)
+                               pod_books=reconciler.pod_books, on_problem=recorder.warning)
         reconciler.state = state  # handlers see it (not ready) before the rebuild
         state.rebuild(lambda: (nodes.indexer.list(), gpunodes.indexer.list(),
                                workloads.indexer.list(), pods.indexer.list()))
         return state
 
+    recorder = mgr.event_recorder(COMPONENT)
     reconciler = GPUWorkloadReconciler(
-        mgr.client, mgr.event_recorder(COMPONENT), workloads.indexer, pods.indexer,
+        mgr.client, recorder, workloads.indexer, pods.indexer,
         jobs.indexer, state_factory=make_state,
         options=Options(default_exposure=opts.default_exposure,
                         default_strategy=opts.default_strategy))

@@ -33,8 +33,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     workdir = tmp_path_factory.mktemp("testenv")
+    # A deleted pod runs for its grace period, at most 5 s here (kwok stage): tests
+    # see terminating pods hold their GPUs without waiting the default 30 s.
     cp = ControlPlane(workdir, nodes=int(os.environ.get("NODES") or 4),
-                      gpus=int(os.environ.get("GPUS") or 4))
+                      gpus=int(os.environ.get("GPUS") or 4),
+                      grace_cap=int(os.environ.get("TESTENV_GRACE_CAP") or 5))
     with signals_stop():
         cp.start()
         try:

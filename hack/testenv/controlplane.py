@@ -28,6 +28,9 @@ from .process import Process, StartError
 
 HERE = Path(__file__).resolve().parent
 STAGES = HERE / "kwok-stages.yaml"
+#: a deleted pod keeps running for its terminationGracePeriodSeconds, at most this
+#: long (seconds), as a kubelet keeps it until its containers exit
+DEFAULT_GRACE_CAP = 10
 PHASE_ANNOTATION = "testenv.gpu-orchestrator.dev/phase"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 SERVICE_CIDR = "10.0.0.0/24"  # virtual ClusterIPs, never dialed
@@ -71,12 +74,14 @@ class ControlPlane:
         gpus: int = 4,
         scheduler: bool = False,
         bin_dir: Path | None = None,
+        grace_cap: int = DEFAULT_GRACE_CAP,
     ):
         self.dir = Path(workdir).resolve()
         self.nodes = nodes
         self.gpus = gpus
         self.with_scheduler = scheduler
         self.bin = bin_dir
+        self.grace_cap = grace_cap
         self.processes: dict[str, Process] = {}
         self.ports: dict[str, int] = {}
         self.kubeconfig = self.dir / "kubeconfig"
@@ -239,12 +244,19 @@ class ControlPlane:
     def _start_scheduler(self) -> None:
         self._start_component("kube-scheduler", "scheduler-certs")
 
+    def _stages(self) -> Path:
+        """kwok's stages with the grace-period cap filled in."""
+        out = self.dir / "kwok-stages.yaml"
+        out.write_text(STAGES.read_text().replace("__GRACE_CAP_SECONDS__",
+                                                  str(int(self.grace_cap))))
+        return out
+
     def _start_kwok(self) -> None:
         port = free_port()
         self.ports["kwok"] = port
         proc = self._spawn("kwok", [
             str(self.bin / "kwok"),
-            f"--kubeconfig={self.kubeconfig}", f"--config={STAGES}",
+            f"--kubeconfig={self.kubeconfig}", f"--config={self._stages()}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
             "--node-ip=127.0.0.1", f"--cidr={POD_CIDR}",

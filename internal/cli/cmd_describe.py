@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import argparse
 
+from api.v1alpha1.keys import WORKLOAD_LABEL
 from internal.cli import inventory
 from internal.cli.kube import Kube, event_time
 from internal.cli.output import Printer, age
-from internal.scheduling.ledger import WORKLOAD_LABEL
 
 HELP = "placement, conditions, why it is pending, and recent events of one workload"
 

@@ -18,18 +18,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from internal.scheduling.ledger import (
-    GPU_RESOURCE,
-    WORKLOAD_LABEL,
-    is_controller_pod,
-    pod_gpu_request,
-    pod_is_active,
-)
+from api.v1alpha1.keys import DEVICES_ANNOTATION, GPU_RESOURCE, NODE_ANNOTATION, WORKLOAD_LABEL
+from internal.scheduling.pods import is_controller_pod, pod_gpu_request, pod_is_active
 
 JSON = dict[str, Any]
 
-DEVICES_ANNOTATION = "gpu.orchestrator.dev/devices"
-NODE_ANNOTATION = "gpu.orchestrator.dev/node"
 FINISHED_PHASES = ("Succeeded", "Failed")
 
 

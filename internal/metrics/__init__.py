@@ -2,8 +2,10 @@
 /metrics next to the framework's workqueue_* and controller_runtime_* series."""
 
 from internal.metrics.domain import (
+    BAD_OBJECTS,
     CREATE_TO_BOUND,
     DECISION_LATENCY,
+    DEVICE_CONFLICTS,
     FAILURES,
     METRIC_NAMES,
     PREEMPTIONS,
@@ -13,8 +15,10 @@ from internal.metrics.domain import (
 )
 
 __all__ = [
+    "BAD_OBJECTS",
     "CREATE_TO_BOUND",
     "DECISION_LATENCY",
+    "DEVICE_CONFLICTS",
     "FAILURES",
     "METRIC_NAMES",
     "PREEMPTIONS",

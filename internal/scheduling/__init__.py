@@ -8,11 +8,12 @@ No API calls, no threads, no clock. Typical use by the controller::
     decision = scheduler.schedule(workload)                  # pure
     if decision.ok:
         decision.assume(ledger, workload)                    # book, then write status
-        ...; ledger.commit(workload.key)                     # status written
+        ...; ledger.commit(workload.key)                     # status written or pod created
     elif decision.outcome == PREEMPT:
-        ...evict decision.victims, ledger.forget(each), requeue
+        ...ledger.forget(each victim); decision.assume(...)  # nominated over their pods
 """
 
+from api.v1alpha1.keys import WORKLOAD_LABEL
 from internal.scheduling.devicepicker import Pick, pick_devices
 from internal.scheduling.framework import (
     INVALID_MAP,
@@ -26,7 +27,6 @@ from internal.scheduling.framework import (
     schedule,
 )
 from internal.scheduling.ledger import (
-    WORKLOAD_LABEL,
     Allocation,
     FreeIndex,
     Ledger,

@@ -22,7 +22,7 @@ from typing import Any
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
 from internal.scheduling import mapparser
 from internal.scheduling.devicepicker import pick_devices
-from internal.scheduling.ledger import Ledger
+from internal.scheduling.ledger import Ledger, booking_owner
 from internal.scheduling.snapshot import NodeInfo, Snapshot, untolerated_taint
 from internal.scheduling.strategies import base as registry
 from internal.scheduling.strategies.base import Strategy
@@ -51,8 +51,9 @@ def gpus_word(n: int) -> str:
 
 
 class View:
-    """The ledger as one decision sees it: plus what this decision has taken so far
-    (the gang's earlier replicas), minus what planned victims would release."""
+    """The ledger as one decision of ``owner`` sees it: plus what this decision has
+    taken so far (the gang's earlier replicas), minus everything the ``released``
+    owners hold (planned victims: their bookings and their pods)."""
 
     def __init__(self, ledger: Ledger, owner: str, released: Iterable[str] = ()) -> None:
         self.ledger = ledger
@@ -61,27 +62,28 @@ class View:
         self.taken: dict[str, set[int]] = {}
         self.taken_count: dict[str, int] = {}
         self.last_node: str | None = None  # node of the latest take (gang order)
-        # nodes where released victims hold something: their index entry is stale
+        # nodes where released owners hold something: their index entry is stale
         self.extra_nodes: list[str] = sorted(
-            {p.node for k in self.released if (a := ledger.allocation(k)) for p in a.placements}
-            | {n for k in self.released if (a := ledger.allocation(k)) for n in a.counted}
-        )
+            {n for a in ledger.allocations().values() if a.owner in self.released
+             for n in a.nodes}
+        ) if self.released else []
 
-    def _held_by_other(self, holder: str | None) -> bool:
-        return holder is not None and holder != self.owner and holder not in self.released
+    def held_by_other(self, node: str, device: int) -> bool:
+        """Is ``device`` held by an owner other than this decision's (and not released)?"""
+        return any(o != self.owner and o not in self.released
+                   for o in self.ledger.device_owners(node, device))
 
     def free_devices(self, node: str) -> set[int]:
-        held = self.ledger.holders(node)
         taken = self.taken.get(node, ())
         return {
             d
             for d in self.ledger.usable(node)
-            if not self._held_by_other(held.get(d)) and d not in taken
+            if d not in taken and not self.held_by_other(node, d)
         }
 
     def counted_load(self, node: str) -> int:
         c = self.ledger.counted(node)
-        return sum(v for k, v in c.items() if k != self.owner and k not in self.released) + (
+        return sum(v for o, v in c.items() if o != self.owner and o not in self.released) + (
             self.taken_count.get(node, 0)
         )
 
@@ -152,7 +154,8 @@ class Decision:
     - ``UNSCHEDULABLE``: nothing fits; ``message`` groups per-node ``reasons``.
     - ``INVALID_MAP``: the user's map is wrong; ``message`` names the line/problem.
     - ``PREEMPT``: evict ``victims`` (workload keys, lowest priority first); the
-      workload then fits as in ``placements`` (a nomination, not yet bookable).
+      workload then fits as in ``placements``, booked as a nomination over the
+      victims' owners (``overlap``): their pods must be gone before it starts.
     """
 
     outcome: str
@@ -161,6 +164,7 @@ class Decision:
     message: str = ""
     reasons: dict[str, str] = field(default_factory=dict)
     victims: list[str] = field(default_factory=list)
+    overlap: list[str] = field(default_factory=list)  # the victims' owners
     counted: bool = False
     gpus_per_replica: int = 0
     visited: int = 0  # nodes the filters ran on
@@ -181,14 +185,19 @@ class Decision:
         return sum(len(p.devices) for p in self.placements)
 
     def assume(self, ledger: Ledger, workload: GPUWorkload) -> None:
-        """Book this decision in ``ledger`` (raises LedgerConflict if stale)."""
-        if not self.ok:
+        """Book this decision in ``ledger`` (raises LedgerConflict if stale). A
+        preemption is booked once its victims' bookings are released: nominated
+        over their pods, which still hold the devices until they are gone."""
+        if self.outcome not in (SCHEDULED, PREEMPT):
             raise ValueError(f"cannot assume a {self.outcome} decision")
         ledger.assume(
             workload.key,
             self.placements,
             gpus_per_replica=self.gpus_per_replica,
             priority=workload.spec.priority,
+            owner=booking_owner(workload),
+            uid=workload.metadata.uid or "",
+            overlap=self.overlap,
         )
 
 
@@ -268,15 +277,14 @@ def _filter_exact(
     node: NodeInfo, ctx: Context, exact: tuple[int, ...], mem_ok: Any
 ) -> tuple[str | None, tuple[int, ...], int]:
     name = node.name
-    held = ctx.view.ledger.holders(name)
     problems: list[str] = []
     for d in exact:
         if d not in node.devices:
             problems.append(f"device {d} does not exist ({len(node.devices)} GPUs)")
         elif not node.devices[d].healthy:
             problems.append(f"device {d} unhealthy")
-        elif ctx.view._held_by_other(held.get(d)):
-            problems.append(f"device {d} held by {held[d]}")
+        elif ctx.view.held_by_other(name, d):
+            problems.append(f"device {d} held by {ctx.view.ledger.holder(name, d)}")
         elif not mem_ok(d):
             problems.append(f"device {d} below {ctx.workload.spec.min_gpu_memory_mib} MiB")
     if problems:
@@ -413,7 +421,7 @@ def _explain(
         rng=random.Random(0),
         tolerations=_tolerations(workload),
         snapshot=snapshot,
-        view=View(ledger, workload.key),
+        view=View(ledger, booking_owner(workload)),
     )
     replicas = workload.spec.replicas
     out: dict[str, str] = {}
@@ -435,7 +443,7 @@ def _attempt(
     counted: bool,
     released: Iterable[str] = (),
 ) -> tuple[list[Placement] | None, Context, str, str]:
-    view = View(ledger, workload.key, released)
+    view = View(ledger, booking_owner(workload), released)
     ctx = Context(
         workload=workload,
         gpus=workload.spec.gpus,
@@ -522,6 +530,8 @@ def schedule(
             victims, nominated = plan[0], plan[1]
             decision.outcome = PREEMPT
             decision.victims = victims
+            decision.overlap = sorted({a.owner for v in victims
+                                       if (a := ledger.allocation(v)) is not None})
             decision.placements = nominated
             decision.message = (
                 f"preempting lower-priority {', '.join(victims)} to place; was: {message}"
@@ -556,16 +566,18 @@ def plan_preemption(
     """
     prio = workload.spec.priority
     candidates = sorted(
-        (a for k, a in ledger.allocations().items() if k != workload.key and a.priority < prio),
+        (a for a in ledger.bookings() if a.key != workload.key and a.priority < prio),
         key=lambda a: (a.priority, a.key),
     )[:MAX_VICTIMS]
+    owner_of = {a.key: a.owner for a in candidates}
     visited = 0
     chosen: list[str] = []
     placements: list[Placement] | None = None
     for a in candidates:
         chosen.append(a.key)
         placements, ctx, _, _ = _attempt(
-            workload, snapshot, ledger, strategy, random.Random(0), counted, chosen
+            workload, snapshot, ledger, strategy, random.Random(0), counted,
+            [owner_of[k] for k in chosen]
         )
         visited += ctx.visited
         if placements is not None:
@@ -577,7 +589,8 @@ def plan_preemption(
         if not trial:
             continue
         p, ctx, _, _ = _attempt(
-            workload, snapshot, ledger, strategy, random.Random(0), counted, trial
+            workload, snapshot, ledger, strategy, random.Random(0), counted,
+            [owner_of[k] for k in trial]
         )
         visited += ctx.visited
         if p is not None:

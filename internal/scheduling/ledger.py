@@ -1,44 +1,65 @@
 """The allocation ledger: who holds which GPU of which node.
 
+The truth lives in the API: devices are held by pods, as kube-scheduler holds a
+pod's resources until the pod object is gone or has finished. The ledger is a cache
+of that truth plus the decisions not yet backed by pods, never a second truth.
+
+Holders, each an ``Allocation`` under a key:
+
+- *pods* (``pod:<uid>``): every bound, unfinished pod that names devices or requests
+  ``nvidia.com/gpu`` (see ``pods.pod_holding``): ours, the seed path's, anybody's.
+  A pod is never refused: it exists whatever the ledger thinks; a pod that shares a
+  device with another owner is reported as a conflict.
+- *bookings* (the workload's ``namespace/name``, or a pod book's key): a decision
+  assumed before its pods exist, or committed in ``status.placements``.
+
+Each holder has an *owner*, the group that may share a device: one attempt of one
+GPUWorkload (``<uid>#<attempt>``) for its booking and its pods, so that replicas of
+one annotation map may name the same device while a previous attempt's terminating
+pods still count as someone else.
+
 Invariants (DESIGN.md):
 
-1. A device of a node is held by at most one workload key, except that one
-   workload's own placements may name a device several times (its annotation map
-   sharing a device between its replicas).
-2. ``assume`` books a decision in memory before the status write; ``commit`` marks
-   it written (the placement in ``status.placements`` is the commit point);
-   ``forget`` releases it (failed write, deletion, children finished).
-3. ``Ledger.rebuild`` recreates the book from the cache (workload placements and
-   bound pods) before any new placement is made.
+1. A device of a node is held by at most one owner, except where a preemptor's
+   booking is *nominated* over its victims' pods (``overlap``): nobody else may
+   take those devices, and the preemptor starts only when the victims are gone.
+2. A device is free only when no holder holds it: releasing a booking (deletion,
+   an ended attempt, a conflict, preemption) frees nothing its pods still hold.
+3. ``Ledger.rebuild`` recreates the book from the cache, pods first (what runs wins
+   every conflict), then committed placements, before any new placement is made.
 
-Two kinds of holdings:
-
-- *named*: specific device indices (exposure ``cuda-visible-devices`` or
-  ``nvidia-visible-devices``);
-- *counted*: a number of GPUs of a node without naming them: GPU pods the
-  controller did not create (their ``nvidia.com/gpu`` requests) and workloads in
-  ``device-plugin`` exposure, where the kubelet picks the devices.
-
-``free_count(node) = |usable - named-held| - counted``. Free capacity is indexed in
-buckets of nodes by free count (each bucket a sorted list of names), so a decision
-looks at the nodes with enough free GPUs first instead of scanning every node.
+``free_count(node) = |usable - named-held| - counted``, where each owner's counted
+GPUs on a node are the larger of what its bookings and what its pods count (a
+device-plugin workload's booking and its pod are the same GPUs, not twice as many).
+Free capacity is indexed by free count (``FreeIndex``).
 
 Not thread-safe: callers serialize schedule + assume (one lock in the controller).
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from api.v1alpha1.types import GPUWorkload, Phase, Placement
+from internal.scheduling.freeindex import FreeIndex
+from internal.scheduling.pods import (
+    BadPod,
+    PodHolding,
+    is_controller_pod,
+    pod_gpu_request,
+    pod_holder_key,
+    pod_holding,
+    pod_is_active,
+    pod_key,
+    workload_owner,
+)
 
-WORKLOAD_LABEL = "gpu.orchestrator.dev/workload"
-GPU_RESOURCE = "nvidia.com/gpu"
+__all__ = ["Allocation", "FreeIndex", "Ledger", "LedgerConflict", "booking_owner",
+           "holds_devices", "is_controller_pod", "pod_gpu_request", "pod_is_active", "pod_key"]
 
 
 class LedgerConflict(Exception):
@@ -53,80 +74,32 @@ class Allocation:
     priority: int = 0
     committed: bool = False
     gpus_per_replica: int = 0
+    owner: str = ""  # the sharing group; the key itself when empty
+    pod: bool = False  # a pod's holding (not a booking)
+    name: str = ""  # what messages call it: a workload key, or a pod's namespace/name
+    uid: str = ""  # the workload UID of a booking
+    overlap: frozenset[str] = frozenset()  # owners a nomination was booked over
+
+    def __post_init__(self) -> None:
+        self.owner = self.owner or self.key
+        self.name = self.name or self.key
 
     @property
     def nodes(self) -> list[str]:
-        return sorted({p.node for p in self.placements})
+        return sorted({p.node for p in self.placements} | set(self.counted))
 
 
-class FreeIndex:
-    """Buckets of node names by free GPU count; each bucket kept sorted by name."""
-
-    def __init__(self) -> None:
-        self._free: dict[str, int] = {}
-        self._buckets: dict[int, list[str]] = {}
-
-    def set(self, node: str, free: int) -> None:
-        old = self._free.get(node)
-        if old == free:
-            return
-        if old is not None:
-            self._discard(node, old)
-        self._free[node] = free
-        bucket = self._buckets.setdefault(free, [])
-        bisect.insort(bucket, node)
-
-    def _discard(self, node: str, free: int) -> None:
-        bucket = self._buckets[free]
-        i = bisect.bisect_left(bucket, node)
-        del bucket[i]
-        if not bucket:
-            del self._buckets[free]
-
-    def remove(self, node: str) -> None:
-        old = self._free.pop(node, None)
-        if old is not None:
-            self._discard(node, old)
-
-    def get(self, node: str) -> int:
-        return self._free.get(node, 0)
-
-    def __contains__(self, node: str) -> bool:
-        return node in self._free
-
-    def __len__(self) -> int:
-        return len(self._free)
-
-    def counts(self) -> dict[int, int]:
-        """free count -> number of nodes."""
-        return {k: len(v) for k, v in self._buckets.items()}
-
-    def iter_nodes(self, min_free: int, *, most_free_first: bool = True) -> Iterator[str]:
-        """Nodes with at least ``min_free`` free GPUs, bucket by bucket (name order
-        within a bucket), from the most free (or the least free) bucket."""
-        keys = sorted((k for k in self._buckets if k >= min_free), reverse=most_free_first)
-        for k in keys:
-            bucket = self._buckets.get(k)
-            if bucket:
-                # copy: callers may change the ledger while iterating a decision
-                yield from tuple(bucket)
-
-    def buckets(self, min_free: int) -> list[list[str]]:
-        """The live bucket lists with at least ``min_free`` free, most free first.
-        Read-only, and only while the ledger does not change."""
-        return [self._buckets[k] for k in sorted(self._buckets, reverse=True) if k >= min_free]
-
-    def count_below(self, min_free: int) -> int:
-        return sum(len(v) for k, v in self._buckets.items() if k < min_free)
+def booking_owner(w: GPUWorkload) -> str:
+    """The owner of a workload's booking for its current attempt."""
+    return workload_owner(w.metadata.uid or w.key, w.status.retries)
 
 
 class Ledger:
     def __init__(self) -> None:
         self._usable: dict[str, frozenset[int]] = {}
-        self._holders: dict[str, dict[int, str]] = {}  # node -> device -> key
+        self._holders: dict[str, dict[int, dict[str, str]]] = {}  # node -> dev -> key -> owner
         self._counted: dict[str, dict[str, int]] = {}  # node -> key -> GPUs
         self._allocs: dict[str, Allocation] = {}
-        self._pods: dict[str, tuple[str, int]] = {}  # foreign pod key -> (node, gpus)
         self.index = FreeIndex()
 
     # ------------------------------------------------------------------- nodes
@@ -137,7 +110,7 @@ class Ledger:
         self._reindex(node)
 
     def remove_node(self, node: str) -> None:
-        """The node is gone: it offers nothing. Holdings on it stay until forgotten."""
+        """The node is gone: it offers nothing. Holdings on it stay until released."""
         self._usable.pop(node, None)
         self.index.remove(node)
 
@@ -154,18 +127,40 @@ class Ledger:
         return self._usable.get(node, frozenset())
 
     def holders(self, node: str) -> Mapping[int, str]:
-        """device index -> workload key holding it."""
-        return self._holders.get(node, {})
+        """device index -> the name of one holder (bookings before pods), for messages."""
+        out: dict[int, str] = {}
+        for d, keys in self._holders.get(node, {}).items():
+            out[d] = self._describe(keys)
+        return out
 
     def holder(self, node: str, device: int) -> str | None:
-        return self._holders.get(node, {}).get(device)
+        keys = self._holders.get(node, {}).get(device)
+        return self._describe(keys) if keys else None
+
+    def _describe(self, keys: Mapping[str, str]) -> str:
+        allocs = [self._allocs[k] for k in keys if k in self._allocs]
+        allocs.sort(key=lambda a: (a.pod, a.name))
+        return allocs[0].name if allocs else next(iter(keys))
+
+    def device_owners(self, node: str, device: int) -> frozenset[str]:
+        """The owners holding ``device`` of ``node`` (empty: free)."""
+        return frozenset(self._holders.get(node, {}).get(device, {}).values())
 
     def counted(self, node: str) -> Mapping[str, int]:
-        """key -> GPUs held without naming devices (foreign pods, device-plugin)."""
-        return self._counted.get(node, {})
+        """owner -> GPUs held on ``node`` without naming devices."""
+        return self._counted_by_owner(node)
+
+    def _counted_by_owner(self, node: str) -> dict[str, int]:
+        booked: dict[str, int] = {}
+        pods: dict[str, int] = {}
+        for key, n in self._counted.get(node, {}).items():
+            a = self._allocs[key]
+            side = pods if a.pod else booked
+            side[a.owner] = side.get(a.owner, 0) + n
+        return {o: max(booked.get(o, 0), pods.get(o, 0)) for o in booked.keys() | pods.keys()}
 
     def counted_total(self, node: str) -> int:
-        return sum(self._counted.get(node, {}).values())
+        return sum(self._counted_by_owner(node).values())
 
     def free_devices(self, node: str) -> frozenset[int]:
         held = self._holders.get(node, {})
@@ -174,11 +169,26 @@ class Ledger:
     def free_count(self, node: str) -> int:
         return max(0, len(self.free_devices(node)) - self.counted_total(node))
 
+    def free_count_without(self, node: str, owners: frozenset[str]) -> int:
+        """Free GPUs of ``node`` if ``owners`` held nothing."""
+        held = self._holders.get(node, {})
+        free = sum(1 for d in self._usable.get(node, ())
+                   if not (set(held.get(d, {}).values()) - owners))
+        counted = sum(n for o, n in self._counted_by_owner(node).items() if o not in owners)
+        return max(0, free - counted)
+
     def allocation(self, key: str) -> Allocation | None:
         return self._allocs.get(key)
 
     def allocations(self) -> Mapping[str, Allocation]:
         return self._allocs
+
+    def bookings(self) -> list[Allocation]:
+        """Every holder that is not a pod."""
+        return [a for a in self._allocs.values() if not a.pod]
+
+    def held_by_owner(self, owner: str) -> list[Allocation]:
+        return [a for a in self._allocs.values() if a.owner == owner]
 
     def is_committed(self, key: str) -> bool:
         a = self._allocs.get(key)
@@ -189,9 +199,24 @@ class Ledger:
         return a.priority if a is not None else 0
 
     def keys_on(self, node: str) -> set[str]:
-        return set(self._holders.get(node, {}).values()) | {
-            k for k in self._counted.get(node, {}) if k in self._allocs
-        }
+        """Keys of the bookings holding something on ``node``."""
+        keys = {k for devs in self._holders.get(node, {}).values() for k in devs}
+        keys |= set(self._counted.get(node, {}))
+        return {k for k in keys if k in self._allocs and not self._allocs[k].pod}
+
+    def blockers(self, key: str) -> dict[str, list[str]]:
+        """node -> names of the pods that a nominated booking ``key`` still waits
+        for: pods of the owners it was booked over that hold anything on its nodes."""
+        a = self._allocs.get(key)
+        if a is None or not a.overlap:
+            return {}
+        nodes = set(a.nodes)
+        out: dict[str, list[str]] = {}
+        for other in self._allocs.values():
+            if other.pod and other.owner in a.overlap:
+                for n in set(other.nodes) & nodes:
+                    out.setdefault(n, []).append(other.name)
+        return {n: sorted(v) for n, v in out.items()}
 
     # --------------------------------------------------------------- mutations
 
@@ -204,113 +229,117 @@ class Ledger:
         priority: int = 0,
         committed: bool = False,
         check_capacity: bool = True,
+        owner: str = "",
+        uid: str = "",
+        overlap: Iterable[str] = (),
     ) -> Allocation:
-        """Book ``placements`` for workload ``key`` (replacing what it held).
+        """Book ``placements`` for ``key`` (replacing what it held).
 
-        Placements with devices are named holdings. A placement with no devices
+        Placements with devices are named holdings; a placement without devices
         (device-plugin mode) holds ``gpus_per_replica`` GPUs of its node, counted.
-        Raises LedgerConflict, leaving the ledger unchanged, when a device is held
-        by another workload or (with ``check_capacity``) a node lacks the capacity.
+        ``overlap``: owners whose holdings this booking may share (a preemptor's
+        victims, still terminating). Raises LedgerConflict, leaving the ledger
+        unchanged, when a device is held by another owner or (with
+        ``check_capacity``) a node lacks the capacity.
         """
         previous = self._allocs.get(key)
         if previous is not None:
             self._release(previous)
+        alloc = Allocation(key, tuple(placements), {}, priority, committed, gpus_per_replica,
+                           owner, uid=uid, overlap=frozenset(overlap))
+        for p in placements:
+            if not p.devices:
+                alloc.counted[p.node] = alloc.counted.get(p.node, 0) + gpus_per_replica
         try:
-            alloc = self._take(key, placements, gpus_per_replica, priority, check_capacity)
+            self._check(alloc, check_capacity)
         except LedgerConflict:
             if previous is not None:
                 self._apply(previous)
             raise
-        alloc.committed = committed
+        self._apply(alloc)
         return alloc
 
     def commit(self, key: str) -> None:
-        """The placement of ``key`` is written to status: the booking is durable."""
+        """The booking of ``key`` is durable (its status written, or its pod created)."""
         a = self._allocs.get(key)
         if a is None:
             raise KeyError(key)
         a.committed = True
 
     def forget(self, key: str) -> Allocation | None:
-        """Release everything ``key`` holds. Returns what it held (None if nothing)."""
+        """Release the booking ``key``. Its pods, if any, still hold what they hold.
+        Returns what it held (None if nothing)."""
         a = self._allocs.get(key)
         if a is not None:
             self._release(a)
         return a
 
-    def set_foreign_pod(self, pod_key: str, node: str | None, gpus: int) -> None:
-        """Count a GPU pod the controller did not create (``node`` None or gpus 0:
-        remove). Never refused: such pods exist whatever the ledger thinks."""
-        self.remove_foreign_pod(pod_key)
-        if not node or gpus <= 0:
-            return
-        self._pods[pod_key] = (node, gpus)
-        self._counted.setdefault(node, {})[f"pod:{pod_key}"] = gpus
-        self._reindex(node)
+    def set_pod(self, h: PodHolding, priority: int = 0) -> list[str]:
+        """Record what a pod holds (replacing what it held before). Never refused;
+        returns the conflicts it makes with other owners, for a report."""
+        self.remove_pod(h.uid)
+        placements = (Placement(index=0, node=h.node, devices=list(h.devices)),)
+        alloc = Allocation(h.key, placements if h.devices else (), {}, priority, True, 0,
+                           h.owner, pod=True, name=h.name)
+        if h.counted:
+            alloc.counted[h.node] = h.counted
+        held = self._holders.get(h.node, {})
+        conflicts = sorted({f"{h.node}: device {d} also held by {self._describe({k: o})}"
+                            for d in h.devices for k, o in held.get(d, {}).items()
+                            if o != h.owner and not self._nominated_over(k, h.owner)})
+        self._apply(alloc)
+        return conflicts
 
-    def has_foreign_pod(self, pod_key: str) -> bool:
-        return pod_key in self._pods
+    def _nominated_over(self, key: str, owner: str) -> bool:
+        """Is ``key`` a booking nominated over ``owner``'s holdings (a preemption)?"""
+        a = self._allocs.get(key)
+        return a is not None and owner in a.overlap
 
-    def foreign_pods(self) -> Mapping[str, tuple[str, int]]:
-        """pod key -> (node, GPUs) of the counted pods the controller did not create."""
-        return self._pods
+    def has_pod(self, uid: str) -> bool:
+        return pod_holder_key(uid) in self._allocs
 
-    def remove_foreign_pod(self, pod_key: str) -> None:
-        old = self._pods.pop(pod_key, None)
-        if old is None:
-            return
-        node, _ = old
-        c = self._counted.get(node, {})
-        c.pop(f"pod:{pod_key}", None)
-        if not c:
-            self._counted.pop(node, None)
-        self._reindex(node)
+    def pod(self, uid: str) -> Allocation | None:
+        return self._allocs.get(pod_holder_key(uid))
+
+    def remove_pod(self, uid: str) -> bool:
+        """The pod is gone or finished. True if it held something."""
+        a = self._allocs.get(pod_holder_key(uid))
+        if a is None:
+            return False
+        self._release(a)
+        return True
 
     # ---------------------------------------------------------------- internals
 
-    def _take(
-        self,
-        key: str,
-        placements: Sequence[Placement],
-        gpus_per_replica: int,
-        priority: int,
-        check_capacity: bool,
-    ) -> Allocation:
+    def _check(self, alloc: Allocation, check_capacity: bool) -> None:
+        ok_owners = {alloc.owner} | set(alloc.overlap)
         named: dict[str, set[int]] = {}
-        counted: dict[str, int] = {}
-        for p in placements:
+        for p in alloc.placements:
             if p.devices:
                 named.setdefault(p.node, set()).update(p.devices)
-            else:
-                counted[p.node] = counted.get(p.node, 0) + gpus_per_replica
-        for node, devs in named.items():
+        for node, devs in sorted(named.items()):
             held = self._holders.get(node, {})
-            taken = sorted(d for d in devs if held.get(d, key) != key)
+            taken = sorted(d for d in devs if set(held.get(d, {}).values()) - ok_owners)
             if taken:
-                owners = sorted({held[d] for d in taken})
+                others = sorted({self._describe({k: o}) for d in taken
+                                 for k, o in held[d].items() if o not in ok_owners})
                 raise LedgerConflict(
-                    f"{node}: device(s) {','.join(map(str, taken))} held by {', '.join(owners)}"
+                    f"{node}: device(s) {','.join(map(str, taken))} held by {', '.join(others)}"
                 )
-        if check_capacity:
-            for node in set(named) | set(counted):
-                usable = self._usable.get(node)
-                if usable is None:
-                    raise LedgerConflict(f"{node}: unknown node")
-                devs = named.get(node, set())
-                missing = sorted(devs - usable)
-                if missing:
-                    raise LedgerConflict(
-                        f"{node}: device(s) {','.join(map(str, missing))} not usable"
-                    )
-                free_after = self.free_count(node) - len(devs) - counted.get(node, 0)
-                if free_after < 0:
-                    raise LedgerConflict(
-                        f"{node}: {self.free_count(node)} free GPU(s), needs "
-                        f"{len(devs) + counted.get(node, 0)}"
-                    )
-        alloc = Allocation(key, tuple(placements), counted, priority, False, gpus_per_replica)
-        self._apply(alloc)
-        return alloc
+        if not check_capacity:
+            return
+        for node in sorted(set(named) | set(alloc.counted)):
+            usable = self._usable.get(node)
+            if usable is None:
+                raise LedgerConflict(f"{node}: unknown node")
+            devs = named.get(node, set())
+            missing = sorted(devs - usable)
+            if missing:
+                raise LedgerConflict(f"{node}: device(s) {','.join(map(str, missing))} not usable")
+            free = self.free_count_without(node, frozenset(ok_owners))
+            need = len(devs) + alloc.counted.get(node, 0)
+            if free < need:
+                raise LedgerConflict(f"{node}: {free} free GPU(s), needs {need}")
 
     def _apply(self, alloc: Allocation) -> None:
         touched = set()
@@ -318,7 +347,7 @@ class Ledger:
             if p.devices:
                 h = self._holders.setdefault(p.node, {})
                 for d in p.devices:
-                    h[d] = alloc.key
+                    h.setdefault(d, {})[alloc.key] = alloc.owner
                 touched.add(p.node)
         for node, n in alloc.counted.items():
             self._counted.setdefault(node, {})[alloc.key] = n
@@ -333,8 +362,11 @@ class Ledger:
             h = self._holders.get(p.node)
             if h is not None:
                 for d in p.devices:
-                    if h.get(d) == alloc.key:
-                        del h[d]
+                    keys = h.get(d)
+                    if keys is not None:
+                        keys.pop(alloc.key, None)
+                        if not keys:
+                            del h[d]
                 if not h:
                     del self._holders[p.node]
             touched.add(p.node)
@@ -358,16 +390,20 @@ class Ledger:
         pods: Iterable[Mapping[str, Any]] = (),
         node_devices: Mapping[str, Iterable[int]] | None = None,
     ) -> tuple[Ledger, list[str]]:
-        """A ledger from the cache: committed placements of workloads that still
-        hold devices, plus GPU requests of bound, unfinished pods the controller did
-        not create. Returns the ledger and a list of problems found (placements
-        conflicting with one another are kept for the first workload by key and
-        reported, never silently merged).
+        """A ledger from the cache: first every pod that holds GPUs (what runs wins),
+        then the committed placements of workloads that still hold devices.
+
+        Returns the ledger and the problems found: unreadable pods (skipped, their
+        request still counted where it can be read), placements that collide with
+        running pods or an earlier placement (not booked: their workload's own
+        reconcile ends that attempt). Never raises on a bad object.
         """
         ledger = cls()
         for node, devs in (node_devices or {}).items():
             ledger.set_node_devices(node, devs)
         problems: list[str] = []
+        for pod in pods:
+            problems += ledger.sync_pod(pod)
         parsed: list[GPUWorkload] = []
         for raw in workloads:
             w, problem = _parse_workload(raw)
@@ -375,28 +411,30 @@ class Ledger:
                 problems.append(problem)
             if w is not None:
                 parsed.append(w)
-        for w in sorted(parsed, key=lambda w: w.key):
+        for w in sorted(parsed, key=lambda w: (w.metadata.creation_timestamp or "", w.key)):
             if not holds_devices(w):
                 continue
             try:
-                ledger.assume(
-                    w.key,
-                    w.status.placements,
-                    gpus_per_replica=w.spec.gpus,
-                    priority=w.spec.priority,
-                    committed=True,
-                    check_capacity=False,
-                )
+                ledger.assume(w.key, w.status.placements, gpus_per_replica=w.spec.gpus,
+                              priority=w.spec.priority, committed=True, check_capacity=False,
+                              owner=booking_owner(w), uid=w.metadata.uid or "")
             except LedgerConflict as e:
-                problems.append(f"{w.key}: {e}")
-        for pod in pods:
-            if is_controller_pod(pod) or not pod_is_active(pod):
-                continue
-            node = (pod.get("spec") or {}).get("nodeName")
-            gpus = pod_gpu_request(pod)
-            if node and gpus:
-                ledger.set_foreign_pod(pod_key(pod), node, gpus)
+                problems.append(f"{w.key}: placement not booked: {e}")
         return ledger, problems
+
+    def sync_pod(self, pod: Mapping[str, Any], priority: int = 0) -> list[str]:
+        """Brings the ledger in line with one pod as the API has it now. Returns
+        problems (a malformed annotation: the pod's request is still counted)."""
+        uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
+        try:
+            h = pod_holding(pod)
+        except BadPod as exc:
+            self.remove_pod(uid)
+            return [f"pod {pod_key(pod)}: {exc}"]
+        if h is None:
+            self.remove_pod(uid)
+            return []
+        return [f"pod {h.name}: {c}" for c in self.set_pod(h, priority)]
 
 
 # -------------------------------------------------------------------- helpers
@@ -426,6 +464,7 @@ def _parse_workload(
                     "status": {
                         "phase": status.get("phase") or "Pending",
                         "placements": status.get("placements") or [],
+                        "retries": status.get("retries") or 0,
                     },
                 }
             )
@@ -435,49 +474,8 @@ def _parse_workload(
 
 
 def holds_devices(w: GPUWorkload) -> bool:
-    """Does this workload's committed placement still hold devices?"""
-    if not w.status.placements:
+    """Does this workload's committed placement still book devices? (Not once it
+    finished or is being deleted: then only its pods hold what they hold.)"""
+    if not w.status.placements or w.metadata.deletion_timestamp:
         return False
     return w.status.phase not in (Phase.SUCCEEDED, Phase.FAILED)
-
-
-def pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
-
-
-def pod_is_active(pod: Mapping[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-
-
-def is_controller_pod(pod: Mapping[str, Any]) -> bool:
-    """Created by this controller (directly, or through a Job): carries the workload
-    label or is owned by a GPUWorkload."""
-    meta = pod.get("metadata") or {}
-    if WORKLOAD_LABEL in (meta.get("labels") or {}):
-        return True
-    return any(o.get("kind") == "GPUWorkload" for o in meta.get("ownerReferences") or ())
-
-
-def _qty(v: Any) -> int:
-    try:
-        return int(str(v))
-    except (TypeError, ValueError):
-        return 0
-
-
-def pod_gpu_request(pod: Mapping[str, Any]) -> int:
-    """GPUs a pod takes: the max of its init containers' and the sum of its
-    containers' ``nvidia.com/gpu`` (limits, else requests), as the kubelet counts."""
-    spec = pod.get("spec") or {}
-
-    def one(c: Mapping[str, Any]) -> int:
-        res = c.get("resources") or {}
-        lim = (res.get("limits") or {}).get(GPU_RESOURCE)
-        if lim is not None:
-            return _qty(lim)
-        return _qty((res.get("requests") or {}).get(GPU_RESOURCE))
-
-    main = sum(one(c) for c in spec.get("containers") or ())
-    init = max((one(c) for c in spec.get("initContainers") or ()), default=0)
-    return max(main, init)

@@ -1,5 +1,6 @@
-"""What a container is given for its devices, per exposure mode (DESIGN.md "How a
-replica sees its devices").
+"""The webhook's side of the exposure modes: parsing the flag and the GPU limit; the
+environment itself is ``internal.scheduling.exposure.device_env``, shared with the
+controller (DESIGN.md "How a replica sees its devices").
 
 - ``cuda-visible-devices``: ``CUDA_VISIBLE_DEVICES`` = the host indices.
 - ``nvidia-visible-devices``: ``NVIDIA_VISIBLE_DEVICES`` = the host indices (the
@@ -13,11 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from api.v1alpha1.keys import GPU_RESOURCE
 from api.v1alpha1.types import DeviceExposure
+from internal.scheduling.exposure import (
+    CUDA_VISIBLE_DEVICES,
+    NVIDIA_VISIBLE_DEVICES,
+    device_env,
+)
 
-GPU_RESOURCE = "nvidia.com/gpu"
-CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
-NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+__all__ = ["CUDA_VISIBLE_DEVICES", "GPU_RESOURCE", "NVIDIA_VISIBLE_DEVICES", "device_env",
+           "gpu_limit", "parse_exposure"]
 
 
 def parse_exposure(value: str) -> DeviceExposure:
@@ -27,17 +33,6 @@ def parse_exposure(value: str) -> DeviceExposure:
     except ValueError:
         names = ", ".join(m.value for m in DeviceExposure)
         raise ValueError(f"unknown device exposure {value!r} (one of: {names})") from None
-
-
-def device_env(mode: DeviceExposure, devices: Sequence[int]) -> dict[str, str]:
-    """Environment variables (in order) that show a container ``devices``."""
-    joined = ",".join(str(d) for d in devices)
-    if mode is DeviceExposure.CUDA_VISIBLE_DEVICES:
-        return {CUDA_VISIBLE_DEVICES: joined}
-    if mode is DeviceExposure.NVIDIA_VISIBLE_DEVICES:
-        renumbered = ",".join(str(i) for i in range(len(devices)))
-        return {NVIDIA_VISIBLE_DEVICES: joined, CUDA_VISIBLE_DEVICES: renumbered}
-    return {}
 
 
 def gpu_limit(mode: DeviceExposure, devices: Sequence[int]) -> int | None:

@@ -95,20 +95,6 @@ def test_racing_workloads_never_share_a_device(
     assert len(devices) == len(set(devices)) == 2
 
 
-def test_deleting_a_workload_frees_its_devices(
-        controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
-    node, = controller.wait_nodes(group.add(1, gpus=2))
-    admin.create(workload("first", namespace, gpusPerReplica=2, nodeSelector=group.selector))
-    wait_phase(admin, namespace, "first", "Running")
-    admin.create(workload("second", namespace, gpusPerReplica=2, nodeSelector=group.selector,
-                          retryPolicy={"maxRetries": 10, "backoffSeconds": 30}))
-    wait_condition(admin, namespace, "second", "Scheduled", "Unschedulable")
-    delete_workload(admin, namespace, "first")
-    # Woken by the freed capacity, long before its 30 s backoff.
-    w = wait_phase(admin, namespace, "second", "Running", timeout=20)
-    assert w["status"]["placements"] == [{"index": 0, "node": node, "devices": [0, 1]}]
-
-
 def test_finished_workload_frees_devices_and_succeeds(
         controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
     controller.wait_nodes(group.add(1, gpus=1))

@@ -80,3 +80,13 @@ def cluster(
 
 def four_nodes(gpus: int = 4) -> tuple[Snapshot, Ledger]:
     return cluster(*(node(f"node{i}", gpus) for i in range(1, 5)))
+
+
+def foreign_pod(ledger: Any, key: str, node: str, gpus: int) -> None:
+    """A pod the controller did not create, requesting ``gpus`` on ``node`` (0: gone)."""
+    from internal.scheduling.pods import PodHolding
+
+    if gpus <= 0:
+        ledger.remove_pod(key)
+        return
+    ledger.set_pod(PodHolding(key, key, node, (), gpus, f"pod:{key}"))

@@ -3,7 +3,7 @@
 from api.v1alpha1.types import Placement
 from internal.scheduling import UNSCHEDULABLE, Ledger, Snapshot, group_reasons, schedule
 from internal.scheduling.framework import order_by_priority
-from tests.unit.scheduling.helpers import cluster, four_nodes, gpunode, node, workload
+from tests.unit.scheduling.helpers import cluster, foreign_pod, four_nodes, gpunode, node, workload
 
 
 def P(i: int, n: str, *d: int) -> Placement:
@@ -119,7 +119,7 @@ def test_device_plugin_mode_counts() -> None:
 
 def test_foreign_pods_take_capacity() -> None:
     snap, led = cluster(node("node1"), node("node2"))
-    led.set_foreign_pod("ns/p", "node1", 3)
+    foreign_pod(led, "ns/p", "node1", 3)
     d = schedule(workload(gpusPerReplica=2), snap, led, "bestFit")
     assert d.nodes == ["node2"]
 
@@ -158,7 +158,7 @@ def test_scale_uses_the_index() -> None:
     snap = Snapshot.build((node(f"n{i:05d}", 8) for i in range(n)), (), led)
     for i in range(n):
         if i % 500 != 7:  # ten nodes keep room
-            led.set_foreign_pod(f"ns/p{i}", f"n{i:05d}", 7)
+            foreign_pod(led, f"ns/p{i}", f"n{i:05d}", 7)
     for strategy in ("leastLoaded", "bestFit", "priority", "random"):
         d = schedule(workload(gpusPerReplica=4), snap, led, strategy)
         assert d.ok, strategy

@@ -3,7 +3,7 @@ import pytest
 from api.v1alpha1.types import Placement
 from internal.scheduling import Ledger, LedgerConflict
 from internal.scheduling.ledger import FreeIndex, pod_gpu_request
-from tests.unit.scheduling.helpers import SEED_MAP
+from tests.unit.scheduling.helpers import SEED_MAP, foreign_pod
 
 
 def P(i: int, node: str, *devs: int) -> Placement:
@@ -62,7 +62,7 @@ def test_reassume_replaces_and_failed_reassume_restores() -> None:
 
 def test_capacity_checked() -> None:
     led = ledger4()
-    led.set_foreign_pod("ns/other", "node1", 3)
+    foreign_pod(led, "ns/other", "node1", 3)
     assert led.free_count("node1") == 1
     with pytest.raises(LedgerConflict, match="1 free GPU"):
         led.assume("ns/a", [P(0, "node1", 0, 1)])
@@ -76,19 +76,19 @@ def test_counted_mode() -> None:
     led = ledger4()
     led.assume("ns/dp", [P(0, "node1"), P(1, "node1")], gpus_per_replica=2)
     assert led.free_count("node1") == 0
-    assert led.counted("node1") == {"ns/dp": 4}
+    assert led.counted("node1") == {"ns/dp": 4}  # by owner: the key, when none is given
     led.forget("ns/dp")
     assert led.free_count("node1") == 4
 
 
 def test_foreign_pods_counted_and_removed() -> None:
     led = ledger4()
-    led.set_foreign_pod("x/p", "node2", 2)
+    foreign_pod(led, "x/p", "node2", 2)
     assert led.free_count("node2") == 2
-    assert led.has_foreign_pod("x/p") and led.foreign_pods() == {"x/p": ("node2", 2)}
-    led.set_foreign_pod("x/p", "node3", 1)  # moved / updated
+    assert led.has_pod("x/p") and led.pod("x/p").counted == {"node2": 2}
+    foreign_pod(led, "x/p", "node3", 1)  # moved / updated
     assert led.free_count("node2") == 4 and led.free_count("node3") == 3
-    led.remove_foreign_pod("x/p")
+    led.remove_pod("x/p")
     assert led.free_count("node3") == 4
 
 
@@ -152,7 +152,8 @@ def test_rebuild_from_cache() -> None:
     led, problems = Ledger.rebuild(workloads, pods, {f"node{i}": range(4) for i in range(1, 5)})
     assert led.is_committed("ns/a")
     assert led.holder("node1", 0) == "ns/a"
-    assert led.free_count("node1") == 2
+    # a's two devices, plus the 2 GPUs its pod requests: a label is not ownership
+    assert led.free_count("node1") == 0
     assert led.free_count("node2") == 4  # succeeded workload released its devices
     assert led.free_count("node3") == 2  # device-plugin workload counted
     assert led.free_count("node4") == 3  # foreign pod counted

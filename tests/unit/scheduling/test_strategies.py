@@ -15,7 +15,15 @@ from internal.scheduling import (
     schedule,
 )
 from internal.scheduling.snapshot import COST_LABEL
-from tests.unit.scheduling.helpers import SEED_MAP, cluster, four_nodes, gpunode, node, workload
+from tests.unit.scheduling.helpers import (
+    SEED_MAP,
+    cluster,
+    foreign_pod,
+    four_nodes,
+    gpunode,
+    node,
+    workload,
+)
 
 
 def P(i: int, n: str, *d: int) -> Placement:
@@ -184,7 +192,7 @@ def test_priority_preempts_lowest_first() -> None:
     snap, led = cluster(node("node1", 2), node("node2", 2))
     led.assume("x/low", [P(0, "node1", 0, 1)], priority=0)
     led.assume("x/mid", [P(0, "node2", 0, 1)], priority=50)
-    led.set_foreign_pod("x/pod", "node2", 0)
+    foreign_pod(led, "x/pod", "node2", 0)
     w = workload("hi", gpusPerReplica=2, priority="high", schedulingStrategy="priority")
     d = schedule(w, snap, led)
     assert d.outcome == PREEMPT

@@ -76,7 +76,8 @@ def env_of(pod: dict, i: int = 0) -> dict[str, str]:
 def test_every_container_gets_the_devices_of_its_replica() -> None:
     resp, pod = answer(make_pod("check-2", containers=2))
     assert resp["allowed"] and resp["uid"] == "u-1" and resp["patchType"] == "JSONPatch"
-    assert env_of(pod, 0) == env_of(pod, 1) == {"CUDA_VISIBLE_DEVICES": "0,1,2"}
+    assert env_of(pod, 0) == env_of(pod, 1) == {"NVIDIA_VISIBLE_DEVICES": "all",
+                                                 "CUDA_VISIBLE_DEVICES": "0,1,2"}
     assert pod["metadata"]["annotations"][DEVICES_ANNOTATION] == "0,1,2"
 
 
@@ -84,7 +85,8 @@ def test_existing_env_is_kept_and_the_variable_appended() -> None:
     pod = make_pod("check-0", env=[{"name": "A", "value": "1"}])
     _, out = answer(pod)
     assert out["spec"]["containers"][0]["env"] == [
-        {"name": "A", "value": "1"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "0,1"}]
+        {"name": "A", "value": "1"}, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+        {"name": "CUDA_VISIBLE_DEVICES", "value": "0,1"}]
 
 
 def test_readmission_changes_nothing() -> None:
@@ -92,7 +94,8 @@ def test_readmission_changes_nothing() -> None:
     resp, twice = answer(once)
     assert "patch" not in resp and "warnings" not in resp
     assert twice == once
-    assert [e["name"] for e in twice["spec"]["containers"][0]["env"]] == ["CUDA_VISIBLE_DEVICES"]
+    assert [e["name"] for e in twice["spec"]["containers"][0]["env"]] == [
+        "NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"]
 
 
 def test_a_user_value_is_replaced_once_with_a_warning() -> None:
@@ -100,7 +103,8 @@ def test_a_user_value_is_replaced_once_with_a_warning() -> None:
            {"name": "CUDA_VISIBLE_DEVICES", "value": "8"}]
     resp, pod = answer(make_pod("check-1", env=env))
     assert pod["spec"]["containers"][0]["env"] == [
-        {"name": "CUDA_VISIBLE_DEVICES", "value": "2"}, {"name": "X", "value": "x"}]
+        {"name": "CUDA_VISIBLE_DEVICES", "value": "2"}, {"name": "X", "value": "x"},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
     assert any("replaced CUDA_VISIBLE_DEVICES=7 with 2" in w for w in resp["warnings"])
 
 
@@ -109,6 +113,7 @@ def test_init_containers_get_the_devices_too() -> None:
     pod["spec"]["initContainers"] = [{"name": "warmup", "image": "busybox"}]
     _, out = answer(pod)
     assert out["spec"]["initContainers"][0]["env"] == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
         {"name": "CUDA_VISIBLE_DEVICES", "value": "3"}]
 
 

@@ -1,0 +1,28 @@
+"""The names every part of gpu-orchestrator agrees on: the extended resource, our
+labels and annotations, and the finalizer. Plain strings, no imports, so any layer
+(api, scheduling, controllers, webhook, agent, cli) may use them."""
+
+GROUP = "gpu.orchestrator.dev"
+
+#: the NVIDIA device plugin's extended resource
+GPU_RESOURCE = "nvidia.com/gpu"
+
+#: on a child: the name of the GPUWorkload it belongs to (informational; ownership is
+#: the controller ownerReference, never this label)
+WORKLOAD_LABEL = f"{GROUP}/workload"
+#: on a child (and a Job's pod template): the UID of its GPUWorkload
+WORKLOAD_UID_LABEL = f"{GROUP}/workload-uid"
+#: on a child: the replica index
+INDEX_LABEL = f"{GROUP}/replica-index"
+#: on a child: the attempt (the workload's ``status.retries`` when it was created)
+ATTEMPT_LABEL = f"{GROUP}/attempt"
+
+#: on a pod: the host device indices it holds (``"0,1"``); written by the controller,
+#: the webhook and the pod binding
+DEVICES_ANNOTATION = f"{GROUP}/devices"
+NODE_ANNOTATION = f"{GROUP}/node"
+EXPOSURE_ANNOTATION = f"{GROUP}/exposure"
+
+#: on a GPUWorkload: its children are deleted by the controller, and the object goes
+#: only once they are gone
+CHILDREN_FINALIZER = f"{GROUP}/children"

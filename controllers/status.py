@@ -1,0 +1,100 @@
+"""The GPUWorkload status a reconcile wants, built in one place and written once.
+
+``StatusBuilder`` starts from the object's current status; each step of a reconcile
+says what it observed or decided (phase, message, placements, a condition, the
+retry bookkeeping), and the reconciler writes the result once at the end, only when
+it differs from what the API already has (conditions compared without their
+timestamps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from api.v1alpha1.types import Phase
+from controllers.conditions import set_condition
+
+JSON = Mapping[str, Any]
+
+
+def fmt_time(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(s: str | None) -> datetime | None:
+    if not s:
+        return None
+    return datetime.fromisoformat(s.replace("Z", "+00:00"))
+
+
+class StatusBuilder:
+    def __init__(self, raw: JSON, now: datetime) -> None:
+        old = raw.get("status") or {}
+        self.old = old
+        self.now = fmt_time(now)
+        self.generation = (raw.get("metadata") or {}).get("generation")
+        self.spec = raw.get("spec") or {}
+        self.status: dict[str, Any] = {
+            "phase": old.get("phase") or Phase.PENDING.value,
+            "message": old.get("message") or "",
+            "conditions": [dict(c) for c in old.get("conditions") or ()],
+            "observedGeneration": self.generation,
+            "retries": old.get("retries", 0),
+            "placements": old.get("placements") or None,
+            "nextRetryTime": old.get("nextRetryTime"),
+        }
+
+    def phase(self, phase: Phase, message: str) -> StatusBuilder:
+        self.status["phase"] = phase.value
+        self.status["message"] = message
+        return self
+
+    def condition(self, type_: str, status: bool, reason: str, message: str) -> StatusBuilder:
+        self.status["conditions"] = set_condition(self.status["conditions"], type_, status,
+                                                  reason, message, self.now, self.generation)
+        return self
+
+    def placements(self, placements: list[dict[str, Any]] | None) -> StatusBuilder:
+        self.status["placements"] = placements or None
+        return self
+
+    def retry(self, retries: int | None = None, next_retry: str | None = None) -> StatusBuilder:
+        if retries is not None:
+            self.status["retries"] = retries
+        self.status["nextRetryTime"] = next_retry
+        return self
+
+    def build(self) -> dict[str, Any]:
+        out = dict(self.status)
+        pls = out.get("placements") or ()
+        out["gpus"] = gpus_held(pls, self.spec) or None
+        out["nodes"] = ",".join(sorted({p["node"] for p in pls})) or None
+        return out
+
+
+def gpus_held(placements: Any, spec: JSON) -> int:
+    """Distinct devices named (a map may share one between replicas), plus the
+    counted GPUs of device-plugin replicas."""
+    per_replica = spec.get("gpusPerReplica") or spec.get("gpuCount") or 1
+    named = {(p["node"], d) for p in placements for d in p.get("devices") or ()}
+    counted = sum(per_replica for p in placements if not p.get("devices"))
+    return len(named) + counted
+
+
+def _strip(conds: Any) -> list[tuple[Any, ...]]:
+    return [(c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+            for c in conds or ()]
+
+
+def same_status(old: JSON, new: JSON) -> bool:
+    """Would writing ``new`` change what a user sees? (Timestamps aside.)"""
+    for k, v in new.items():
+        if k == "conditions":
+            if _strip(old.get(k)) != _strip(v):
+                return False
+        elif (old.get(k) if old.get(k) not in ([], "", None) else None) != \
+                (v if v not in ([], "", None) else None):
+            return False
+    return True

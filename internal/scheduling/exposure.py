@@ -1,0 +1,35 @@
+"""What a container is given for its devices, per exposure mode (DESIGN.md "How a
+replica sees its devices"). One function for the controller's children and the
+webhook's seed pods, so both give the same environment for the same mode.
+
+- ``cuda-visible-devices``: the container sees every GPU with host numbering
+  (``NVIDIA_VISIBLE_DEVICES=all``); ``CUDA_VISIBLE_DEVICES`` = the host indices.
+  Not isolation: a process may ignore it.
+- ``nvidia-visible-devices``: ``NVIDIA_VISIBLE_DEVICES`` = the devices' UUIDs (host
+  indices when unknown); the container runtime exposes exactly those GPUs and
+  renumbers them from 0, so ``CUDA_VISIBLE_DEVICES`` = ``0..n-1``.
+- ``device-plugin``: no index env at all; ``nvidia.com/gpu: n`` is requested and the
+  kubelet's device plugin picks the devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from api.v1alpha1.types import DeviceExposure
+
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+
+
+def device_env(mode: DeviceExposure, devices: Sequence[int],
+               uuids: Sequence[str] | None = None) -> dict[str, str]:
+    """Environment variables (in order) that show a container ``devices``."""
+    host = ",".join(str(d) for d in devices)
+    if mode is DeviceExposure.CUDA_VISIBLE_DEVICES:
+        return {NVIDIA_VISIBLE_DEVICES: "all", CUDA_VISIBLE_DEVICES: host}
+    if mode is DeviceExposure.NVIDIA_VISIBLE_DEVICES:
+        shown = ",".join(uuids) if uuids else host
+        renumbered = ",".join(str(i) for i in range(len(devices)))
+        return {NVIDIA_VISIBLE_DEVICES: shown, CUDA_VISIBLE_DEVICES: renumbered}
+    return {}

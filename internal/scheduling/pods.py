@@ -1,0 +1,158 @@
+"""What a pod holds, read from the pod alone.
+
+kube-scheduler counts a pod's resources from the moment it is bound until the pod
+object is deleted or has reached Succeeded/Failed; a pod being deleted (it has a
+``deletionTimestamp``) still runs, and holds, for its whole grace period. The ledger
+follows the same rule (DESIGN.md, the ledger's invariants), and this module says, for
+one pod, whether it holds GPUs and which.
+
+A bound, unfinished pod holds:
+
+- the devices its ``gpu.orchestrator.dev/devices`` annotation names (written by the
+  controller, the webhook or the pod binding), *named*;
+- plus, *counted*, whatever its ``nvidia.com/gpu`` request asks beyond those (the
+  device plugin hands those out, and the ledger cannot know which).
+
+Its *owner* is the group it may share devices with: the GPUWorkload attempt that
+created it (``<workload uid>#<attempt>``), else the pod itself. Everything is
+parsed defensively: a malformed annotation is reported, never raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from api.v1alpha1.keys import (
+    ATTEMPT_LABEL,
+    DEVICES_ANNOTATION,
+    GPU_RESOURCE,
+    WORKLOAD_UID_LABEL,
+)
+from internal.scheduling.quantity import gpu_count
+
+JSON = Mapping[str, Any]
+
+
+class BadPod(ValueError):
+    """A pod whose GPU annotations cannot be read; the message says what and where."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodHolding:
+    """What one pod holds on its node."""
+
+    uid: str
+    name: str  # namespace/name, for messages
+    node: str
+    devices: tuple[int, ...]  # named
+    counted: int  # GPUs beyond the named ones
+    owner: str  # sharing group
+
+    @property
+    def key(self) -> str:
+        return pod_holder_key(self.uid)
+
+
+def pod_holder_key(uid: str) -> str:
+    return f"pod:{uid}"
+
+
+def pod_key(pod: JSON) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
+def pod_uid(pod: JSON) -> str:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("uid") or pod_key(pod))
+
+
+def pod_is_active(pod: JSON) -> bool:
+    """Not yet Succeeded or Failed (a terminating pod is still active)."""
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def pod_gpu_request(pod: JSON) -> int:
+    """GPUs a pod takes: the max of its init containers' and the sum of its
+    containers' ``nvidia.com/gpu`` (limits, else requests), as the kubelet counts."""
+    spec = pod.get("spec") or {}
+
+    def one(c: JSON) -> int:
+        res = c.get("resources") or {}
+        lim = (res.get("limits") or {}).get(GPU_RESOURCE)
+        if lim is not None:
+            return gpu_count(lim)
+        return gpu_count((res.get("requests") or {}).get(GPU_RESOURCE))
+
+    main = sum(one(c) for c in spec.get("containers") or ())
+    init = max((one(c) for c in spec.get("initContainers") or ()), default=0)
+    return max(main, init)
+
+
+def parse_devices(value: Any) -> list[int] | None:
+    """``"0,1"`` -> ``[0, 1]``; None when absent or empty. Raises BadPod for anything
+    but comma-separated ASCII decimal indices (``"²"`` is a digit to ``isdigit``)."""
+    if value is None or str(value).strip() == "":
+        return None
+    out: list[int] = []
+    for tok in str(value).split(","):
+        tok = tok.strip()
+        if not (tok.isascii() and tok.isdigit()) or len(tok) > 4:
+            raise BadPod(f"annotation {DEVICES_ANNOTATION}={value!r} is not a list of "
+                         f"device indices")
+        out.append(int(tok))
+    return sorted(set(out))
+
+
+def controller_ref(obj: JSON) -> Mapping[str, Any] | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller"):
+            return ref
+    return None
+
+
+def workload_owner(uid: str, attempt: Any) -> str:
+    """The sharing group of one attempt of one GPUWorkload."""
+    return f"{uid}#{attempt or 0}"
+
+
+def pod_owner(pod: JSON) -> str:
+    """``<workload uid>#<attempt>`` for a pod of a GPUWorkload (its controller, or
+    the Job that is), else ``pod:<uid>``."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    ref = controller_ref(pod)
+    if ref is not None and ref.get("kind") == "GPUWorkload" and ref.get("uid"):
+        return workload_owner(str(ref["uid"]), labels.get(ATTEMPT_LABEL))
+    if ref is not None and ref.get("kind") == "Job" and labels.get(WORKLOAD_UID_LABEL):
+        return workload_owner(str(labels[WORKLOAD_UID_LABEL]), labels.get(ATTEMPT_LABEL))
+    return pod_holder_key(pod_uid(pod))
+
+
+def pod_holding(pod: JSON) -> PodHolding | None:
+    """What ``pod`` holds now: None when unbound, finished, or holding no GPU.
+    Raises BadPod when its devices annotation is malformed."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not node or not pod_is_active(pod):
+        return None
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    devices = tuple(parse_devices(annotations.get(DEVICES_ANNOTATION)) or ())
+    counted = max(0, pod_gpu_request(pod) - len(devices))
+    if not devices and not counted:
+        return None
+    return PodHolding(pod_uid(pod), pod_key(pod), str(node), devices, counted, pod_owner(pod))
+
+
+def is_controller_pod(pod: JSON) -> bool:
+    """Created by the GPUWorkload controller: its controller is a GPUWorkload, or a
+    Job whose pod template carries a workload UID. (Who may count as the owner of a
+    device group is decided by ``pod_owner``; labels alone never make a pod ours.)"""
+    ref = controller_ref(pod)
+    if ref is None:
+        return False
+    if ref.get("kind") == "GPUWorkload":
+        return True
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return ref.get("kind") == "Job" and WORKLOAD_UID_LABEL in labels
