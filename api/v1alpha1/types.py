@@ -279,6 +279,14 @@ class GPUWorkloadSpec(_Base):
                     "message": (
                         "priority must be an integer in [0, 1000000000] or one of low, medium, high"
                     ),
+                    # the value, not the API server's `Invalid value: ""` (an
+                    # int-or-string schema has no type name to print)
+                    "messageExpression": (
+                        "'priority must be an integer in [0, 1000000000] or one of low, "
+                        "medium, high, got ' + (type(self) == int ? string(self) : "
+                        "'\"' + string(self) + '\"')"
+                    ),
+                    "reason": "FieldValueForbidden",
                 }
             ],
         },
