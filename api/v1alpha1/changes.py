@@ -81,6 +81,13 @@ def _effective_gpus(obj: str) -> str:
 
 _MAP = SchedulingStrategy.ANNOTATION_MAP.value
 
+_GPUS = _refused(
+    "gpusPerReplica",
+    "Decides how many devices each replica holds. gpuCount, its seed spelling, "
+    "may be swapped for it as long as the number stays the same.",
+    rule=f"{_effective_gpus('self')} == {_effective_gpus('oldSelf')}",
+)
+
 SPEC_CHANGES: tuple[FieldChange, ...] = (
     FieldChange(
         "replicas",
@@ -97,16 +104,13 @@ SPEC_CHANGES: tuple[FieldChange, ...] = (
             "every replica); delete and re-create it with a new map"
         ),
     ),
-    _refused(
-        "gpusPerReplica",
-        "Decides how many devices each replica holds. gpuCount, its seed spelling, "
-        "may be swapped for it as long as the number stays the same.",
-        rule=f"{_effective_gpus('self')} == {_effective_gpus('oldSelf')}",
-    ),
-    _refused(
+    _GPUS,
+    FieldChange(
         "gpuCount",
-        "Seed spelling of gpusPerReplica; the same rule covers both.",
-        rule=f"{_effective_gpus('self')} == {_effective_gpus('oldSelf')}",
+        Change.REFUSED,
+        "Seed spelling of gpusPerReplica; the same rule (and message) covers both.",
+        rule=_GPUS.rule,
+        message=_GPUS.message,
     ),
     _refused("minGPUMemoryMiB", "Decides which devices are eligible."),
     _refused(
