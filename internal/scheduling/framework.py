@@ -47,10 +47,11 @@ def gpus_word(n: int) -> str:
     return f"{n} free GPU" if n == 1 else f"{n} free GPUs"
 
 
-def free_text(n: int, node: NodeInfo) -> str:
-    """'3 free GPUs (1 unhealthy)': the free count, naming the devices the node has
-    but does not offer because they are unhealthy."""
-    bad = len(node.unhealthy)
+def free_text(n: int, node: NodeInfo, view: View) -> str:
+    """'3 free GPUs (1 unhealthy)': the free count, naming the devices that would be
+    free but are not offered because they are unhealthy (held ones are not free)."""
+    held = view.ledger.holders(node.name)
+    bad = sum(1 for d in node.unhealthy if not view._held_by_other(held.get(d)))
     return gpus_word(n) + (f" ({bad} unhealthy)" if bad else "")
 
 
@@ -241,13 +242,13 @@ def filter_node(
         return _filter_exact(node, ctx, exact, mem_ok)
     if ctx.counted:
         if free_count < ctx.gpus:
-            return f"{free_text(free_count, node)}, needs {ctx.gpus}", (), free_count
+            return f"{free_text(free_count, node, view)}, needs {ctx.gpus}", (), free_count
         return None, (), free_count
     free = view.free_devices(name)
     eligible = sorted(d for d in free if mem_ok(d))
     available = min(len(eligible), free_count)
     if available < ctx.gpus:
-        why = f"{free_text(available, node)}, needs {ctx.gpus}"
+        why = f"{free_text(available, node, view)}, needs {ctx.gpus}"
         low_mem = len(free) - len(eligible)
         if low_mem:
             unknown = any(
