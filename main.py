@@ -4,12 +4,13 @@
     python main.py agent [flags]       the NVML agent (DaemonSet on GPU nodes)
     python main.py webhook [flags]     the CUDA_VISIBLE_DEVICES mutating webhook alone
 
-``python main.py SUBCOMMAND --help`` lists each one's flags.
+``python main.py SUBCOMMAND --help`` lists each one's flags with their defaults.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import os
 import sys
@@ -17,6 +18,26 @@ import sys
 import structlog
 
 from api.v1alpha1.types import DeviceExposure, SchedulingStrategy
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows every flag's default, flags without a help text included. An
+    unset default (None, "") is left out: those flags' help says what unset means."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if action.option_strings and not action.help and _has_default(action):
+            action = copy.copy(action)
+            action.help = "(default: %(default)s)"
+        return super()._format_action(action)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if not _has_default(action) or "default" in (action.help or "").lower():
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _has_default(action: argparse.Action) -> bool:
+    return action.default not in (None, "", [], argparse.SUPPRESS)
 
 
 def configure_logging(fmt: str, level: str) -> None:
@@ -41,8 +62,11 @@ def configure_logging(fmt: str, level: str) -> None:
 def _common(p: argparse.ArgumentParser) -> None:
     in_container = os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token")
     p.add_argument("--log-format", choices=["console", "json"],
-                   default="json" if in_container else "console")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+                   default="json" if in_container else "console",
+                   help="log lines as key=value text or JSON (default: json in a pod, "
+                        "else console)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="lowest level logged")
 
 
 def add_manager_flags(p: argparse.ArgumentParser) -> None:
@@ -106,20 +130,21 @@ def run_manager(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0].startswith("-"):
-        argv.insert(0, "manager")
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        argv.insert(0, "manager")  # `main.py --help` shows the subcommands, not manager's
     parser = argparse.ArgumentParser(prog="gpu-orchestrator", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    mp = sub.add_parser("manager", help="the controller manager")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{manager,agent,webhook}",
+                                title="subcommands (manager when none is given)")
+    mp = sub.add_parser("manager", help="the controller manager", formatter_class=HelpFormatter)
     add_manager_flags(mp)
     _common(mp)
     from internal.agent.cli import add_agent_flags
-    ap = sub.add_parser("agent", help="the NVML agent")
+    ap = sub.add_parser("agent", help="the NVML agent", formatter_class=HelpFormatter)
     add_agent_flags(ap)
     _common(ap)
     from internal.webhook.app import add_flags as add_webhook_flags
-    wp = sub.add_parser("webhook", help="the mutating webhook")
+    wp = sub.add_parser("webhook", help="the mutating webhook", formatter_class=HelpFormatter)
     add_webhook_flags(wp)
     _common(wp)
     args = parser.parse_args(argv)

@@ -36,6 +36,7 @@ import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from api.v1alpha1 import changes
 from api.v1alpha1.types import (
     GROUP,
     SCHEDULING_MAP_ANNOTATION,
@@ -70,6 +71,18 @@ MAP_INDEX_RULE = {
         "!l.contains('=') || int(l.split('=')[0].trim()) < self.replicas)"
     ),
     "message": "every index in schedulingMap must be < replicas",
+}
+
+
+# Spec changes (api/v1alpha1/changes.py): `kubectl scale` sets spec.replicas; the
+# controller reports the placed replicas and its pods' selector in status.
+WORKLOAD_SUBRESOURCES: dict[str, Any] = {
+    "status": {},
+    "scale": {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    },
 }
 
 
@@ -242,6 +255,7 @@ def _crd(
     short_names: list[str],
     schema: dict[str, Any],
     columns: list[dict[str, Any]],
+    subresources: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -263,7 +277,7 @@ def _crd(
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": subresources or {"status": {}},
                     "additionalPrinterColumns": columns,
                     "schema": {"openAPIV3Schema": schema},
                 }
@@ -280,8 +294,12 @@ def workload_crd() -> dict[str, Any]:
         scope="Namespaced",
         short_names=["gw"],
         schema=_root_schema(
-            _doc(GPUWorkload), GPUWorkloadSpec, GPUWorkloadStatus, [MAP_INDEX_RULE]
+            _doc(GPUWorkload),
+            GPUWorkloadSpec,
+            GPUWorkloadStatus,
+            [MAP_INDEX_RULE, *changes.transition_rules()],
         ),
+        subresources=WORKLOAD_SUBRESOURCES,
         columns=[
             {
                 "name": "Phase",
@@ -416,6 +434,12 @@ def admission_policy() -> list[dict[str, Any]]:
                             f"{SCHEDULING_MAP_MAX_LENGTH} characters"
                         ),
                         "reason": "Invalid",
+                    },
+                    # spec changes (changes.py): the annotation is a schedulingMap too
+                    {
+                        "expression": changes.annotation_unchanged_expression(),
+                        "message": changes.ANNOTATION_MESSAGE,
+                        "reason": "Forbidden",
                     },
                 ],
             },

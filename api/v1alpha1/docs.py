@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from api.v1alpha1 import crd
+from api.v1alpha1 import changes, crd
 from api.v1alpha1.types import (
     API_VERSION,
     PRIORITY_NAMES,
@@ -97,6 +97,84 @@ def _model_rules(model: type[BaseModel]) -> list[dict[str, str]]:
     return rules
 
 
+def _changes_section() -> list[str]:
+    """'Changing a workload', from the table in changes.py."""
+    out = [
+        "## Changing a workload",
+        "",
+        "Every edit of a spec field is either applied or refused; none is ignored. "
+        "Refused edits fail at admission (`kubectl edit`, `apply`, `patch` all get the "
+        "message below, naming the field) and change nothing. Applied edits that need "
+        "new children restart the workload: the controller deletes its Pods (or Jobs), "
+        "places it again under the new spec, and creates new children. While it does, "
+        f"the `Scheduled` condition is `False` with reason `{changes.SPEC_CHANGED_REASON}` "
+        "and a message naming what changed (e.g. `replicas 2 -> 3`), a "
+        f"`{changes.SPEC_CHANGED_REASON}` Event is recorded, `status.observedGeneration` "
+        "moves to the new generation, and `status.replicas` never exceeds "
+        "`spec.replicas`. The restart is bounded: one per accepted change, it does not "
+        "spend a retry of `retryPolicy`, and if the new spec does not fit, the workload "
+        "is Pending with the usual per-node reasons and retries.",
+        "",
+        "`kubectl scale gw <name> --replicas=N` works through the `scale` subresource "
+        "(`.spec.replicas`; `.status.replicas` counts placed replicas; `.status.selector` "
+        "selects the workload's pods).",
+        "",
+        "| field | change while the workload exists | why | message when refused |",
+        "| --- | --- | --- | --- |",
+    ]
+    for c in changes.SPEC_CHANGES:
+        what = {
+            changes.Change.RESTART: "applied: restart onto a new placement",
+            changes.Change.IN_PLACE: "applied in place (no restart)",
+            changes.Change.REFUSED: "refused",
+        }[c.change]
+        if c.change is changes.Change.RESTART and c.message:
+            what += " (see why)"
+        out.append(
+            f"| `{c.field}` | {what} | {_cell(c.why)} | {_cell(c.message or '')} |"
+        )
+    out += [
+        "",
+        "Metadata is not spec: labels and annotations may change, except "
+        f"`{SCHEDULING_MAP_ANNOTATION}` (refused like `schedulingMap`: "
+        f"\"{changes.ANNOTATION_MESSAGE}\").",
+        "",
+    ]
+    return out
+
+
+def _failure_section() -> list[str]:
+    return [
+        "## When a replica fails or is deleted",
+        "",
+        "A workload with more than one replica is a gang: its replicas are placed "
+        "together and run together, so one replica lost means the gang is restarted "
+        "as a whole (its other children are deleted, it is placed again, all "
+        "replicas start again with the same WORLD_SIZE). The `Scheduled` condition "
+        "and an Event say which replica and why:",
+        "",
+        "| what happened to a replica | reason | spends a retry of `maxRetries` |",
+        "| --- | --- | --- |",
+        "| its Pod (or Job) failed: phase `Failed`, or the Job's `Failed` condition "
+        "| `ReplicaFailed` | yes |",
+        "| its Pod (or Job) was deleted by someone other than the controller (a user's "
+        "`kubectl delete pod`, an eviction, a node removed) | `ReplicaDeleted` | no |",
+        "| the spec changed (see above) | `SpecChanged` | no |",
+        "",
+        "`maxRetries` counts failures of the workload itself: unschedulable attempts "
+        "and failed replicas. `maxRetries: 0` marks the workload `Failed` on the first "
+        "unschedulable attempt or failed replica, with no retry; `maxRetries: N` allows "
+        "N more attempts after the first. A deleted replica does not spend one: "
+        "deleting a pod is how a user asks for a restart, and an eviction says nothing "
+        "about the workload. `status.retries` counts the retries spent.",
+        "",
+        "A single-replica workload follows the same rules (its one replica is its "
+        "gang). A workload whose replicas all succeeded is `Succeeded` and is not "
+        "restarted.",
+        "",
+    ]
+
+
 def _walk(root: type[BaseModel], seen: list[type[BaseModel]]) -> None:
     if root in seen:
         return
@@ -142,6 +220,7 @@ def render_markdown() -> str:
         "```",
         "",
     ]
+    out += _changes_section() + _failure_section()
     for kind in (GPUWorkload, GPUNode):
         out += [f"## {kind.__name__}", ""]
         models: list[type[BaseModel]] = []

@@ -32,6 +32,15 @@ API_VERSION = f"{GROUP}/{VERSION}"
 #: Annotation that carries the seed's scheduling map (used when spec.schedulingMap is unset).
 SCHEDULING_MAP_ANNOTATION = "gpu-scheduling-map"
 
+#: Label the controller puts on a workload's pods (and Jobs); status.selector selects on it.
+WORKLOAD_LABEL = "gpu.orchestrator.dev/workload"
+
+
+def pod_selector(workload_name: str) -> str:
+    """status.selector of a workload: the label selector of its pods, as a string."""
+    return f"{WORKLOAD_LABEL}={workload_name}"
+
+
 #: Named priorities accepted in ``spec.priority`` (the seed's spellings).
 PRIORITY_NAMES: dict[str, int] = {"low": 0, "medium": 50, "high": 100}
 MAX_PRIORITY = 1_000_000_000
@@ -163,8 +172,10 @@ class RetryPolicy(_Base):
         alias="maxRetries",
         ge=0,
         description=(
-            "Attempts after the first before the workload is marked Failed. "
-            "0 means fail on the first unschedulable attempt."
+            "Attempts after the first before the workload is marked Failed: an "
+            "unschedulable attempt or a failed replica (which restarts the whole gang) "
+            "spends one. 0 means Failed on the first unschedulable attempt or failed "
+            "replica, with no retry."
         ),
     )
     backoff_seconds: int = Field(
@@ -268,6 +279,14 @@ class GPUWorkloadSpec(_Base):
                     "message": (
                         "priority must be an integer in [0, 1000000000] or one of low, medium, high"
                     ),
+                    # the value, not the API server's `Invalid value: ""` (an
+                    # int-or-string schema has no type name to print)
+                    "messageExpression": (
+                        "'priority must be an integer in [0, 1000000000] or one of low, "
+                        "medium, high, got ' + (type(self) == int ? string(self) : "
+                        "'\"' + string(self) + '\"')"
+                    ),
+                    "reason": "FieldValueForbidden",
                 }
             ],
         },
@@ -492,6 +511,21 @@ class GPUWorkloadStatus(_Base):
     nodes: str | None = Field(
         None,
         description="Comma-separated names of the nodes the replicas are placed on.",
+    )
+    replicas: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Replicas that hold a placement now (never more than spec.replicas); "
+            "the scale subresource's status.replicas."
+        ),
+    )
+    selector: str | None = Field(
+        None,
+        description=(
+            "Label selector of the workload's pods "
+            "(gpu.orchestrator.dev/workload=<name>), for the scale subresource."
+        ),
     )
 
     @field_serializer("next_retry_time")

@@ -34,7 +34,11 @@ DEFAULT_GRACE_CAP = 10
 PHASE_ANNOTATION = "testenv.gpu-orchestrator.dev/phase"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 SERVICE_CIDR = "10.0.0.0/24"  # virtual ClusterIPs, never dialed
-POD_CIDR = "127.64.0.1/16"  # kwok hands out pod IPs from loopback
+# kwok hands out pod IPs from 198.18.0.0/16 (RFC 2544 benchmarking space, never routed
+# on the Internet; nothing dials a pod IP). Not loopback: EndpointSlice and Endpoints
+# validation refuse 127.0.0.0/8, so every Service selecting kwok pods (the gangs'
+# headless Services) made the endpoint(slice) controllers retry and warn forever.
+POD_CIDR = "198.18.0.1/16"
 
 KCM_CONTROLLERS = ",".join([
     "job-controller", "cronjob-controller", "statefulset-controller", "replicaset-controller",

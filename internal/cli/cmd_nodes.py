@@ -1,11 +1,12 @@
 """``kubectl gpu nodes``: every GPU of every node, free or with the workload (and
-replica) holding it, plus its health, model and memory when a GPUNode reports them."""
+replica) holding it, plus its health, model and memory when a GPUNode reports them.
+Free, unhealthy and stale are the controller's own judgement (internal/cli/inventory)."""
 
 from __future__ import annotations
 
 import argparse
 
-from internal.cli.common import gpu_view
+from internal.cli.common import add_stale_flag, gpu_view
 from internal.cli.kube import Kube
 from internal.cli.output import Printer, age
 
@@ -14,6 +15,7 @@ HELP = "each node's GPU devices: free or held by which workload, and health"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("node", nargs="*", help="only these nodes")
+    add_stale_flag(p)
 
 
 def _mem(used: int | None, total: int | None) -> str:
@@ -23,7 +25,7 @@ def _mem(used: int | None, total: int | None) -> str:
 
 
 def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
-    view, _ = gpu_view(kube)
+    view, _ = gpu_view(kube, args.gpunode_stale_after)
     if args.node:
         missing = sorted(set(args.node) - {n.name for n in view})
         if missing:
@@ -43,8 +45,8 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
             rows.append([n.name, d.index, d.holder or "free", d.health, d.model,
                          _mem(d.memory_used_mib, d.memory_total_mib),
                          "-" if d.utilization is None else f"{d.utilization}%"])
-            styles.append("red" if d.health == "Unhealthy" else
-                          ("green" if d.free else None))
+            styles.append("red" if d.health in ("Unhealthy", "Stale") else
+                          ("green" if d.free and d.offered else None))
         for holder, count in sorted(n.counted.items()):
             rows.append([n.name, "?", f"{holder} ({count} GPU, index picked by the kubelet)",
                          "-", "", "-", "-"])
@@ -52,7 +54,10 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
     out.table(["node", "gpu", "workload", "health", "model", "memory", "util"], rows,
               styles=styles)
     out.line()
-    out.table(["node", "source", "gpus", "allocated", "free", "heartbeat"],
-              [[n.name, n.source, n.total, n.allocated, n.free,
+    out.table(["node", "state", "source", "gpus", "allocated", "free", "unhealthy", "stale",
+               "heartbeat"],
+              [[n.name, n.state, n.source, n.total, n.allocated, n.free, n.unhealthy, n.stale,
                 f"{age(n.heartbeat)} ago" if n.heartbeat else "-"] for n in view])
+    out.line("free: devices the controller would offer now (healthy, agent reporting, "
+             "not held)")
     return 0

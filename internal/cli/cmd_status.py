@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from internal.cli import inventory
-from internal.cli.common import gpu_view, in_scope
+from internal.cli.common import add_stale_flag, gpu_view, in_scope
 from internal.cli.kube import Kube
 from internal.cli.output import Printer, age
 
@@ -14,26 +14,27 @@ HELP = "cluster GPU totals (free, allocated) and pending workloads"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    pass
+    add_stale_flag(p)
 
 
 def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
-    view, workloads = gpu_view(kube)
+    view, workloads = gpu_view(kube, args.gpunode_stale_after)
     t = inventory.totals(view, workloads)
     scope = in_scope(args, kube, workloads)
     pending = [w for w in scope if inventory.workload_phase(w) == "Pending"]
     if out.structured:
         out.data({
             "gpus": {"nodes": t.nodes, "total": t.total, "allocated": t.allocated,
-                     "free": t.free, "unhealthy": t.unhealthy},
+                     "free": t.free, "unhealthy": t.unhealthy, "stale": t.stale},
             "workloads": t.workloads,
             "pending": [{"namespace": w["metadata"].get("namespace"),
                          "name": w["metadata"]["name"],
                          "gpus": inventory.gpus_per_replica(w)
                          * int((w.get("spec") or {}).get("replicas") or 1),
                          "reason": inventory.pending_reason(w)} for w in pending],
-            "nodes": [{"name": n.name, "total": n.total, "allocated": n.allocated,
-                       "free": n.free, "unhealthy": n.unhealthy} for n in view],
+            "nodes": [{"name": n.name, "state": n.state, "total": n.total,
+                       "allocated": n.allocated, "free": n.free, "unhealthy": n.unhealthy,
+                       "stale": n.stale} for n in view],
         })
         return 0
     phases = ", ".join(f"{k} {v}" for k, v in t.workloads.items()) or "none"
@@ -43,11 +44,13 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
         ("Allocated", t.allocated),
         ("Free", t.free),
         ("Unhealthy", t.unhealthy),
+        ("Stale", t.stale),
         ("Workloads", phases),
     ])
     out.line()
-    out.table(["node", "gpus", "allocated", "free", "unhealthy"],
-              [[n.name, n.total, n.allocated, n.free, n.unhealthy] for n in view],
+    out.table(["node", "state", "gpus", "allocated", "free", "unhealthy", "stale"],
+              [[n.name, n.state, n.total, n.allocated, n.free, n.unhealthy, n.stale]
+               for n in view],
               styles=["red" if n.free == 0 else None for n in view])
     out.line()
     where = "all namespaces" if kube.all_namespaces else f"namespace {kube.namespace}"

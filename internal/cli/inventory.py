@@ -1,36 +1,53 @@
 """The GPU picture of a cluster, computed from raw API objects (pure, no I/O):
 which device of which node is free or held by which workload, and the totals.
 
-Sources, in order of trust:
+One inventory, one truth: the devices of a node, their health and whether the node's
+GPU agent is stale come from the controller's own code
+(``internal.scheduling.snapshot.Snapshot.build_at``: the GPUNode's
+``status.devices`` when its agent reports, else ``0..n-1`` from the node's
+``nvidia.com/gpu`` allocatable; a GPUNode whose heartbeat is older than the stale
+threshold offers nothing). A device counts as free exactly when the controller would
+offer it: healthy, on a node whose agent is not stale, and not held.
 
-- devices of a node: its GPUNode ``status.devices`` (index, model, memory, health),
-  else indices ``0..n-1`` of the node's ``nvidia.com/gpu`` allocatable (health unknown);
-- holders: workloads' ``status.placements`` (while the workload is not finished),
-  and bound, unfinished pods that carry the ``gpu.orchestrator.dev/devices``
-  annotation (children, and the seed path's StatefulSet pods);
+Holders:
+
+- workloads' ``status.placements`` (while the workload is not finished), and bound,
+  unfinished pods that carry the ``gpu.orchestrator.dev/devices`` annotation
+  (children, and the seed path's StatefulSet pods);
 - GPUs held without a device index: ``device-plugin`` placements (the kubelet picks
-  the devices) and other pods' ``nvidia.com/gpu`` requests. They are counted, not named.
+  the devices) and other pods' ``nvidia.com/gpu`` requests. They are counted, not
+  named, and taken from the free count as the controller does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from api.v1alpha1.keys import DEVICES_ANNOTATION, GPU_RESOURCE, NODE_ANNOTATION, WORKLOAD_LABEL
+from api.v1alpha1.keys import DEVICES_ANNOTATION, NODE_ANNOTATION, WORKLOAD_LABEL
+from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.pods import is_controller_pod, pod_gpu_request, pod_is_active
+from internal.scheduling.snapshot import NodeInfo, Snapshot, gpunode_name
 
 JSON = dict[str, Any]
 
 FINISHED_PHASES = ("Succeeded", "Failed")
+
+#: Device.health values
+HEALTHY, UNHEALTHY, STALE, UNKNOWN = "Healthy", "Unhealthy", "Stale", "Unknown"
 
 
 @dataclass
 class Device:
     index: int
     holder: str | None = None  # "namespace/workload[replica]"
-    health: str = "Unknown"  # Healthy, Unhealthy, Unknown
+    #: Healthy; Unhealthy (reported by the agent); Stale (the agent stopped
+    #: reporting); Unknown (no GPUNode: from allocatable, offered as healthy)
+    health: str = UNKNOWN
+    #: the controller offers this device to new placements (healthy, agent not stale)
+    offered: bool = False
     model: str = ""
     memory_total_mib: int | None = None
     memory_used_mib: int | None = None
@@ -48,6 +65,8 @@ class NodeGPUs:
     devices: list[Device] = field(default_factory=list)
     counted: dict[str, int] = field(default_factory=dict)  # holder -> GPUs, no index
     heartbeat: str | None = None
+    #: Ready, NotReady or cordoned: the node's state as the controller's filters see it
+    state: str = "Ready"
 
     @property
     def total(self) -> int:
@@ -60,16 +79,24 @@ class NodeGPUs:
 
     @property
     def free(self) -> int:
-        return self.total - self.allocated
+        """Devices the controller would offer: healthy, agent not stale, not held,
+        less the GPUs held without an index (the scheduler's ``free_count``)."""
+        offered = sum(1 for d in self.devices if d.free and d.offered)
+        return max(0, offered - sum(self.counted.values()))
 
     @property
     def unhealthy(self) -> int:
-        return sum(1 for d in self.devices if d.health == "Unhealthy")
+        return sum(1 for d in self.devices if d.health == UNHEALTHY)
+
+    @property
+    def stale(self) -> int:
+        return sum(1 for d in self.devices if d.health == STALE)
 
     def to_dict(self) -> JSON:
         return {
-            "name": self.name, "source": self.source, "total": self.total,
-            "allocated": self.allocated, "free": self.free, "unhealthy": self.unhealthy,
+            "name": self.name, "source": self.source, "state": self.state,
+            "total": self.total, "allocated": self.allocated, "free": self.free,
+            "unhealthy": self.unhealthy, "stale": self.stale,
             "lastHeartbeatTime": self.heartbeat,
             "devices": [
                 {k: v for k, v in asdict(d).items() if v is not None} | {"free": d.free}
@@ -109,29 +136,21 @@ def holds_devices(w: Mapping[str, Any]) -> bool:
 
 
 def node_gpus(nodes: Iterable[Mapping[str, Any]], gpunodes: Iterable[Mapping[str, Any]],
-              workloads: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
-              ) -> list[NodeGPUs]:
-    """One :class:`NodeGPUs` per node that has GPUs (or a GPUNode), by name."""
-    by_gpunode: dict[str, Mapping[str, Any]] = {}
-    for g in gpunodes:
-        name = (g.get("spec") or {}).get("nodeName") or g["metadata"]["name"]
-        by_gpunode[name] = g
+              workloads: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
+              *, now: datetime | None = None,
+              stale_after: timedelta | float = DEFAULT_STALE_AFTER) -> list[NodeGPUs]:
+    """One :class:`NodeGPUs` per node that has GPUs (or a GPUNode), by name, judged
+    at ``now`` (default: the current time) with the controller's stale threshold."""
+    gpunodes = list(gpunodes)
+    heartbeats = {gpunode_name(g): (g.get("status") or {}).get("lastHeartbeatTime")
+                  for g in gpunodes}
+    reporting = {gpunode_name(g) for g in gpunodes if (g.get("status") or {}).get("devices")}
+    snap = Snapshot.build_at(nodes, gpunodes, now or datetime.now(UTC), stale_after)
     out: dict[str, NodeGPUs] = {}
-    for n in nodes:
-        name = n["metadata"]["name"]
-        g = by_gpunode.get(name)
-        if g is not None and (g.get("status") or {}).get("devices"):
-            out[name] = _from_gpunode(name, g)
-            continue
-        alloc = ((n.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE)
-        count = _qty(alloc)
-        if count or g is not None:
-            out[name] = NodeGPUs(name, "allocatable",
-                                 [Device(i) for i in range(count)],
-                                 heartbeat=_heartbeat(g))
-    for name, g in by_gpunode.items():  # GPUNode without a Node object (node deleted)
-        if name not in out and (g.get("status") or {}).get("devices"):
-            out[name] = _from_gpunode(name, g)
+    for name in snap.names:
+        info = snap.nodes[name]
+        if info.devices or info.has_gpunode:
+            out[name] = _from_snapshot(info, heartbeats.get(name), name in reporting)
 
     def hold(node: str, devices: list[int], holder: str, count: int) -> None:
         ng = out.get(node)
@@ -199,22 +218,26 @@ def _qty(v: Any) -> int:
         return 0
 
 
-def _heartbeat(g: Mapping[str, Any] | None) -> str | None:
-    return None if g is None else (g.get("status") or {}).get("lastHeartbeatTime")
-
-
-def _from_gpunode(name: str, g: Mapping[str, Any]) -> NodeGPUs:
+def _from_snapshot(info: NodeInfo, heartbeat: str | None, reported: bool) -> NodeGPUs:
+    """``reported``: the devices come from the node's GPUNode (else allocatable)."""
     devs = []
-    for d in sorted((g.get("status") or {}).get("devices") or (), key=lambda d: d["index"]):
+    for i in sorted(info.devices):
+        d = info.devices[i]
+        if info.stale:
+            health = STALE
+        elif not d.healthy:
+            health = UNHEALTHY
+        else:
+            health = HEALTHY if info.has_gpunode else UNKNOWN
         devs.append(Device(
-            index=int(d["index"]),
-            health="Healthy" if d.get("healthy", True) else "Unhealthy",
-            model=d.get("model") or "",
-            memory_total_mib=d.get("memoryTotalMiB"),
-            memory_used_mib=d.get("memoryUsedMiB"),
-            utilization=d.get("utilization"),
+            index=i, health=health, offered=i in info.usable, model=d.model,
+            memory_total_mib=d.memory_total_mib,
+            memory_used_mib=d.memory_used_mib if reported else None,
+            utilization=d.utilization if reported else None,
         ))
-    return NodeGPUs(name, "GPUNode", devs, heartbeat=_heartbeat(g))
+    source = "GPUNode" if reported else "allocatable"
+    state = "NotReady" if not info.ready else ("cordoned" if info.unschedulable else "Ready")
+    return NodeGPUs(info.name, source, devs, heartbeat=heartbeat, state=state)
 
 
 @dataclass
@@ -224,6 +247,7 @@ class Totals:
     allocated: int
     free: int
     unhealthy: int
+    stale: int
     workloads: dict[str, int]  # phase -> count
 
     def to_dict(self) -> JSON:
@@ -241,6 +265,7 @@ def totals(view: list[NodeGPUs], workloads: Iterable[Mapping[str, Any]]) -> Tota
         allocated=sum(n.allocated for n in view),
         free=sum(n.free for n in view),
         unhealthy=sum(n.unhealthy for n in view),
+        stale=sum(n.stale for n in view),
         workloads=dict(sorted(phases.items())),
     )
 

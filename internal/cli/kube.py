@@ -188,6 +188,13 @@ class Kube:
             "generateName", "")
         try:
             return self.client.create(obj, namespace, dry_run=dry_run)
+        except errors.NotFound as e:
+            # a create's 404 is about its namespace (the object itself is new)
+            if e.details.get("kind") == "namespaces" or not e.details:
+                raise CliError(
+                    f"namespace {namespace} not found; create it with: "
+                    f"kubectl create namespace {namespace}", EXIT_NOT_FOUND) from e
+            raise self.translate(e, f'{kind} "{name}" in namespace "{namespace}"') from e
         except errors.ApiError as e:
             raise self.translate(e, f'{kind} "{name}" in namespace "{namespace}"') from e
 

@@ -47,6 +47,13 @@ def gpus_word(n: int) -> str:
     return f"{n} free GPU" if n == 1 else f"{n} free GPUs"
 
 
+def free_text(n: int, node: NodeInfo, view: View) -> str:
+    """'3 free GPUs (1 unhealthy)': the free count, naming the devices that would be
+    free but are not offered because they are unhealthy (held ones are not free)."""
+    bad = sum(1 for d in node.unhealthy if not view.held_by_other(node.name, d))
+    return gpus_word(n) + (f" ({bad} unhealthy)" if bad else "")
+
+
 # ------------------------------------------------------------------------ view
 
 
@@ -243,13 +250,13 @@ def filter_node(
         return _filter_exact(node, ctx, exact, mem_ok)
     if ctx.counted:
         if free_count < ctx.gpus:
-            return f"{gpus_word(free_count)}, needs {ctx.gpus}", (), free_count
+            return f"{free_text(free_count, node, view)}, needs {ctx.gpus}", (), free_count
         return None, (), free_count
     free = view.free_devices(name)
     eligible = sorted(d for d in free if mem_ok(d))
     available = min(len(eligible), free_count)
     if available < ctx.gpus:
-        why = f"{gpus_word(available)}, needs {ctx.gpus}"
+        why = f"{free_text(available, node, view)}, needs {ctx.gpus}"
         low_mem = len(free) - len(eligible)
         if low_mem:
             unknown = any(

@@ -20,9 +20,15 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from internal.scheduling.inventory import SOURCE_ANNOTATION
+from internal.scheduling.inventory import (
+    DEFAULT_STALE_AFTER,
+    SOURCE_ANNOTATION,
+    is_stale,
+    stale_view,
+)
 
 if TYPE_CHECKING:
     from internal.scheduling.ledger import Ledger
@@ -63,6 +69,12 @@ class NodeInfo:
     def usable(self) -> frozenset[int]:
         """Indices of healthy devices."""
         return frozenset(i for i, d in self.devices.items() if d.healthy)
+
+    @property
+    def unhealthy(self) -> frozenset[int]:
+        """Indices of devices not offered because they are not healthy (on a stale
+        node: every device, see ``stale``)."""
+        return frozenset(i for i, d in self.devices.items() if not d.healthy)
 
     @property
     def mean_utilization(self) -> float:
@@ -145,6 +157,14 @@ def _devices_from_gpunode(gpunode: Mapping[str, Any]) -> tuple[dict[int, DeviceI
     return out, known
 
 
+def gpunode_at(
+    gpunode: Mapping[str, Any], now: datetime, stale_after: timedelta | float = DEFAULT_STALE_AFTER
+) -> Mapping[str, Any]:
+    """What the scheduler sees of a GPUNode at ``now``: itself while its agent's
+    heartbeat is fresh, else its ``stale_view`` (nothing offered)."""
+    return stale_view(gpunode) if is_stale(gpunode, now, stale_after) else gpunode
+
+
 def gpunode_name(gpunode: Mapping[str, Any]) -> str:
     spec = gpunode.get("spec") or {}
     return str(spec.get("nodeName") or (gpunode.get("metadata") or {}).get("name") or "")
@@ -176,6 +196,21 @@ class Snapshot:
         for n in nodes:
             snap.upsert_node(n)
         return snap
+
+    @classmethod
+    def build_at(
+        cls,
+        nodes: Iterable[Mapping[str, Any]],
+        gpunodes: Iterable[Mapping[str, Any]],
+        now: datetime,
+        stale_after: timedelta | float = DEFAULT_STALE_AFTER,
+        ledger: Ledger | None = None,
+    ) -> Snapshot:
+        """The snapshot the controller places with at ``now``: every GPUNode whose
+        heartbeat is older than ``stale_after`` replaced by its ``stale_view`` (its
+        devices not offered). ``kubectl gpu`` builds its view with this too, so both
+        count free, unhealthy and stale devices the same way."""
+        return cls.build(nodes, [gpunode_at(g, now, stale_after) for g in gpunodes], ledger)
 
     def _recompute(self, name: str) -> None:
         raw = self._raw_nodes.get(name)

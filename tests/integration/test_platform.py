@@ -3,6 +3,7 @@ Jobs and garbage collection by kube-controller-manager, and clean process handli
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import textwrap
 import time
 
 from hack.testenv import ControlPlane
+from hack.testenv.controlplane import POD_CIDR
 from hack.testenv.process import alive
 from tests.waiting import eventually
 
@@ -112,9 +114,42 @@ def test_pod_bound_to_node3_runs_through_kwok(cluster: ControlPlane, namespace: 
     pod = eventually(running, what="pod Running")
     assert pod["spec"]["nodeName"] == "node3"
     assert pod["status"]["hostIP"] == "127.0.0.1"
-    assert pod["status"]["podIP"].startswith("127.")
+    assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network(
+        POD_CIDR, strict=False)
     # kwok keeps it Running: it only ends when a test says so.
     cluster.set_pod_phase(namespace, "bound", "Failed")
+
+
+def test_headless_service_of_kwok_pods_gets_its_endpoints(cluster: ControlPlane,
+                                                          namespace: str) -> None:
+    """A gang's headless Service (the shape controllers/children.py creates) lists its
+    running pods, without the endpoint controllers failing and warning forever (they
+    did while kwok's pod IPs were loopback addresses)."""
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "gang"},
+           "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                    "selector": {"app": "gang"},
+                    "ports": [{"name": "master", "port": 29500}]}}
+    code, body = cluster.api("POST", f"/api/v1/namespaces/{namespace}/services", svc)
+    assert code == 201, body
+    pod = _pod("gang-0", nodeName="node1")
+    pod["metadata"]["labels"] = {"app": "gang"}
+    code, body = cluster.api("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+    assert code == 201, body
+
+    def addresses() -> list[str] | None:
+        _, slices = cluster.api(
+            "GET", f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
+                   "?labelSelector=kubernetes.io/service-name=gang")
+        found = [a for s in slices.get("items") or () for e in s.get("endpoints") or ()
+                 for a in e.get("addresses") or ()]
+        return found or None
+
+    (address,) = eventually(addresses, what="the headless Service's EndpointSlice")
+    ip = cluster.api("GET", f"/api/v1/namespaces/{namespace}/pods/gang-0")[1]["status"]["podIP"]
+    assert address == ip
+    _, events = cluster.api("GET", f"/api/v1/namespaces/{namespace}/events"
+                                   "?fieldSelector=involvedObject.kind=Service")
+    assert not [e["message"] for e in events["items"] if e.get("type") == "Warning"]
 
 
 def test_job_completes_when_its_pod_succeeds(cluster: ControlPlane, namespace: str) -> None:

@@ -198,7 +198,7 @@ def test_unhealthy_device_is_not_offered_and_its_holder_keeps_running(
     # 8 - 2 held - 1 free unhealthy = 5 offered.
     admin.create(workload("six", namespace, gpusPerReplica=6, nodeSelector=group.selector))
     cond = wait_condition(admin, namespace, "six", "Scheduled", "Unschedulable")
-    assert f"{node}: 5 free GPUs, needs 6" in cond["message"]
+    assert f"{node}: 5 free GPUs (1 unhealthy), needs 6" in cond["message"]
     admin.create(workload("five", namespace, gpusPerReplica=5, nodeSelector=group.selector))
     five = wait_phase(admin, namespace, "five", "Running")
     assert sorted(devices_of(five)[0]) == free[1:]

@@ -36,7 +36,12 @@ def test_workload_crd_shape() -> None:
     assert doc["metadata"]["name"] == "gpuworkloads.gpu.orchestrator.dev"
     assert doc["spec"]["names"]["shortNames"] == ["gw"]
     v = doc["spec"]["versions"][0]
-    assert v["name"] == "v1alpha1" and v["subresources"] == {"status": {}}
+    assert v["name"] == "v1alpha1" and v["subresources"]["status"] == {}
+    assert v["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
     cols = [c["name"] for c in v["additionalPrinterColumns"] if c.get("priority", 0) == 0]
     assert cols == ["Phase", "Strategy", "GPUs", "Nodes", "Age"]
     spec = v["schema"]["openAPIV3Schema"]["properties"]["spec"]

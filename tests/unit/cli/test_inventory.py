@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import io
+from datetime import UTC, datetime, timedelta
 
 import yaml
 
 from api.v1alpha1.types import GPUWorkload
 from internal.cli import cmd_template, inventory
 from internal.cli.output import Printer
+from internal.scheduling import Ledger
+from internal.scheduling.framework import STALE_REASON, UNSCHEDULABLE, schedule
+from internal.scheduling.snapshot import Snapshot
+from tests.unit.scheduling import helpers
 
 
 def node(name: str, gpus: int) -> dict:
@@ -67,8 +72,10 @@ def test_gpunode_devices_and_health_win_over_allocatable() -> None:
         "lastHeartbeatTime": "2024-01-01T00:00:00Z",
         "devices": [{"index": 0, "healthy": True, "model": "H100", "memoryTotalMiB": 80},
                     {"index": 1, "healthy": False, "model": "H100"}]}}
-    (n1,) = inventory.node_gpus([node("n1", 8)], [g], [], [])
+    now = datetime(2024, 1, 1, 0, 0, 30, tzinfo=UTC)  # heartbeat 30 s old: fresh
+    (n1,) = inventory.node_gpus([node("n1", 8)], [g], [], [], now=now)
     assert n1.source == "GPUNode" and n1.total == 2 and n1.unhealthy == 1
+    assert n1.free == 1, "an unhealthy device is not free"
     assert [d.health for d in n1.devices] == ["Healthy", "Unhealthy"]
     assert n1.to_dict()["devices"][0]["memory_total_mib"] == 80
 
@@ -112,3 +119,37 @@ def test_template_is_a_valid_workload() -> None:
     assert text.count("#") > 10, "commented"
     w = GPUWorkload.model_validate(yaml.safe_load(text))
     assert (w.spec.replicas, w.spec.gpus, w.spec.scheduling_strategy) == (3, 2, "bestFit")
+
+
+def test_free_unhealthy_and_stale_agree_with_the_scheduler() -> None:
+    """kubectl gpu and the controller judge the same objects the same way: a node
+    with an unhealthy device offers one GPU less, a node whose agent stopped
+    reporting offers none, and the scheduler's reasons say so."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    fresh = (now - timedelta(seconds=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    old = (now - timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    nodes = [helpers.node("sick"), helpers.node("silent"), helpers.node("bare")]
+    sick = helpers.gpunode("sick", unhealthy=(2,))
+    sick["status"]["lastHeartbeatTime"] = fresh
+    silent = helpers.gpunode("silent")
+    silent["status"]["lastHeartbeatTime"] = old
+    view = {n.name: n for n in inventory.node_gpus(nodes, [sick, silent], [], [], now=now)}
+    assert (view["sick"].free, view["sick"].unhealthy, view["sick"].stale) == (3, 1, 0)
+    assert [d.health for d in view["sick"].devices] == [
+        "Healthy", "Healthy", "Unhealthy", "Healthy"]
+    assert (view["silent"].free, view["silent"].stale) == (0, 4)
+    assert {d.health for d in view["silent"].devices} == {"Stale"}
+    assert (view["bare"].free, view["bare"].source) == (4, "allocatable")
+
+    ledger = Ledger()
+    snap = Snapshot.build_at(nodes, [sick, silent], now, ledger=ledger)
+    d = schedule(helpers.workload(gpusPerReplica=4,
+                                  nodeSelector={}), snap, ledger, "leastLoaded")
+    assert d.ok and d.nodes == ["bare"]
+    d.assume(ledger, helpers.workload(gpusPerReplica=4))
+    d = schedule(helpers.workload("w2", gpusPerReplica=4), snap, ledger, "leastLoaded")
+    assert d.outcome == UNSCHEDULABLE
+    assert d.reasons["sick"] == "3 free GPUs (1 unhealthy), needs 4"
+    assert d.reasons["silent"] == STALE_REASON
+    d = schedule(helpers.workload("w3", gpusPerReplica=3), snap, ledger, "leastLoaded")
+    assert d.ok and d.placements[0].node == "sick" and 2 not in d.placements[0].devices

@@ -36,7 +36,7 @@ def test_filters_each_give_their_reason() -> None:
     assert d.reasons["c"] == "taint gpu=x:NoSchedule not tolerated"
     assert d.reasons["d"] == "does not match nodeSelector zone=east"
     assert d.reasons["e"] == "1 free GPU, needs 2"
-    assert d.reasons["f"] == "1 free GPU, needs 2"  # three unhealthy devices
+    assert d.reasons["f"] == "1 free GPU (3 unhealthy), needs 2"
 
 
 def test_tolerated_taint_and_matching_selector() -> None:

@@ -135,7 +135,7 @@ def test_unhealthy_devices_are_never_offered(strategy: str) -> None:
         assert all(2 not in p.devices for p in d.placements)
         led.forget(f"default/w{n}")
     d = schedule(workload(gpusPerReplica=4), snap, led, strategy)
-    assert d.outcome == UNSCHEDULABLE and d.reasons == {"ecc": "3 free GPUs, needs 4"}
+    assert d.outcome == UNSCHEDULABLE and d.reasons == {"ecc": "3 free GPUs (1 unhealthy), needs 4"}
 
 
 def test_unhealthy_devices_not_counted_in_device_plugin_mode() -> None:

@@ -1,0 +1,190 @@
+"""What may change in a GPUWorkload's spec once it exists, field by field.
+
+One table, :data:`SPEC_CHANGES`, is the single source of the decision: the CRD's
+transition rules (CEL with ``oldSelf``, refused at admission) and the "Changing a
+workload" section of ``docs/api.md`` are both generated from it.
+
+Three outcomes for an edit of a spec field:
+
+- ``RESTART``: accepted; the controller stops the workload's children and places it
+  again under the new spec (a gang restarts as a whole), with the ``Scheduled``
+  condition at reason :data:`SPEC_CHANGED_REASON` and an Event of the same reason
+  while it does. ``replicas`` (also through the ``scale`` subresource) and
+  ``template``.
+- ``IN_PLACE``: accepted; nothing is restarted, the new value is used from the next
+  decision that reads it (``retryPolicy``: the next retry; ``modelName``: display).
+- ``REFUSED``: the API server refuses the update with a message that says what to do
+  instead. Every field that decides which devices a replica holds, or whether it
+  may take them from others.
+
+Guarantee: every field of :class:`~api.v1alpha1.types.GPUWorkloadSpec` has exactly
+one entry (checked by the unit tests), so a new field cannot be left undecided.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from api.v1alpha1.types import SCHEDULING_MAP_ANNOTATION, SchedulingStrategy
+
+#: Scheduled=False reason and Event reason while a spec change is being applied.
+SPEC_CHANGED_REASON = "SpecChanged"
+
+_REDO = "delete and re-create it"
+
+
+class Change(StrEnum):
+    RESTART = "restart"
+    IN_PLACE = "in place"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """The decision for one spec field (its wire name)."""
+
+    field: str
+    change: Change
+    why: str
+    #: CEL on the spec (``self``, ``oldSelf``) that holds when the edit is allowed;
+    #: None for fields that may change.
+    rule: str | None = None
+    message: str | None = None
+
+
+def _unchanged(field: str) -> str:
+    """CEL: the optional field is set in both or neither, and equal when set."""
+    return (
+        f"has(self.{field}) == has(oldSelf.{field}) && "
+        f"(!has(self.{field}) || self.{field} == oldSelf.{field})"
+    )
+
+
+def _refused(field: str, why: str, *, rule: str | None = None, hint: str = _REDO) -> FieldChange:
+    return FieldChange(
+        field,
+        Change.REFUSED,
+        why,
+        rule=rule or _unchanged(field),
+        message=f"{field} cannot change while the workload exists; {hint}",
+    )
+
+
+def _effective_gpus(obj: str) -> str:
+    return (
+        f"(has({obj}.gpusPerReplica) ? {obj}.gpusPerReplica : "
+        f"(has({obj}.gpuCount) ? {obj}.gpuCount : 1))"
+    )
+
+
+_MAP = SchedulingStrategy.ANNOTATION_MAP.value
+
+_GPUS = _refused(
+    "gpusPerReplica",
+    "Decides how many devices each replica holds. gpuCount, its seed spelling, "
+    "may be swapped for it as long as the number stays the same.",
+    rule=f"{_effective_gpus('self')} == {_effective_gpus('oldSelf')}",
+)
+
+SPEC_CHANGES: tuple[FieldChange, ...] = (
+    FieldChange(
+        "replicas",
+        Change.RESTART,
+        "The gang is stopped and placed again with the new size (WORLD_SIZE and RANK "
+        "change for every replica). Also through `kubectl scale`. Refused for the "
+        f"{_MAP} strategy, whose map fixes the replicas.",
+        rule=(
+            f"!has(self.schedulingStrategy) || self.schedulingStrategy != '{_MAP}' || "
+            "self.replicas == oldSelf.replicas"
+        ),
+        message=(
+            f"replicas of an {_MAP} workload cannot change (its schedulingMap names "
+            "every replica); delete and re-create it with a new map"
+        ),
+    ),
+    _GPUS,
+    FieldChange(
+        "gpuCount",
+        Change.REFUSED,
+        "Seed spelling of gpusPerReplica; the same rule (and message) covers both.",
+        rule=_GPUS.rule,
+        message=_GPUS.message,
+    ),
+    _refused("minGPUMemoryMiB", "Decides which devices are eligible."),
+    _refused(
+        "priority",
+        "Decides what this workload may preempt and what may preempt it.",
+        # int-or-string: compare the spelling (an int and a string never compare equal)
+        rule=(
+            "has(self.priority) == has(oldSelf.priority) && (!has(self.priority) || "
+            "string(self.priority) == string(oldSelf.priority))"
+        ),
+    ),
+    _refused("schedulingStrategy", "Decides the placement."),
+    _refused(
+        "schedulingMap",
+        "Is the placement. The gpu-scheduling-map annotation of a GPUWorkload is "
+        "held to the same rule by the ValidatingAdmissionPolicy.",
+    ),
+    _refused("nodeSelector", "Decides which nodes are eligible."),
+    _refused("topology", "Decides which device sets are eligible."),
+    _refused("workloadKind", "Pods and Jobs are different children."),
+    _refused("deviceExposure", "Decides how devices are named to the container."),
+    FieldChange(
+        "template",
+        Change.RESTART,
+        "The children are created from it: the gang is stopped and placed again, "
+        "each replica from the new template (e.g. a new image).",
+    ),
+    FieldChange(
+        "retryPolicy",
+        Change.IN_PLACE,
+        "Used from the next retry on; retries already spent stay spent.",
+    ),
+    FieldChange("modelName", Change.IN_PLACE, "Shown, never interpreted."),
+)
+
+
+def transition_rules() -> list[dict[str, Any]]:
+    """The spec-level ``x-kubernetes-validations`` that refuse forbidden edits.
+
+    Each names the field (``fieldPath``) and says ``Forbidden``; one rule per refused
+    field, so the message names exactly what the user changed.
+    """
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for c in SPEC_CHANGES:
+        if c.rule is None or c.rule in seen:
+            continue  # gpuCount shares gpusPerReplica's rule
+        seen.add(c.rule)
+        out.append(
+            {
+                "rule": c.rule,
+                "message": c.message,
+                "fieldPath": f".{c.field}",
+                "reason": "FieldValueForbidden",
+            }
+        )
+    return out
+
+
+def annotation_unchanged_expression() -> str:
+    """VAP expression: on UPDATE the gpu-scheduling-map annotation keeps its value
+    (CRD rules cannot read annotations; see crd.py)."""
+    ann = SCHEDULING_MAP_ANNOTATION
+
+    def value(obj: str) -> str:
+        return (
+            f"((has({obj}.metadata.annotations) && '{ann}' in {obj}.metadata.annotations)"
+            f" ? {obj}.metadata.annotations['{ann}'] : '')"
+        )
+
+    return f"oldObject == null || {value('object')} == {value('oldObject')}"
+
+
+ANNOTATION_MESSAGE = (
+    f"the {SCHEDULING_MAP_ANNOTATION} annotation cannot change while the workload "
+    f"exists; {_REDO}"
+)
