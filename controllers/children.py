@@ -9,6 +9,8 @@ the status write and the creation is repaired by the next reconcile, never doubl
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,6 +21,7 @@ from api.v1alpha1.keys import (
     GPU_RESOURCE,
     INDEX_LABEL,
     NODE_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
     WORKLOAD_LABEL,
     WORKLOAD_UID_LABEL,
 )
@@ -27,13 +30,22 @@ from internal.scheduling import exposure as exp
 
 __all__ = ["ATTEMPT_LABEL", "DEVICES_ANNOTATION", "EXPOSURE_ANNOTATION", "GPU_RESOURCE",
            "INDEX_LABEL", "NODE_ANNOTATION", "WORKLOAD_LABEL", "WORKLOAD_UID_LABEL",
-           "build_child", "build_service", "child_name", "device_env", "owner_reference"]
+           "build_child", "build_service", "child_name", "device_env", "owner_reference",
+           "spec_hash"]
 
 MASTER_PORT = "29500"
 DEFAULT_IMAGE = "busybox:1.36"
 
 #: uuids(node, devices) -> the devices' UUIDs, or None when the node has no GPUNode
 UuidLookup = Callable[[str, list[int]], list[str] | None]
+
+
+def spec_hash(w: GPUWorkload) -> str:
+    """What a child was made from, as far as an allowed edit can change it: the
+    template and the replica count (a gang's env names its size)."""
+    body = json.dumps({"template": w.spec.template or {}, "replicas": w.spec.replicas},
+                      sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
 def child_name(workload: str, index: int) -> str:
@@ -86,6 +98,7 @@ def pod_template(w: GPUWorkload, raw: Mapping[str, Any], p: Placement,
         NODE_ANNOTATION: p.node,
         DEVICES_ANNOTATION: ",".join(str(d) for d in p.devices),
         EXPOSURE_ANNOTATION: exposure.value,
+        SPEC_HASH_ANNOTATION: spec_hash(w),
     })
     spec["nodeName"] = p.node
     spec.pop("schedulerName", None)

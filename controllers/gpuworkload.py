@@ -47,11 +47,13 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
+from api.v1alpha1.changes import SPEC_CHANGED_REASON
 from api.v1alpha1.keys import (
     ATTEMPT_LABEL,
     CHILDREN_FINALIZER,
     DEVICES_ANNOTATION,
     INDEX_LABEL,
+    SPEC_HASH_ANNOTATION,
 )
 from api.v1alpha1.types import (
     API_VERSION,
@@ -123,11 +125,12 @@ class Outcome:
 
 
 class EndAttempt(Exception):
-    """Raised inside ``_run`` when the attempt cannot go on (reason, message)."""
+    """Raised inside ``_run`` when the attempt cannot go on (reason, message);
+    ``spend`` says whether it counts against ``maxRetries``."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, *, spend: bool = True) -> None:
         super().__init__(message)
-        self.reason, self.message = reason, message
+        self.reason, self.message, self.spend = reason, message, spend
 
 
 class GPUWorkloadReconciler:
@@ -269,7 +272,8 @@ class GPUWorkloadReconciler:
         self._delete_children(raw, keep_attempt=str(w.status.retries))
         self.ensure_state().block(w.key)
         msg = "waiting for the previous attempt's pods to terminate"
-        status.placements(None).phase(Phase.PENDING, msg)
+        # the retry timer starts again once they are gone: no retry is spent here
+        status.placements(None).retry(next_retry=None).phase(Phase.PENDING, msg)
         return Outcome(status, Result(requeue_after=5.0))
 
     def _place(self, w: GPUWorkload, raw: JSON, status: StatusBuilder) -> Outcome:
@@ -387,7 +391,8 @@ class GPUWorkloadReconciler:
         try:
             return self._run(w, raw, out, placements, fresh)
         except EndAttempt as end:
-            ended = self._end_attempt(w, raw, status, end.reason, end.message)
+            ended = self._end_attempt(w, raw, status, end.reason, end.message,
+                                      spend=end.spend)
             ended.events[:0] = [e for e in out.events if e[1] != "Scheduled"]
             return ended
         except Exception:
@@ -406,6 +411,10 @@ class GPUWorkloadReconciler:
         if lost:
             self._force_delete_on(raw, lost)
             raise EndAttempt("NodeLost", f"node(s) {', '.join(lost)} disappeared")
+        changed = self._spec_change(w, placements, raw)
+        if changed:
+            raise EndAttempt(SPEC_CHANGED_REASON, f"spec changed ({changed}); restarting "
+                             f"onto a new placement", spend=False)
         status.placements([p.model_dump(by_alias=True) for p in placements])
         blockers = state.blockers(key)
         if blockers:
@@ -434,7 +443,10 @@ class GPUWorkloadReconciler:
             if p.index in mine:
                 continue
             if w.status.phase is Phase.RUNNING:
-                raise EndAttempt("ReplicaLost", f"replica {p.index} on {p.node} was deleted")
+                # Not the workload's failure: a user's delete, an eviction, a removed
+                # node. The gang restarts as a whole, and no retry is spent.
+                raise EndAttempt("ReplicaDeleted", f"replica {p.index} on {p.node} was "
+                                 f"deleted; the gang restarts", spend=False)
             child = ch.build_child(w, raw, p, exposure, state.uuids, attempt)
             existing = self._create(child, kind_word=kind)
             if existing is None:
@@ -465,6 +477,21 @@ class GPUWorkloadReconciler:
         else:
             status.condition(READY, False, "Starting", message)
         return out
+
+    def _spec_change(self, w: GPUWorkload, placements: list[Placement], raw: JSON) -> str:
+        """What changed in the spec since this attempt was placed ('' if nothing):
+        the replica count, or the template its children were made from."""
+        if len(placements) != w.spec.replicas:
+            return f"replicas {len(placements)} -> {w.spec.replicas}"
+        want = ch.spec_hash(w)
+        kind = "Job" if w.spec.workload_kind is WorkloadKind.JOB else "Pod"
+        mine, _ = self._children(raw, kind, str(w.status.retries))
+        for child in mine.values():
+            have = ((child.get("metadata") or {}).get("annotations") or {}).get(
+                SPEC_HASH_ANNOTATION)
+            if have and have != want:
+                return "template"
+        return ""
 
     def _children(self, raw: JSON, kind: str, attempt: str) -> tuple[dict[int, JSON], bool]:
         """Our children of this attempt by index, and whether older ones remain."""
@@ -522,14 +549,20 @@ class GPUWorkloadReconciler:
             return None
 
     def _end_attempt(self, w: GPUWorkload, raw: JSON, status: StatusBuilder, reason: str,
-                     message: str) -> Outcome:
+                     message: str, *, spend: bool = True) -> Outcome:
         """A replica failed, its node vanished, its child could not be made: ask its
         children to go (their devices stay held until they are gone), release the
-        booking, then retry or fail."""
+        booking, then retry or fail. Without ``spend`` (a spec change, a replica
+        deleted by someone else) it is placed again at once and no retry is spent."""
         state = self.ensure_state()
         self._delete_children(raw, only_unfinished=True)
         state.forget(w.key)
         self._bound_observed.discard(w.key)
+        if not spend:
+            status.placements(None).retry(next_retry=None).phase(Phase.PENDING, message)
+            status.condition(SCHEDULED, False, reason, message)
+            status.condition(READY, False, reason, message)
+            return Outcome(status, Result(requeue_after=0.5)).warn(reason, message)
         retries = w.status.retries
         if not should_retry(retries, w.spec.retry_policy):
             return self._fail(raw, status, reason, f"{message}; no retries left "

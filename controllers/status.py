@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from api.v1alpha1.types import Phase
+from api.v1alpha1.types import Phase, pod_selector
 from controllers.conditions import set_condition
 
 JSON = Mapping[str, Any]
@@ -35,6 +35,7 @@ class StatusBuilder:
         self.old = old
         self.now = fmt_time(now)
         self.generation = (raw.get("metadata") or {}).get("generation")
+        self.name = (raw.get("metadata") or {}).get("name") or ""
         self.spec = raw.get("spec") or {}
         self.status: dict[str, Any] = {
             "phase": old.get("phase") or Phase.PENDING.value,
@@ -71,6 +72,10 @@ class StatusBuilder:
         pls = out.get("placements") or ()
         out["gpus"] = gpus_held(pls, self.spec) or None
         out["nodes"] = ",".join(sorted({p["node"] for p in pls})) or None
+        # the scale subresource's view: replicas holding a placement (never more
+        # than the spec asks for) and the selector of their pods
+        out["replicas"] = min(len(pls), int(self.spec.get("replicas") or 1))
+        out["selector"] = pod_selector(self.name)
         return out
 
 

@@ -17,6 +17,10 @@ INDEX_LABEL = f"{GROUP}/replica-index"
 #: on a child: the attempt (the workload's ``status.retries`` when it was created)
 ATTEMPT_LABEL = f"{GROUP}/attempt"
 
+#: on a child: a hash of the spec it was made from (template, replicas); a child
+#: whose hash differs from the spec's is restarted onto a new placement
+SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
+
 #: on a pod: the host device indices it holds (``"0,1"``); written by the controller,
 #: the webhook and the pod binding
 DEVICES_ANNOTATION = f"{GROUP}/devices"
