@@ -90,6 +90,8 @@ log = structlog.get_logger("gpuworkload")
 PRIORITY_GATE_DELAY = 0.2
 #: how often a deleting workload looks again for children still going away
 FINALIZE_POLL = 1.0
+#: condition type set False when status.placements was edited by someone else
+PLACEMENT_TRUSTED = "PlacementTrusted"
 #: API answers to a create that no retry of the same request can fix
 PERMANENT_CREATE_ERRORS = (400, 403, 422)
 
@@ -209,9 +211,19 @@ class GPUWorkloadReconciler:
         if placements is None:
             waiting = self._previous_attempt(w, raw, status)
             return waiting if waiting is not None else self._place(w, raw, status)
-        if not state.held_by(key) and not state.adopt(raw):
+        booking = state.booking(key)
+        if booking is not None and _shape(booking.placements) != _shape(placements):
+            # status.placements says something this controller did not book (edited
+            # by hand, or forged): never acted on; what was booked wins.
+            msg = (f"status.placements does not match what the controller booked "
+                   f"({_describe(booking.placements)}); the edit is ignored")
+            out = Outcome(status.condition(PLACEMENT_TRUSTED, False, "PlacementNotBooked", msg))
+            out.warn("PlacementNotBooked", msg)
+            return self._run_or_end(w, raw, status, list(booking.placements), out)
+        if booking is None and not state.adopt(raw):
             # A committed placement this ledger did not hold (a write whose answer
-            # was lost, a previous leader) that collides with what runs now.
+            # was lost, a previous leader, a forged one) that collides with what runs
+            # now: what runs wins.
             return self._end_attempt(w, raw, status, "PlacementConflict",
                                      "its devices are held by another workload's pods")
         return self._run_or_end(w, raw, status, placements)
@@ -707,6 +719,14 @@ class GPUWorkloadReconciler:
 def _key(raw: JSON) -> str:
     meta = raw.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+
+
+def _shape(placements: Any) -> list[tuple[int, str, tuple[int, ...]]]:
+    return sorted((p.index, p.node, tuple(sorted(p.devices))) for p in placements)
+
+
+def _describe(placements: Any) -> str:
+    return "; ".join(f"{i}={n}:{','.join(map(str, d))}" for i, n, d in _shape(placements))
 
 
 def _changed_message(raw: JSON, message: str) -> bool:
