@@ -18,11 +18,11 @@ from typing import Any
 import structlog
 
 from api.v1alpha1.types import DeviceExposure
+from internal.webhook.admission import DEFAULT_SCHEDULER_NAME
 from internal.webhook.cabundle import CABundlePatcher
 from internal.webhook.certs import service_hosts
 from internal.webhook.exposure import parse_exposure
 from internal.webhook.rotation import FileCerts, SelfSignedCerts, ServingCerts
-from internal.webhook.admission import DEFAULT_SCHEDULER_NAME
 from internal.webhook.server import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_IN_FLIGHT,
