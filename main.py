@@ -3,6 +3,7 @@
     python main.py [manager] [flags]   the controller manager (default)
     python main.py agent [flags]       the NVML agent (DaemonSet on GPU nodes)
     python main.py webhook [flags]     the CUDA_VISIBLE_DEVICES mutating webhook alone
+    python main.py webhook-certs       the webhook's certificates and CA bundle (a Job)
 
 ``python main.py SUBCOMMAND --help`` lists each one's flags.
 """
@@ -122,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     wp = sub.add_parser("webhook", help="the mutating webhook")
     add_webhook_flags(wp)
     _common(wp)
+    from internal.webhook.certjob import add_flags as add_certs_flags
+    cp = sub.add_parser("webhook-certs", help="make the webhook's certificates and publish "
+                        "the CA bundle (a Job), then exit")
+    add_certs_flags(cp)
+    _common(cp)
     args = parser.parse_args(argv)
     configure_logging(args.log_format, args.log_level)
     if args.command == "agent":
@@ -130,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "webhook":
         from internal.webhook.app import serve_from_args
         return serve_from_args(args)
+    if args.command == "webhook-certs":
+        from internal.webhook.certjob import run_from_args
+        return run_from_args(args)
     return run_manager(args)
 
 
