@@ -59,6 +59,9 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                    help="how replicas see their devices unless a workload overrides it")
     p.add_argument("--metrics-bind-address", default=":8080",
                    help="address of /metrics; 0 disables")
+    p.add_argument("--metrics-secure", action=argparse.BooleanOptionalAction, default=True,
+                   help="/metrics only for a bearer token allowed `get /metrics` (TokenReview "
+                        "+ SubjectAccessReview); --no-metrics-secure serves it to anyone")
     p.add_argument("--health-probe-bind-address", default=":8081",
                    help="address of /healthz and /readyz; 0 disables")
     p.add_argument("--leader-elect", action="store_true",
@@ -86,9 +89,15 @@ def run_manager(args: argparse.Namespace) -> int:
 
     config = RestConfig.load(args.kubeconfig)
     config.qps, config.burst = args.qps, args.burst
+    authorize = None
+    if args.metrics_secure:
+        from runtime import Client
+        from runtime.metrics_auth import MetricsAuthorizer
+        authorize = MetricsAuthorizer(Client(config)).check
     mgr = Manager(config, Options(
         namespace=args.namespace,
         metrics_bind_address=args.metrics_bind_address,
+        metrics_authorize=authorize,
         health_probe_bind_address=args.health_probe_bind_address,
         leader_elect=args.leader_elect,
         leader_election_id=args.leader_election_id,

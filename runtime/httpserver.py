@@ -1,9 +1,12 @@
-"""A tiny threaded HTTP server for ``/metrics``, ``/healthz`` and ``/readyz``."""
+"""A tiny threaded HTTP server for ``/metrics``, ``/healthz`` and ``/readyz``.
+
+``authorize(headers, path)``, when given, runs before every route: a (status,
+message) it returns is sent instead (see :mod:`runtime.metrics_auth`)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import structlog
@@ -11,6 +14,8 @@ import structlog
 log = structlog.get_logger("runtime.httpserver")
 
 Route = Callable[[str], tuple[int, str, bytes]]  # query -> (status, content type, body)
+#: (request headers, path) -> None to serve, or (status, message) to refuse
+Authorize = Callable[[Mapping[str, str], str], tuple[int, str] | None]
 
 
 def parse_bind_address(addr: str | None) -> tuple[str, int] | None:
@@ -23,7 +28,8 @@ def parse_bind_address(addr: str | None) -> tuple[str, int] | None:
 
 
 class HTTPServer:
-    def __init__(self, bind_address: str, routes: dict[str, Route], name: str = "http") -> None:
+    def __init__(self, bind_address: str, routes: dict[str, Route], name: str = "http",
+                 authorize: Authorize | None = None) -> None:
         parsed = parse_bind_address(bind_address)
         if parsed is None:
             raise ValueError("server disabled by bind address")
@@ -40,7 +46,10 @@ class HTTPServer:
                     base = path.rsplit("/", 1)[0]
                     route = server.routes.get(base)
                     query = f"check={path.rsplit('/', 1)[1]}&{query}" if route else query
-                if route is None:
+                refused = None if authorize is None else authorize(self.headers, path)
+                if refused is not None:
+                    status, ctype, body = refused[0], "text/plain", f"{refused[1]}\n".encode()
+                elif route is None:
                     status, ctype, body = 404, "text/plain", b"not found\n"
                 else:
                     try:

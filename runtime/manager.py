@@ -27,7 +27,7 @@ from runtime import metrics
 from runtime.client import Client, RestConfig
 from runtime.events import EventRecorder
 from runtime.health import Checks, ping
-from runtime.httpserver import HTTPServer, parse_bind_address
+from runtime.httpserver import Authorize, HTTPServer, parse_bind_address
 from runtime.informer import SharedIndexInformer, SharedInformerFactory
 from runtime.leaderelection import LeaderElector
 from runtime.store import IndexFunc
@@ -48,6 +48,8 @@ class Runnable(Protocol):
 class Options:
     namespace: str | None = None  # restrict the cache to one namespace
     metrics_bind_address: str = ":8080"  # "0" disables
+    #: checks each /metrics request first (runtime.metrics_auth); None serves plainly
+    metrics_authorize: Authorize | None = None
     health_probe_bind_address: str = ":8081"  # "0" disables
     leader_elect: bool = False
     leader_election_id: str = "controller-leader"
@@ -167,6 +169,7 @@ class Manager:
                     )
                 },
                 name="metrics",
+                authorize=o.metrics_authorize,
             )
             self.metrics_server.start()
         if parse_bind_address(o.health_probe_bind_address) is not None:

@@ -24,6 +24,10 @@ policy                             what it refuses
                                    GPUWorkload with ``schedulingStrategy: annotationMap``
                                    or the ``gpu-scheduling-map`` annotation, and a Pod with
                                    that annotation (the seed path)
+``manager-writes``                 a GPUWorkload update by the manager that changes more
+                                   than its finalizers (status goes through /status)
+``manager-namespaces``             any pod, binding, eviction, Service or Job write by
+                                   the manager in kube-system, kube-public, kube-node-lease
 =================================  =========================================================
 
 What CEL cannot do: read an object other than the one written, its namespace and
@@ -43,6 +47,10 @@ from api.v1alpha1.types import GROUP, SCHEDULING_MAP_ANNOTATION, VERSION, Schedu
 #: The agent's service account (config/agent); its tokens are bound to its pod, and so
 #: carry the node the pod runs on.
 AGENT_SERVICE_ACCOUNT = "system:serviceaccount:gpu-orchestrator-system:gpu-orchestrator-agent"
+#: The manager's service account (config/rbac).
+MANAGER_SERVICE_ACCOUNT = "system:serviceaccount:gpu-orchestrator-system:gpu-orchestrator"
+#: Namespaces the manager never writes in, whatever RBAC grants.
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 #: Set by kube-apiserver on a service-account token bound to a pod on a node.
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 #: Node label prefix the agent owns (internal/agent/status.py node_labels).
@@ -139,12 +147,13 @@ def node_agent() -> list[dict[str, Any]]:
     has_node = f"'{NODE_NAME_EXTRA}' in request.userInfo.extra"
     p = AGENT_LABEL_PREFIX
     labels_kept = (
-        "(has(object.metadata.labels) ? object.metadata.labels : {}).all(k, "
+        "(!has(object.metadata.labels) || object.metadata.labels.all(k, "
         f"k.startsWith('{p}') || (has(oldObject.metadata.labels) && "
         "k in oldObject.metadata.labels && "
-        "oldObject.metadata.labels[k] == object.metadata.labels[k])) && "
-        "(has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}).all(k, "
-        f"k.startsWith('{p}') || (has(object.metadata.labels) && k in object.metadata.labels))"
+        "oldObject.metadata.labels[k] == object.metadata.labels[k]))) && "
+        "(!has(oldObject.metadata.labels) || oldObject.metadata.labels.all(k, "
+        f"k.startsWith('{p}') || (has(object.metadata.labels) && "
+        "k in object.metadata.labels)))"
     )
     return _policy(f"node-agent.{GROUP}", {
         "matchConstraints": {"resourceRules": [_rule("", "v1", ["nodes"], ["UPDATE"])]},
@@ -162,9 +171,7 @@ def node_agent() -> list[dict[str, Any]]:
             },
             {
                 "expression": (
-                    f"{labels_kept} && "
-                    "(has(object.spec) ? object.spec : {}) == "
-                    "(has(oldObject.spec) ? oldObject.spec : {}) && "
+                    f"{labels_kept} && object.spec == oldObject.spec && "
                     "has(object.metadata.annotations) == has(oldObject.metadata.annotations) && "
                     "(!has(object.metadata.annotations) || "
                     "object.metadata.annotations == oldObject.metadata.annotations)"
@@ -208,7 +215,56 @@ def annotation_map_namespaces() -> list[dict[str, Any]]:
     })
 
 
+def manager_writes() -> list[dict[str, Any]]:
+    """The manager may patch a GPUWorkload only for its finalizer: RBAC cannot limit a
+    patch to one field, this can."""
+    return _policy(f"manager-writes.{GROUP}", {
+        "matchConstraints": {"resourceRules": [
+            _rule(GROUP, VERSION, ["gpuworkloads"], ["UPDATE"])]},
+        "matchConditions": [{"name": "is-manager", "expression":
+                             f"request.userInfo.username == '{MANAGER_SERVICE_ACCOUNT}'"}],
+        "validations": [{
+            "expression": (
+                "object.spec == oldObject.spec && "
+                "has(object.metadata.labels) == has(oldObject.metadata.labels) && "
+                "(!has(object.metadata.labels) || "
+                "object.metadata.labels == oldObject.metadata.labels) && "
+                "has(object.metadata.annotations) == has(oldObject.metadata.annotations) && "
+                "(!has(object.metadata.annotations) || "
+                "object.metadata.annotations == oldObject.metadata.annotations)"),
+            "message": ("the gpu-orchestrator manager changes only a GPUWorkload's status "
+                        "and its own finalizer"),
+            "reason": "Forbidden",
+        }],
+    })
+
+
+def manager_namespaces() -> list[dict[str, Any]]:
+    """The manager never creates, changes or deletes anything in the system
+    namespaces, even where its RBAC is bound cluster-wide."""
+    return _policy(f"manager-namespaces.{GROUP}", {
+        "matchConstraints": {
+            "namespaceSelector": {"matchExpressions": [{
+                "key": "kubernetes.io/metadata.name", "operator": "In",
+                "values": list(SYSTEM_NAMESPACES)}]},
+            "resourceRules": [
+                _rule("", "v1", ["pods", "pods/binding", "pods/eviction", "services"],
+                      ["CREATE", "UPDATE", "DELETE"]),
+                _rule("batch", "v1", ["jobs"], ["CREATE", "UPDATE", "DELETE"]),
+            ],
+        },
+        "matchConditions": [{"name": "is-manager", "expression":
+                             f"request.userInfo.username == '{MANAGER_SERVICE_ACCOUNT}'"}],
+        "validations": [{
+            "expression": "false",
+            "messageExpression": ("'the gpu-orchestrator manager does not write in ' + "
+                                  "request.namespace + ' (a system namespace)'"),
+            "reason": "Forbidden",
+        }],
+    })
+
+
 def security_policies() -> list[dict[str, Any]]:
     """Every policy and its binding, in the order they are written to YAML."""
     return [*gpunode_identity(), *gpunode_capacity(), *node_agent(),
-            *annotation_map_namespaces()]
+            *annotation_map_namespaces(), *manager_writes(), *manager_namespaces()]
