@@ -77,6 +77,9 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                    help="run the pod-binding controller of the seed-compatible path: bind "
                         "pods whose schedulerName is --scheduler-name as their "
                         "gpu-scheduling-map says, through the same ledger")
+    p.add_argument("--evict-conflicting-pods", action="store_true",
+                   help="evict a --scheduler-name pod bound by someone else onto devices "
+                        "another workload holds (default: report it by Event and metric)")
     p.add_argument("--scheduler-name", default="gpu-scheduler",
                    help="schedulerName of the pods the pod-binding controller binds")
     p.add_argument("--qps", type=float, default=50.0, help="client-side API QPS limit")
@@ -110,7 +113,8 @@ def run_manager(args: argparse.Namespace) -> int:
         from controllers.podbinding import PodBindingOptions, setup_podbinding_controller
         setup_podbinding_controller(mgr, reconciler, PodBindingOptions(
             scheduler_name=args.scheduler_name, workers=args.workers,
-            default_strategy=args.default_strategy))
+            default_strategy=args.default_strategy,
+            evict_conflicting_pods=args.evict_conflicting_pods))
     return mgr.start(install_signal_handlers=True)
 
 

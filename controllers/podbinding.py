@@ -30,6 +30,13 @@ requests ``nvidia.com/gpu`` and has no map is booked under its own ``Pod:`` key 
 counted (the kubelet's device plugin picks its devices). These bookings have a
 priority above any GPUWorkload's, so they are never preemption victims.
 
+A pod bound outside this scheduler (``spec.nodeName`` set at creation, or by another
+binder) onto devices another workload holds is never booked: it gets a
+``DeviceConflict`` Warning Event and counts in
+``gpu_orchestrator_device_conflicts_total``; with ``evict_conflicting_pods`` (the
+``--evict-conflicting-pods`` flag) it is also evicted through the Eviction API (which
+honours its PodDisruptionBudget), since what is held wins over what was forced in.
+
 What the binding records. The Binding carries the ``gpu.orchestrator.dev/devices``
 annotation (the API server copies a Binding's annotations onto the pod), so a bound
 pod says which devices it holds, the same annotation the webhook writes at admission.
@@ -63,6 +70,7 @@ from api.v1alpha1.types import (
 from controllers.children import DEVICES_ANNOTATION
 from controllers.gpuworkload import GPUWorkloadReconciler
 from controllers.placement_state import PlacementState
+from internal.metrics.domain import DEVICE_CONFLICTS
 from internal.scheduling.ledger import (
     Ledger,
     LedgerConflict,
@@ -74,6 +82,7 @@ from internal.scheduling.ledger import (
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
 from runtime import Builder, Conflict, Controller, Manager, NotFound, Request, Result
+from runtime.errors import ApiError
 from runtime.events import EventRecorder
 from runtime.predicates import Funcs, UpdateEvent
 from runtime.store import Indexer
@@ -280,6 +289,8 @@ class PodBindingOptions:
     max_backoff: float = 60.0
     #: freed capacity retries a waiting pod at once, but not more often than this
     min_wake_interval: float = 1.0
+    #: evict a pod bound by someone else onto devices another workload holds
+    evict_conflicting_pods: bool = False
 
 
 @dataclass
@@ -495,10 +506,37 @@ class PodBindingReconciler:
                 conflict = str(exc)
             else:
                 return
+        self._conflict(pod, key, conflict)
+
+    def _conflict(self, pod: JSON, key: str, conflict: str) -> None:
+        """Report (and, by the admin's flag, evict) a pod bound onto held devices."""
         log.warning("pod.adopt.conflict", pod=key, error=conflict)
+        evict = self.options.evict_conflicting_pods
         self.recorder.warning(pod, "DeviceConflict",
                               f"bound outside this scheduler to devices another workload "
-                              f"holds: {conflict}")
+                              f"holds: {conflict}" + ("; evicting it" if evict else ""))
+        if not evict:
+            DEVICE_CONFLICTS.labels("reported").inc()
+            return
+        meta = _meta(pod)
+        ns = meta.get("namespace") or "default"
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
+                    "metadata": {"name": meta.get("name"), "namespace": ns},
+                    "deleteOptions": {"preconditions": {"uid": meta.get("uid")}}}
+        try:
+            self.client.create_subresource("v1", "Pod", meta.get("name"), "eviction",
+                                           eviction, namespace=ns)
+        except NotFound:
+            DEVICE_CONFLICTS.labels("evicted").inc()  # gone already
+            return
+        except ApiError as exc:
+            DEVICE_CONFLICTS.labels("evict_failed").inc()
+            log.warning("pod.evict.failed", pod=key, code=exc.status, error=str(exc))
+            self.recorder.warning(pod, "EvictionFailed",
+                                  f"could not evict the conflicting pod: {exc}")
+            return
+        DEVICE_CONFLICTS.labels("evicted").inc()
+        log.info("pod.evicted", pod=key, reason="DeviceConflict")
 
     def _release(self, state: PlacementState, key: str) -> None:
         with state.lock:

@@ -80,6 +80,10 @@ FAILURES = Counter(
 PREEMPTIONS = Counter(
     "gpu_orchestrator_preemptions", "Workloads evicted by the priority strategy to make room.",
     registry=REGISTRY)
+DEVICE_CONFLICTS = Counter(
+    "gpu_orchestrator_device_conflicts", "Pods found bound by someone else onto devices "
+    "another workload holds, by action (reported, evicted, evict_failed).", ["action"],
+    registry=REGISTRY)
 
 
 # The exported series names (counters gain _total), for tests that check the dashboard
@@ -93,6 +97,7 @@ METRIC_NAMES = frozenset({
     "gpu_orchestrator_create_to_bound_seconds",
     "gpu_orchestrator_retries_total",
     "gpu_orchestrator_failures_total",
+    "gpu_orchestrator_device_conflicts_total",
     "gpu_orchestrator_preemptions_total",
     "gpu_orchestrator_gpunode_heartbeat_age_seconds",
 })
