@@ -43,7 +43,7 @@ log = structlog.get_logger("webhook.server")
 #: no Pod it admits makes an AdmissionReview larger than this (object + request fields).
 MAX_BODY = (3 << 20) + (64 << 10)
 HANDSHAKE_TIMEOUT = 10.0
-DEFAULT_MAX_IN_FLIGHT = 8
+DEFAULT_MAX_IN_FLIGHT = 4  # a maximum-size review peaks at ~52 MiB of Python objects
 DEFAULT_MAX_CONNECTIONS = 64
 
 
