@@ -82,7 +82,8 @@ def _rule(group: str, version: str, resources: list[str], operations: list[str]
 
 def gpunode_identity() -> list[dict[str, Any]]:
     node_of_token = f"request.userInfo.extra['{NODE_NAME_EXTRA}']"
-    has_node = f"'{NODE_NAME_EXTRA}' in request.userInfo.extra"
+    has_node = (f"has(request.userInfo.extra) && "
+                f"'{NODE_NAME_EXTRA}' in request.userInfo.extra")
     return _policy(f"gpunode-identity.{GROUP}", {
         "matchConstraints": {"resourceRules": [
             _rule(GROUP, VERSION, ["gpunodes", "gpunodes/status"], ["CREATE", "UPDATE"])]},
@@ -144,7 +145,8 @@ def gpunode_capacity() -> list[dict[str, Any]]:
 
 def node_agent() -> list[dict[str, Any]]:
     node_of_token = f"request.userInfo.extra['{NODE_NAME_EXTRA}']"
-    has_node = f"'{NODE_NAME_EXTRA}' in request.userInfo.extra"
+    has_node = (f"has(request.userInfo.extra) && "
+                f"'{NODE_NAME_EXTRA}' in request.userInfo.extra")
     p = AGENT_LABEL_PREFIX
     labels_kept = (
         "(!has(object.metadata.labels) || object.metadata.labels.all(k, "
