@@ -10,8 +10,9 @@ One reconcile of pod ``namespace/name``:
    by an earlier leader, or by someone else).
 3. Unbound, with the ``gpu-scheduling-map`` annotation: its replica index (the
    ``apps.kubernetes.io/pod-index`` label, else the name's ordinal) picks the line
-   of the map; the named node must exist and be Ready, the named devices must exist,
-   be healthy and be held by no other workload.
+   of the map; the named node must exist, be Ready, and be neither cordoned nor
+   tainted NoSchedule/NoExecute unless the pod tolerates it; the named devices must
+   exist, be healthy and be held by no other workload.
    Unbound, without a map: the default strategy places one replica of
    ``nvidia.com/gpu`` limit (else 1) GPUs, honouring the pod's nodeSelector and
    tolerations.
@@ -81,6 +82,7 @@ from internal.scheduling.ledger import (
 )
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
+from internal.scheduling.snapshot import tolerates, untolerated_taint
 from runtime import Builder, Conflict, Controller, Manager, NotFound, Request, Result
 from runtime.errors import ApiError
 from runtime.events import EventRecorder
@@ -95,6 +97,8 @@ DEFAULT_SCHEDULER_NAME = "gpu-scheduler"
 FAILED_SCHEDULING = "FailedScheduling"
 #: above every GPUWorkload's priority: a bound pod's devices are never preempted
 SEED_PRIORITY = MAX_PRIORITY + 1
+#: the taint a cordoned node carries (the node lifecycle controller adds it)
+CORDON_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 
 
 # ------------------------------------------------------------------ pod helpers
@@ -366,7 +370,8 @@ class PodBindingReconciler:
                           f"{index} ({source}); it maps index(es) "
                           f"{', '.join(map(str, lines))}")
         key = owner_key(pod)
-        why = self._check_exact(state, key, index, line.node, line.devices)
+        why = self._check_exact(state, key, index, line.node, line.devices,
+                                tuple(_spec(pod).get("tolerations") or ()))
         if why:
             return None, why
         return Entry(key, Placement(index=index, node=line.node, devices=list(line.devices)),
@@ -374,7 +379,8 @@ class PodBindingReconciler:
 
     @staticmethod
     def _check_exact(state: PlacementState, key: str, index: int, node: str,
-                     devices: tuple[int, ...]) -> str:
+                     devices: tuple[int, ...],
+                     tolerations: tuple[Mapping[str, Any], ...] = ()) -> str:
         ledger = state.ledger
         info = state.snapshot.get(node)
         where = f"replica index {index}: node {node}"
@@ -382,6 +388,13 @@ class PodBindingReconciler:
             return f"{where} does not exist"
         if not info.ready:
             return f"{where} is not Ready"
+        if info.unschedulable and not tolerates(tolerations, CORDON_TAINT):
+            return f"{where} is cordoned (unschedulable) and the pod does not tolerate it"
+        taint = untolerated_taint(info, tolerations)
+        if taint is not None:
+            return (f"{where} has the taint {taint.get('key')}"
+                    f"{'=' + taint['value'] if taint.get('value') else ''}:"
+                    f"{taint.get('effect')} that the pod does not tolerate")
         missing = [d for d in devices if d not in info.devices]
         if missing:
             return (f"{where}: device(s) {_devs(missing)} beyond the node's "
