@@ -27,7 +27,7 @@ from api.v1alpha1.policies import (
 from api.v1alpha1.types import API_VERSION
 from controllers.podbinding import PodBindingOptions
 from hack.testenv import ControlPlane
-from runtime import Client, NotFound, errors
+from runtime import Client, NotFound, RestConfig, errors
 from tests.integration.controller.conftest import NodeGroup, Running, events_for, workload
 from tests.waiting import eventually
 
@@ -320,3 +320,34 @@ def test_impersonated_extra_reaches_the_api_server(admin: Client) -> None:
     me = agent_of(admin, "node1").create(
         {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
     assert me["status"]["userInfo"]["extra"][NODE_NAME_EXTRA] == ["node1"]
+
+
+def test_a_real_token_of_the_agents_pod_is_bound_to_its_node(
+        installed: ControlPlane, admin: Client, group: NodeGroup) -> None:
+    """Not impersonation: kube-apiserver itself puts the node of the pod a token is
+    bound to into the token's user, and the policies act on it."""
+    mine, other = group.add(2, gpus=4)
+    ns, sa = "gpu-orchestrator-system", AGENT_SERVICE_ACCOUNT.rsplit(":", 1)[1]
+    pod = admin.create({"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": f"agent-{mine}", "namespace": ns},
+                        "spec": {"nodeName": mine, "serviceAccountName": sa,
+                                 "automountServiceAccountToken": False,
+                                 "terminationGracePeriodSeconds": 0,
+                                 "containers": [{"name": "agent", "image": "x"}]}})
+    try:
+        req = admin.create_subresource("v1", "ServiceAccount", sa, "token", {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 600, "boundObjectRef": {
+                "apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
+                "uid": pod["metadata"]["uid"]}}}, namespace=ns)
+        config = RestConfig(host=admin.config.host, ca_file=admin.config.ca_file,
+                            token=req["status"]["token"])
+        agent = Client(config)
+        with cleanup_gpunodes(admin, mine, other):
+            agent.create(gpunode(mine, 4))
+            agent.patch(API_VERSION, "GPUNode", mine, status_patch([0, 1, 2, 3]),
+                        subresource="status")
+            with pytest.raises(errors.Forbidden, match=f"not {other}"):
+                agent.create(gpunode(other, 4))
+    finally:
+        admin.delete("v1", "Pod", pod["metadata"]["name"], namespace=ns)
