@@ -61,7 +61,11 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                    help="address of /metrics; 0 disables")
     p.add_argument("--metrics-secure", action=argparse.BooleanOptionalAction, default=True,
                    help="/metrics only for a bearer token allowed `get /metrics` (TokenReview "
-                        "+ SubjectAccessReview); --no-metrics-secure serves it to anyone")
+                        "+ SubjectAccessReview), over HTTPS; --no-metrics-secure serves "
+                        "it to anyone over HTTP")
+    p.add_argument("--metrics-cert-dir", default=None,
+                   help="tls.crt and tls.key for the secure /metrics (default: a "
+                        "self-signed certificate made at start)")
     p.add_argument("--health-probe-bind-address", default=":8081",
                    help="address of /healthz and /readyz; 0 disables")
     p.add_argument("--leader-elect", action="store_true",
@@ -92,15 +96,17 @@ def run_manager(args: argparse.Namespace) -> int:
 
     config = RestConfig.load(args.kubeconfig)
     config.qps, config.burst = args.qps, args.burst
-    authorize = None
+    authorize, tls = None, None
     if args.metrics_secure:
         from runtime import Client
-        from runtime.metrics_auth import MetricsAuthorizer
+        from runtime.metrics_auth import MetricsAuthorizer, serving_tls
         authorize = MetricsAuthorizer(Client(config)).check
+        tls = serving_tls(args.metrics_cert_dir)
     mgr = Manager(config, Options(
         namespace=args.namespace,
         metrics_bind_address=args.metrics_bind_address,
         metrics_authorize=authorize,
+        metrics_tls=tls,
         health_probe_bind_address=args.health_probe_bind_address,
         leader_elect=args.leader_elect,
         leader_election_id=args.leader_election_id,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -50,6 +51,7 @@ class Options:
     metrics_bind_address: str = ":8080"  # "0" disables
     #: checks each /metrics request first (runtime.metrics_auth); None serves plainly
     metrics_authorize: Authorize | None = None
+    metrics_tls: ssl.SSLContext | None = None  # HTTPS for /metrics (runtime.metrics_auth)
     health_probe_bind_address: str = ":8081"  # "0" disables
     leader_elect: bool = False
     leader_election_id: str = "controller-leader"
@@ -170,6 +172,7 @@ class Manager:
                 },
                 name="metrics",
                 authorize=o.metrics_authorize,
+                tls=o.metrics_tls,
             )
             self.metrics_server.start()
         if parse_bind_address(o.health_probe_bind_address) is not None:

@@ -18,11 +18,20 @@ the API cannot be asked (down, 5xx)        503, never served unchecked
 Answers are cached per token digest for ``ttl`` seconds (at most ``max_entries``
 tokens; the oldest go first), so that a scrape every few seconds costs no API call.
 Tokens themselves are never kept.
+
+The bearer token must not cross the network in clear: :func:`serving_tls` gives the
+server's TLS context, from ``tls.crt``/``tls.key`` in a directory (cert-manager, a
+Secret) or a self-signed certificate made at start, as controller-runtime does
+(scrapers then skip verification, or pin it).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
+import os
+import ssl
+import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -93,3 +102,41 @@ class MetricsAuthorizer:
         if not (sar.get("status") or {}).get("allowed"):
             return 403, f'user "{name}" may not get {path}'
         return None
+
+
+def serving_tls(cert_dir: str | None = None, hosts: tuple[str, ...] = ("localhost",)
+                ) -> ssl.SSLContext:
+    """A server TLS context (TLS 1.2+): ``cert_dir``'s tls.crt/tls.key, else a
+    self-signed ECDSA certificate for ``hosts``, valid a year, made now (its key is
+    written to a private temporary directory only to load it)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert_dir:
+        ctx.load_cert_chain(os.path.join(cert_dir, "tls.crt"), os.path.join(cert_dir, "tls.key"))
+        return ctx
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=365))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.DNSName(h) for h in hosts]), critical=False)
+            .sign(key, hashes.SHA256()))
+    with tempfile.TemporaryDirectory(prefix="metrics-tls-") as d:
+        crt, pem = os.path.join(d, "tls.crt"), os.path.join(d, "tls.key")
+        with open(crt, "wb") as f:
+            f.write(cert.public_bytes(serialization.Encoding.PEM))
+        fd = os.open(pem, os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key.private_bytes(serialization.Encoding.PEM,
+                                      serialization.PrivateFormat.PKCS8,
+                                      serialization.NoEncryption()))
+        ctx.load_cert_chain(crt, pem)
+    return ctx

@@ -1,9 +1,11 @@
-"""Authenticated /metrics on the local control plane: a service account's real token,
-reviewed by kube-apiserver (TokenReview), allowed by RBAC (SubjectAccessReview) only
-when bound to gpu-orchestrator-metrics-reader (config/rbac/user_roles.yaml)."""
+"""Authenticated /metrics on the local control plane, over HTTPS with a self-signed
+certificate: a service account's real token, reviewed by kube-apiserver
+(TokenReview), allowed by RBAC (SubjectAccessReview) only when bound to
+gpu-orchestrator-metrics-reader (config/rbac/user_roles.yaml)."""
 
 from __future__ import annotations
 
+import ssl
 import threading
 import urllib.error
 import urllib.request
@@ -15,7 +17,7 @@ import pytest
 from hack.testenv import ControlPlane
 from runtime import Manager, Options
 from runtime.client import Client
-from runtime.metrics_auth import MetricsAuthorizer
+from runtime.metrics_auth import MetricsAuthorizer, serving_tls
 from tests.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,7 +39,8 @@ def secured(client: Client, cluster: ControlPlane) -> Iterator[Manager]:
     cluster.kubectl("apply", "-f", str(ROOT / "config" / "rbac" / "user_roles.yaml"))
     mgr = Manager(client, Options(metrics_bind_address="127.0.0.1:0",
                                   health_probe_bind_address="0", graceful_shutdown_timeout=5,
-                                  metrics_authorize=MetricsAuthorizer(client, ttl=1.0).check))
+                                  metrics_authorize=MetricsAuthorizer(client, ttl=1.0).check,
+                                  metrics_tls=serving_tls()))
     t = threading.Thread(target=mgr.start, daemon=True)
     t.start()
     eventually(mgr.servers_started.is_set, timeout=15, what="metrics server started")
@@ -47,11 +50,13 @@ def secured(client: Client, cluster: ControlPlane) -> Iterator[Manager]:
 
 
 def _get(port: int, token: str | None) -> tuple[int, str]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics")
+    req = urllib.request.Request(f"https://127.0.0.1:{port}/metrics")
     if token:
         req.add_header("Authorization", f"Bearer {token}")
+    unverified = ssl.create_default_context()
+    unverified.check_hostname, unverified.verify_mode = False, ssl.CERT_NONE  # self-signed
     try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=10, context=unverified) as resp:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
@@ -75,3 +80,9 @@ def test_metrics_need_a_token_allowed_to_read_them(
         assert "workqueue" in body or "process_" in body or "python_" in body
     finally:
         cluster.kubectl("delete", "clusterrolebinding", f"scraper-{namespace}")
+
+
+def test_plain_http_is_not_served_by_the_secure_server(secured: Manager) -> None:
+    port = secured.metrics_port
+    with pytest.raises((urllib.error.URLError, ConnectionError)):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
