@@ -50,7 +50,12 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None,
                    help="kubeconfig path; in-cluster config when unset")
     p.add_argument("--namespace", default=None,
-                   help="watch GPUWorkloads in this namespace only (default: all)")
+                   help="cache this namespace only, pods too (default: all); GPU pods "
+                        "elsewhere then go uncounted: prefer --namespaces")
+    p.add_argument("--namespaces", default="",
+                   help="comma-separated: place GPUWorkloads and bind seed pods only in "
+                        "these (default: all); pods everywhere are still counted. Pair "
+                        "with config/namespaced, which limits the RBAC to match")
     p.add_argument("--default-strategy", default=SchedulingStrategy.LEAST_LOADED.value,
                    choices=[s.value for s in SchedulingStrategy],
                    help="strategy for workloads whose spec names none")
@@ -112,15 +117,17 @@ def run_manager(args: argparse.Namespace) -> int:
         leader_election_id=args.leader_election_id,
         leader_election_namespace=args.leader_election_namespace,
     ))
+    namespaces = frozenset(n.strip() for n in args.namespaces.split(",") if n.strip())
     _, reconciler = setup_gpuworkload_controller(mgr, ControllerOptions(
         workers=args.workers, default_exposure=DeviceExposure(args.device_exposure),
-        stale_after=args.gpunode_stale_after, default_strategy=args.default_strategy))
+        stale_after=args.gpunode_stale_after, default_strategy=args.default_strategy,
+        namespaces=namespaces))
     if args.enable_pod_binding:
         from controllers.podbinding import PodBindingOptions, setup_podbinding_controller
         setup_podbinding_controller(mgr, reconciler, PodBindingOptions(
             scheduler_name=args.scheduler_name, workers=args.workers,
             default_strategy=args.default_strategy,
-            evict_conflicting_pods=args.evict_conflicting_pods))
+            evict_conflicting_pods=args.evict_conflicting_pods, namespaces=namespaces))
     return mgr.start(install_signal_handlers=True)
 
 

@@ -71,6 +71,7 @@ from api.v1alpha1.types import (
 from controllers.children import DEVICES_ANNOTATION
 from controllers.gpuworkload import GPUWorkloadReconciler
 from controllers.placement_state import PlacementState
+from controllers.setup import only_in
 from internal.metrics.domain import DEVICE_CONFLICTS
 from internal.scheduling.ledger import (
     Ledger,
@@ -295,6 +296,8 @@ class PodBindingOptions:
     min_wake_interval: float = 1.0
     #: evict a pod bound by someone else onto devices another workload holds
     evict_conflicting_pods: bool = False
+    #: bind only pods of these namespaces (empty: all)
+    namespaces: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -618,7 +621,7 @@ def setup_podbinding_controller(mgr: Manager, gpuworkload_reconciler: GPUWorkloa
     ctrl = (Builder(mgr).named("podbinding")
             .for_("v1", "Pod", pod_predicate(book))
             .with_options(max_concurrent_reconciles=opts.workers)
-            .complete(reconciler))
+            .complete(only_in(opts.namespaces, reconciler)))
     reconciler.enqueue_after = ctrl.queue.add_after
     return ctrl, reconciler
 

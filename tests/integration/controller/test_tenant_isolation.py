@@ -351,3 +351,26 @@ def test_a_real_token_of_the_agents_pod_is_bound_to_its_node(
                 agent.create(gpunode(other, 4))
     finally:
         admin.delete("v1", "Pod", pod["metadata"]["name"], namespace=ns)
+
+
+def test_a_manager_limited_to_namespaces_places_only_there(
+        installed: ControlPlane, admin: Client, group: NodeGroup, namespace: str) -> None:
+    """--namespaces: workloads elsewhere are left alone (config/namespaced gives the
+    matching RBAC); pods everywhere are still counted."""
+    other = f"t-{uuid.uuid4().hex[:8]}"
+    admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
+    run = Running(installed, namespaces=frozenset({namespace})).start()
+    try:
+        run.wait_nodes(group.add(1, gpus=4))
+        for ns in (other, namespace):
+            admin.create(workload("w", ns, gpusPerReplica=1, nodeSelector=group.selector))
+
+        def placed(ns: str) -> bool:
+            w = admin.get(API_VERSION, "GPUWorkload", "w", ns)
+            return bool((w.get("status") or {}).get("placements"))
+        eventually(lambda: placed(namespace), timeout=30, what="the managed namespace placed")
+        assert not placed(other)
+        assert not admin.list("v1", "Pod", namespace=other)["items"]
+    finally:
+        run.stop()
+        admin.delete("v1", "Namespace", other)
