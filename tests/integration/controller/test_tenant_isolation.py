@@ -91,6 +91,25 @@ def cleanup_gpunodes(admin: Client, *names: str) -> Iterator[None]:
                 admin.delete(API_VERSION, "GPUNode", n)
 
 
+def assert_no_device_held_twice(admin: Client) -> None:
+    """The issue's invariant, over the whole cluster: no (node, device) is named by
+    live pods of two different owners (one owner's own map may share a device)."""
+    holders: dict[tuple[str, int], set[str]] = {}
+    for p in admin.list("v1", "Pod")["items"]:
+        meta, spec = p["metadata"], p["spec"]
+        if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        devices = (meta.get("annotations") or {}).get("gpu.orchestrator.dev/devices")
+        if not devices or not spec.get("nodeName"):
+            continue
+        owner = next((r["uid"] for r in meta.get("ownerReferences") or ()
+                      if r.get("controller")), meta["uid"])
+        for d in devices.split(","):
+            holders.setdefault((spec["nodeName"], int(d)), set()).add(owner)
+    shared = {k: v for k, v in holders.items() if len(v) > 1}
+    assert not shared, f"devices held by pods of different owners: {shared}"
+
+
 # ------------------------------------------------------------ 1. forged placements
 
 
@@ -305,6 +324,8 @@ def test_a_pod_bound_by_someone_else_onto_held_devices_is_evicted(
             return True
         return bool(p["metadata"].get("deletionTimestamp"))
     eventually(evicted, timeout=30, what="the intruder evicted")
+    eventually(lambda: assert_no_device_held_twice(admin) is None, timeout=30,
+               what="no device held by two owners")
     state = evicting_binder.reconciler.ensure_state()
     with state.lock:
         held = {state.ledger.holder(node, d) for d in (0, 1)}
