@@ -123,6 +123,12 @@ def owner_key(pod: JSON) -> str:
     return f"Pod:{ns}/{meta.get('name') or ''}"
 
 
+def is_seed_key(key: str) -> bool:
+    """Is ``key`` a ledger key of this path (``Kind:ns/name``), not a GPUWorkload's
+    (``ns/name``; a namespace never contains ':')?"""
+    return ":" in key.partition("/")[0]
+
+
 def describe_holder(key: str) -> str:
     """``StatefulSet ns/name`` for a pod book's key, ``GPUWorkload ns/name`` else."""
     kind, sep, rest = key.partition(":")
@@ -234,6 +240,10 @@ class SeedBook:
     # -- bookings
     def entry(self, key: str) -> Entry | None:
         return self.pods.get(key)
+
+    def pod_keys(self, ledger_key: str) -> list[str]:
+        """The pods (``ns/name``) whose bookings make up ``ledger_key``."""
+        return sorted(self._by_key.get(ledger_key, ()))
 
     def _rebook(self, ledger: Ledger, ledger_key: str, entries: list[Entry]) -> None:
         if not entries:
@@ -534,6 +544,28 @@ class PodBindingReconciler:
         if not evict:
             DEVICE_CONFLICTS.labels("reported").inc()
             return
+        DEVICE_CONFLICTS.labels("evicted" if self._evict(pod, key) else "evict_failed").inc()
+
+    def evict_holder(self, ledger_key: str, message: str) -> int:
+        """Ask every pod of the seed-path holder ``ledger_key`` to go (Eviction API,
+        so PodDisruptionBudgets hold), with a ``Preempted`` Event saying why; returns
+        how many were asked. For preemption: the devices stay held until the pods are
+        gone (DESIGN.md invariant 3), so a caller keeps them nominated meanwhile."""
+        with self.state().lock:
+            keys = self.book.pod_keys(ledger_key)
+        asked = 0
+        for key in keys:
+            ns, name = key.split("/", 1)
+            pod = self.pods.get_by_name(name, ns)
+            if pod is None:
+                continue
+            self.recorder.warning(pod, "Preempted", message)
+            asked += bool(self._evict(pod, key))
+        return asked
+
+    def _evict(self, pod: JSON, key: str) -> bool:
+        """POSTs an Eviction for ``pod`` (by UID); True when it was accepted or the
+        pod is gone."""
         meta = _meta(pod)
         ns = meta.get("namespace") or "default"
         eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
@@ -543,16 +575,13 @@ class PodBindingReconciler:
             self.client.create_subresource("v1", "Pod", meta.get("name"), "eviction",
                                            eviction, namespace=ns)
         except NotFound:
-            DEVICE_CONFLICTS.labels("evicted").inc()  # gone already
-            return
+            return True  # gone already
         except ApiError as exc:
-            DEVICE_CONFLICTS.labels("evict_failed").inc()
             log.warning("pod.evict.failed", pod=key, code=exc.status, error=str(exc))
-            self.recorder.warning(pod, "EvictionFailed",
-                                  f"could not evict the conflicting pod: {exc}")
-            return
-        DEVICE_CONFLICTS.labels("evicted").inc()
-        log.info("pod.evicted", pod=key, reason="DeviceConflict")
+            self.recorder.warning(pod, "EvictionFailed", f"could not evict the pod: {exc}")
+            return False
+        log.info("pod.evicted", pod=key)
+        return True
 
     def _release(self, state: PlacementState, key: str) -> None:
         with state.lock:

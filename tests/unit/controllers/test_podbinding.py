@@ -342,3 +342,22 @@ def test_a_pod_bound_by_someone_else_onto_held_devices(evict: bool) -> None:
         assert body["kind"] == "Eviction"
         assert body["deleteOptions"]["preconditions"]["uid"] == "uid-intruder-0"
     assert conflicts(action) == before + 1
+
+
+def test_evict_holder_asks_every_pod_of_a_seed_holder_to_go() -> None:
+    """What preemption of a seed-path holder needs: its pods evicted (the ledger keeps
+    their devices until they are gone)."""
+    from controllers.podbinding import is_seed_key
+
+    env = Env()
+    for i in (3, 4):
+        env.add(pod(f"check-{i}"))
+        env.reconcile(f"check-{i}")
+    env.client = EvictingClient()
+    env.rec = PodBindingReconciler(env.client, env.recorder, env.pods, lambda: env.state,
+                                   env.book, PodBindingOptions())
+    assert is_seed_key(STS) and not is_seed_key("ns/gw")
+    assert env.rec.evict_holder(STS, "preempted by ns/urgent (priority 100)") == 2
+    assert sorted(e["metadata"]["name"] for e in env.client.evictions) == ["check-3", "check-4"]
+    assert [r for _, _, r, m in env.recorder.events if "preempted by" in m] == ["Preempted"] * 2
+    assert env.holder("node4", 3) == STS  # held until the pods are gone
