@@ -3,6 +3,7 @@
     python main.py [manager] [flags]   the controller manager (default)
     python main.py agent [flags]       the NVML agent (DaemonSet on GPU nodes)
     python main.py webhook [flags]     the CUDA_VISIBLE_DEVICES mutating webhook alone
+    python main.py webhook-certs       the webhook's certificates and CA bundle (a Job)
 
 ``python main.py SUBCOMMAND --help`` lists each one's flags with their defaults.
 """
@@ -73,7 +74,12 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None,
                    help="kubeconfig path; in-cluster config when unset")
     p.add_argument("--namespace", default=None,
-                   help="watch GPUWorkloads in this namespace only (default: all)")
+                   help="cache this namespace only, pods too (default: all); GPU pods "
+                        "elsewhere then go uncounted: prefer --namespaces")
+    p.add_argument("--namespaces", default="",
+                   help="comma-separated: place GPUWorkloads and bind seed pods only in "
+                        "these (default: all); pods everywhere are still counted. Pair "
+                        "with config/namespaced, which limits the RBAC to match")
     p.add_argument("--default-strategy", default=SchedulingStrategy.LEAST_LOADED.value,
                    choices=[s.value for s in SchedulingStrategy],
                    help="strategy for workloads whose spec names none")
@@ -82,6 +88,13 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                    help="how replicas see their devices unless a workload overrides it")
     p.add_argument("--metrics-bind-address", default=":8080",
                    help="address of /metrics; 0 disables")
+    p.add_argument("--metrics-secure", action=argparse.BooleanOptionalAction, default=True,
+                   help="/metrics only for a bearer token allowed `get /metrics` (TokenReview "
+                        "+ SubjectAccessReview), over HTTPS; --no-metrics-secure serves "
+                        "it to anyone over HTTP")
+    p.add_argument("--metrics-cert-dir", default=None,
+                   help="tls.crt and tls.key for the secure /metrics (default: a "
+                        "self-signed certificate made at start)")
     p.add_argument("--health-probe-bind-address", default=":8081",
                    help="address of /healthz and /readyz; 0 disables")
     p.add_argument("--leader-elect", action="store_true",
@@ -97,6 +110,9 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                    help="run the pod-binding controller of the seed-compatible path: bind "
                         "pods whose schedulerName is --scheduler-name as their "
                         "gpu-scheduling-map says, through the same ledger")
+    p.add_argument("--evict-conflicting-pods", action="store_true",
+                   help="evict a --scheduler-name pod bound by someone else onto devices "
+                        "another workload holds (default: report it by Event and metric)")
     p.add_argument("--scheduler-name", default="gpu-scheduler",
                    help="schedulerName of the pods the pod-binding controller binds")
     p.add_argument("--qps", type=float, default=50.0, help="client-side API QPS limit")
@@ -109,22 +125,33 @@ def run_manager(args: argparse.Namespace) -> int:
 
     config = RestConfig.load(args.kubeconfig)
     config.qps, config.burst = args.qps, args.burst
+    authorize, tls = None, None
+    if args.metrics_secure:
+        from runtime import Client
+        from runtime.metrics_auth import MetricsAuthorizer, serving_tls
+        authorize = MetricsAuthorizer(Client(config)).check
+        tls = serving_tls(args.metrics_cert_dir)
     mgr = Manager(config, Options(
         namespace=args.namespace,
         metrics_bind_address=args.metrics_bind_address,
+        metrics_authorize=authorize,
+        metrics_tls=tls,
         health_probe_bind_address=args.health_probe_bind_address,
         leader_elect=args.leader_elect,
         leader_election_id=args.leader_election_id,
         leader_election_namespace=args.leader_election_namespace,
     ))
+    namespaces = frozenset(n.strip() for n in args.namespaces.split(",") if n.strip())
     _, reconciler = setup_gpuworkload_controller(mgr, ControllerOptions(
         workers=args.workers, default_exposure=DeviceExposure(args.device_exposure),
-        stale_after=args.gpunode_stale_after, default_strategy=args.default_strategy))
+        stale_after=args.gpunode_stale_after, default_strategy=args.default_strategy,
+        namespaces=namespaces))
     if args.enable_pod_binding:
         from controllers.podbinding import PodBindingOptions, setup_podbinding_controller
         setup_podbinding_controller(mgr, reconciler, PodBindingOptions(
             scheduler_name=args.scheduler_name, workers=args.workers,
-            default_strategy=args.default_strategy))
+            default_strategy=args.default_strategy,
+            evict_conflicting_pods=args.evict_conflicting_pods, namespaces=namespaces))
     return mgr.start(install_signal_handlers=True)
 
 
@@ -147,6 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     wp = sub.add_parser("webhook", help="the mutating webhook", formatter_class=HelpFormatter)
     add_webhook_flags(wp)
     _common(wp)
+    from internal.webhook.certjob import add_flags as add_certs_flags
+    cp = sub.add_parser("webhook-certs", help="make the webhook's certificates and publish "
+                        "the CA bundle (a Job), then exit")
+    add_certs_flags(cp)
+    _common(cp)
     args = parser.parse_args(argv)
     configure_logging(args.log_format, args.log_level)
     if args.command == "agent":
@@ -155,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "webhook":
         from internal.webhook.app import serve_from_args
         return serve_from_args(args)
+    if args.command == "webhook-certs":
+        from internal.webhook.certjob import run_from_args
+        return run_from_args(args)
     return run_manager(args)
 
 

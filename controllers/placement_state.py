@@ -356,7 +356,7 @@ class PlacementState:
             if bad:
                 BAD_OBJECTS.labels("Pod").inc()
             else:
-                DEVICE_CONFLICTS.inc()
+                DEVICE_CONFLICTS.labels("reported").inc()
             log.warning("ledger.pod.problem", problem=p)
             self._on_problem(pod, "BadAnnotation" if bad else "DeviceConflict", p)
 

@@ -10,8 +10,9 @@ One reconcile of pod ``namespace/name``:
    by an earlier leader, or by someone else).
 3. Unbound, with the ``gpu-scheduling-map`` annotation: its replica index (the
    ``apps.kubernetes.io/pod-index`` label, else the name's ordinal) picks the line
-   of the map; the named node must exist and be Ready, the named devices must exist,
-   be healthy and be held by no other workload.
+   of the map; the named node must exist, be Ready, and be neither cordoned nor
+   tainted NoSchedule/NoExecute unless the pod tolerates it; the named devices must
+   exist, be healthy and be held by no other workload.
    Unbound, without a map: the default strategy places one replica of
    ``nvidia.com/gpu`` limit (else 1) GPUs, honouring the pod's nodeSelector and
    tolerations.
@@ -29,6 +30,13 @@ placements; booking or releasing one pod re-books the owner's list. A pod that
 requests ``nvidia.com/gpu`` and has no map is booked under its own ``Pod:`` key and
 counted (the kubelet's device plugin picks its devices). These bookings have a
 priority above any GPUWorkload's, so they are never preemption victims.
+
+A pod bound outside this scheduler (``spec.nodeName`` set at creation, or by another
+binder) onto devices another workload holds is never booked: it gets a
+``DeviceConflict`` Warning Event and counts in
+``gpu_orchestrator_device_conflicts_total``; with ``evict_conflicting_pods`` (the
+``--evict-conflicting-pods`` flag) it is also evicted through the Eviction API (which
+honours its PodDisruptionBudget), since what is held wins over what was forced in.
 
 What the binding records. The Binding carries the ``gpu.orchestrator.dev/devices``
 annotation (the API server copies a Binding's annotations onto the pod), so a bound
@@ -63,6 +71,8 @@ from api.v1alpha1.types import (
 )
 from controllers.gpuworkload import GPUWorkloadReconciler
 from controllers.placement_state import PlacementState
+from controllers.setup import only_in
+from internal.metrics.domain import DEVICE_CONFLICTS
 from internal.scheduling.ledger import Ledger, LedgerConflict
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
@@ -75,7 +85,9 @@ from internal.scheduling.pods import (
     pod_uid,
 )
 from internal.scheduling.pods import parse_devices as _parse_devices
+from internal.scheduling.snapshot import tolerates, untolerated_taint
 from runtime import Builder, Conflict, Controller, Manager, NotFound, Request, Result
+from runtime.errors import ApiError
 from runtime.events import EventRecorder
 from runtime.predicates import Funcs, UpdateEvent
 from runtime.store import Indexer
@@ -88,6 +100,8 @@ DEFAULT_SCHEDULER_NAME = "gpu-scheduler"
 FAILED_SCHEDULING = "FailedScheduling"
 #: above every GPUWorkload's priority: a bound pod's devices are never preempted
 SEED_PRIORITY = MAX_PRIORITY + 1
+#: the taint a cordoned node carries (the node lifecycle controller adds it)
+CORDON_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 
 
 # ------------------------------------------------------------------ pod helpers
@@ -109,6 +123,12 @@ def owner_key(pod: JSON) -> str:
         if ref.get("controller"):
             return f"{ref.get('kind')}:{ns}/{ref.get('name')}"
     return f"Pod:{ns}/{meta.get('name') or ''}"
+
+
+def is_seed_key(key: str) -> bool:
+    """Is ``key`` a ledger key of this path (``Kind:ns/name``), not a GPUWorkload's
+    (``ns/name``; a namespace never contains ':')?"""
+    return ":" in key.partition("/")[0]
 
 
 def describe_holder(key: str) -> str:
@@ -218,6 +238,10 @@ class SeedBook:
     def entry(self, key: str) -> Entry | None:
         return self.pods.get(key)
 
+    def pod_keys(self, ledger_key: str) -> list[str]:
+        """The pods (``ns/name``) whose bookings make up ``ledger_key``."""
+        return sorted(self._by_key.get(ledger_key, ()))
+
     def _rebook(self, ledger: Ledger, ledger_key: str, entries: list[Entry]) -> None:
         if not entries:
             ledger.forget(ledger_key)
@@ -277,6 +301,10 @@ class PodBindingOptions:
     max_backoff: float = 60.0
     #: freed capacity retries a waiting pod at once, but not more often than this
     min_wake_interval: float = 1.0
+    #: evict a pod bound by someone else onto devices another workload holds
+    evict_conflicting_pods: bool = False
+    #: bind only pods of these namespaces (empty: all)
+    namespaces: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -352,7 +380,8 @@ class PodBindingReconciler:
                           f"{index} ({source}); it maps index(es) "
                           f"{', '.join(map(str, lines))}")
         key = owner_key(pod)
-        why = self._check_exact(state, key, index, line.node, line.devices)
+        why = self._check_exact(state, key, index, line.node, line.devices,
+                                tuple(_spec(pod).get("tolerations") or ()))
         if why:
             return None, why
         return Entry(key, Placement(index=index, node=line.node, devices=list(line.devices)),
@@ -360,7 +389,8 @@ class PodBindingReconciler:
 
     @staticmethod
     def _check_exact(state: PlacementState, key: str, index: int, node: str,
-                     devices: tuple[int, ...]) -> str:
+                     devices: tuple[int, ...],
+                     tolerations: tuple[Mapping[str, Any], ...] = ()) -> str:
         ledger = state.ledger
         info = state.snapshot.get(node)
         where = f"replica index {index}: node {node}"
@@ -368,6 +398,13 @@ class PodBindingReconciler:
             return f"{where} does not exist"
         if not info.ready:
             return f"{where} is not Ready"
+        if info.unschedulable and not tolerates(tolerations, CORDON_TAINT):
+            return f"{where} is cordoned (unschedulable) and the pod does not tolerate it"
+        taint = untolerated_taint(info, tolerations)
+        if taint is not None:
+            return (f"{where} has the taint {taint.get('key')}"
+                    f"{'=' + taint['value'] if taint.get('value') else ''}:"
+                    f"{taint.get('effect')} that the pod does not tolerate")
         missing = [d for d in devices if d not in info.devices]
         if missing:
             return (f"{where}: device(s) {_devs(missing)} beyond the node's "
@@ -492,10 +529,56 @@ class PodBindingReconciler:
                 conflict = str(exc)
             else:
                 return
+        self._conflict(pod, key, conflict)
+
+    def _conflict(self, pod: JSON, key: str, conflict: str) -> None:
+        """Report (and, by the admin's flag, evict) a pod bound onto held devices."""
         log.warning("pod.adopt.conflict", pod=key, error=conflict)
+        evict = self.options.evict_conflicting_pods
         self.recorder.warning(pod, "DeviceConflict",
                               f"bound outside this scheduler to devices another workload "
-                              f"holds: {conflict}")
+                              f"holds: {conflict}" + ("; evicting it" if evict else ""))
+        if not evict:
+            DEVICE_CONFLICTS.labels("reported").inc()
+            return
+        DEVICE_CONFLICTS.labels("evicted" if self._evict(pod, key) else "evict_failed").inc()
+
+    def evict_holder(self, ledger_key: str, message: str) -> int:
+        """Ask every pod of the seed-path holder ``ledger_key`` to go (Eviction API,
+        so PodDisruptionBudgets hold), with a ``Preempted`` Event saying why; returns
+        how many were asked. For preemption: the devices stay held until the pods are
+        gone (DESIGN.md invariant 3), so a caller keeps them nominated meanwhile."""
+        with self.state().lock:
+            keys = self.book.pod_keys(ledger_key)
+        asked = 0
+        for key in keys:
+            ns, name = key.split("/", 1)
+            pod = self.pods.get_by_name(name, ns)
+            if pod is None:
+                continue
+            self.recorder.warning(pod, "Preempted", message)
+            asked += bool(self._evict(pod, key))
+        return asked
+
+    def _evict(self, pod: JSON, key: str) -> bool:
+        """POSTs an Eviction for ``pod`` (by UID); True when it was accepted or the
+        pod is gone."""
+        meta = _meta(pod)
+        ns = meta.get("namespace") or "default"
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
+                    "metadata": {"name": meta.get("name"), "namespace": ns},
+                    "deleteOptions": {"preconditions": {"uid": meta.get("uid")}}}
+        try:
+            self.client.create_subresource("v1", "Pod", meta.get("name"), "eviction",
+                                           eviction, namespace=ns)
+        except NotFound:
+            return True  # gone already
+        except ApiError as exc:
+            log.warning("pod.evict.failed", pod=key, code=exc.status, error=str(exc))
+            self.recorder.warning(pod, "EvictionFailed", f"could not evict the pod: {exc}")
+            return False
+        log.info("pod.evicted", pod=key)
+        return True
 
     def _release(self, state: PlacementState, key: str) -> None:
         with state.lock:
@@ -564,7 +647,7 @@ def setup_podbinding_controller(mgr: Manager, gpuworkload_reconciler: GPUWorkloa
     ctrl = (Builder(mgr).named("podbinding")
             .for_("v1", "Pod", pod_predicate(book))
             .with_options(max_concurrent_reconciles=opts.workers)
-            .complete(reconciler))
+            .complete(only_in(opts.namespaces, reconciler)))
     reconciler.enqueue_after = ctrl.queue.add_after
     return ctrl, reconciler
 

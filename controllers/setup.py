@@ -38,6 +38,20 @@ class ControllerOptions:
     stale_after: float = 90.0  # seconds without a GPUNode heartbeat before it is stale
     stale_check_period: float = 10.0
     default_strategy: str | None = None  # for specs that name no schedulingStrategy
+    #: place only GPUWorkloads of these namespaces (empty: all); every pod and every
+    #: workload's placements are still read and counted, wherever they are
+    namespaces: frozenset[str] = frozenset()
+
+
+def only_in(namespaces: frozenset[str], reconciler: Any) -> Any:
+    """``reconciler``, or a reconcile function that ignores requests outside
+    ``namespaces`` (the manager's --namespaces; RBAC from config/namespaced matches)."""
+    if not namespaces:
+        return reconciler
+
+    def reconcile(req: Request) -> Any:
+        return reconciler.reconcile(req) if req.namespace in namespaces else None
+    return reconcile
 
 
 class _StaleTicker:
@@ -127,7 +141,7 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
             .owns("v1", "Pod")
             .owns("batch/v1", "Job")
             .with_options(max_concurrent_reconciles=opts.workers)
-            .complete(reconciler))
+            .complete(only_in(opts.namespaces, reconciler)))
     holder["ctrl"] = ctrl
     mgr.add(_StaleTicker(reconciler, opts.stale_check_period))
 

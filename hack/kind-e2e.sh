@@ -3,7 +3,7 @@
 #   1. creates the cluster of kind-config.yaml (control plane + node1..node4),
 #   2. builds the controller and gpu-scheduler-check images and loads them,
 #   3. deploys config/ (CRDs, RBAC, manager) and config/webhook, waits for the
-#      webhook to have patched its CA bundle,
+#      certificate Job to have written the Secret and patched the CA bundle,
 #   4. applies the seed's StatefulSet (config/samples/gpu-scheduler-check-statefulset.yaml),
 #   5. saves `kubectl get pod -owide -A` and the logs of the pods on node3 and node4
 #      into $ARTIFACTS, and checks each replica's node and CUDA_VISIBLE_DEVICES.
@@ -73,12 +73,14 @@ kind load docker-image --name "$cluster" gpu-orchestrator:latest gpu-scheduler-c
 log "deploying config/ and config/webhook"
 k apply -k config >/dev/null
 k apply -k config/webhook >/dev/null
+k -n gpu-orchestrator-system wait --for=condition=complete job/gpu-orchestrator-webhook-certs \
+  --timeout=180s
 k -n gpu-orchestrator-system rollout status deploy/gpu-orchestrator-webhook --timeout=180s
 k -n gpu-orchestrator-system rollout status deploy/gpu-orchestrator-manager --timeout=180s
 deadline=$((SECONDS + 60))
 until [ -n "$(k get mutatingwebhookconfiguration gpu-orchestrator-mutating-webhook \
       -o jsonpath='{.webhooks[0].clientConfig.caBundle}')" ]; do
-  [ $SECONDS -lt $deadline ] || { log "the webhook did not patch its CA bundle"; exit 1; }
+  [ $SECONDS -lt $deadline ] || { log "the certificate Job did not patch the CA bundle"; exit 1; }
   sleep 2
 done
 

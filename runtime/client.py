@@ -49,6 +49,7 @@ class RestConfig:
     tls_server_name: str | None = None
     impersonate_user: str | None = None
     impersonate_groups: list[str] = field(default_factory=list)
+    impersonate_extra: dict[str, list[str]] = field(default_factory=dict)
     qps: float = 50.0
     burst: int = 100
     timeout: float = 30.0
@@ -110,13 +111,16 @@ class RestConfig:
                     return v if v.lower().startswith("bearer ") else f"Bearer {v}"
         return f"Bearer {self.token}" if self.token else None
 
-    def impersonating(self, user: str, groups: list[str] | None = None) -> RestConfig:
-        """A copy of this config that impersonates ``user`` (and ``groups``)."""
+    def impersonating(self, user: str, groups: list[str] | None = None,
+                      extra: Mapping[str, list[str]] | None = None) -> RestConfig:
+        """A copy of this config that impersonates ``user`` (and ``groups``, and the
+        user's ``extra`` fields, e.g. the node a service-account token is bound to)."""
         import copy
 
         c = copy.copy(self)
         c.impersonate_user = user
         c.impersonate_groups = list(groups or [])
+        c.impersonate_extra = {k: list(v) for k, v in (extra or {}).items()}
         return c
 
 
@@ -228,9 +232,10 @@ class Client:
     def from_kubeconfig(cls, path: str | None = None, **kw: Any) -> Client:
         return cls(RestConfig.from_kubeconfig(path, **kw))
 
-    def impersonate(self, user: str, groups: list[str] | None = None) -> Client:
+    def impersonate(self, user: str, groups: list[str] | None = None,
+                    extra: Mapping[str, list[str]] | None = None) -> Client:
         """A new client acting as ``user`` (e.g. ``system:serviceaccount:ns:name``)."""
-        return Client(self.config.impersonating(user, groups))
+        return Client(self.config.impersonating(user, groups, extra))
 
     # ------------------------------------------------------------------ transport
     def _headers(self, content_type: str | None = None) -> dict[str, Any]:
@@ -244,6 +249,8 @@ class Client:
             h["Impersonate-User"] = self.config.impersonate_user
             if self.config.impersonate_groups:
                 h["Impersonate-Group"] = list(self.config.impersonate_groups)
+            for k, v in self.config.impersonate_extra.items():
+                h[f"Impersonate-Extra-{quote(k, safe='')}"] = list(v)
         return h
 
     def _url(self, path: str, params: Mapping[str, Any] | None) -> str:
@@ -534,11 +541,13 @@ class Client:
 
 
 def _multi_header(h: dict[str, Any]) -> Any:
-    """urllib3 needs an HTTPHeaderDict to send a repeated header (Impersonate-Group)."""
-    groups = h.pop("Impersonate-Group", None)
-    if not groups:
+    """urllib3 needs an HTTPHeaderDict to send a repeated header (Impersonate-Group,
+    Impersonate-Extra-*): every list value is sent as one header per item."""
+    if not any(isinstance(v, list) for v in h.values()):
         return h
-    hd = urllib3.HTTPHeaderDict(h)
-    for g in groups:
-        hd.add("Impersonate-Group", g)
+    hd = urllib3.HTTPHeaderDict({k: v for k, v in h.items() if not isinstance(v, list)})
+    for k, v in h.items():
+        if isinstance(v, list):
+            for item in v:
+                hd.add(k, item)
     return hd

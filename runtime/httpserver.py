@@ -1,16 +1,28 @@
-"""A tiny threaded HTTP server for ``/metrics``, ``/healthz`` and ``/readyz``."""
+"""A tiny threaded HTTP server for ``/metrics``, ``/healthz`` and ``/readyz``.
+
+``authorize(headers, path)``, when given, runs before every route: a (status,
+message) it returns is sent instead (see :mod:`runtime.metrics_auth`). ``tls``, when
+given, serves HTTPS: each connection's handshake runs in its own thread (bounded by
+``HANDSHAKE_TIMEOUT``), so a slow client never blocks accepting."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import structlog
 
 log = structlog.get_logger("runtime.httpserver")
 
 Route = Callable[[str], tuple[int, str, bytes]]  # query -> (status, content type, body)
+HANDSHAKE_TIMEOUT = 10.0
+#: (request headers, path) -> None to serve, or (status, message) to refuse
+Authorize = Callable[[Mapping[str, str], str], tuple[int, str] | None]
 
 
 def parse_bind_address(addr: str | None) -> tuple[str, int] | None:
@@ -22,8 +34,30 @@ def parse_bind_address(addr: str | None) -> tuple[str, int] | None:
     return host, int(port)
 
 
+class _TLSServer(ThreadingHTTPServer):
+    """Wraps each accepted connection in TLS in the connection's own thread."""
+
+    tls: ssl.SSLContext
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        sock: socket.socket = request
+        sock.settimeout(HANDSHAKE_TIMEOUT)
+        try:
+            conn = self.tls.wrap_socket(sock, server_side=True)
+        except (ssl.SSLError, OSError):
+            return
+        try:
+            conn.settimeout(60)
+            self.RequestHandlerClass(conn, client_address, self)
+        finally:
+            with contextlib.suppress(OSError):
+                conn.close()
+
+
 class HTTPServer:
-    def __init__(self, bind_address: str, routes: dict[str, Route], name: str = "http") -> None:
+    def __init__(self, bind_address: str, routes: dict[str, Route], name: str = "http",
+                 authorize: Authorize | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         parsed = parse_bind_address(bind_address)
         if parsed is None:
             raise ValueError("server disabled by bind address")
@@ -40,7 +74,10 @@ class HTTPServer:
                     base = path.rsplit("/", 1)[0]
                     route = server.routes.get(base)
                     query = f"check={path.rsplit('/', 1)[1]}&{query}" if route else query
-                if route is None:
+                refused = None if authorize is None else authorize(self.headers, path)
+                if refused is not None:
+                    status, ctype, body = refused[0], "text/plain", f"{refused[1]}\n".encode()
+                elif route is None:
                     status, ctype, body = 404, "text/plain", b"not found\n"
                 else:
                     try:
@@ -56,7 +93,11 @@ class HTTPServer:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self._httpd = ThreadingHTTPServer(parsed, Handler)
+        if tls is None:
+            self._httpd = ThreadingHTTPServer(parsed, Handler)
+        else:
+            self._httpd = _TLSServer(parsed, Handler)
+            self._httpd.tls = tls
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 

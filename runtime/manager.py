@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -27,7 +28,7 @@ from runtime import metrics
 from runtime.client import Client, RestConfig
 from runtime.events import EventRecorder
 from runtime.health import Checks, ping
-from runtime.httpserver import HTTPServer, parse_bind_address
+from runtime.httpserver import Authorize, HTTPServer, parse_bind_address
 from runtime.informer import SharedIndexInformer, SharedInformerFactory
 from runtime.leaderelection import LeaderElector
 from runtime.store import IndexFunc
@@ -48,6 +49,9 @@ class Runnable(Protocol):
 class Options:
     namespace: str | None = None  # restrict the cache to one namespace
     metrics_bind_address: str = ":8080"  # "0" disables
+    #: checks each /metrics request first (runtime.metrics_auth); None serves plainly
+    metrics_authorize: Authorize | None = None
+    metrics_tls: ssl.SSLContext | None = None  # HTTPS for /metrics (runtime.metrics_auth)
     health_probe_bind_address: str = ":8081"  # "0" disables
     leader_elect: bool = False
     leader_election_id: str = "controller-leader"
@@ -167,6 +171,8 @@ class Manager:
                     )
                 },
                 name="metrics",
+                authorize=o.metrics_authorize,
+                tls=o.metrics_tls,
             )
             self.metrics_server.start()
         if parse_bind_address(o.health_probe_bind_address) is not None:

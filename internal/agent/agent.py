@@ -11,6 +11,12 @@ The GPUNode is cluster-scoped, named after the node, owned by the Node; it is
 created when missing (also when deleted while the agent runs). Status is written by
 a JSON merge patch on the status subresource, labels by a merge patch on the Node,
 and only when they change.
+
+The agent writes only its own node's objects: at start it asks the API server who it
+is (a SelfSubjectReview); when its token is bound to a node (a projected
+service-account token of a DaemonSet pod) and that node is not ``--node-name``, it
+refuses to run (:class:`WrongNode`). The admission policies of config/crd enforce the
+same on the server side, for a compromised agent too.
 """
 
 from __future__ import annotations
@@ -43,6 +49,40 @@ MAX_BACKOFF = 60.0
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+
+
+class WrongNode(RuntimeError):
+    """The agent was told to report for a node other than the one it runs on."""
+
+
+def token_node(client: Client) -> str | None:
+    """The node the client's credentials are bound to, from a SelfSubjectReview;
+    None when they are not bound to a node (a kubeconfig user, a legacy token) or the
+    review cannot be made (the server-side policy still applies)."""
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    try:
+        got = client.create(review)
+    except errors.ApiError as e:
+        log.warning("agent.self_review_failed", code=e.status, error=str(e))
+        return None
+    extra = ((got.get("status") or {}).get("userInfo") or {}).get("extra") or {}
+    nodes = extra.get(NODE_NAME_EXTRA) or []
+    return str(nodes[0]) if len(nodes) == 1 else None
+
+
+def check_node(client: Client, node_name: str) -> None:
+    """Raises :class:`WrongNode` when the token is bound to a node other than
+    ``node_name``; logs a warning when it is bound to none."""
+    bound = token_node(client)
+    if bound is None:
+        log.warning("agent.token_not_bound_to_node", node=node_name,
+                    hint="in a cluster, the agent's writes need its pod's projected token")
+    elif bound != node_name:
+        raise WrongNode(f"--node-name is {node_name!r} but this agent runs on node {bound!r} "
+                        "(its token is bound there); it reports only for its own node")
 
 
 class Agent:
@@ -217,9 +257,10 @@ def run_agent(
     be: NvmlBackend = select_backend(backend) if owned else backend  # type: ignore[arg-type]
     if client is None:
         client = Client(RestConfig.load(kubeconfig, user_agent="gpu-orchestrator-agent"))
-    agent = Agent(node_name, client, be, interval=interval, poll_interval=poll_interval)
     server: HTTPServer | None = None
     try:
+        check_node(client, node_name)
+        agent = Agent(node_name, client, be, interval=interval, poll_interval=poll_interval)
         if parse_bind_address(metrics_bind_address) is not None:
             server = HTTPServer(str(metrics_bind_address), agent.routes(), name="agent-metrics")
             server.start()

@@ -28,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from internal.agent.agent import DEFAULT_INTERVAL, DEFAULT_POLL_INTERVAL, run_agent
+from internal.agent.agent import DEFAULT_INTERVAL, DEFAULT_POLL_INTERVAL, WrongNode, run_agent
 from internal.agent.nvml import NvmlUnavailable, select_backend
 
 log = structlog.get_logger("agent")
@@ -66,6 +66,9 @@ def agent_main(args: Any, stop_event: threading.Event | None = None) -> int:
     try:
         run_agent(args.node_name, args.kubeconfig, backend, args.interval,
                   args.metrics_bind_address, stop, poll_interval=args.poll_interval)
+    except WrongNode as e:
+        log.error("agent.wrong_node", error=str(e))
+        return 2
     finally:
         backend.close()
     return 0

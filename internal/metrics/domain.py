@@ -80,14 +80,15 @@ FAILURES = Counter(
 PREEMPTIONS = Counter(
     "gpu_orchestrator_preemptions", "Workloads evicted by the priority strategy to make room.",
     registry=REGISTRY)
+DEVICE_CONFLICTS = Counter(
+    "gpu_orchestrator_device_conflicts", "Pods found bound by someone else onto devices "
+    "another workload holds, by action (reported, evicted, evict_failed).", ["action"],
+    registry=REGISTRY)
 
 BAD_OBJECTS = Counter(
     "gpu_orchestrator_bad_objects", "Objects skipped because they could not be read (a "
     "malformed devices annotation, an unreadable placement), by kind.", ["kind"],
     registry=REGISTRY)
-DEVICE_CONFLICTS = Counter(
-    "gpu_orchestrator_device_conflicts", "Pods seen holding a device another owner holds "
-    "(bound by someone else onto held devices).", registry=REGISTRY)
 
 
 # The exported series names (counters gain _total), for tests that check the dashboard
@@ -101,8 +102,8 @@ METRIC_NAMES = frozenset({
     "gpu_orchestrator_create_to_bound_seconds",
     "gpu_orchestrator_retries_total",
     "gpu_orchestrator_failures_total",
+    "gpu_orchestrator_device_conflicts_total",
     "gpu_orchestrator_preemptions_total",
     "gpu_orchestrator_gpunode_heartbeat_age_seconds",
     "gpu_orchestrator_bad_objects_total",
-    "gpu_orchestrator_device_conflicts_total",
 })

@@ -11,6 +11,13 @@ price per GPU-hour, lower is cheaper) or one of the words ``cheap`` (= 1),
 ``standard`` (= 10) and ``expensive`` (= 100). Unlabelled nodes count as standard.
 The costOptimized strategy prefers the lowest cost.
 
+A GPUNode describes the node of its own name (``metadata.name``). One whose
+``spec.nodeName`` names another node is ignored (:meth:`Snapshot.upsert_gpunode`
+returns why, and :attr:`Snapshot.ignored` keeps it): otherwise a GPUNode named
+``evil`` could give ``node1`` sixteen phantom devices. The admission policy of
+config/crd refuses such an object; this is the second line. Deleting a GPUNode
+removes its devices at once (it is stored and removed under the same name).
+
 The snapshot keeps the ledger informed of each node's usable devices, so that the
 ledger's free-capacity index is right (``Snapshot(ledger)`` then ``upsert_*``).
 """
@@ -166,8 +173,18 @@ def gpunode_at(
 
 
 def gpunode_name(gpunode: Mapping[str, Any]) -> str:
-    spec = gpunode.get("spec") or {}
-    return str(spec.get("nodeName") or (gpunode.get("metadata") or {}).get("name") or "")
+    """The node a GPUNode describes: its own name, always."""
+    return str((gpunode.get("metadata") or {}).get("name") or "")
+
+
+def gpunode_mismatch(gpunode: Mapping[str, Any]) -> str | None:
+    """Why a GPUNode cannot be trusted for its node, or None when it can."""
+    name = gpunode_name(gpunode)
+    claimed = (gpunode.get("spec") or {}).get("nodeName")
+    if claimed and claimed != name:
+        return (f"GPUNode {name} ignored: spec.nodeName {claimed!r} differs from its name "
+                "(a GPUNode describes only the node of its own name)")
+    return None
 
 
 class Snapshot:
@@ -178,6 +195,8 @@ class Snapshot:
         self._names: list[str] = []  # sorted
         self._raw_nodes: dict[str, Mapping[str, Any]] = {}
         self._gpunodes: dict[str, Mapping[str, Any]] = {}
+        #: GPUNode name -> why it is ignored (see :func:`gpunode_mismatch`)
+        self.ignored: dict[str, str] = {}
         self.ledger = ledger
         self._cost_levels: list[tuple[float, list[str]]] | None = None
 
@@ -192,7 +211,7 @@ class Snapshot:
     ) -> Snapshot:
         snap = cls(ledger)
         for g in gpunodes:
-            snap._gpunodes[gpunode_name(g)] = g
+            snap._store_gpunode(g)
         for n in nodes:
             snap.upsert_node(n)
         return snap
@@ -257,13 +276,28 @@ class Snapshot:
         self._raw_nodes[name] = node
         self._recompute(name)
 
-    def upsert_gpunode(self, gpunode: Mapping[str, Any]) -> None:
+    def _store_gpunode(self, gpunode: Mapping[str, Any]) -> str | None:
         name = gpunode_name(gpunode)
-        self._gpunodes[name] = gpunode
-        self._recompute(name)
+        why = gpunode_mismatch(gpunode)
+        if why is None:
+            self._gpunodes[name] = gpunode
+            self.ignored.pop(name, None)
+        else:
+            self._gpunodes.pop(name, None)  # what it said before no longer counts
+            self.ignored[name] = why
+        return why
+
+    def upsert_gpunode(self, gpunode: Mapping[str, Any]) -> str | None:
+        """Use ``gpunode`` for the node of its name; returns why it is ignored instead
+        (its node then falls back to its allocatable), or None."""
+        why = self._store_gpunode(gpunode)
+        self._recompute(gpunode_name(gpunode))
+        return why
 
     def remove_gpunode(self, name: str) -> None:
+        """The GPUNode ``name`` is gone: its node's devices are recomputed now."""
         self._gpunodes.pop(name, None)
+        self.ignored.pop(name, None)
         self._recompute(name)
 
     def remove_node(self, name: str) -> None:

@@ -1,6 +1,9 @@
 """admission.k8s.io/v1 AdmissionReview in, AdmissionReview out, for pods. Pure.
 
 - No ``gpu-scheduling-map`` annotation, or not a pod CREATE: allowed, unchanged.
+- A pod that sets ``spec.nodeName`` itself, or names another ``schedulerName``:
+  allowed, unchanged, with a warning. The pod-binding controller will not bind it, so
+  devices injected from the map would be devices nobody booked.
 - A malformed map, or an unknown per-pod exposure mode: rejected (``allowed:
   false``, HTTP-like code 400) with the parser's message naming the bad line.
 - A replica index that cannot be told, or that the map does not name: allowed,
@@ -41,8 +44,23 @@ def _deny(uid: str, message: str) -> dict[str, Any]:
                          "status": {"code": 400, "reason": "BadRequest", "message": message}})
 
 
+DEFAULT_SCHEDULER_NAME = "gpu-scheduler"
+
+
+def not_ours(pod: Mapping[str, Any], scheduler_name: str) -> str | None:
+    """Why the pod-binding controller will never bind ``pod``, or None."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return f"the pod sets spec.nodeName {spec['nodeName']!r} itself"
+    name = spec.get("schedulerName") or "default-scheduler"
+    if name != scheduler_name:
+        return f"the pod names schedulerName {name!r}, not {scheduler_name!r}"
+    return None
+
+
 def mutate_review(body: Mapping[str, Any],
                   default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES,
+                  scheduler_name: str = DEFAULT_SCHEDULER_NAME,
                   ) -> dict[str, Any]:
     """The AdmissionReview answering ``body``; raises BadReview for a malformed body."""
     if body.get("kind") != "AdmissionReview" or not isinstance(body.get("request"), dict):
@@ -60,6 +78,11 @@ def mutate_review(body: Mapping[str, Any],
     text = annotations.get(SCHEDULING_MAP_ANNOTATION)
     if text is None:
         return _review(uid, {"allowed": True})
+    why = not_ours(pod, scheduler_name)
+    if why is not None:
+        return _review(uid, {"allowed": True, "warnings": [
+            f"{SCHEDULING_MAP_ANNOTATION}: {why}, so {scheduler_name} does not bind it; "
+            "no devices injected"]})
     try:
         entries = parse_scheduling_map(str(text))
     except MapParseError as exc:

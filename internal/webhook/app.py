@@ -18,11 +18,16 @@ from typing import Any
 import structlog
 
 from api.v1alpha1.types import DeviceExposure
+from internal.webhook.admission import DEFAULT_SCHEDULER_NAME
 from internal.webhook.cabundle import CABundlePatcher
 from internal.webhook.certs import service_hosts
 from internal.webhook.exposure import parse_exposure
 from internal.webhook.rotation import FileCerts, SelfSignedCerts, ServingCerts
-from internal.webhook.server import WebhookServer
+from internal.webhook.server import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_IN_FLIGHT,
+    WebhookServer,
+)
 
 log = structlog.get_logger("webhook")
 
@@ -94,6 +99,9 @@ def build(
     cert_validity: dt.timedelta = dt.timedelta(days=90),
     ca_validity: dt.timedelta = dt.timedelta(days=3650),
     check_interval: float = 60.0,
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
 ) -> Webhook:
     """A :class:`Webhook`, not started. See :func:`serve` for the arguments."""
     mode = (device_exposure if isinstance(device_exposure, DeviceExposure)
@@ -112,7 +120,8 @@ def build(
         from runtime.client import Client, RestConfig
 
         patcher = CABundlePatcher(Client(RestConfig.load(kubeconfig)), webhook_config_name)
-    server = WebhookServer(certs, bind_address, port, mode)
+    server = WebhookServer(certs, bind_address, port, mode, scheduler_name=scheduler_name,
+                           max_in_flight=max_in_flight, max_connections=max_connections)
     return Webhook(certs, server, patcher, check_interval)
 
 
@@ -129,6 +138,14 @@ def serve(*, stop: threading.Event | None = None, **options: Any) -> int:
       they change.
     - ``device_exposure``: the default mode; a pod may override it with the
       annotation ``gpu.orchestrator.dev/device-exposure``.
+    - ``scheduler_name``: only pods that name it (and leave ``spec.nodeName`` unset)
+      get devices; ``max_in_flight`` and ``max_connections`` bound the server (see
+      :mod:`internal.webhook.server`).
+
+    In a cluster the CA bundle is published by the certificate Job
+    (``main.py webhook-certs``, config/webhook/certs-job.yaml) or by cert-manager, and
+    the webhook runs with ``--no-self-signed-certs``: it then needs no API access at
+    all, so a compromised webhook cannot widen its own configuration.
     """
     webhook = build(**options)
     if stop is None:
@@ -164,6 +181,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device-exposure", default=DeviceExposure.CUDA_VISIBLE_DEVICES.value,
                         choices=[m.value for m in DeviceExposure])
     parser.add_argument("--cert-validity-days", type=float, default=90.0)
+    parser.add_argument("--scheduler-name", default=DEFAULT_SCHEDULER_NAME,
+                        help="only pods of this scheduler, not yet bound, get devices")
+    parser.add_argument("--max-in-flight", type=int, default=DEFAULT_MAX_IN_FLIGHT,
+                        help="reviews answered at once; beyond: 429")
+    parser.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                        help="open connections; beyond: closed at once")
     parser.add_argument("--kubeconfig", default=None)
 
 
@@ -175,4 +198,6 @@ def serve_from_args(args: argparse.Namespace) -> int:
         webhook_config_name=args.webhook_config_name, patch_ca_bundle=args.patch_ca_bundle,
         kubeconfig=args.kubeconfig, device_exposure=args.device_exposure,
         cert_validity=dt.timedelta(days=args.cert_validity_days),
+        scheduler_name=args.scheduler_name, max_in_flight=args.max_in_flight,
+        max_connections=args.max_connections,
     )

@@ -4,6 +4,20 @@ stdlib ``http.server``, one thread per connection. The listening socket is plain
 TCP; each accepted connection is wrapped with the certificate source's *current*
 ``SSLContext`` in its own thread (so a slow handshake never blocks accepting), which
 is how a renewed certificate is picked up without a restart. TLS 1.2 is the minimum.
+
+Bounded, so that a flood cannot exhaust memory or threads:
+
+================================  ==================================================
+beyond                            answer
+================================  ==================================================
+``MAX_BODY`` (what an AdmissionReview of the largest Pod kube-apiserver accepts
+can be)                           413 Request Entity Too Large, connection closed
+``max_in_flight`` reviews being   429 Too Many Requests with ``Retry-After: 1``,
+parsed or answered at once        connection closed (kube-apiserver then applies the
+                                  webhook's failurePolicy; the pod's controller retries)
+``max_connections`` open          the new connection is closed before its TLS
+connections                       handshake (a thread per connection is the cost)
+================================  ==================================================
 """
 
 from __future__ import annotations
@@ -20,13 +34,17 @@ import orjson
 import structlog
 
 from api.v1alpha1.types import DeviceExposure
-from internal.webhook.admission import BadReview, mutate_review
+from internal.webhook.admission import DEFAULT_SCHEDULER_NAME, BadReview, mutate_review
 from internal.webhook.rotation import ServingCerts
 
 log = structlog.get_logger("webhook.server")
 
-MAX_BODY = 8 << 20  # AdmissionReview of the largest pod (objects are capped at ~1.5 MiB)
+#: kube-apiserver refuses request bodies over 3 MiB (and etcd objects over 1.5 MiB), so
+#: no Pod it admits makes an AdmissionReview larger than this (object + request fields).
+MAX_BODY = (3 << 20) + (64 << 10)
 HANDSHAKE_TIMEOUT = 10.0
+DEFAULT_MAX_IN_FLIGHT = 4  # a maximum-size review peaks at ~52 MiB of Python objects
+DEFAULT_MAX_CONNECTIONS = 64
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -73,11 +91,35 @@ class _Handler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length") or -1)
         except ValueError:
             length = -1
-        if length < 0 or length > MAX_BODY:
+        if length < 0:
             self.close_connection = True
-            self._send(HTTPStatus.BAD_REQUEST, b"a Content-Length up to 8 MiB is required",
+            self._send(HTTPStatus.LENGTH_REQUIRED, b"a Content-Length is required",
                        "text/plain")
             return
+        if length > MAX_BODY:
+            self.close_connection = True  # the body is never read
+            log.warning("webhook_body_too_large", length=length, limit=MAX_BODY)
+            self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                       f"an AdmissionReview is at most {MAX_BODY} bytes (the largest Pod "
+                       f"kube-apiserver accepts); got {length}".encode(), "text/plain")
+            return
+        if not self.server.in_flight.acquire(blocking=False):
+            self.close_connection = True  # the body is never read
+            log.warning("webhook_too_many_requests", limit=self.server.max_in_flight)
+            self.send_response(HTTPStatus.TOO_MANY_REQUESTS)
+            body = f"more than {self.server.max_in_flight} reviews at once".encode()
+            self.send_header("Retry-After", "1")
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        try:
+            self._review(length)
+        finally:
+            self.server.in_flight.release()
+
+    def _review(self, length: int) -> None:
         raw = self.rfile.read(length)
         ctype = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip()
         if ctype != "application/json":
@@ -88,7 +130,8 @@ class _Handler(BaseHTTPRequestHandler):
             review = orjson.loads(raw)
             if not isinstance(review, dict):
                 raise BadReview("body is not a JSON object")
-            answer = mutate_review(review, self.server.default_exposure)
+            answer = mutate_review(review, self.server.default_exposure,
+                                   self.server.scheduler_name)
         except (orjson.JSONDecodeError, BadReview) as exc:
             log.warning("webhook_bad_request", error=str(exc))
             self._send(HTTPStatus.BAD_REQUEST, str(exc).encode(), "text/plain")
@@ -119,9 +162,15 @@ class _HTTPSServer(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, addr: tuple[str, int], certs: ServingCerts,
-                 default_exposure: DeviceExposure) -> None:
+                 default_exposure: DeviceExposure, scheduler_name: str,
+                 max_in_flight: int, max_connections: int) -> None:
         self.certs = certs
         self.default_exposure = default_exposure
+        self.scheduler_name = scheduler_name
+        self.max_in_flight = max_in_flight
+        self.in_flight = threading.BoundedSemaphore(max_in_flight)
+        self.max_connections = max_connections
+        self._open = 0  # accepted connections not yet closed (handshaking included)
         self.stopping = threading.Event()
         self._conns: set[ssl.SSLSocket] = set()
         self._conns_lock = threading.Condition()
@@ -145,6 +194,25 @@ class _HTTPSServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that went away mid-request: not worth a traceback on stderr.
         log.debug("webhook_connection_error", client=client_address[0], exc_info=True)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._conns_lock:
+            full = self._open >= self.max_connections
+            if not full:
+                self._open += 1
+        if full:
+            log.warning("webhook_too_many_connections", limit=self.max_connections,
+                        client=client_address[0])
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._conns_lock:
+                self._open -= 1
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         sock: socket.socket = request
@@ -170,9 +238,14 @@ class WebhookServer:
     """The server on ``host:port`` (port 0: a free one, see :attr:`port`)."""
 
     def __init__(self, certs: ServingCerts, host: str = "0.0.0.0", port: int = 9443,
-                 default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES
-                 ) -> None:
-        self._httpd = _HTTPSServer((host, port), certs, default_exposure)
+                 default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES,
+                 *, scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+        if max_in_flight < 1 or max_connections < 1:
+            raise ValueError("max_in_flight and max_connections must be at least 1")
+        self._httpd = _HTTPSServer((host, port), certs, default_exposure, scheduler_name,
+                                   max_in_flight, max_connections)
         self._thread: threading.Thread | None = None
 
     @property

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from api.v1alpha1.policies import NODE_NAME_EXTRA
 from hack.testenv import ControlPlane
 from internal.agent.agent import Agent, run_agent
 from internal.agent.nvml import FixtureBackend
@@ -45,8 +46,11 @@ def agent_rbac(cluster: ControlPlane) -> ControlPlane:
 class RunningAgent:
     def __init__(self, cluster: ControlPlane, backend: FixtureBackend) -> None:
         # The agent acts as its ServiceAccount, so config/agent's RBAC is what allows it.
+        # Its token is bound to its pod on NODE, as a projected token is (the
+        # admission policies of config/crd let it write only that node's GPUNode).
         client = Client.from_kubeconfig(str(cluster.kubeconfig)).impersonate(
-            SA, ["system:serviceaccounts", f"system:serviceaccounts:{NS}", "system:authenticated"])
+            SA, ["system:serviceaccounts", f"system:serviceaccounts:{NS}", "system:authenticated"],
+            {NODE_NAME_EXTRA: [NODE]})
         self.stop = threading.Event()
         self.started = threading.Event()
         self.agent: Agent | None = None

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from api.v1alpha1.policies import NODE_NAME_EXTRA
 from api.v1alpha1.types import API_VERSION
 from hack.testenv import ControlPlane
 from internal.agent.agent import Agent, run_agent
@@ -57,8 +58,9 @@ class FakeGPUHost:
         self.cluster = cluster
         self.node = node
         self.backend = FixtureBackend.load(fixture)
+        # a token bound to a pod on ``node``, as the DaemonSet's projected token is
         self.client = Client.from_kubeconfig(str(cluster.kubeconfig)).impersonate(
-            AGENT_SA, AGENT_GROUPS)
+            AGENT_SA, AGENT_GROUPS, {NODE_NAME_EXTRA: [node]})
         self.thread: threading.Thread | None = None
         self.stop_event = threading.Event()
 

@@ -163,3 +163,16 @@ def test_healthz(webhook_server: Webhook, tmp_path: Path) -> None:
     url = f"https://127.0.0.1:{webhook_server.server.port}/healthz"
     with urllib.request.urlopen(url, context=ctx, timeout=5) as resp:
         assert (resp.status, resp.read()) == (200, b"ok")
+
+
+@pytest.mark.parametrize("spec", [{"nodeName": "node1"}, {"schedulerName": "default-scheduler"}])
+def test_a_pod_the_scheduler_will_not_bind_gets_no_devices(
+        cluster: ControlPlane, webhook: str, namespace: str, spec: dict) -> None:
+    """Attack 5: a pod that binds itself (or is another scheduler's) is left alone,
+    with a warning, through the real API server."""
+    obj = pod("check-0", annotations=MAP)
+    obj["spec"].update(spec)
+    out = create(cluster, namespace, obj)
+    assert out.returncode == 0, out.stderr
+    assert env_of(json.loads(out.stdout)) == [{}]
+    assert "no devices injected" in out.stderr

@@ -7,7 +7,9 @@ import threading
 import urllib.request
 from typing import Any
 
-from internal.agent.agent import Agent, run_agent
+import pytest
+
+from internal.agent.agent import NODE_NAME_EXTRA, Agent, WrongNode, run_agent
 from internal.agent.nvml import FixtureBackend
 from runtime import errors
 
@@ -18,6 +20,7 @@ class FakeClient:
         self.node_labels: dict[str, str] = {}
         self.calls: list[tuple[str, str]] = []
         self.fail: int = 0  # fail this many next calls with a 500
+        self.token_node: str | None = None  # the node its token is bound to
 
     def _maybe_fail(self) -> None:
         if self.fail:
@@ -28,6 +31,9 @@ class FakeClient:
         return {"metadata": {"name": name, "uid": "uid-" + name}}
 
     def create(self, obj: dict[str, Any], namespace: str | None = None) -> Any:
+        if obj["kind"] == "SelfSubjectReview":
+            extra = {NODE_NAME_EXTRA: [self.token_node]} if self.token_node else {}
+            return {**obj, "status": {"userInfo": {"username": "agent", "extra": extra}}}
         self._maybe_fail()
         self.calls.append(("create", obj["kind"]))
         self.gpunodes[obj["metadata"]["name"]] = dict(obj)
@@ -141,3 +147,12 @@ def test_cli_flags_and_refusals() -> None:
     assert (args.node_name, args.interval, args.poll_interval) == ("n1", 5.0, 1.0)
     assert agent_main(p.parse_args(["--node-name="])) == 2
     assert agent_main(p.parse_args(["--node-name=n1", "--nvml-backend=bogus"])) == 1
+
+
+def test_agent_refuses_to_report_for_a_node_it_does_not_run_on() -> None:
+    """Its token is bound to node n2: asked to report for n1, it writes nothing."""
+    c, be = FakeClient(), FixtureBackend.load("a100-ecc-4")
+    c.token_node = "n2"
+    with pytest.raises(WrongNode, match="runs on node 'n2'"):
+        run_agent("n1", None, be, 0.2, "0", threading.Event(), client=c)
+    assert c.calls == []

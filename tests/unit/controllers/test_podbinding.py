@@ -274,3 +274,90 @@ def test_predicate_keeps_unbound_and_lifecycle_changes_only() -> None:
     assert pred.update(UpdateEvent(unbound, bound))
     assert not pred.update(UpdateEvent(bound, bound))
     assert pred.update(UpdateEvent(bound, pod("a-0", node_name="node1", phase="Failed")))
+
+
+@pytest.mark.parametrize("taints, unschedulable, tolerations, want", [
+    ([{"key": "team", "value": "b", "effect": "NoSchedule"}], False, [],
+     "node node1 has the taint team=b:NoSchedule that the pod does not tolerate"),
+    ([], True, [], "node node1 is cordoned (unschedulable)"),
+    ([{"key": "team", "value": "b", "effect": "NoSchedule"}], False,
+     [{"key": "team", "operator": "Equal", "value": "b", "effect": "NoSchedule"}], None),
+    ([], True, [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}], None),
+])
+def test_a_map_honours_taints_and_cordons_unless_tolerated(
+        taints: list, unschedulable: bool, tolerations: list, want: str | None) -> None:
+    """Attack 5: a map cannot land a tenant on a node tainted for another."""
+    env = Env()
+    env.nodes[0] = node("node1", 4, taints=taints, unschedulable=unschedulable)
+    env.rebuild()
+    p = pod("check-0")
+    p["spec"]["tolerations"] = tolerations
+    env.add(p)
+    env.reconcile("check-0")
+    if want is None:
+        assert env.bound() == {"check-0": ("node1", "0,1")}
+    else:
+        assert env.client.bindings == []
+        assert any(want in m for m in env.warnings("check-0")), env.warnings("check-0")
+
+
+class EvictingClient(FakeClient):
+    def __init__(self) -> None:
+        super().__init__()
+        self.evictions: list[dict[str, Any]] = []
+
+    def create_subresource(self, api_version: str, kind: str, name: str, sub: str,
+                           body: dict[str, Any], namespace: str | None = None) -> dict:
+        if sub == "eviction":
+            self.evictions.append(body)
+            return body
+        return super().create_subresource(api_version, kind, name, sub, body, namespace)
+
+
+@pytest.mark.parametrize("evict", [False, True])
+def test_a_pod_bound_by_someone_else_onto_held_devices(evict: bool) -> None:
+    """Reported always (Event, metric); evicted only by the admin's flag; never booked."""
+    from prometheus_client import REGISTRY
+
+    def conflicts(action: str) -> float:
+        return REGISTRY.get_sample_value("gpu_orchestrator_device_conflicts_total",
+                                         {"action": action}) or 0.0
+
+    env = Env()
+    env.state.ledger.assume("ns/gw", [Placement(index=0, node="node1", devices=[0, 1])])
+    env.client = EvictingClient()
+    env.rec = PodBindingReconciler(env.client, env.recorder, env.pods, lambda: env.state,
+                                   env.book, PodBindingOptions(evict_conflicting_pods=evict))
+    action = "evicted" if evict else "reported"
+    before = conflicts(action)
+    env.add(pod("intruder-0", map_text=None, owner=None, node_name="node1",
+                annotations={"gpu.orchestrator.dev/devices": "0,1"}, phase="Running"))
+    env.reconcile("intruder-0")
+    assert env.holder("node1", 0) == "ns/gw"
+    events = [m for n, t, r, m in env.recorder.events if r == "DeviceConflict"]
+    assert events and ("evicting it" in events[0]) == evict
+    assert len(env.client.evictions) == (1 if evict else 0)
+    if evict:
+        body = env.client.evictions[0]
+        assert body["kind"] == "Eviction"
+        assert body["deleteOptions"]["preconditions"]["uid"] == "uid-intruder-0"
+    assert conflicts(action) == before + 1
+
+
+def test_evict_holder_asks_every_pod_of_a_seed_holder_to_go() -> None:
+    """What preemption of a seed-path holder needs: its pods evicted (the ledger keeps
+    their devices until they are gone)."""
+    from controllers.podbinding import is_seed_key
+
+    env = Env()
+    for i in (3, 4):
+        env.add(pod(f"check-{i}"))
+        env.reconcile(f"check-{i}")
+    env.client = EvictingClient()
+    env.rec = PodBindingReconciler(env.client, env.recorder, env.pods, lambda: env.state,
+                                   env.book, PodBindingOptions())
+    assert is_seed_key(STS) and not is_seed_key("ns/gw")
+    assert env.rec.evict_holder(STS, "preempted by ns/urgent (priority 100)") == 2
+    assert sorted(e["metadata"]["name"] for e in env.client.evictions) == ["check-3", "check-4"]
+    assert [r for _, _, r, m in env.recorder.events if "preempted by" in m] == ["Preempted"] * 2
+    assert env.holder("node4", 3) == STS  # held until the pods are gone

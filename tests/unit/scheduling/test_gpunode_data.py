@@ -289,3 +289,35 @@ def test_required_topology_across_the_fixture_is_always_a_clique() -> None:
     d = schedule(workload(gpusPerReplica=4, topology="Required"), snap, led)
     devs = d.placements[0].devices
     assert all(b in peers[a] for a, b in combinations(devs, 2))
+
+
+# -------------------------------------------------------------------- trust
+
+
+def test_gpunode_naming_another_node_is_ignored_with_a_reason() -> None:
+    """Attack 3: a GPUNode ``evil`` claiming ``spec.nodeName: node1`` with 16 devices
+    gives node1 nothing; node1 keeps its own 4 devices."""
+    evil = {**gpunode("evil", 16), "spec": {"nodeName": "node1"}}
+    snap, led = cluster(node("node1", 4), gpunodes=(evil,))
+    assert sorted(snap.get("node1").devices) == [0, 1, 2, 3]
+    assert "spec.nodeName 'node1' differs" in snap.ignored["evil"]
+    why = snap.upsert_gpunode({**gpunode("evil2", 16), "spec": {"nodeName": "node1"}})
+    assert why is not None and "evil2" in why
+    assert len(snap.get("node1").devices) == 4
+    assert not schedule(workload("big", gpusPerReplica=5), snap, led).ok
+
+
+def test_gpunode_turning_untrustworthy_stops_counting() -> None:
+    snap, _led = cluster(node("n", 4), gpunodes=(gpunode("n", 2),))
+    assert len(snap.get("n").devices) == 2
+    snap.upsert_gpunode({**gpunode("n", 8), "spec": {"nodeName": "other"}})
+    assert len(snap.get("n").devices) == 4  # back to the allocatable
+    assert "n" in snap.ignored
+
+
+def test_deleting_a_gpunode_removes_its_devices_at_once() -> None:
+    """Stored and removed under the same name: nothing phantom stays behind."""
+    snap, _led = cluster(node("n", 4), gpunodes=(gpunode("n", 8),))
+    assert len(snap.get("n").devices) == 8
+    snap.remove_gpunode("n")
+    assert sorted(snap.get("n").devices) == [0, 1, 2, 3]

@@ -30,7 +30,8 @@ def make_pod(name: str = "check-2", env: list[dict] | None = None, containers: i
             **md}
     if labels:
         meta["labels"] = labels
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": cs}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"schedulerName": "gpu-scheduler", "containers": cs}}
 
 
 def apply_patch(doc: dict, ops: list[dict]) -> dict:
@@ -198,3 +199,27 @@ def test_generate_name_without_index_is_allowed_with_a_warning() -> None:
     pod["metadata"]["generateName"] = "check-"
     resp = mutate_review(review(pod))["response"]
     assert resp["allowed"] and "patch" not in resp and "no name yet" in resp["warnings"][0]
+
+
+@pytest.mark.parametrize(("spec", "why"), [
+    ({"nodeName": "node1"}, "sets spec.nodeName 'node1' itself"),
+    ({"schedulerName": "default-scheduler"}, "names schedulerName 'default-scheduler'"),
+    ({"schedulerName": None}, "names schedulerName 'default-scheduler'"),
+])
+def test_pods_the_binder_will_not_bind_are_left_alone(spec: dict, why: str) -> None:
+    """Attack 5: a pod that binds itself (or is bound by another scheduler) gets no
+    devices from the map: they would be devices nobody booked."""
+    pod = make_pod()
+    pod["spec"].update(spec)
+    if spec.get("schedulerName", "") is None:
+        del pod["spec"]["schedulerName"]
+    resp, out = answer(pod)
+    assert resp["allowed"] and "patch" not in resp and out == pod
+    assert why in resp["warnings"][0] and "no devices injected" in resp["warnings"][0]
+
+
+def test_another_scheduler_name_can_be_configured() -> None:
+    pod = make_pod()
+    pod["spec"]["schedulerName"] = "my-gpu-scheduler"
+    resp, _ = answer(pod, scheduler_name="my-gpu-scheduler")
+    assert "patch" in resp
