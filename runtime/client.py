@@ -87,7 +87,9 @@ class RestConfig:
             and not os.environ.get("KUBECONFIG")
         ):
             return cls.in_cluster(**kw)
-        return cls.from_kubeconfig(kubeconfig, **kw)
+        # $KUBECONFIG as it is now (the kubernetes package reads it once, at import)
+        env = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
+        return cls.from_kubeconfig(kubeconfig or env or None, **kw)
 
     @classmethod
     def _from_k8s(cls, cfg: Any, **kw: Any) -> RestConfig:

@@ -23,7 +23,7 @@ from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
 from internal.scheduling import mapparser
 from internal.scheduling.devicepicker import pick_devices
 from internal.scheduling.ledger import Ledger, booking_owner
-from internal.scheduling.snapshot import NodeInfo, Snapshot, untolerated_taint
+from internal.scheduling.snapshot import NodeInfo, Snapshot, tolerates, untolerated_taint
 from internal.scheduling.strategies import base as registry
 from internal.scheduling.strategies.base import Strategy
 
@@ -38,6 +38,9 @@ STALE_REASON = "GPUNode heartbeat stale (GPU agent not reporting), GPUs not offe
 
 #: unschedulable messages name every node when at most this many were not filtered
 EXPLAIN_ALL_BELOW = 16
+
+#: the taint a cordoned node carries (kube-scheduler's TaintNodesByCondition)
+CORDON_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 
 #: victims considered at most by the preemption planner
 MAX_VICTIMS = 64
@@ -222,13 +225,15 @@ def filter_node(
     if not node.ready:
         return "NotReady", (), 0
     spec = ctx.workload.spec
+    # Cordons and taints bind every strategy, a map's named nodes included, unless
+    # the template tolerates them (as kube-scheduler does).
+    if node.unschedulable and not tolerates(ctx.tolerations, CORDON_TAINT):
+        return "unschedulable (cordoned)", (), 0
+    taint = untolerated_taint(node, ctx.tolerations)
+    if taint is not None:
+        val = f"={taint.get('value')}" if taint.get("value") else ""
+        return f"taint {taint.get('key')}{val}:{taint.get('effect')} not tolerated", (), 0
     if exact is None:
-        if node.unschedulable:
-            return "unschedulable (cordoned)", (), 0
-        taint = untolerated_taint(node, ctx.tolerations)
-        if taint is not None:
-            val = f"={taint.get('value')}" if taint.get("value") else ""
-            return f"taint {taint.get('key')}{val}:{taint.get('effect')} not tolerated", (), 0
         for k, v in spec.node_selector.items():
             if node.labels.get(k) != v:
                 return f"does not match nodeSelector {k}={v}", (), 0
