@@ -37,7 +37,8 @@ def running(cluster: ControlPlane,
         def mutated() -> bool:
             code, body = cluster.api("POST", "/api/v1/namespaces/default/pods?dryRun=All",
                                      probe)
-            return code == 201 and env_of(body) == [{"NVIDIA_VISIBLE_DEVICES": "all", "CUDA_VISIBLE_DEVICES": "0,1"}]
+            return code == 201 and env_of(body) == [
+                {"NVIDIA_VISIBLE_DEVICES": "all", "CUDA_VISIBLE_DEVICES": "0,1"}]
 
         eventually(mutated, timeout=30, what="the webhook answers kube-apiserver")
         yield hook, name
@@ -67,7 +68,8 @@ def test_replica_2_gets_its_three_devices(cluster: ControlPlane, webhook: str,
     out = create(cluster, namespace, obj)
     assert out.returncode == 0, out.stderr
     created = json.loads(out.stdout)
-    assert env_of(created) == [{"NVIDIA_VISIBLE_DEVICES": "all", "CUDA_VISIBLE_DEVICES": "0,1,2"}] * 2
+    assert env_of(created) == [
+        {"NVIDIA_VISIBLE_DEVICES": "all", "CUDA_VISIBLE_DEVICES": "0,1,2"}] * 2
     assert created["metadata"]["annotations"]["gpu.orchestrator.dev/devices"] == "0,1,2"
 
 
