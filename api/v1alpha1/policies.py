@@ -58,7 +58,7 @@ AGENT_LABEL_PREFIX = f"{GROUP}/"
 #: Namespace label an admin sets to forbid annotationMap placements there.
 ANNOTATION_MAP_NAMESPACE_LABEL = f"{GROUP}/annotation-map"
 ANNOTATION_MAP_FORBIDDEN = "forbidden"
-GPU_RESOURCE = "nvidia.com/gpu"
+from api.v1alpha1.keys import GPU_RESOURCE  # noqa: E402 - re-exported
 
 ADMISSION = "admissionregistration.k8s.io/v1"
 

@@ -211,13 +211,6 @@ def _pod_index(name: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def _qty(v: Any) -> int:
-    try:
-        return int(str(v))
-    except (TypeError, ValueError):
-        return 0
-
-
 def _from_snapshot(info: NodeInfo, heartbeat: str | None, reported: bool) -> NodeGPUs:
     """``reported``: the devices come from the node's GPUNode (else allocatable)."""
     devs = []

@@ -21,7 +21,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-GPU_RESOURCE = "nvidia.com/gpu"
+from api.v1alpha1.keys import GPU_RESOURCE
+from internal.scheduling.quantity import gpu_count
+
 API_VERSION = "gpu.orchestrator.dev/v1alpha1"
 #: Annotation set on the views built here, so that readers can tell them apart.
 SOURCE_ANNOTATION = "gpu.orchestrator.dev/inventory-source"
@@ -63,20 +65,13 @@ def is_stale(
     return (now - hb).total_seconds() > _seconds(threshold)
 
 
-def _quantity_int(v: Any) -> int:
-    try:
-        return max(0, int(str(v))) if v is not None else 0
-    except ValueError:
-        return 0
-
-
 def allocatable_gpus(node: Mapping[str, Any]) -> int:
     """``nvidia.com/gpu`` from allocatable, else capacity, else 0."""
     st = node.get("status") or {}
     alloc = st.get("allocatable") or {}
     if GPU_RESOURCE in alloc:
-        return _quantity_int(alloc[GPU_RESOURCE])
-    return _quantity_int((st.get("capacity") or {}).get(GPU_RESOURCE))
+        return gpu_count(alloc[GPU_RESOURCE])
+    return gpu_count((st.get("capacity") or {}).get(GPU_RESOURCE))
 
 
 def fallback_devices(node: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from internal.scheduling.inventory import (
     DEFAULT_STALE_AFTER,
     SOURCE_ANNOTATION,
+    allocatable_gpus,
     is_stale,
     stale_view,
 )
@@ -40,7 +41,6 @@ from internal.scheduling.inventory import (
 if TYPE_CHECKING:
     from internal.scheduling.ledger import Ledger
 
-GPU_RESOURCE = "nvidia.com/gpu"
 COST_LABEL = "gpu.orchestrator.dev/cost"
 COST_WORDS: dict[str, float] = {"cheap": 1.0, "standard": 10.0, "expensive": 100.0}
 DEFAULT_COST = COST_WORDS["standard"]
@@ -117,21 +117,9 @@ def parse_cost(labels: Mapping[str, str]) -> float:
     return v if v >= 0 else DEFAULT_COST
 
 
-def _quantity_int(v: Any) -> int:
-    if v is None:
-        return 0
-    try:
-        return max(0, int(str(v)))
-    except ValueError:
-        return 0
-
-
 def node_gpu_count(node: Mapping[str, Any]) -> int:
-    status = node.get("status") or {}
-    alloc = status.get("allocatable") or {}
-    if GPU_RESOURCE in alloc:
-        return _quantity_int(alloc[GPU_RESOURCE])
-    return _quantity_int((status.get("capacity") or {}).get(GPU_RESOURCE))
+    """The Node's allocatable (else capacity) ``nvidia.com/gpu``."""
+    return allocatable_gpus(node)
 
 
 def _ready(node: Mapping[str, Any]) -> bool:

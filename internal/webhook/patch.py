@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from api.v1alpha1.keys import DEVICES_ANNOTATION
 from api.v1alpha1.types import DeviceExposure
 from internal.webhook.exposure import GPU_RESOURCE, device_env, gpu_limit
 
-DEVICES_ANNOTATION = "gpu.orchestrator.dev/devices"
 CONTAINER_LISTS = ("initContainers", "containers")
 
 
