@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from api.v1alpha1.keys import GPU_RESOURCE
 from api.v1alpha1.types import GROUP, SCHEDULING_MAP_ANNOTATION, VERSION, SchedulingStrategy
 
 #: The agent's service account (config/agent); its tokens are bound to its pod, and so
@@ -58,8 +59,6 @@ AGENT_LABEL_PREFIX = f"{GROUP}/"
 #: Namespace label an admin sets to forbid annotationMap placements there.
 ANNOTATION_MAP_NAMESPACE_LABEL = f"{GROUP}/annotation-map"
 ANNOTATION_MAP_FORBIDDEN = "forbidden"
-from api.v1alpha1.keys import GPU_RESOURCE  # noqa: E402 - re-exported
-
 ADMISSION = "admissionregistration.k8s.io/v1"
 
 
