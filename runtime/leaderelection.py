@@ -229,6 +229,13 @@ class LeaderElector:
                     body=body,
                     deadline=deadline,
                 )
+            except errors.NotFound as e:
+                self.log.error(
+                    "leaderelection.create_failed",
+                    error=str(e),
+                    hint=f"does namespace {self.namespace} exist? the Lease lives there",
+                )
+                return False
             except errors.ApiError as e:
                 self.log.info("leaderelection.create_failed", error=str(e))
                 return False
