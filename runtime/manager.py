@@ -128,6 +128,7 @@ class Manager:
         self.health_server: HTTPServer | None = None
         self._signals = 0
         self.refusal: str | None = None  # why this manager will not place, if it will not
+        self._leader_check_error: str | None = None
 
     # ---------------------------------------------------------------- registry
     def informer_for(
@@ -206,8 +207,11 @@ class Manager:
         try:
             holder = self.foreign_leader()
         except errors.ApiError as e:
-            log.warning("manager.leader_check_failed", error=str(e))
+            if str(e) != self._leader_check_error:  # once per kind of failure, not per poll
+                log.warning("manager.leader_check_failed", lease=self._lease_name(), error=str(e))
+                self._leader_check_error = str(e)
             return self.refusal is None
+        self._leader_check_error = None
         if holder is None:
             if self.refusal is not None:
                 log.info("manager.no_other_leader", lease=self._lease_name())
