@@ -13,6 +13,7 @@
   A rival can take the lease no sooner than ``lease_duration`` after our last renewal
   reached the server, so no write of ours is sent after a rival could lead, even if this
   thread hangs (``lease_duration - renew_deadline`` is the margin for a write in flight).
+* Seeing another holder in the Lease while leading ends leadership at once.
 * Any exception in an attempt counts as a failed attempt; any exception that escapes the
   loop (a callback's, a bug) ends leadership the same way. The elector never leaves
   ``is_leader()`` true behind a dead thread.
@@ -84,6 +85,7 @@ class LeaderElector:
         self._last_renew = 0.0  # monotonic: when the last successful attempt started
         self._stop = threading.Event()
         self._abandoned = threading.Event()
+        self._taken = threading.Event()  # seen another holder while leading
         self._reported_leader: str | None = None
         self.log = log.bind(lease=f"{namespace}/{name}", identity=identity)
         self._m = metrics.leader_election_master_status.labels(name)
@@ -184,6 +186,8 @@ class LeaderElector:
                     return True
                 if self._attempt(deadline):
                     break
+                if self._taken.is_set():
+                    return True
                 if self._stop.wait(min(self.retry_period, max(0.0, deadline - time.monotonic()))):
                     return False
         return False
@@ -248,6 +252,12 @@ class LeaderElector:
         spec = lease.get("spec") or {}
         self._observe(lease)
         holder = spec.get("holderIdentity") or ""
+        if holder and holder != self.identity and self._leader.is_set():
+            # Someone else holds it while we think we lead: lost, no need to wait out
+            # the renew deadline.
+            self._taken.set()
+            self._end_leadership()
+            return False
         if (
             holder
             and holder != self.identity
