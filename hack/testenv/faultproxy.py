@@ -20,9 +20,10 @@ action             what the client sees
                    before the answer (a create that landed but whose answer was lost)
 ``stall``          nothing for ``seconds``, then the real answer (or a reset, if the client
                    gave up)
-``truncate``       the real answer's status and headers, and half its body, then a close
-``drop_watch``     a watch forwarded for ``seconds``, then cut mid-stream (inside an event
-                   when one is in flight)
+``truncate``       the real answer's status and headers, and half its body, then a close;
+                   for a watch, half of its first chunk, then a clean end: a line cut short
+``drop_watch``     a watch forwarded for ``seconds``, then cut (a reset without the last
+                   chunk, so the client sees a broken stream, not a normal end)
 =================  ==========================================================================
 
 :meth:`FaultProxy.drop_watches` cuts every open watch at once. ``counts`` says how many
@@ -269,6 +270,8 @@ class FaultProxy:
             head = [f"HTTP/1.1 {resp.status} {resp.reason}"]
             head += [f"{k}: {v}" for k, v in resp.getheaders() if k.lower() not in HOP_HEADERS]
             head.append("Connection: close")
+            if is_watch:  # chunked, so a cut stream (no last chunk) is visibly broken
+                head.append("Transfer-Encoding: chunked")
             conn.sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
             if is_watch:
                 assert rule is not None or not action
@@ -295,14 +298,16 @@ class FaultProxy:
         try:
             while not conn.cut.is_set() and not self._stop.is_set():
                 chunk = resp.read1(65536)
-                if not chunk or conn.cut.is_set():
+                if conn.cut.is_set():
+                    return
+                if not chunk:
+                    conn.sock.sendall(b"0\r\n\r\n")  # the server ended it: end it cleanly
                     return
                 if truncate:
-                    conn.sock.sendall(chunk[: max(1, len(chunk) // 2)])
-                    with contextlib.suppress(OSError):
-                        conn.sock.shutdown(socket.SHUT_WR)
+                    half = chunk[: max(1, len(chunk) // 2)]
+                    conn.sock.sendall(_chunk(half) + b"0\r\n\r\n")
                     return
-                conn.sock.sendall(chunk)
+                conn.sock.sendall(_chunk(chunk))
         finally:
             if timer is not None:
                 timer.cancel()
@@ -327,6 +332,10 @@ class FaultProxy:
         if rule.retry_after is not None:
             head.append(f"Retry-After: {rule.retry_after}")
         sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 def _reset(sock: socket.socket) -> None:
