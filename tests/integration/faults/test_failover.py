@@ -105,7 +105,7 @@ def test_a_manager_without_leader_election_places_nothing_while_a_leader_is_live
 
     def refusing() -> str | None:
         code, body = b.probe("/readyz")
-        return body if code == 500 else None
+        return body if code == 500 and "leader-election failed" in body else None
 
     body = eventually(refusing, timeout=60, what="b refuses")
     assert f"another manager ({a.identity}) leads lease {namespace}/{LEASE}" in body
