@@ -207,9 +207,10 @@ class Manager:
         try:
             holder = self.foreign_leader()
         except errors.ApiError as e:
-            if str(e) != self._leader_check_error:  # once per kind of failure, not per poll
-                log.warning("manager.leader_check_failed", lease=self._lease_name(), error=str(e))
-                self._leader_check_error = str(e)
+            # Warn once until a check succeeds again, not at every poll.
+            report = log.warning if self._leader_check_error is None else log.debug
+            report("manager.leader_check_failed", lease=self._lease_name(), error=str(e))
+            self._leader_check_error = str(e)
             return self.refusal is None
         self._leader_check_error = None
         if holder is None:

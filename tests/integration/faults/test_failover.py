@@ -40,7 +40,7 @@ def spawn(cluster: ControlPlane, namespace: str, tmp_path: Path, started: list,
 
 def place(admin: Client, namespace: str, group: NodeGroup, name: str) -> None:
     admin.create(workload(name, namespace, nodeSelector=group.selector))
-    wait_phase(admin, namespace, name, "Scheduled", "Running", timeout=120)
+    wait_phase(admin, namespace, name, "Running", timeout=120)
 
 
 def leader_and_standby(installed: ControlPlane, admin: Client, namespace: str,
@@ -116,7 +116,7 @@ def test_a_manager_without_leader_election_places_nothing_while_a_leader_is_live
     for n in names:
         admin.create(workload(n, namespace, nodeSelector=group.selector))
     for n in names:
-        wait_phase(admin, namespace, n, "Scheduled", "Running", timeout=120)
+        wait_phase(admin, namespace, n, "Running", timeout=120)
     held = device_holders(admin, namespace, names)
     assert len(held) == len(set(held)) == 6
     # b sent no write at all, and never started a controller.
