@@ -22,13 +22,11 @@ Guarantees of :meth:`Client.request`:
 
 from __future__ import annotations
 
-import contextlib
-import os
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -38,7 +36,9 @@ import urllib3
 
 from runtime import errors, metrics
 from runtime.ratelimit import TokenBucket
+from runtime.restconfig import RestConfig
 from runtime.retry import Backoff, RetryPolicy, idempotent, parse_retry_after, retryable
+from runtime.watch import Watch
 
 log = structlog.get_logger("runtime.client")
 
@@ -50,90 +50,6 @@ PATCH_CONTENT_TYPES = {
     "strategic": "application/strategic-merge-patch+json",
     "apply": "application/apply-patch+yaml",
 }
-
-
-@dataclass
-class RestConfig:
-    """How to reach and authenticate to an API server."""
-
-    host: str
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    token: str | None = None  # the bearer token, without the "Bearer " prefix
-    verify: bool = True
-    tls_server_name: str | None = None
-    impersonate_user: str | None = None
-    impersonate_groups: list[str] = field(default_factory=list)
-    qps: float = 50.0
-    burst: int = 100
-    timeout: float = 30.0
-    pool_maxsize: int = 32
-    user_agent: str = "runtime-client/0.1"
-    _k8s_config: Any = None  # kubernetes.client.Configuration, for token refresh
-
-    @classmethod
-    def from_kubeconfig(
-        cls, path: str | None = None, context: str | None = None, **kw: Any
-    ) -> RestConfig:
-        """Load a kubeconfig file (``$KUBECONFIG`` or ``~/.kube/config`` when ``path`` is None)."""
-        from kubernetes import client as kclient
-        from kubernetes import config as kconfig
-
-        cfg = kclient.Configuration()
-        kconfig.load_kube_config(config_file=path, context=context, client_configuration=cfg)
-        return cls._from_k8s(cfg, **kw)
-
-    @classmethod
-    def in_cluster(cls, **kw: Any) -> RestConfig:
-        from kubernetes import client as kclient
-        from kubernetes import config as kconfig
-
-        cfg = kclient.Configuration()
-        kconfig.load_incluster_config(client_configuration=cfg)
-        return cls._from_k8s(cfg, **kw)
-
-    @classmethod
-    def load(cls, kubeconfig: str | None = None, **kw: Any) -> RestConfig:
-        """In-cluster config when running in a pod and no kubeconfig is given, else kubeconfig."""
-        if (
-            kubeconfig is None
-            and os.environ.get("KUBERNETES_SERVICE_HOST")
-            and not os.environ.get("KUBECONFIG")
-        ):
-            return cls.in_cluster(**kw)
-        return cls.from_kubeconfig(kubeconfig, **kw)
-
-    @classmethod
-    def _from_k8s(cls, cfg: Any, **kw: Any) -> RestConfig:
-        rc = cls(
-            host=cfg.host.rstrip("/"),
-            ca_file=cfg.ssl_ca_cert,
-            cert_file=cfg.cert_file,
-            key_file=cfg.key_file,
-            verify=bool(cfg.verify_ssl),
-            tls_server_name=getattr(cfg, "tls_server_name", None),
-            **kw,
-        )
-        rc._k8s_config = cfg
-        return rc
-
-    def bearer(self) -> str | None:
-        if self._k8s_config is not None:
-            for ident in ("BearerToken", "authorization"):
-                v = self._k8s_config.get_api_key_with_prefix(ident)
-                if v:
-                    return v if v.lower().startswith("bearer ") else f"Bearer {v}"
-        return f"Bearer {self.token}" if self.token else None
-
-    def impersonating(self, user: str, groups: list[str] | None = None) -> RestConfig:
-        """A copy of this config that impersonates ``user`` (and ``groups``)."""
-        import copy
-
-        c = copy.copy(self)
-        c.impersonate_user = user
-        c.impersonate_groups = list(groups or [])
-        return c
 
 
 @dataclass(frozen=True)
@@ -171,65 +87,6 @@ def split_api_version(api_version: str) -> tuple[str, str]:
         g, v = api_version.split("/", 1)
         return g, v
     return "", api_version
-
-
-class Watch:
-    """A streaming watch: iterate to get ``{"type": ..., "object": {...}}`` events.
-
-    Iteration ends when the server closes the stream (normal timeout). ``close()`` may be
-    called from another thread to stop it.
-    """
-
-    def __init__(self, response: urllib3.BaseHTTPResponse) -> None:
-        self._resp = response
-        self._closed = False
-
-    def __iter__(self) -> Iterator[JSON]:
-        buf = b""
-        try:
-            for chunk in self._resp.stream(65536, decode_content=True):
-                if self._closed:
-                    return
-                buf += chunk
-                while True:
-                    i = buf.find(b"\n")
-                    if i < 0:
-                        break
-                    line, buf = buf[:i], buf[i + 1 :]
-                    if line.strip():
-                        yield _watch_event(line)
-            if buf.strip() and not self._closed:
-                # The stream ended inside an event: a proxy or the server cut it short.
-                raise errors.ApiError(
-                    0, "TruncatedWatch", f"watch stream ended mid-event; received {buf[:200]!r}"
-                )
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            if self._closed:
-                return
-            raise errors.ApiError(0, "TransportError", f"watch stream broken: {e}") from e
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with contextlib.suppress(Exception):
-            self._resp.shutdown()
-        with contextlib.suppress(Exception):
-            self._resp.release_conn()
-
-
-def _watch_event(line: bytes) -> JSON:
-    try:
-        ev = orjson.loads(line)
-    except orjson.JSONDecodeError as e:
-        raise errors.ApiError(
-            0, "BadWatchData", f"watch stream sent a line that is not JSON: {line[:200]!r}"
-        ) from e
-    if not isinstance(ev, dict):
-        raise errors.ApiError(0, "BadWatchData", f"watch event is not an object: {line[:200]!r}")
-    return ev
 
 
 #: called before every write; raises errors.NotLeader, or returns the seconds the

@@ -46,6 +46,24 @@ def micro_time(t: datetime | None = None) -> str:
     return (t or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def live_holder(lease: JSON, identity: str, now: float) -> str | None:
+    """The holder of ``lease`` if it is someone other than ``identity`` and its
+    ``renewTime`` plus ``leaseDurationSeconds`` is after ``now`` (seconds since the
+    epoch; this trusts the clocks to agree within the lease duration, which is why only
+    a manager *without* leader election uses it, to refuse). A holder whose renewTime
+    cannot be read is taken as alive."""
+    spec = lease.get("spec") or {}
+    holder = spec.get("holderIdentity") or ""
+    if not holder or holder == identity:
+        return None
+    try:
+        renewed = datetime.fromisoformat(str(spec.get("renewTime")).replace("Z", "+00:00"))
+        duration = float(spec.get("leaseDurationSeconds") or 15)
+    except (TypeError, ValueError):
+        return holder
+    return holder if renewed.timestamp() + duration > now else None
+
+
 class LeaderElector:
     def __init__(
         self,

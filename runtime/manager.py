@@ -40,7 +40,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Protocol
 
 import structlog
@@ -52,7 +51,7 @@ from runtime.events import EventRecorder
 from runtime.health import Checks, ping
 from runtime.httpserver import HTTPServer, parse_bind_address
 from runtime.informer import SharedIndexInformer, SharedInformerFactory, strip_managed_fields
-from runtime.leaderelection import LeaderElector
+from runtime.leaderelection import LeaderElector, live_holder
 from runtime.retry import NO_RETRY
 from runtime.store import IndexFunc
 
@@ -190,16 +189,7 @@ class Manager:
             lease = self._lease_client.request("GET", path, deadline=time.monotonic() + 10)
         except errors.NotFound:
             return None
-        spec = lease.get("spec") or {}
-        holder = spec.get("holderIdentity") or ""
-        if not holder or holder == self.identity:
-            return None
-        try:
-            renewed = datetime.fromisoformat(str(spec.get("renewTime")).replace("Z", "+00:00"))
-        except ValueError:
-            return holder  # a holder with no readable renewTime: assume it is alive
-        left = renewed.timestamp() + float(spec.get("leaseDurationSeconds") or 15) - time.time()
-        return holder if left > 0 else None
+        return live_holder(lease, self.identity, time.time())
 
     def _check_alone(self) -> bool:
         """Without leader election: True if no other manager leads our Lease now. Sets

@@ -9,9 +9,9 @@ from email.utils import format_datetime
 import pytest
 
 from runtime import errors
-from runtime.client import _watch_event
 from runtime.informer import strip_managed_fields
 from runtime.retry import Backoff, RetryPolicy, idempotent, parse_retry_after, retryable
+from runtime.watch import _watch_event
 
 MERGE = "application/merge-patch+json"
 JSONPATCH = "application/json-patch+json"
@@ -138,3 +138,19 @@ def test_reflector_backs_off_when_every_watch_is_gone() -> None:
     assert client.lists == 7
     assert all(w > 0 for w in stop.waits)
     assert stop.waits[-1] > stop.waits[0]
+
+
+def test_live_holder_is_someone_else_with_an_unexpired_renewal() -> None:
+    from runtime.leaderelection import live_holder
+
+    def lease(holder: str, renewed: str = "2026-01-01T00:00:00.000000Z",
+              duration: int = 15) -> dict:
+        return {"spec": {"holderIdentity": holder, "renewTime": renewed,
+                         "leaseDurationSeconds": duration}}
+
+    t = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+    assert live_holder(lease("a"), "me", t + 10) == "a"
+    assert live_holder(lease("a"), "me", t + 16) is None  # expired
+    assert live_holder(lease("me"), "me", t) is None  # ourselves
+    assert live_holder(lease(""), "me", t) is None  # released
+    assert live_holder(lease("a", renewed="garbage"), "me", t) == "a"  # unreadable: alive
