@@ -120,9 +120,11 @@ class EventRecorder:
                 if item is None:
                     return
                 self._write(*item)
-            except errors.Forbidden as e:
-                # A namespace being deleted refuses new content: expected, not news.
-                if "being terminated" in str(e):
+            except (errors.Forbidden, errors.NotFound) as e:
+                # A namespace being deleted, or gone, takes no new content: expected, and
+                # nobody is left to read the Event.
+                if "being terminated" in str(e) or "namespaces" in str(e):
+                    self._drop("namespace_gone")
                     log.debug("events.write_skipped", error=str(e))
                 else:
                     self._drop("write_failed")
