@@ -10,6 +10,7 @@
   (tombstones for objects that vanished meanwhile). The first relist after a healthy
   watch is immediate; a second 410 in a row waits like any other error.
 * Other errors back off with jitter (tenacity's exponential-jitter wait) and relist.
+* A 429 or 503 with ``Retry-After`` waits at least that long (capped at 60 s).
 * The backoff grows with *consecutive* failures and resets only after a watch that
   delivered events or lasted a while, never merely after a list succeeded: a server
   that answers every watch with 410 (or a proxy that cuts every stream) is polled at
@@ -138,6 +139,9 @@ class Reflector:
                 reason = e.reason if isinstance(e, errors.ApiError) else type(e).__name__
                 metrics.reflector_watch_errors_total.labels(self.name, reason or "Error").inc()
                 wait = self._backoff(attempt)
+                retry_after = getattr(e, "retry_after", None)
+                if isinstance(retry_after, int | float):  # the server said how long
+                    wait = max(wait, min(float(retry_after), 60.0))
                 log.warning(
                     "reflector.error",
                     reflector=self.name,
