@@ -71,6 +71,9 @@ demo: cluster-up
 	$(KUBECTL) get crds; \
 	if [ "$(KEEP)" = 1 ]; then echo; echo "left running: export KUBECONFIG=$(KUBECONFIG_LOCAL); make cluster-down to stop"; fi
 
+# Leader election is on (the Lease gpu-orchestrator-system/gpu-orchestrator-leader), so a
+# `make run` beside the demo's controller or an installed Deployment stands by instead of
+# placing too; RUN_ARGS=--leader-elect=false still refuses while another leader is live.
 run: venv
 	$(BIN)/python main.py manager $(RUN_ARGS)
 

@@ -97,11 +97,23 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                         "self-signed certificate made at start)")
     p.add_argument("--health-probe-bind-address", default=":8081",
                    help="address of /healthz and /readyz; 0 disables")
-    p.add_argument("--leader-elect", action="store_true",
-                   help="elect a leader on a Lease so only one replica places")
+    p.add_argument("--leader-elect", type=_bool, nargs="?", const=True, default=True,
+                   metavar="BOOL",
+                   help="elect a leader on a Lease so only one manager places (default: "
+                        "true; --leader-elect=false turns it off, and such a manager still "
+                        "refuses to place while another one leads the same Lease)")
     p.add_argument("--leader-election-namespace", default=None,
-                   help="namespace of the Lease (default: $POD_NAMESPACE, else default)")
-    p.add_argument("--leader-election-id", default="gpu-orchestrator-leader")
+                   help="namespace of the Lease (default: $POD_NAMESPACE, else "
+                        "gpu-orchestrator-system)")
+    p.add_argument("--leader-election-id", default="gpu-orchestrator-leader",
+                   help="name of the Lease")
+    p.add_argument("--leader-elect-lease-duration", type=float, default=15.0,
+                   help="seconds a standby waits, after the leader's last renewal, before "
+                        "it takes over")
+    p.add_argument("--leader-elect-renew-deadline", type=float, default=10.0,
+                   help="seconds the leader keeps placing without a successful renewal")
+    p.add_argument("--leader-elect-retry-period", type=float, default=2.0,
+                   help="seconds between two tries to acquire or renew")
     p.add_argument("--workers", type=int, default=4, help="concurrent reconciles")
     p.add_argument("--gpunode-stale-after", type=float, default=90.0,
                    help="seconds without an agent heartbeat before a GPUNode's devices are "
@@ -117,6 +129,15 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                    help="schedulerName of the pods the pod-binding controller binds")
     p.add_argument("--qps", type=float, default=50.0, help="client-side API QPS limit")
     p.add_argument("--burst", type=int, default=100, help="client-side API burst")
+
+
+def _bool(v: str) -> bool:
+    low = v.strip().lower()
+    if low in ("1", "t", "true", "yes", "on"):
+        return True
+    if low in ("0", "f", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {v!r}")
 
 
 def run_manager(args: argparse.Namespace) -> int:
@@ -139,7 +160,12 @@ def run_manager(args: argparse.Namespace) -> int:
         health_probe_bind_address=args.health_probe_bind_address,
         leader_elect=args.leader_elect,
         leader_election_id=args.leader_election_id,
-        leader_election_namespace=args.leader_election_namespace,
+        leader_election_namespace=(args.leader_election_namespace
+                                   or os.environ.get("POD_NAMESPACE")
+                                   or "gpu-orchestrator-system"),
+        lease_duration=args.leader_elect_lease_duration,
+        renew_deadline=args.leader_elect_renew_deadline,
+        retry_period=args.leader_elect_retry_period,
     ))
     namespaces = frozenset(n.strip() for n in args.namespaces.split(",") if n.strip())
     _, reconciler = setup_gpuworkload_controller(mgr, ControllerOptions(

@@ -302,7 +302,10 @@ class Bench:
                 f"--kubeconfig={self.cp.kubeconfig}",
                 f"--metrics-bind-address=127.0.0.1:{metrics}",
                 f"--health-probe-bind-address=127.0.0.1:{health}",
-                f"--workers={self.cfg.workers}", "--log-format=console"]
+                f"--workers={self.cfg.workers}", "--log-format=console",
+                # as kube-scheduler here: one instance, and a kill -9 restart must not
+                # wait out the previous process's Lease
+                "--leader-elect=false"]
         if self.cfg.qps:
             argv.append(f"--qps={self.cfg.qps}")
         if self.cfg.api_burst:

@@ -533,7 +533,8 @@ class GPUWorkloadReconciler:
         attempt with a reason a user can act on."""
         meta = obj["metadata"]
         try:
-            self.client.create(obj)
+            # a retried create that already went through answers AlreadyExists: handled
+            self.client.create(obj, handles_already_exists=True)
             return None
         except AlreadyExists:
             existing = self._get_existing(obj)

@@ -74,7 +74,9 @@ class Demo:
         self.spawn("manager", [
             py, str(ROOT / "main.py"), "manager", f"--kubeconfig={self.kubeconfig}",
             "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0",
-            "--enable-pod-binding", "--log-format=console"], "controller.starting")
+            "--enable-pod-binding", "--log-format=console",
+            # the default, said out loud: a `make run` beside this one stands by
+            "--leader-elect=true"], "controller.starting")
         port = free_port()
         self.register_webhook(port)
         self.spawn("webhook", [

@@ -14,16 +14,25 @@ from runtime.errors import (
     Gone,
     Invalid,
     NotFound,
+    NotLeader,
 )
 from runtime.events import EventRecorder
 from runtime.handler import Request, enqueue_object, enqueue_owner
 from runtime.informer import EventHandler, FuncHandler, SharedIndexInformer, SharedInformerFactory
 from runtime.leaderelection import LeaderElector
-from runtime.manager import EXIT_CACHE_SYNC_TIMEOUT, EXIT_LOST_LEASE, EXIT_OK, Manager, Options
+from runtime.manager import (
+    EXIT_ANOTHER_LEADER,
+    EXIT_CACHE_SYNC_TIMEOUT,
+    EXIT_LOST_LEASE,
+    EXIT_OK,
+    Manager,
+    Options,
+)
 from runtime.store import DeletedFinalStateUnknown, Indexer, freeze, thaw
 from runtime.workqueue import WorkQueue
 
 __all__ = [
+    "EXIT_ANOTHER_LEADER",
     "EXIT_CACHE_SYNC_TIMEOUT",
     "EXIT_LOST_LEASE",
     "EXIT_OK",
@@ -44,6 +53,7 @@ __all__ = [
     "LeaderElector",
     "Manager",
     "NotFound",
+    "NotLeader",
     "Options",
     "Reconciler",
     "Request",

@@ -4,25 +4,41 @@ Any resource, built-in or custom, is addressed by ``apiVersion`` + ``kind``; dis
 maps the kind to its REST resource and scope, cached per group/version (refreshed once
 when a kind is missing, so CRDs installed later are found). API errors are raised as
 the typed exceptions of :mod:`runtime.errors`.
+
+Guarantees of :meth:`Client.request`:
+
+* every attempt first waits for this client's own token bucket (QPS/burst); clients made
+  for different purposes (the controllers, Events, the leader Lease) never share one;
+* failures are retried as :mod:`runtime.retry` says (429 and ``Retry-After`` always,
+  5xx and broken connections only for idempotent requests), a bounded number of times,
+  never past the caller's ``deadline``;
+* with a ``write_guard`` (the manager's leader fence), no create, update, patch or
+  delete leaves this process unless the guard allows it at that moment;
+* a body that is not JSON, or a watch line cut short, is an ``ApiError`` carrying the
+  first bytes received, never a crash;
+* every attempt is counted in ``rest_client_requests_total{code,method,host}`` and
+  timed in ``rest_client_request_duration_seconds``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import ssl
 import threading
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
 import structlog
 import urllib3
 
-from runtime import errors
+from runtime import errors, metrics
 from runtime.ratelimit import TokenBucket
+from runtime.restconfig import RestConfig
+from runtime.retry import Backoff, RetryPolicy, idempotent, parse_retry_after, retryable
+from runtime.watch import Watch
 
 log = structlog.get_logger("runtime.client")
 
@@ -34,96 +50,6 @@ PATCH_CONTENT_TYPES = {
     "strategic": "application/strategic-merge-patch+json",
     "apply": "application/apply-patch+yaml",
 }
-
-
-@dataclass
-class RestConfig:
-    """How to reach and authenticate to an API server."""
-
-    host: str
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    token: str | None = None  # the bearer token, without the "Bearer " prefix
-    verify: bool = True
-    tls_server_name: str | None = None
-    impersonate_user: str | None = None
-    impersonate_groups: list[str] = field(default_factory=list)
-    impersonate_extra: dict[str, list[str]] = field(default_factory=dict)
-    qps: float = 50.0
-    burst: int = 100
-    timeout: float = 30.0
-    pool_maxsize: int = 32
-    user_agent: str = "runtime-client/0.1"
-    _k8s_config: Any = None  # kubernetes.client.Configuration, for token refresh
-
-    @classmethod
-    def from_kubeconfig(
-        cls, path: str | None = None, context: str | None = None, **kw: Any
-    ) -> RestConfig:
-        """Load a kubeconfig file (``$KUBECONFIG`` or ``~/.kube/config`` when ``path`` is None)."""
-        from kubernetes import client as kclient
-        from kubernetes import config as kconfig
-
-        cfg = kclient.Configuration()
-        kconfig.load_kube_config(config_file=path, context=context, client_configuration=cfg)
-        return cls._from_k8s(cfg, **kw)
-
-    @classmethod
-    def in_cluster(cls, **kw: Any) -> RestConfig:
-        from kubernetes import client as kclient
-        from kubernetes import config as kconfig
-
-        cfg = kclient.Configuration()
-        kconfig.load_incluster_config(client_configuration=cfg)
-        return cls._from_k8s(cfg, **kw)
-
-    @classmethod
-    def load(cls, kubeconfig: str | None = None, **kw: Any) -> RestConfig:
-        """In-cluster config when running in a pod and no kubeconfig is given, else kubeconfig."""
-        if (
-            kubeconfig is None
-            and os.environ.get("KUBERNETES_SERVICE_HOST")
-            and not os.environ.get("KUBECONFIG")
-        ):
-            return cls.in_cluster(**kw)
-        # $KUBECONFIG as it is now (the kubernetes package reads it once, at import)
-        env = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
-        return cls.from_kubeconfig(kubeconfig or env or None, **kw)
-
-    @classmethod
-    def _from_k8s(cls, cfg: Any, **kw: Any) -> RestConfig:
-        rc = cls(
-            host=cfg.host.rstrip("/"),
-            ca_file=cfg.ssl_ca_cert,
-            cert_file=cfg.cert_file,
-            key_file=cfg.key_file,
-            verify=bool(cfg.verify_ssl),
-            tls_server_name=getattr(cfg, "tls_server_name", None),
-            **kw,
-        )
-        rc._k8s_config = cfg
-        return rc
-
-    def bearer(self) -> str | None:
-        if self._k8s_config is not None:
-            for ident in ("BearerToken", "authorization"):
-                v = self._k8s_config.get_api_key_with_prefix(ident)
-                if v:
-                    return v if v.lower().startswith("bearer ") else f"Bearer {v}"
-        return f"Bearer {self.token}" if self.token else None
-
-    def impersonating(self, user: str, groups: list[str] | None = None,
-                      extra: Mapping[str, list[str]] | None = None) -> RestConfig:
-        """A copy of this config that impersonates ``user`` (and ``groups``, and the
-        user's ``extra`` fields, e.g. the node a service-account token is bound to)."""
-        import copy
-
-        c = copy.copy(self)
-        c.impersonate_user = user
-        c.impersonate_groups = list(groups or [])
-        c.impersonate_extra = {k: list(v) for k, v in (extra or {}).items()}
-        return c
 
 
 @dataclass(frozen=True)
@@ -163,56 +89,45 @@ def split_api_version(api_version: str) -> tuple[str, str]:
     return "", api_version
 
 
-class Watch:
-    """A streaming watch: iterate to get ``{"type": ..., "object": {...}}`` events.
+#: called before every write; raises errors.NotLeader, or returns the seconds the
+#: permission still holds (None: no limit)
+WriteGuard = Callable[[], "float | None"]
+MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
-    Iteration ends when the server closes the stream (normal timeout). ``close()`` may be
-    called from another thread to stop it.
-    """
 
-    def __init__(self, response: urllib3.BaseHTTPResponse) -> None:
-        self._resp = response
-        self._closed = False
-
-    def __iter__(self) -> Iterator[JSON]:
-        buf = b""
-        try:
-            for chunk in self._resp.stream(65536, decode_content=True):
-                if self._closed:
-                    return
-                buf += chunk
-                while True:
-                    i = buf.find(b"\n")
-                    if i < 0:
-                        break
-                    line, buf = buf[:i], buf[i + 1 :]
-                    if line.strip():
-                        yield orjson.loads(line)
-            if buf.strip() and not self._closed:
-                yield orjson.loads(buf)
-        except (urllib3.exceptions.HTTPError, OSError, orjson.JSONDecodeError) as e:
-            if self._closed:
-                return
-            raise errors.ApiError(0, "TransportError", f"watch stream broken: {e}") from e
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with contextlib.suppress(Exception):
-            self._resp.shutdown()
-        with contextlib.suppress(Exception):
-            self._resp.release_conn()
+def _transport_reason(e: Exception) -> str:
+    if isinstance(e, urllib3.exceptions.NewConnectionError):
+        return "ConnectionRefused"
+    if isinstance(e, urllib3.exceptions.ConnectTimeoutError):
+        return "ConnectTimeout"
+    if isinstance(e, urllib3.exceptions.ReadTimeoutError):
+        return "ReadTimeout"
+    return "TransportError"
 
 
 class Client:
-    """Get/list/create/update/patch/delete any resource; raw dicts in and out."""
+    """Get/list/create/update/patch/delete any resource; raw dicts in and out.
 
-    def __init__(self, config: RestConfig) -> None:
+    ``qps``/``burst`` (default: the config's) size this client's own token bucket;
+    ``retry`` bounds its retries; ``write_guard`` fences its writes (see the module)."""
+
+    def __init__(
+        self,
+        config: RestConfig,
+        *,
+        qps: float | None = None,
+        burst: int | None = None,
+        retry: RetryPolicy | None = None,
+        write_guard: WriteGuard | None = None,
+    ) -> None:
         self.config = config
-        self.limiter = TokenBucket(config.qps, config.burst) if config.qps > 0 else None
+        qps = config.qps if qps is None else qps
+        burst = config.burst if burst is None else burst
+        self.limiter = TokenBucket(qps, burst) if qps > 0 else None
+        self.retry_policy = retry or RetryPolicy()
+        self._backoff = Backoff(self.retry_policy)
+        self.write_guard = write_guard
+        self.host = urlsplit(config.host).netloc or config.host
         kw: dict[str, Any] = {"maxsize": config.pool_maxsize, "block": False}
         if config.host.startswith("https"):
             if config.verify:
@@ -237,7 +152,25 @@ class Client:
     def impersonate(self, user: str, groups: list[str] | None = None,
                     extra: Mapping[str, list[str]] | None = None) -> Client:
         """A new client acting as ``user`` (e.g. ``system:serviceaccount:ns:name``)."""
-        return Client(self.config.impersonating(user, groups, extra))
+        return Client(self.config.impersonating(user, groups, extra), retry=self.retry_policy)
+
+    def derive(
+        self,
+        *,
+        qps: float | None = None,
+        burst: int | None = None,
+        retry: RetryPolicy | None = None,
+        write_guard: WriteGuard | None = None,
+    ) -> Client:
+        """A client to the same server with its own connection pool and token bucket
+        (kube-scheduler's separate clients for Events and for the leader Lease)."""
+        return Client(
+            self.config,
+            qps=qps,
+            burst=burst,
+            retry=retry or self.retry_policy,
+            write_guard=write_guard,
+        )
 
     # ------------------------------------------------------------------ transport
     def _headers(self, content_type: str | None = None) -> dict[str, Any]:
@@ -275,32 +208,106 @@ class Client:
         params: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
         timeout: float | None = None,
+        *,
+        deadline: float | None = None,
+        idempotent_: bool | None = None,
     ) -> JSON:
-        """One API call; returns the parsed JSON body or raises an ``ApiError``."""
-        if self.limiter is not None:
-            self.limiter.wait()
+        """One API call, retried as the module says; returns the parsed JSON body or
+        raises an ``ApiError``. ``deadline`` (``time.monotonic()``) bounds the whole call:
+        rate-limiter waits, attempts and backoffs. ``idempotent_=True`` lets a POST be
+        retried after a 5xx or a broken connection (only where AlreadyExists is handled)."""
         data = None
         if body is not None:
             data = body if isinstance(body, bytes) else orjson.dumps(body)
-        headers = self._headers(content_type if data is not None else None)
-        headers = _multi_header(headers)
+        is_idem = idempotent(method, content_type) if idempotent_ is None else idempotent_
+        url = self._url(path, params)
+        failures = 0
+        while True:
+            try:
+                return self._attempt(method, url, data, content_type, timeout, deadline)
+            except errors.ApiError as e:
+                if failures + 1 >= self.retry_policy.attempts or not retryable(e, method, is_idem):
+                    raise
+                failures += 1
+                delay = self._backoff.delay(failures, e)
+                if deadline is not None and time.monotonic() + delay >= deadline:
+                    raise
+                metrics.rest_client_request_retries_total.labels(
+                    str(e.status or "<error>"), method, self.host
+                ).inc()
+                log.info(
+                    "client.retry",
+                    method=method,
+                    path=path,
+                    status=e.status,
+                    reason=e.reason,
+                    error=e.message[:200],
+                    attempt=failures,
+                    wait=round(delay, 3),
+                )
+                time.sleep(delay)
+
+    def _attempt(
+        self,
+        method: str,
+        url: str,
+        data: bytes | None,
+        content_type: str,
+        timeout: float | None,
+        deadline: float | None,
+    ) -> JSON:
+        timeout = timeout or self.config.timeout
+        if self.limiter is not None:
+            wait = self.limiter.reserve()
+            if deadline is not None and time.monotonic() + wait >= deadline:
+                raise errors.ApiError(0, "ClientDeadline", "rate limiter wait passes the deadline")
+            metrics.rest_client_rate_limiter_duration_seconds.labels(method, self.host).observe(
+                wait
+            )
+            if wait > 0:
+                time.sleep(wait)
+        if deadline is not None:
+            timeout = min(timeout, deadline - time.monotonic())
+            if timeout <= 0:
+                raise errors.ApiError(0, "ClientDeadline", "deadline passed before the request")
+        if self.write_guard is not None and method in MUTATING:
+            allowed_for = self.write_guard()  # raises NotLeader
+            if allowed_for is not None:
+                timeout = max(0.001, min(timeout, allowed_for))
+        headers = _multi_header(self._headers(content_type if data is not None else None))
+        t0 = time.monotonic()
         try:
             resp = self._pool.request(
                 method,
-                self._url(path, params),
+                url,
                 body=data,
                 headers=headers,
-                timeout=urllib3.Timeout(total=timeout or self.config.timeout),
+                timeout=urllib3.Timeout(total=timeout),
                 retries=False,
                 preload_content=True,
             )
         except urllib3.exceptions.HTTPError as e:
-            raise errors.ApiError(0, "TransportError", str(e)) from e
+            metrics.rest_client_requests_total.labels("<error>", method, self.host).inc()
+            raise errors.ApiError(0, _transport_reason(e), str(e)) from e
+        finally:
+            metrics.rest_client_request_duration_seconds.labels(method, self.host).observe(
+                time.monotonic() - t0
+            )
+        metrics.rest_client_requests_total.labels(str(resp.status), method, self.host).inc()
         if resp.status >= 400:
-            raise errors.from_status(resp.status, resp.data)
+            raise errors.from_status(
+                resp.status, resp.data, parse_retry_after(resp.headers.get("Retry-After"))
+            )
         if not resp.data:
             return {}
-        return orjson.loads(resp.data)
+        try:
+            return orjson.loads(resp.data)
+        except orjson.JSONDecodeError as e:
+            raise errors.ApiError(
+                0,
+                "BadResponse",
+                f"{resp.status} answer is not JSON: {resp.data[:200]!r}",
+            ) from e
 
     # ------------------------------------------------------------------ discovery
     def resource_for(self, api_version: str, kind: str) -> ResourceInfo:
@@ -400,12 +407,25 @@ class Client:
                 return page
 
     def create(
-        self, obj: Mapping[str, Any], namespace: str | None = None, dry_run: bool = False
+        self,
+        obj: Mapping[str, Any],
+        namespace: str | None = None,
+        dry_run: bool = False,
+        handles_already_exists: bool = False,
     ) -> JSON:
+        """POST the object. A create is retried after a 5xx or a broken connection only
+        with ``handles_already_exists=True``: the first attempt may have been applied, so
+        a retry can answer AlreadyExists for our own object, which the caller adopts."""
         info = self._info(obj["apiVersion"], obj["kind"])
         ns = namespace or obj.get("metadata", {}).get("namespace")
         params = {"dryRun": "All"} if dry_run else None
-        return self.request("POST", info.path(ns), body=obj, params=params)
+        return self.request(
+            "POST",
+            info.path(ns),
+            body=obj,
+            params=params,
+            idempotent_=True if handles_already_exists else None,
+        )
 
     def update(self, obj: Mapping[str, Any], subresource: str | None = None) -> JSON:
         """PUT the object (optimistic concurrency through ``metadata.resourceVersion``)."""
@@ -511,7 +531,8 @@ class Client:
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> Watch:
-        """Open a watch stream (line-delimited JSON events)."""
+        """Open a watch stream (line-delimited JSON events). One attempt: the reflector
+        backs off and resumes."""
         if self.limiter is not None:
             self.limiter.wait()
         params = {
@@ -534,11 +555,18 @@ class Client:
                 preload_content=False,
             )
         except urllib3.exceptions.HTTPError as e:
-            raise errors.ApiError(0, "TransportError", str(e)) from e
+            metrics.rest_client_requests_total.labels("<error>", "WATCH", self.host).inc()
+            raise errors.ApiError(0, _transport_reason(e), str(e)) from e
+        metrics.rest_client_requests_total.labels(str(resp.status), "WATCH", self.host).inc()
         if resp.status >= 400:
-            data = resp.read()
+            try:
+                data = resp.read()
+            except (urllib3.exceptions.HTTPError, OSError):
+                data = b""
             resp.release_conn()
-            raise errors.from_status(resp.status, data)
+            raise errors.from_status(
+                resp.status, data, parse_retry_after(resp.headers.get("Retry-After"))
+            )
         return Watch(resp)
 
 

@@ -21,7 +21,16 @@ class ApiError(Exception):
         self.reason = reason
         self.message = message
         self.body = body or {}
+        self.retry_after_header: float | None = None  # seconds, from a Retry-After header
         super().__init__(f"{status} {reason}: {message}".strip())
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds the server asked us to wait (Retry-After header or Status details)."""
+        if self.retry_after_header is not None:
+            return self.retry_after_header
+        v = self.details.get("retryAfterSeconds")
+        return float(v) if v is not None else None
 
     @property
     def details(self) -> dict[str, Any]:
@@ -69,10 +78,15 @@ class Invalid(ApiError):
 
 
 class TooManyRequests(ApiError):
-    @property
-    def retry_after(self) -> float | None:
-        v = self.details.get("retryAfterSeconds")
-        return float(v) if v is not None else None
+    """429: the server (priority and fairness, max-inflight) refused; see ``retry_after``."""
+
+
+class NotLeader(ApiError):
+    """A write refused on our side: this process no longer holds (or never held) the
+    leader Lease, so it must not change the cluster. Never retried."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0, "NotLeader", message)
 
 
 class InternalError(ApiError):
@@ -103,8 +117,13 @@ _BY_STATUS: dict[int, type[ApiError]] = {
 }
 
 
-def from_status(status: int, body: bytes | dict[str, Any] | None) -> ApiError:
-    """Build the typed error for an HTTP status and a (possibly ``Status``) body."""
+def from_status(
+    status: int, body: bytes | dict[str, Any] | None, retry_after: float | None = None
+) -> ApiError:
+    """Build the typed error for an HTTP status and a (possibly ``Status``) body.
+
+    A body that is not a ``Status`` (an HTML page from a proxy, plain text) becomes the
+    message, cut to 1,000 characters, with reason ``NonStatusBody``."""
     data: dict[str, Any] = {}
     if isinstance(body, dict):
         data = body
@@ -114,14 +133,19 @@ def from_status(status: int, body: bytes | dict[str, Any] | None) -> ApiError:
             if isinstance(parsed, dict):
                 data = parsed
         except orjson.JSONDecodeError:
-            data = {"message": body.decode("utf-8", "replace")[:1000]}
-    code = int(data.get("code") or status)
+            data = {"message": body.decode("utf-8", "replace")[:1000], "reason": "NonStatusBody"}
+    try:
+        code = int(data.get("code") or status)
+    except (TypeError, ValueError):
+        code = status
     reason = str(data.get("reason") or "")
     message = str(data.get("message") or "")
     cls = _BY_STATUS.get(code, ApiError)
     if code == 409 and reason == "AlreadyExists":
         cls = AlreadyExists
-    return cls(code, reason, message, data)
+    err = cls(code, reason, message, data)
+    err.retry_after_header = retry_after
+    return err
 
 
 def is_not_found(err: BaseException) -> bool:

@@ -1,9 +1,14 @@
 """Event recorder: core/v1 Events about objects (port of client-go's tools/record).
 
-Events are written by a background thread (recording never blocks a reconcile; when its
-buffer of 1000 is full, events are dropped and counted). A repeat of an event already
+Events are written by a background thread through a client of their own (the manager's
+``events_client``: its own token bucket, as kube-scheduler's event broadcaster has), so
+recording never blocks a reconcile and Events never use the controllers' request budget.
+When the buffer of 1000 is full, or every attempt of a write failed, the event is dropped
+and counted in ``events_dropped_total{component,cause}``. A repeat of an event already
 written (same object, type, reason and message) patches that Event's ``count`` and
 ``lastTimestamp`` instead of creating a new one, through a small LRU of recent events.
+A create is retried by the client (its name is unique, so AlreadyExists means an earlier
+attempt landed).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from runtime import errors
+from runtime import errors, metrics
 from runtime.client import Client
 
 log = structlog.get_logger("runtime.events")
@@ -75,8 +80,13 @@ class EventRecorder:
         try:
             self._q.put_nowait((ref, event_type, reason, message[:1024]))
         except queue.Full:
-            self.dropped += 1
-            log.warning("events.dropped", reason=reason, object=ref["name"])
+            self._drop("buffer_full")
+            if self.dropped == 1 or self.dropped % 100 == 0:
+                log.warning("events.dropped", reason=reason, object=ref["name"], total=self.dropped)
+
+    def _drop(self, cause: str) -> None:
+        self.dropped += 1
+        metrics.events_dropped_total.labels(self.component, cause).inc()
 
     def eventf(self, obj: JSON, event_type: str, reason: str, fmt: str, *args: Any) -> None:
         self.event(obj, event_type, reason, fmt % args if args else fmt)
@@ -110,13 +120,17 @@ class EventRecorder:
                 if item is None:
                     return
                 self._write(*item)
-            except errors.Forbidden as e:
-                # A namespace being deleted refuses new content: expected, not news.
-                if "being terminated" in str(e):
+            except (errors.Forbidden, errors.NotFound) as e:
+                # A namespace being deleted, or gone, takes no new content: expected, and
+                # nobody is left to read the Event.
+                if "being terminated" in str(e) or "namespaces" in str(e):
+                    self._drop("namespace_gone")
                     log.debug("events.write_skipped", error=str(e))
                 else:
+                    self._drop("write_failed")
                     log.warning("events.write_failed", error=str(e))
             except Exception as e:
+                self._drop("write_failed")
                 log.warning("events.write_failed", error=str(e))
             finally:
                 self._q.task_done()
@@ -156,7 +170,11 @@ class EventRecorder:
             "reportingComponent": self.component,
             "reportingInstance": self.host,
         }
-        self.client.request("POST", f"/api/v1/namespaces/{ns}/events", body=ev)
+        # AlreadyExists: an earlier attempt of this very create landed (unique name).
+        with contextlib.suppress(errors.AlreadyExists):
+            self.client.request(
+                "POST", f"/api/v1/namespaces/{ns}/events", body=ev, idempotent_=True
+            )
         self._cache[key] = (name, ns, 1)
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)

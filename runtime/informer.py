@@ -28,6 +28,16 @@ log = structlog.get_logger("runtime.informer")
 JSON = dict[str, Any]
 
 
+def strip_managed_fields(obj: JSON) -> JSON:
+    """The default informer transform: drop ``metadata.managedFields`` (server-side apply
+    bookkeeping, about half of a cached pod, never read by a controller). Objects fresh
+    from the wire are ours to change, so this edits in place."""
+    md = obj.get("metadata")
+    if isinstance(md, dict):
+        md.pop("managedFields", None)
+    return obj
+
+
 class EventHandler:
     """Override any of these; each is called from the handler's own thread."""
 
@@ -268,7 +278,10 @@ class SharedIndexInformer:
 
 
 class SharedInformerFactory:
-    """One informer per (apiVersion, kind, namespace), shared by every controller asking."""
+    """One informer per (apiVersion, kind, namespace), shared by every controller asking.
+
+    ``transform`` runs on every object before it is stored (default: strip managedFields;
+    ``None`` keeps objects as received)."""
 
     def __init__(
         self,
@@ -276,7 +289,7 @@ class SharedInformerFactory:
         namespace: str | None = None,
         resync_period: float = 0.0,
         watch_timeout: tuple[float, float] = (300.0, 600.0),
-        transform: Callable[[JSON], JSON] | None = None,
+        transform: Callable[[JSON], JSON] | None = strip_managed_fields,
     ) -> None:
         self.client = client
         self.namespace = namespace

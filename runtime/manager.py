@@ -3,10 +3,31 @@ the metrics/health servers and graceful shutdown (controller-runtime's pkg/manag
 
 ``Manager.start()`` blocks and returns an exit code: it starts the servers, starts the
 informers and waits for their sync (``cache_sync_timeout``), then starts the controllers,
-right away or once this process holds the leader Lease. Losing the Lease stops the
-controllers and returns :data:`EXIT_LOST_LEASE`; the caller (main) passes it to
-``sys.exit``. ``stop()`` (or SIGTERM/SIGINT when ``install_signal_handlers=True``) shuts
-down within ``graceful_shutdown_timeout``; a second signal exits at once.
+right away or once this process holds the leader Lease. ``stop()`` (or SIGTERM/SIGINT
+when ``install_signal_handlers=True``) shuts down within ``graceful_shutdown_timeout``,
+then releases the Lease so a standby takes over at once; a second signal exits at once.
+
+Three clients, each with its own token bucket, as kube-scheduler has: ``client`` for the
+controllers (writes fenced, see below), ``events_client`` for Events (never fenced,
+never waited on by a worker), and the leader elector's (no retries: its loop retries).
+
+One placer at a time:
+
+==========================================  =============================================
+situation                                   what the manager does
+==========================================  =============================================
+leader election on, Lease held              controllers run; every write passes the
+                                            elector's fence (renewed < renew_deadline ago)
+Lease lost (not renewed in time, taken)     writes refused at once (``NotLeader``),
+                                            controllers stopped with zero grace, ``start``
+                                            returns :data:`EXIT_LOST_LEASE`
+leader election off, no live leader         controllers run
+leader election off, another live leader    controllers not started (or stopped with zero
+holds the same Lease                        grace), writes refused, ``manager.refusing``
+                                            logged with the holder, ``/readyz`` fails
+                                            saying why; ``start`` returns
+                                            :data:`EXIT_ANOTHER_LEADER` if it had started
+==========================================  =============================================
 """
 
 from __future__ import annotations
@@ -18,19 +39,21 @@ import ssl
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from runtime import metrics
+from runtime import errors, metrics
 from runtime.client import Client, RestConfig
 from runtime.events import EventRecorder
 from runtime.health import Checks, ping
 from runtime.httpserver import Authorize, HTTPServer, parse_bind_address
-from runtime.informer import SharedIndexInformer, SharedInformerFactory
-from runtime.leaderelection import LeaderElector
+from runtime.informer import SharedIndexInformer, SharedInformerFactory, strip_managed_fields
+from runtime.leaderelection import LeaderElector, live_holder
+from runtime.retry import NO_RETRY
 from runtime.store import IndexFunc
 
 log = structlog.get_logger("runtime.manager")
@@ -38,6 +61,9 @@ log = structlog.get_logger("runtime.manager")
 EXIT_OK = 0
 EXIT_LOST_LEASE = 1
 EXIT_CACHE_SYNC_TIMEOUT = 2
+EXIT_ANOTHER_LEADER = 3
+
+JSON = dict[str, Any]
 
 
 class Runnable(Protocol):
@@ -65,18 +91,26 @@ class Options:
     graceful_shutdown_timeout: float = 30.0
     resync_period: float = 0.0
     watch_timeout: tuple[float, float] = (300.0, 600.0)
+    events_qps: float | None = None  # the Events client's own bucket (default: the config's)
+    events_burst: int | None = None
+    # applied to every cached object; None keeps them as received
+    cache_transform: Callable[[JSON], JSON] | None = strip_managed_fields
 
 
 class Manager:
     def __init__(self, config: RestConfig | Client, options: Options | None = None) -> None:
         self.options = options or Options()
-        self.client = config if isinstance(config, Client) else Client(config)
+        base = config if isinstance(config, Client) else Client(config)
         o = self.options
+        self.client = base.derive(write_guard=self._fence)
+        self.events_client = base.derive(qps=o.events_qps, burst=o.events_burst)
+        self._lease_client = base.derive(qps=10.0, burst=20, retry=NO_RETRY)
         self.cache = SharedInformerFactory(
             self.client,
             namespace=o.namespace,
             resync_period=o.resync_period,
             watch_timeout=o.watch_timeout,
+            transform=o.cache_transform,
         )
         self.identity = o.identity or f"{socket.gethostname()}_{uuid.uuid4()}"
         self.healthz = Checks()
@@ -96,6 +130,8 @@ class Manager:
         self.metrics_server: HTTPServer | None = None
         self.health_server: HTTPServer | None = None
         self._signals = 0
+        self.refusal: str | None = None  # why this manager will not place, if it will not
+        self._leader_check_error: str | None = None
 
     # ---------------------------------------------------------------- registry
     def informer_for(
@@ -125,11 +161,84 @@ class Manager:
         with self._lock:
             rec = self._recorders.get(component)
             if rec is None:
-                rec = self._recorders[component] = EventRecorder(self.client, component)
+                rec = self._recorders[component] = EventRecorder(self.events_client, component)
             return rec
 
     def is_leader(self) -> bool:
         return self.elector.is_leader() if self.elector else self.elected.is_set()
+
+    def _fence(self) -> float | None:
+        """The controllers' write permission (see the module's table)."""
+        if self.options.leader_elect:
+            if self.elector is None:
+                raise errors.NotLeader("leader election has not started: write refused")
+            return self.elector.fence()
+        if self.refusal is not None:
+            raise errors.NotLeader(self.refusal)
+        return None
+
+    @property
+    def lease_namespace(self) -> str:
+        o = self.options
+        return o.leader_election_namespace or os.environ.get("POD_NAMESPACE") or "default"
+
+    def foreign_leader(self) -> str | None:
+        """Who else leads our Lease right now, if anyone (its renewTime plus its
+        leaseDurationSeconds is still ahead of our wall clock)."""
+        path = (
+            f"/apis/coordination.k8s.io/v1/namespaces/{self.lease_namespace}"
+            f"/leases/{self.options.leader_election_id}"
+        )
+        try:
+            lease = self._lease_client.request("GET", path, deadline=time.monotonic() + 10)
+        except errors.NotFound:
+            return None
+        return live_holder(lease, self.identity, time.time())
+
+    def _check_alone(self) -> bool:
+        """Without leader election: True if no other manager leads our Lease now. Sets
+        or clears :attr:`refusal` and logs a change."""
+        try:
+            holder = self.foreign_leader()
+        except errors.ApiError as e:
+            # Warn once until a check succeeds again, not at every poll.
+            report = log.warning if self._leader_check_error is None else log.debug
+            report("manager.leader_check_failed", lease=self._lease_name(), error=str(e))
+            self._leader_check_error = str(e)
+            return self.refusal is None
+        self._leader_check_error = None
+        if holder is None:
+            if self.refusal is not None:
+                log.info("manager.no_other_leader", lease=self._lease_name())
+            self.refusal = None
+            return True
+        reason = (
+            f"another manager ({holder}) leads lease {self._lease_name()}; this one runs "
+            "without leader election and will not place while it does (run it with "
+            "--leader-elect, or stop the other)"
+        )
+        if self.refusal != reason:
+            log.error("manager.refusing", reason=reason, leader=holder)
+        self.refusal = reason
+        return False
+
+    def _lease_name(self) -> str:
+        return f"{self.lease_namespace}/{self.options.leader_election_id}"
+
+    def _watch_for_leader(self) -> None:
+        """Without leader election: start the controllers once no other leader is live;
+        if one shows up later, stop them with zero grace and end the process."""
+        period = max(1.0, self.options.retry_period)
+        while not self._check_alone():
+            if self._stop.wait(period):
+                return
+        self._start_leader_runnables()
+        while not self._stop.wait(period):
+            if not self._check_alone():
+                self._stop_leader_runnables(0.0)
+                self.exit_code = EXIT_ANOTHER_LEADER
+                self._stop.set()
+                return
 
     @property
     def metrics_port(self) -> int | None:
@@ -201,10 +310,22 @@ class Manager:
 
     def _run_elector(self) -> None:
         assert self.elector is not None
-        lost = self.elector.run()
+        try:
+            lost = self.elector.run()
+        except Exception:  # run() ends leadership itself; this only reports
+            log.exception("manager.elector_error")
+            lost = True
         if lost:
             self.exit_code = EXIT_LOST_LEASE
             self._stop.set()
+
+    def _on_stopped_leading(self) -> None:
+        # Still leader: a requested stop, in-flight reconciles get the grace period (their
+        # writes stay fenced by the renew deadline). Not leader: the lease was lost, so
+        # zero grace; their writes are refused already.
+        assert self.elector is not None
+        grace = self.options.graceful_shutdown_timeout if self.elector.is_leader() else 0.0
+        self._stop_leader_runnables(grace)
 
     def start(self, install_signal_handlers: bool = False) -> int:
         """Run until stopped; returns the process exit code."""
@@ -215,6 +336,7 @@ class Manager:
         self.readyz.add(
             "informers-synced", lambda: self.cache.has_synced() or "informers not synced"
         )
+        self.readyz.add("leader-election", lambda: self.refusal or True)
         self._start_servers()
         for r in self._other_runnables:
             r.start()
@@ -238,25 +360,26 @@ class Manager:
         if synced and not self._stop.is_set():
             if o.leader_elect:
                 self.elector = LeaderElector(
-                    self.client,
-                    o.leader_election_namespace or os.environ.get("POD_NAMESPACE") or "default",
+                    self._lease_client,
+                    self.lease_namespace,
                     o.leader_election_id,
                     self.identity,
                     lease_duration=o.lease_duration,
                     renew_deadline=o.renew_deadline,
                     retry_period=o.retry_period,
                     on_started_leading=self._start_leader_runnables,
-                    on_stopped_leading=lambda: self._stop_leader_runnables(
-                        o.graceful_shutdown_timeout
-                    ),
+                    on_stopped_leading=self._on_stopped_leading,
                     release_on_cancel=o.leader_election_release_on_cancel,
                 )
+                self.healthz.add("leader-election", self.elector.healthy)
                 self._elector_thread = threading.Thread(
                     target=self._run_elector, name="leader-elector", daemon=True
                 )
                 self._elector_thread.start()
             else:
-                self._start_leader_runnables()
+                threading.Thread(
+                    target=self._watch_for_leader, name="leader-check", daemon=True
+                ).start()
 
         self._stop.wait()
         self._shutdown()
@@ -271,7 +394,8 @@ class Manager:
             self.elector.stop()  # the elector thread stops the controllers, then releases
             if self._elector_thread is not None:
                 self._elector_thread.join(max(0.1, deadline - time.monotonic()))
-        self._stop_leader_runnables(max(0.1, deadline - time.monotonic()))
+        lost = self.exit_code in (EXIT_LOST_LEASE, EXIT_ANOTHER_LEADER)
+        self._stop_leader_runnables(0.0 if lost else max(0.1, deadline - time.monotonic()))
         for r in self._other_runnables:
             r.stop(max(0.1, deadline - time.monotonic()))
         for rec in list(self._recorders.values()):

@@ -95,6 +95,57 @@ leader_election_master_status = Gauge(
     registry=registry,
 )
 
+# ---- the REST client (client-go's rest_client_* names) --------------------------------
+_REST_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+
+rest_client_requests_total = Counter(
+    "rest_client_requests",
+    "Number of HTTP requests, partitioned by status code, method, and host. "
+    "code is '<error>' when no response came back.",
+    ["code", "method", "host"],
+    registry=registry,
+)
+rest_client_request_duration_seconds = Histogram(
+    "rest_client_request_duration_seconds",
+    "Request latency in seconds, one attempt, broken down by verb and host.",
+    ["verb", "host"],
+    buckets=_REST_BUCKETS,
+    registry=registry,
+)
+rest_client_rate_limiter_duration_seconds = Histogram(
+    "rest_client_rate_limiter_duration_seconds",
+    "Client side rate limiter latency in seconds, broken down by verb and host.",
+    ["verb", "host"],
+    buckets=_REST_BUCKETS,
+    registry=registry,
+)
+rest_client_request_retries_total = Counter(
+    "rest_client_request_retries",
+    "Number of request retries, partitioned by status code, verb, and host.",
+    ["code", "verb", "host"],
+    registry=registry,
+)
+
+# ---- reflectors and events -------------------------------------------------------------
+reflector_lists_total = Counter(
+    "reflector_lists",
+    "Number of full lists (the first one and every relist) per reflector.",
+    ["name"],
+    registry=registry,
+)
+reflector_watch_errors_total = Counter(
+    "reflector_watch_errors",
+    "Number of list or watch attempts that ended in an error, per reflector and reason.",
+    ["name", "reason"],
+    registry=registry,
+)
+events_dropped_total = Counter(
+    "events_dropped",
+    "Number of Events not written: the recorder's buffer was full, or every attempt failed.",
+    ["component", "cause"],
+    registry=registry,
+)
+
 
 class _QueueGauges(Collector):
     """Computes depth / unfinished / longest-running gauges of live queues at scrape time."""

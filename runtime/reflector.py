@@ -7,8 +7,18 @@
   transport error, 429/5xx) also resumes from there, after a jittered backoff.
 * 410 Gone (as the HTTP status or as an ERROR event in the stream) means the
   resourceVersion is compacted away: relist, and let the store diff the lists
-  (tombstones for objects that vanished meanwhile).
+  (tombstones for objects that vanished meanwhile). The first relist after a healthy
+  watch is immediate; a second 410 in a row waits like any other error.
 * Other errors back off with jitter (tenacity's exponential-jitter wait) and relist.
+* A 429 or 503 with ``Retry-After`` waits at least that long (capped at 60 s).
+* The backoff grows with *consecutive* failures and resets only after a watch that
+  delivered events or lasted a while, never merely after a list succeeded: a server
+  that answers every watch with 410 (or a proxy that cuts every stream) is polled at
+  the capped backoff, not in a loop.
+* Bad data on the wire (a cut line, a non-JSON body, an HTML error page) is an error
+  like the others: logged once per occurrence with the first bytes received, backed
+  off, resumed. Counted in ``reflector_watch_errors_total{name,reason}``; every full
+  list in ``reflector_lists_total{name}``.
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ from typing import Any, Protocol
 import structlog
 from tenacity import wait_exponential_jitter
 
-from runtime import errors
+from runtime import errors, metrics
 from runtime.client import Client, Watch
 
 log = structlog.get_logger("runtime.reflector")
@@ -99,41 +109,49 @@ class Reflector:
         return float(self._wait(SimpleNamespace(attempt_number=attempt)))  # type: ignore[arg-type]
 
     def run(self) -> None:
-        """List and watch until :meth:`stop`."""
-        attempt = 0
+        """List and watch until :meth:`stop`; never raises."""
+        attempt = 0  # consecutive failures
         need_list = True
         while not self._stop.is_set():
             try:
                 if need_list:
                     self._list()
                     need_list = False
-                    attempt = 0
-                self._watch_once()
-                attempt = 0
+                if self._watch_once():
+                    attempt = 0  # a healthy watch: the server is fine again
                 continue
             except errors.Gone as e:
+                metrics.reflector_watch_errors_total.labels(self.name, "Expired").inc()
                 log.info(
                     "reflector.relist", reflector=self.name, reason="expired", message=e.message
                 )
                 need_list = True
                 attempt += 1
                 if attempt == 1:
-                    continue  # relist at once the first time
+                    continue  # relist at once after a healthy watch
+                wait = self._backoff(attempt - 1)
             except Exception as e:
                 if self._stop.is_set():
                     return
                 attempt += 1
                 if not (_resumable(e) and self.last_resource_version):
                     need_list = True
+                reason = e.reason if isinstance(e, errors.ApiError) else type(e).__name__
+                metrics.reflector_watch_errors_total.labels(self.name, reason or "Error").inc()
+                wait = self._backoff(attempt)
+                retry_after = getattr(e, "retry_after", None)
+                if isinstance(retry_after, int | float):  # the server said how long
+                    wait = max(wait, min(float(retry_after), 60.0))
                 log.warning(
                     "reflector.error",
                     reflector=self.name,
-                    error=str(e),
+                    error=str(e)[:300],
                     error_type=type(e).__name__,
                     relist=need_list,
                     attempt=attempt,
+                    wait=round(wait, 2),
                 )
-            self._stop.wait(self._backoff(attempt))
+            self._stop.wait(wait)
 
     # ---------------------------------------------------------------- list / watch
     def _list(self) -> None:
@@ -165,11 +183,14 @@ class Reflector:
             if self._stop.is_set():
                 return
         self.lists += 1
+        metrics.reflector_lists_total.labels(self.name).inc()
         self.sink.replace(items, rv)
         self.last_resource_version = rv
         log.debug("reflector.listed", reflector=self.name, items=len(items), resource_version=rv)
 
-    def _watch_once(self) -> None:
+    def _watch_once(self) -> bool:
+        """One watch until the server ends it; True if it was healthy (it delivered
+        events or ran for a while), which resets the backoff."""
         lo, hi = self.watch_timeout
         timeout = max(1, int(random.uniform(lo, hi)))
         w = self.client.watch(
@@ -185,14 +206,14 @@ class Reflector:
         with self._watch_lock:
             if self._stop.is_set():
                 w.close()
-                return
+                return False
             self._watch = w
         start = time.monotonic()
         n = 0
         try:
             for ev in w:
                 if self._stop.is_set():
-                    return
+                    return False
                 etype = ev.get("type")
                 obj = ev.get("object") or {}
                 if etype == "ERROR":
@@ -216,5 +237,7 @@ class Reflector:
             with self._watch_lock:
                 self._watch = None
             w.close()
-        if n == 0 and time.monotonic() - start < 1.0 and not self._stop.is_set():
+        lasted = time.monotonic() - start
+        if n == 0 and lasted < 1.0 and not self._stop.is_set():
             raise errors.ApiError(0, "VeryShortWatch", "watch closed within 1s with no events")
+        return n > 0 or lasted >= 10.0

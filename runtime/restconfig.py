@@ -1,0 +1,98 @@
+"""How to reach and authenticate to an API server: kubeconfig, in-cluster, impersonation."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RestConfig:
+    """How to reach and authenticate to an API server."""
+
+    host: str
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    token: str | None = None  # the bearer token, without the "Bearer " prefix
+    verify: bool = True
+    tls_server_name: str | None = None
+    impersonate_user: str | None = None
+    impersonate_groups: list[str] = field(default_factory=list)
+    impersonate_extra: dict[str, list[str]] = field(default_factory=dict)
+    qps: float = 50.0
+    burst: int = 100
+    timeout: float = 30.0
+    pool_maxsize: int = 32
+    user_agent: str = "runtime-client/0.1"
+    _k8s_config: Any = None  # kubernetes.client.Configuration, for token refresh
+
+    @classmethod
+    def from_kubeconfig(
+        cls, path: str | None = None, context: str | None = None, **kw: Any
+    ) -> RestConfig:
+        """Load a kubeconfig file (``$KUBECONFIG`` or ``~/.kube/config`` when ``path`` is None)."""
+        from kubernetes import client as kclient
+        from kubernetes import config as kconfig
+
+        cfg = kclient.Configuration()
+        kconfig.load_kube_config(config_file=path, context=context, client_configuration=cfg)
+        return cls._from_k8s(cfg, **kw)
+
+    @classmethod
+    def in_cluster(cls, **kw: Any) -> RestConfig:
+        from kubernetes import client as kclient
+        from kubernetes import config as kconfig
+
+        cfg = kclient.Configuration()
+        kconfig.load_incluster_config(client_configuration=cfg)
+        return cls._from_k8s(cfg, **kw)
+
+    @classmethod
+    def load(cls, kubeconfig: str | None = None, **kw: Any) -> RestConfig:
+        """In-cluster config when running in a pod and no kubeconfig is given, else kubeconfig."""
+        if (
+            kubeconfig is None
+            and os.environ.get("KUBERNETES_SERVICE_HOST")
+            and not os.environ.get("KUBECONFIG")
+        ):
+            return cls.in_cluster(**kw)
+        # $KUBECONFIG as it is now (the kubernetes package reads it once, at import)
+        env = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
+        return cls.from_kubeconfig(kubeconfig or env or None, **kw)
+
+    @classmethod
+    def _from_k8s(cls, cfg: Any, **kw: Any) -> RestConfig:
+        rc = cls(
+            host=cfg.host.rstrip("/"),
+            ca_file=cfg.ssl_ca_cert,
+            cert_file=cfg.cert_file,
+            key_file=cfg.key_file,
+            verify=bool(cfg.verify_ssl),
+            tls_server_name=getattr(cfg, "tls_server_name", None),
+            **kw,
+        )
+        rc._k8s_config = cfg
+        return rc
+
+    def bearer(self) -> str | None:
+        if self._k8s_config is not None:
+            for ident in ("BearerToken", "authorization"):
+                v = self._k8s_config.get_api_key_with_prefix(ident)
+                if v:
+                    return v if v.lower().startswith("bearer ") else f"Bearer {v}"
+        return f"Bearer {self.token}" if self.token else None
+
+    def impersonating(self, user: str, groups: list[str] | None = None,
+                      extra: Mapping[str, list[str]] | None = None) -> RestConfig:
+        """A copy of this config that impersonates ``user`` (and ``groups``, and the
+        user's ``extra`` fields, e.g. the node a service-account token is bound to)."""
+        import copy
+
+        c = copy.copy(self)
+        c.impersonate_user = user
+        c.impersonate_groups = list(groups or [])
+        c.impersonate_extra = {k: list(v) for k, v in (extra or {}).items()}
+        return c

@@ -1,0 +1,36 @@
+"""kube-apiserver stopped and started again (same etcd, port and certificates) under a
+running controller: its watches resume and new workloads are placed, without
+restarting it. Its own module: one controller at a time."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from hack.testenv import ControlPlane
+from runtime import Client
+from tests.integration.controller.conftest import NodeGroup, Running, wait_phase, workload
+from tests.integration.faults.conftest import device_holders
+
+
+def test_controller_rides_out_an_apiserver_restart(
+        installed: ControlPlane, admin: Client, namespace: str, group: NodeGroup) -> None:
+    group.add(2, gpus=4)
+    run = Running(installed).start()
+    try:
+        admin.create(workload("before", namespace, nodeSelector=group.selector))
+        wait_phase(admin, namespace, "before", "Running", timeout=60)
+        pid = installed.pids()["kube-apiserver"]
+
+        t0 = time.monotonic()
+        installed.restart_apiserver()
+        assert installed.pids()["kube-apiserver"] != pid
+        admin.create(workload("after", namespace, nodeSelector=group.selector))
+        wait_phase(admin, namespace, "after", "Running", timeout=180)
+        print(f"placed {time.monotonic() - t0:.1f}s after the restart began", file=sys.stderr)
+
+        assert run.thread is not None and run.thread.is_alive() and run.codes == []
+        held = device_holders(admin, namespace, ["before", "after"])
+        assert len(held) == len(set(held)) == 2
+    finally:
+        run.stop()
