@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import pki
+from . import checkpods, pki
 from .process import Process, StartError
 
 HERE = Path(__file__).resolve().parent
@@ -97,6 +97,7 @@ class ControlPlane:
             if self.with_scheduler:
                 self._start_scheduler()
             self._start_kwok()
+            self._start_check_pods()
             self.create_nodes([f"node{i}" for i in range(1, self.nodes + 1)], self.gpus)
             self._wait_default_serviceaccount()
         except BaseException:
@@ -130,6 +131,8 @@ class ControlPlane:
             ips=("127.0.0.1", "10.0.0.1"),
         )
         self.admin = self.ca.issue("admin", "admin", orgs=("system:masters",))
+        # kwok's kubelet endpoint (logs): kube-apiserver calls it over TLS.
+        self.kwok_serving = self.ca.issue("kwok", "kwok", server=True, ips=("127.0.0.1",))
         self.sa = pki.service_account_keys(d)
 
     def _spawn(self, name: str, argv: list[str]) -> Process:
@@ -242,6 +245,7 @@ class ControlPlane:
     def _start_kwok(self) -> None:
         port = free_port()
         self.ports["kwok"] = port
+        checkpods.install_logs_crd(self.api)  # kwok serves `kubectl logs` from Logs objects
         proc = self._spawn("kwok", [
             str(self.bin / "kwok"),
             f"--kubeconfig={self.kubeconfig}", f"--config={STAGES}",
@@ -250,8 +254,21 @@ class ControlPlane:
             "--node-ip=127.0.0.1", f"--cidr={POD_CIDR}",
             "--node-lease-duration-seconds=40",
             f"--server-address=127.0.0.1:{port}",
+            # The nodes' kubelet endpoint is kwok's server: `kubectl logs` reaches it.
+            f"--node-port={port}", "--enable-crds=Logs",
+            f"--tls-cert-file={self.kwok_serving.cert}",
+            f"--tls-private-key-file={self.kwok_serving.key}",
         ])
-        proc.wait_ready(lambda: self._http("GET", port, "/healthz")[0] == 200, 60)
+        proc.wait_ready(self._healthz_probe(port), 60)
+
+    def _start_check_pods(self) -> None:
+        """Our check service for pods of the gpu-scheduler-check image (checkpods.py)."""
+        ready = self.dir / "check-pods.ready"
+        ready.unlink(missing_ok=True)
+        proc = self._spawn("check-pods", [
+            sys.executable, "-m", "hack.testenv.checkpods", f"--kubeconfig={self.kubeconfig}",
+            f"--log-dir={self.dir / 'pod-logs'}", f"--ready-file={ready}"])
+        proc.wait_ready(ready.exists, 60)
 
     def _wait_default_serviceaccount(self) -> None:
         # Namespaces become usable for pods once the serviceaccount controller ran.
