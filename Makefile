@@ -85,8 +85,6 @@ demo: cluster-up
 	echo; echo "== kubectl get nodes (GPU capacity)"; \
 	$(KUBECTL) get nodes -o custom-columns='NAME:.metadata.name,STATUS:.status.conditions[?(@.type=="Ready")].type,GPUS:.status.capacity.nvidia\.com/gpu,ALLOCATABLE:.status.allocatable.nvidia\.com/gpu,INTERNAL-IP:.status.addresses[?(@.type=="InternalIP")].address'; \
 	$(BIN)/python -m hack.demo --dir $(TESTENV_DIR); \
-	echo; echo "== kubectl get crds"; \
-	$(KUBECTL) get crds; \
 	if [ "$(KEEP)" = 1 ]; then echo; echo "left running: export KUBECONFIG=$(KUBECONFIG_LOCAL); make cluster-down to stop"; fi
 
 run: venv
