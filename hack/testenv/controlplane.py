@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import checkpods, pki
+from . import pki
 from .process import Process, StartError
 
 HERE = Path(__file__).resolve().parent
@@ -175,6 +175,9 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
             "--disable-admission-plugins=ServiceAccount",
+            # `kubectl logs`: reach kwok at the nodes' InternalIP (127.0.0.1), never by
+            # resolving a node name through DNS.
+            "--kubelet-preferred-address-types=InternalIP",
             "--v=1",
         ]
 
@@ -245,6 +248,8 @@ class ControlPlane:
     def _start_kwok(self) -> None:
         port = free_port()
         self.ports["kwok"] = port
+        from . import checkpods  # (not at import: `python -m hack.testenv.checkpods` runs it)
+
         checkpods.install_logs_crd(self.api)  # kwok serves `kubectl logs` from Logs objects
         proc = self._spawn("kwok", [
             str(self.bin / "kwok"),

@@ -54,8 +54,8 @@ def render(helm: Path, chart: str, *args: str, namespace: str = NS) -> list[dict
 
 
 def kustomize(path: Path | str) -> list[dict[str, Any]]:
-    proc = subprocess.run(["kubectl", "kustomize", str(path)], capture_output=True, text=True,
-                          check=True)
+    proc = subprocess.run(["kubectl", "kustomize", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, f"kubectl kustomize {path}:\n{proc.stderr}"
     return docs(proc.stdout)
 
 

@@ -10,6 +10,7 @@ here with the object and the first difference."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +72,9 @@ def test_webhook_is_config_webhook(helm: Path) -> None:
 
 
 def test_cert_manager_webhook_is_the_kustomize_component(helm: Path, tmp_path: Path) -> None:
+    rel = Path(os.path.relpath(ROOT / "config" / "webhook", tmp_path))
     (tmp_path / "kustomization.yaml").write_text(json.dumps({
-        "resources": [str(ROOT / "config" / "webhook")],
-        "components": [str(ROOT / "config" / "webhook" / "certmanager")]}))
+        "resources": [str(rel)], "components": [str(rel / "certmanager")]}))
     want = kustomize(tmp_path)
     chart = render(helm, "gpu-orchestrator", "--set", "webhook.enabled=true",
                    "--set", "webhook.certificates.mode=certManager",
