@@ -129,6 +129,10 @@ class Demo:
               "annotation (the GPUWorkloads are deleted first: they hold those devices)")
         self.kubectl("delete", "-n", NS_WORKLOADS, "-k", str(ROOT / "config" / "samples"),
                      "--wait=true")
+        # Their pods go after them (garbage collection, then the grace period): until
+        # then they still hold the devices the StatefulSet's map names.
+        self.wait("the samples' pods gone", lambda: not json.loads(self.kubectl(
+            "get", "pods", "-n", NS_WORKLOADS, "-o", "json"))["items"], 90)
         self.kubectl("create", "namespace", NS_SEED, check=False)
         self.kubectl("apply", "-n", NS_SEED, "-f",
                      str(ROOT / "config" / "samples" / "gpu-scheduler-check-statefulset.yaml"))
