@@ -118,6 +118,8 @@ def test_crds_are_kept_on_uninstall_unless_asked(helm: Path) -> None:
     (["--set", "webhook.certificates.mode=secret", "--set", "webhook.certificates.secretName=s"],
      "caBundle"),
     (["--set", "metrics.serviceMonitor.interval=often"], "/metrics/serviceMonitor/interval"),
+    (["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.service.enabled=false"],
+     "/metrics/service/enabled"),
 ])
 def test_bad_orchestrator_values_fail_with_the_schema_message(
         helm: Path, args: list[str], message: str) -> None:

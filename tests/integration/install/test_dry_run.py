@@ -72,3 +72,19 @@ def test_dry_run_catches_a_bad_manifest(crds: ControlPlane, helm: Path) -> None:
                         input=json.dumps(dep), check=False)
     assert proc.returncode != 0
     assert 'unknown field "spec.template.spec.containers[0].imagePulPolicy"' in proc.stderr
+
+
+def test_make_deploy_overlay(crds: ControlPlane, tmp_path: Path) -> None:
+    """``make deploy IMG=...``'s overlay: config/ with the images replaced."""
+    import subprocess
+    import sys
+
+    img = "registry.example.com:5000/gpu/gpu-orchestrator:0.2.0"
+    subprocess.run([sys.executable, "-m", "hack.deploy", "--img", img, "--webhook",
+                    "--out", str(tmp_path)], cwd=ROOT, check=True, capture_output=True)
+    objs = kustomize(tmp_path)
+    images = {c["image"] for o in objs if o["kind"] in ("Deployment", "DaemonSet")
+              for c in o["spec"]["template"]["spec"]["containers"]}
+    assert images == {img}
+    out = dry_run(crds, objs)
+    assert "deployment.apps/gpu-orchestrator-webhook" in out
