@@ -15,7 +15,8 @@ prints it.
 Guarantees:
 - Only that image is run this way, and only our module: the container's
   ``command`` is never run, its ``args`` are only arguments to the check service
-  (which rejects unknown ones, as the real image would). Pods with any other image
+  (which rejects unknown ones, as the real image would), and of its environment only
+  the variables the service reads are passed. Pods with any other image
   get no process and no Logs object, so ``kubectl logs`` says what kwok says for
   every fake pod (no logs), never something made up.
 - The process gets SIGTERM when its pod is deleted (at the start of the grace
@@ -60,6 +61,10 @@ LOGS_CRD: dict[str, Any] = {
         }],
     },
 }
+# The variables the check service reads: only these reach its process, so a pod spec
+# cannot steer the interpreter or the loader (PYTHONPATH, PYTHONSTARTUP, LD_PRELOAD).
+CHECK_ENV = frozenset({"NODE_NAME", "POD_NAME", "HOSTNAME", "CUDA_VISIBLE_DEVICES",
+                       "NVIDIA_VISIBLE_DEVICES"})
 # Downward-API fields a check pod's env may name, and where they are in the pod.
 FIELD_PATHS = {
     "spec.nodeName": ("spec", "nodeName"),
@@ -79,11 +84,13 @@ def is_check_image(image: str) -> bool:
 
 
 def container_env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, str]:
-    """The environment the container would see from its pod spec: ``HOSTNAME``, literal
-    values and the downward-API fields above (others, such as Secret references,
-    are left out: the check service reads none)."""
+    """What the check service reads of the environment the container would see from
+    its pod spec (``CHECK_ENV``): ``HOSTNAME``, literal values and the downward-API
+    fields above. Any other variable is left out."""
     env = {"HOSTNAME": pod["metadata"]["name"]}
     for item in container.get("env") or []:
+        if item.get("name") not in CHECK_ENV:
+            continue
         if "value" in item:
             env[item["name"]] = str(item["value"])
             continue

@@ -75,12 +75,14 @@ def _pod(**status) -> dict:
                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": "CUDA_VISIBLE_DEVICES", "value": "3"},
                 {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                {"name": "PYTHONPATH", "value": "/tmp/evil"},
+                {"name": "LD_PRELOAD", "value": "/tmp/evil.so"},
             ]}]},
         "status": status,
     }
 
 
-def test_the_check_sees_its_pods_environment() -> None:
+def test_the_check_sees_its_pods_environment_and_nothing_that_steers_python() -> None:
     pod = _pod(phase="Running")
     assert container_env(pod, pod["spec"]["containers"][0]) == {
         "HOSTNAME": "gpu-scheduler-check-3", "NODE_NAME": "node4",
