@@ -111,6 +111,7 @@ def test_crds_are_kept_on_uninstall_unless_asked(helm: Path) -> None:
     (["--set", "manager.replicas=-1"], "/manager/replicas"),
     (["--set", "manager.defaultStrategy=fastest"], "/manager/defaultStrategy"),
     (["--set", "manager.deviceExposure=all"], "/manager/deviceExposure"),
+    (["--set", "manager.leaderElect=false"], "/manager/replicas"),
     (["--set", "manger.replicas=2"], "manger"),
     (["--set", "image.digest=latest"], "/image/digest"),
     (["--set", "webhook.enabled=true", "--set", "webhook.replicas=2"],
