@@ -77,7 +77,8 @@ class Demo:
     def run(self) -> None:
         self.kubectl("apply", "-k", str(ROOT / "config"))
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-        self.show("installed by kubectl apply -k config", "get", "crds")
+        self.show("installed by kubectl apply -k config", "get", "crds",
+                  "gpuworkloads.gpu.orchestrator.dev", "gpunodes.gpu.orchestrator.dev")
         # The manager runs below as a local process (kwok nodes run no containers and
         # nothing would schedule the Deployment's pods): no Pending copies of it.
         self.kubectl("scale", "-n", "gpu-orchestrator-system", "deployment",
