@@ -155,6 +155,7 @@ class Runner:
         from kubernetes import client, config
 
         self.api_client = config.new_client_from_config(config_file=kubeconfig)
+        self.api_client.user_agent = "testenv-check-pods"  # told apart in audit logs
         self.core = client.CoreV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
         self.log_dir = log_dir

@@ -63,6 +63,10 @@ def binaries() -> Path:
 class ControlPlane:
     """A local control plane in ``workdir``; ``start()`` then ``stop()``, or ``with``."""
 
+    # Run our check service for gpu-scheduler-check pods (checkpods.py). A subclass
+    # that measures (the benchmark) turns it off: it decodes every pod event.
+    check_pods = True
+
     def __init__(
         self,
         workdir: Path | str,
@@ -97,7 +101,8 @@ class ControlPlane:
             if self.with_scheduler:
                 self._start_scheduler()
             self._start_kwok()
-            self._start_check_pods()
+            if self.check_pods:
+                self._start_check_pods()
             self.create_nodes([f"node{i}" for i in range(1, self.nodes + 1)], self.gpus)
             self._wait_default_serviceaccount()
         except BaseException:
