@@ -11,17 +11,25 @@ GPUS ?= 4
 KUBECONFIG_LOCAL := $(TESTENV_DIR)/kubeconfig
 KUBECTL := kubectl --kubeconfig=$(KUBECONFIG_LOCAL)
 PYTEST_ARGS ?=
+# The images `make docker-build` builds and `make deploy` installs (kustomize images:).
+IMG ?= gpu-orchestrator:0.1.0
+CHECK_IMG ?= gpu-scheduler-check:0.1.0
+CONTAINER_TOOL ?= docker
+CHECKOV_VENV ?= .venv-checkov
+CHECKOV_VERSION := $(shell sed -n 's/.*"checkov==\([^"]*\)".*/\1/p' pyproject.toml)
 
-.PHONY: help venv tools testenv test unit integration lint fmt cluster-up cluster-down demo run manifests bench clean
+.PHONY: help venv tools testenv test unit integration lint fmt cluster-up cluster-down demo run manifests charts bench clean docker-build docker-push deploy undeploy
 
 help:
 	@echo "make demo          local control plane + config/ installed, prints the GPU nodes"
 	@echo "make test          every test (unit + integration on a real local control plane)"
-	@echo "make lint          ruff"
+	@echo "make lint          ruff, chart copies in step with config/, checkov on config/ and the charts"
 	@echo "make cluster-up    the local control plane alone (NODES=, GPUS=); kubeconfig $(KUBECONFIG_LOCAL)"
 	@echo "make cluster-down  stops what cluster-up started"
 	@echo "make run           the controller against the current kubeconfig"
-	@echo "make manifests     regenerates config/crd from api/v1alpha1"
+	@echo "make manifests     regenerates config/crd from api/v1alpha1 (and the charts' copies)"
+	@echo "make docker-build  builds IMG (and CHECK_IMG); make docker-push pushes them"
+	@echo "make deploy        kubectl apply -k config with IMG (WEBHOOK=1: the webhook too); make undeploy"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,8 +55,18 @@ unit: venv
 integration: venv testenv
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
-lint: venv
+$(CHECKOV_VENV)/.stamp-$(CHECKOV_VERSION):
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install -q --upgrade pip
+	$(CHECKOV_VENV)/bin/pip install -q 'checkov==$(CHECKOV_VERSION)'
+	@touch $@
+
+# checkov lives in its own venv: its packaging<24 pin conflicts with pytest's.
+lint: venv testenv $(CHECKOV_VENV)/.stamp-$(CHECKOV_VERSION)
 	$(BIN)/ruff check .
+	$(BIN)/python -m hack.charts --check
+	$(BIN)/python -m hack.checkmanifests --checkov $(CHECKOV_VENV)/bin/checkov \
+	  --helm "$$(bash hack/testenv/build.sh 2>/dev/null | tail -1)/helm"
 
 fmt: venv
 	$(BIN)/ruff check --fix .
@@ -67,8 +85,6 @@ demo: cluster-up
 	echo; echo "== kubectl get nodes (GPU capacity)"; \
 	$(KUBECTL) get nodes -o custom-columns='NAME:.metadata.name,STATUS:.status.conditions[?(@.type=="Ready")].type,GPUS:.status.capacity.nvidia\.com/gpu,ALLOCATABLE:.status.allocatable.nvidia\.com/gpu,INTERNAL-IP:.status.addresses[?(@.type=="InternalIP")].address'; \
 	$(BIN)/python -m hack.demo --dir $(TESTENV_DIR); \
-	echo; echo "== kubectl get crds"; \
-	$(KUBECTL) get crds; \
 	if [ "$(KEEP)" = 1 ]; then echo; echo "left running: export KUBECONFIG=$(KUBECONFIG_LOCAL); make cluster-down to stop"; fi
 
 # Leader election is on (the Lease gpu-orchestrator-system/gpu-orchestrator-leader), so a
@@ -79,10 +95,35 @@ run: venv
 
 manifests: venv
 	$(BIN)/python -m api.v1alpha1.crd
+	$(BIN)/python -m hack.charts
+
+# Copies config/'s CRDs, RBAC, alert rules and dashboard into charts/gpu-orchestrator/files.
+charts: venv
+	$(BIN)/python -m hack.charts
+
+# As kubebuilder projects do: build and push the images, then install config/ with
+# them. `make deploy` writes a kustomize overlay (.deploy/, git-ignored) whose
+# images: entries point gpu-orchestrator and gpu-scheduler-check at IMG and CHECK_IMG,
+# and applies it to the current kubeconfig's cluster. Nothing under config/ changes.
+docker-build:
+	$(CONTAINER_TOOL) build -t $(IMG) -f Dockerfile .
+	$(CONTAINER_TOOL) build -t $(CHECK_IMG) -f Dockerfile.check .
+
+docker-push:
+	$(CONTAINER_TOOL) push $(IMG)
+	$(CONTAINER_TOOL) push $(CHECK_IMG)
+
+deploy: venv
+	$(BIN)/python -m hack.deploy --img '$(IMG)' --check-img '$(CHECK_IMG)' $(if $(filter 1,$(WEBHOOK)),--webhook) --out .deploy
+	kubectl apply -k .deploy
+
+undeploy: venv
+	$(BIN)/python -m hack.deploy --img '$(IMG)' --check-img '$(CHECK_IMG)' $(if $(filter 1,$(WEBHOOK)),--webhook) --out .deploy
+	kubectl delete --ignore-not-found -k .deploy
 
 bench: venv testenv
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean: cluster-down
-	rm -rf $(VENV) $(TESTENV_DIR) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(CHECKOV_VENV) $(TESTENV_DIR) .deploy .pytest_cache .ruff_cache .hypothesis

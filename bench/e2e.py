@@ -59,6 +59,8 @@ class BenchPlane(ControlPlane):
     """The test control plane with an audit log (who sent which request) and a
     kube-scheduler that the benchmark starts and stops itself, once per size."""
 
+    check_pods = False  # no check-service runner decoding every pod event meanwhile
+
     def _apiserver_argv(self) -> list[str]:
         policy = self.dir / "audit-policy.yaml"
         policy.write_text(AUDIT_POLICY)

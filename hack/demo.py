@@ -1,7 +1,14 @@
 """``make demo``: on a running local control plane (``make cluster-up``), install
 config/, run the controller and the webhook as background processes (their PIDs go
 into the control plane's state.json, so ``make cluster-down`` stops them too), apply
-the samples and the seed-path StatefulSet, and print what a user would look at.
+the samples and the seed-path StatefulSet, and print what a user would look at. It
+ends as the seed's deliverable does: every pod with its node, and the check service's
+own logs of the pods on node3 and node4 (the local control plane runs our check
+service for pods of the gpu-scheduler-check image, hack/testenv/checkpods.py).
+
+kwok runs no containers, so the manager and the webhook run here as local processes;
+config/'s manager Deployment is scaled to 0 rather than left with Pending look-alikes,
+and the demo says so.
 """
 
 from __future__ import annotations
@@ -70,6 +77,16 @@ class Demo:
     def run(self) -> None:
         self.kubectl("apply", "-k", str(ROOT / "config"))
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        self.show("installed by kubectl apply -k config", "get", "crds",
+                  "gpuworkloads.gpu.orchestrator.dev", "gpunodes.gpu.orchestrator.dev")
+        # The manager runs below as a local process (kwok nodes run no containers and
+        # nothing would schedule the Deployment's pods): no Pending copies of it.
+        self.kubectl("scale", "-n", "gpu-orchestrator-system", "deployment",
+                     "gpu-orchestrator-manager", "--replicas=0")
+        print("\ndemo: the manager and the webhook run as local processes (below); "
+              "config/'s manager Deployment is scaled to 0 here, since kwok runs no "
+              "containers.\ndemo: the agent DaemonSet has no pods: it runs only on nodes "
+              "labelled nvidia.com/gpu.present=true (docs/install.md, step 3).", flush=True)
         py = sys.executable
         self.spawn("manager", [
             py, str(ROOT / "main.py"), "manager", f"--kubeconfig={self.kubeconfig}",
@@ -115,6 +132,10 @@ class Demo:
               "annotation (the GPUWorkloads are deleted first: they hold those devices)")
         self.kubectl("delete", "-n", NS_WORKLOADS, "-k", str(ROOT / "config" / "samples"),
                      "--wait=true")
+        # Their pods go after them (garbage collection, then the grace period): until
+        # then they still hold the devices the StatefulSet's map names.
+        self.wait("the samples' pods gone", lambda: not json.loads(self.kubectl(
+            "get", "pods", "-n", NS_WORKLOADS, "-o", "json"))["items"], 90)
         self.kubectl("create", "namespace", NS_SEED, check=False)
         self.kubectl("apply", "-n", NS_SEED, "-f",
                      str(ROOT / "config" / "samples" / "gpu-scheduler-check-statefulset.yaml"))
@@ -124,6 +145,19 @@ class Demo:
                   "custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,"
                   "CUDA_VISIBLE_DEVICES:.spec.containers[0].env[?(@.name=="
                   "\"CUDA_VISIBLE_DEVICES\")].value")
+        self.ending()
+
+    def ending(self) -> None:
+        """The seed's deliverable: every pod, then the check logs of node3 and node4."""
+        self.show("every pod and its node", "get", "pod", "-o", "wide", "-A")
+        pods = json.loads(self.kubectl("get", "pods", "-n", NS_SEED, "-o", "json"))["items"]
+        on = sorted((p["spec"].get("nodeName") or "", p["metadata"]["name"]) for p in pods)
+        for node, name in on:
+            if node not in ("node3", "node4"):
+                continue
+            self.wait(f"{name}'s first log line",
+                      lambda n=name: self.kubectl("logs", "-n", NS_SEED, n, check=False), 30)
+            self.show(f"the check service on {node}", "logs", "-n", NS_SEED, name)
 
     def register_webhook(self, port: int) -> None:
         """config/webhook's configuration, called by URL on 127.0.0.1 (never through a

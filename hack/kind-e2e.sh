@@ -66,9 +66,9 @@ for want in node1 node2 node3 node4; do
 done
 
 log "building images"
-docker build -q -t gpu-orchestrator:latest -f Dockerfile . >/dev/null
-docker build -q -t gpu-scheduler-check:latest -f Dockerfile.check . >/dev/null
-kind load docker-image --name "$cluster" gpu-orchestrator:latest gpu-scheduler-check:latest
+docker build -q -t gpu-orchestrator:0.1.0 -f Dockerfile . >/dev/null
+docker build -q -t gpu-scheduler-check:0.1.0 -f Dockerfile.check . >/dev/null
+kind load docker-image --name "$cluster" gpu-orchestrator:0.1.0 gpu-scheduler-check:0.1.0
 
 log "deploying config/ and config/webhook"
 k apply -k config >/dev/null

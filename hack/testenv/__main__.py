@@ -46,9 +46,10 @@ def down(d: Path) -> int:
             print(f"testenv: stopped {name} (pid {pid})")
         else:
             print(f"testenv: {name} (pid {pid}) was not running")
-    for sub in ("etcd-data", "logs", "pki", "apiserver-certs", "kcm-certs", "scheduler-certs"):
+    for sub in ("etcd-data", "logs", "pki", "apiserver-certs", "kcm-certs", "scheduler-certs",
+                "pod-logs"):
         remove_tree(d / sub)
-    for f in ("kubeconfig", "state.json"):
+    for f in ("kubeconfig", "state.json", "check-pods.ready"):
         (d / f).unlink(missing_ok=True)
     return 0
 

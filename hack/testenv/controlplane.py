@@ -70,6 +70,10 @@ def binaries() -> Path:
 class ControlPlane:
     """A local control plane in ``workdir``; ``start()`` then ``stop()``, or ``with``."""
 
+    # Run our check service for gpu-scheduler-check pods (checkpods.py). A subclass
+    # that measures (the benchmark) turns it off: it decodes every pod event.
+    check_pods = True
+
     def __init__(
         self,
         workdir: Path | str,
@@ -106,6 +110,8 @@ class ControlPlane:
             if self.with_scheduler:
                 self._start_scheduler()
             self._start_kwok()
+            if self.check_pods:
+                self._start_check_pods()
             self.create_nodes([f"node{i}" for i in range(1, self.nodes + 1)], self.gpus)
             self._wait_default_serviceaccount()
         except BaseException:
@@ -139,6 +145,8 @@ class ControlPlane:
             ips=("127.0.0.1", "10.0.0.1"),
         )
         self.admin = self.ca.issue("admin", "admin", orgs=("system:masters",))
+        # kwok's kubelet endpoint (logs): kube-apiserver calls it over TLS.
+        self.kwok_serving = self.ca.issue("kwok", "kwok", server=True, ips=("127.0.0.1",))
         self.sa = pki.service_account_keys(d)
 
     def _spawn(self, name: str, argv: list[str]) -> Process:
@@ -181,6 +189,9 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
             "--disable-admission-plugins=ServiceAccount",
+            # `kubectl logs`: reach kwok at the nodes' InternalIP (127.0.0.1), never by
+            # resolving a node name through DNS.
+            "--kubelet-preferred-address-types=InternalIP",
             "--v=1",
         ]
 
@@ -258,6 +269,9 @@ class ControlPlane:
     def _start_kwok(self) -> None:
         port = free_port()
         self.ports["kwok"] = port
+        from . import checkpods  # (not at import: `python -m hack.testenv.checkpods` runs it)
+
+        checkpods.install_logs_crd(self.api)  # kwok serves `kubectl logs` from Logs objects
         proc = self._spawn("kwok", [
             str(self.bin / "kwok"),
             f"--kubeconfig={self.kubeconfig}", f"--config={self._stages()}",
@@ -266,8 +280,21 @@ class ControlPlane:
             "--node-ip=127.0.0.1", f"--cidr={POD_CIDR}",
             "--node-lease-duration-seconds=40",
             f"--server-address=127.0.0.1:{port}",
+            # The nodes' kubelet endpoint is kwok's server: `kubectl logs` reaches it.
+            f"--node-port={port}", "--enable-crds=Logs",
+            f"--tls-cert-file={self.kwok_serving.cert}",
+            f"--tls-private-key-file={self.kwok_serving.key}",
         ])
-        proc.wait_ready(lambda: self._http("GET", port, "/healthz")[0] == 200, 60)
+        proc.wait_ready(self._healthz_probe(port), 60)
+
+    def _start_check_pods(self) -> None:
+        """Our check service for pods of the gpu-scheduler-check image (checkpods.py)."""
+        ready = self.dir / "check-pods.ready"
+        ready.unlink(missing_ok=True)
+        proc = self._spawn("check-pods", [
+            sys.executable, "-m", "hack.testenv.checkpods", f"--kubeconfig={self.kubeconfig}",
+            f"--log-dir={self.dir / 'pod-logs'}", f"--ready-file={ready}"])
+        proc.wait_ready(ready.exists, 60)
 
     def _wait_default_serviceaccount(self) -> None:
         # Namespaces become usable for pods once the serviceaccount controller ran.

@@ -1,0 +1,140 @@
+"""The charts installed with helm into a local control plane of their own, as a user
+would: install, the demo's GPUWorkloads and the seed StatefulSet placed (the manager
+and the webhook run as local processes, as in ``make demo``: kwok runs no
+containers), ``kubectl logs`` of a check pod, upgrade, and an uninstall that leaves
+nothing of ours behind."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hack.testenv import ControlPlane, signals_stop
+from runtime import Client, RestConfig
+from tests.integration.controller.conftest import Running
+from tests.integration.install.conftest import CHARTS, NS, ROOT, run_helm
+from tests.integration.webhook.helpers import running_webhook
+from tests.waiting import eventually
+
+SEED = [("gpu-scheduler-check-0", "node1", "0,1"), ("gpu-scheduler-check-1", "node2", "2"),
+        ("gpu-scheduler-check-2", "node3", "0,1,2"), ("gpu-scheduler-check-3", "node4", "3"),
+        ("gpu-scheduler-check-4", "node4", "3")]
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """Its own control plane: the chart owns the CRDs here, and its uninstall deletes
+    them, which the session cluster's other tests must never see."""
+    cp = ControlPlane(tmp_path_factory.mktemp("helm-plane"), nodes=4, gpus=4)
+    with signals_stop():
+        cp.start()
+        try:
+            yield cp
+        finally:
+            cp.stop()
+
+
+def _pods(cp: ControlPlane, ns: str) -> list[dict]:
+    return json.loads(cp.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]
+
+
+def _running(cp: ControlPlane, ns: str, count: int) -> list[dict] | None:
+    pods = [p for p in _pods(cp, ns) if p["status"].get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")]
+    return pods if len(pods) == count else None
+
+
+def _ours(cp: ControlPlane) -> list[str]:
+    """Everything a release of ours could have left: our API group, our cluster-wide
+    objects, anything in our namespace but what Kubernetes puts in every namespace."""
+    left = []
+    crds = json.loads(cp.kubectl("get", "crd", "-o", "json").stdout)["items"]
+    left += [c["metadata"]["name"] for c in crds if c["spec"]["group"] == "gpu.orchestrator.dev"]
+    for kind in ("clusterroles", "clusterrolebindings", "mutatingwebhookconfigurations",
+                 "validatingadmissionpolicies", "validatingadmissionpolicybindings"):
+        items = json.loads(cp.kubectl("get", kind, "-o", "json").stdout)["items"]
+        left += [f"{kind}/{i['metadata']['name']}" for i in items
+                 if "gpu-orchestrator" in i["metadata"]["name"]
+                 or "gpu.orchestrator.dev" in i["metadata"]["name"]]
+    out = cp.kubectl("get", "all,sa,role,rolebinding,cm,secret", "-n", NS, "-o", "name",
+                     check=False).stdout.split()
+    left += [o for o in out if o not in ("serviceaccount/default", "configmap/kube-root-ca.crt")
+             and not o.startswith("secret/sh.helm.release")]
+    left += cp.kubectl("get", "secret", "-A", "-l", "owner=helm", "-o", "name").stdout.split()
+    return left
+
+
+def test_install_place_upgrade_uninstall(plane: ControlPlane, helm: Path,
+                                         tmp_path: Path) -> None:
+    kc = plane.kubeconfig
+    # 1. Install. The manager runs as a local process below (kwok runs no containers),
+    # so its Deployment is scaled to 0 instead of leaving two Pending pods.
+    out = run_helm(helm, "install", "gpu-orchestrator", str(CHARTS / "gpu-orchestrator"),
+                   "-n", NS, "--create-namespace", "--set", "crds.keep=false",
+                   "--set", "manager.replicas=0", kubeconfig=kc).stdout
+    assert "STATUS: deployed" in out
+    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                  "crd/gpuworkloads.gpu.orchestrator.dev", "crd/gpunodes.gpu.orchestrator.dev")
+    admin = Client(RestConfig.from_kubeconfig(str(kc)))
+    # The chart's RBAC is what the in-process manager gets (it impersonates the
+    # release's ServiceAccount gpu-orchestrator-system:gpu-orchestrator).
+    manager = Running(plane, pod_binding=True).start()
+    try:
+        with running_webhook(plane, tmp_path / "webhook"):
+            # 2. The demo's GPUWorkloads: the seed map first, then one per strategy.
+            plane.kubectl("create", "namespace", "demo")
+            plane.kubectl("apply", "-n", "demo", "-f",
+                          str(ROOT / "config/samples/gpuworkload_annotationmap_seed.yaml"))
+            eventually(lambda: _running(plane, "demo", 5), timeout=90, what="seed map's 5 pods")
+            plane.kubectl("apply", "-n", "demo", "-k", str(ROOT / "config/samples"))
+            eventually(lambda: _running(plane, "demo", 11), timeout=90, what="11 sample pods")
+            gws = json.loads(plane.kubectl("get", "gw", "-n", "demo", "-o", "json").stdout)
+            assert {g["status"]["phase"] for g in gws["items"]} == {"Running"}
+            plane.kubectl("delete", "-n", "demo", "-k", str(ROOT / "config/samples"),
+                          "--wait=true", "--timeout=90s")
+            eventually(lambda: _running(plane, "demo", 0) is not None and not _pods(plane, "demo"),
+                       timeout=90, what="the samples' pods gone")
+
+            # 3. The seed's StatefulSet from its chart.
+            out = run_helm(helm, "install", "check", str(CHARTS / "gpu-scheduler-check"),
+                           "-n", "seed-path", "--create-namespace", kubeconfig=kc).stdout
+            assert "STATUS: deployed" in out
+            pods = eventually(lambda: _running(plane, "seed-path", 5), timeout=120,
+                              what="the check StatefulSet's 5 pods Running")
+            got = sorted((p["metadata"]["name"], p["spec"]["nodeName"],
+                          {e["name"]: e.get("value") for e in p["spec"]["containers"][0]["env"]}
+                          .get("CUDA_VISIBLE_DEVICES")) for p in pods)
+            assert got == SEED
+            # The check service's own output, as `kubectl logs` prints it.
+            logs = eventually(lambda: plane.kubectl("logs", "-n", "seed-path",
+                                                    "gpu-scheduler-check-3", check=False).stdout,
+                              timeout=30, what="logs of gpu-scheduler-check-3")
+            first = logs.splitlines()[0]
+            assert "node=node4" in first and "CUDA_VISIBLE_DEVICES=3" in first, logs
+            assert "pod=gpu-scheduler-check-3" in first, logs
+
+            # 4. Upgrade: a changed value reaches the Deployment.
+            out = run_helm(helm, "upgrade", "gpu-orchestrator", str(CHARTS / "gpu-orchestrator"),
+                           "-n", NS, "--reuse-values", "--set", "manager.workers=8",
+                           kubeconfig=kc).stdout
+            assert "REVISION: 2" in out
+            dep = admin.get("apps/v1", "Deployment", "gpu-orchestrator-manager", NS)
+            assert "--workers=8" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+
+            run_helm(helm, "uninstall", "check", "-n", "seed-path", "--wait", kubeconfig=kc)
+            eventually(lambda: not _pods(plane, "seed-path"), timeout=90,
+                       what="the check pods gone")
+    finally:
+        manager.stop()
+
+    # 5. Uninstall: nothing of ours is left (crds.keep=false; the default keeps them).
+    run_helm(helm, "uninstall", "gpu-orchestrator", "-n", NS, "--wait", kubeconfig=kc)
+    left = eventually(lambda: _ours(plane) == [] or None, timeout=60,
+                      what=f"nothing of ours left (last: {_ours(plane)})")
+    assert left
+    # The check service's processes went with their pods, and so did their Logs.
+    eventually(lambda: plane.kubectl("get", "logs.kwok.x-k8s.io", "-A", "-o", "name"
+                                     ).stdout == "", timeout=30, what="no kwok Logs left")
