@@ -267,7 +267,8 @@ def test_the_manager_patches_only_a_workloads_finalizers(
     tenant.create(workload("w", namespace, gpusPerReplica=1))
     manager = admin.impersonate(MANAGER_SERVICE_ACCOUNT, _sa_groups(MANAGER_SERVICE_ACCOUNT))
     with pytest.raises(errors.Forbidden, match="only a GPUWorkload's status"):
-        manager.patch(API_VERSION, "GPUWorkload", "w", {"spec": {"gpusPerReplica": 4}},
+        # replicas: a field users may change (gpusPerReplica is refused to everyone)
+        manager.patch(API_VERSION, "GPUWorkload", "w", {"spec": {"replicas": 2}},
                       namespace=namespace)
     with pytest.raises(errors.Forbidden, match="only a GPUWorkload's status"):
         manager.patch(API_VERSION, "GPUWorkload", "w",
@@ -279,7 +280,7 @@ def test_the_manager_patches_only_a_workloads_finalizers(
     manager.patch(API_VERSION, "GPUWorkload", "w", {"metadata": {"finalizers": None}},
                   namespace=namespace)
     w = admin.get(API_VERSION, "GPUWorkload", "w", namespace)
-    assert w["spec"]["gpusPerReplica"] == 1 and not w["metadata"].get("finalizers")
+    assert w["spec"]["replicas"] == 1 and not w["metadata"].get("finalizers")
 
 
 # ------------------------------------------------------------ 5. seed-path side doors
