@@ -83,6 +83,15 @@ class PodBook(Protocol):
         """Capacity was freed: retry the pods waiting for it (called unlocked)."""
         ...
 
+    def owns_key(self, ledger_key: str) -> bool:
+        """Is ``ledger_key`` one of this book's bookings?"""
+        ...
+
+    def evict(self, ledger_key: str, message: str) -> None:
+        """A preemptor took this booking's devices: ask its pods to go (called
+        unlocked). The booking stays until they are gone."""
+        ...
+
 
 class PlacementState:
     def __init__(self, default_exposure: DeviceExposure, rng: random.Random | None = None,
@@ -167,6 +176,7 @@ class PlacementState:
         are released (their own reconcile then deletes their children, which are
         queued) and ``w`` is nominated over the devices their pods still hold."""
         victims: list[str] = []
+        booked: list[tuple[PodBook, str]] = []  # victims of a pod book: their pods go
         with self.lock:
             decision = self.scheduler.schedule(w)
             if decision.ok:
@@ -176,15 +186,21 @@ class PlacementState:
                 message = (f"preempted by {w.key} (priority {w.spec.priority}) to make room; "
                            f"waiting to be placed again")
                 for v in decision.victims:
+                    book = next((b for b in self.pod_books if b.owns_key(v)), None)
+                    if book is not None:
+                        booked.append((book, v))  # its booking stays till its pods go
+                        continue
                     self.ledger.forget(v)
                     self._evicting[v] = message
+                    victims.append(v)
                 decision.assume(self.ledger, w)
                 self._blocked.add(w.key)
-                victims = list(decision.victims)
-            if decision.ok or victims:
+            if decision.ok or decision.outcome == PREEMPT:
                 self.pending.discard(w.key)
         if victims:
             self._enqueue_waiting(victims)
+        for book, key in booked:
+            book.evict(key, f"preempted by {w.key} (priority {w.spec.priority}) to make room")
         return decision
 
     def commit(self, key: str) -> None:

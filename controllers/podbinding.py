@@ -28,8 +28,10 @@ replicas 3 and 4 both on node4:3) while a device held by any other workload is
 refused (invariant 1). The owner's allocation is the list of its pods'
 placements; booking or releasing one pod re-books the owner's list. A pod that
 requests ``nvidia.com/gpu`` and has no map is booked under its own ``Pod:`` key and
-counted (the kubelet's device plugin picks its devices). These bookings have a
-priority above any GPUWorkload's, so they are never preemption victims.
+counted (the kubelet's device plugin picks its devices). These bookings have their
+pods' own priority (never above a GPUWorkload's maximum), so a higher-priority
+workload may preempt them: the preemptor is nominated over the booking, the pods are
+evicted (``evict_holder``), and the booking stays until they are gone.
 
 A pod bound outside this scheduler (``spec.nodeName`` set at creation, or by another
 binder) onto devices another workload holds is never booked: it gets a
@@ -98,8 +100,15 @@ JSON = Mapping[str, Any]
 
 DEFAULT_SCHEDULER_NAME = "gpu-scheduler"
 FAILED_SCHEDULING = "FailedScheduling"
-#: above every GPUWorkload's priority: a bound pod's devices are never preempted
-SEED_PRIORITY = MAX_PRIORITY + 1
+def pod_priority(pod: JSON) -> int:
+    """A seed pod's priority in the ledger: its own ``spec.priority`` (set from its
+    PriorityClass), never above what a GPUWorkload may have, so a higher-priority
+    workload can preempt it like any other (and a tenant cannot make its pods
+    unpreemptible)."""
+    try:
+        return max(0, min(int(_spec(pod).get("priority") or 0), MAX_PRIORITY))
+    except (TypeError, ValueError):
+        return 0
 #: the taint a cordoned node carries (the node lifecycle controller adds it)
 CORDON_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 
@@ -160,6 +169,7 @@ class Entry:
     placement: Placement
     gpus: int  # counted GPUs when the placement names no devices
     bound: bool = False
+    priority: int = 0
 
     @property
     def counted(self) -> bool:
@@ -186,11 +196,12 @@ def bound_entry(pod: JSON) -> Entry | None:
     placement_index = index if index is not None else 0
     if devices:
         return Entry(owner_key(pod), Placement(index=placement_index, node=node,
-                                               devices=devices), len(devices), True)
+                                               devices=devices), len(devices), True,
+                     pod_priority(pod))
     gpus = pod_gpu_request(pod)
     if gpus > 0:
         return Entry(f"Pod:{pod_key(pod)}", Placement(index=placement_index, node=node), gpus,
-                     True)
+                     True, pod_priority(pod))
     return None
 
 
@@ -205,6 +216,8 @@ class SeedBook:
         self.pods: dict[str, Entry] = {}
         self._by_key: dict[str, set[str]] = {}  # ledger key -> pod keys
         self.on_wake: Callable[[], None] = lambda: None
+        #: asks a holder's pods to go (set to the reconciler's ``evict_holder``)
+        self.on_evict: Callable[[str, str], Any] = lambda key, message: None
 
     # -- PodBook
     def owns(self, pod: JSON) -> bool:
@@ -234,6 +247,12 @@ class SeedBook:
     def wake(self) -> None:
         self.on_wake()
 
+    def owns_key(self, ledger_key: str) -> bool:
+        return ledger_key in self._by_key
+
+    def evict(self, ledger_key: str, message: str) -> None:
+        self.on_evict(ledger_key, message)
+
     # -- bookings
     def entry(self, key: str) -> Entry | None:
         return self.pods.get(key)
@@ -247,7 +266,8 @@ class SeedBook:
             ledger.forget(ledger_key)
             return
         ledger.assume(ledger_key, [e.placement for e in entries],
-                      gpus_per_replica=max(e.gpus for e in entries), priority=SEED_PRIORITY,
+                      gpus_per_replica=max(e.gpus for e in entries),
+                      priority=max(e.priority for e in entries),
                       committed=all(e.bound for e in entries), check_capacity=False)
 
     def book(self, ledger: Ledger, key: str, entry: Entry) -> None:
@@ -385,7 +405,7 @@ class PodBindingReconciler:
         if why:
             return None, why
         return Entry(key, Placement(index=index, node=line.node, devices=list(line.devices)),
-                     len(line.devices)), ""
+                     len(line.devices), priority=pod_priority(pod)), ""
 
     @staticmethod
     def _check_exact(state: PlacementState, key: str, index: int, node: str,
@@ -457,9 +477,10 @@ class PodBindingReconciler:
         p = decision.placements[0]
         i = index if index is not None else 0
         if decision.counted:
-            return Entry(model.key, Placement(index=i, node=p.node), gpus), ""
+            return Entry(model.key, Placement(index=i, node=p.node), gpus,
+                         priority=pod_priority(pod)), ""
         return Entry(owner_key(pod), Placement(index=i, node=p.node, devices=list(p.devices)),
-                     gpus), ""
+                     gpus, priority=pod_priority(pod)), ""
 
     # ---------------------------------------------------------------- binding
 
@@ -649,5 +670,6 @@ def setup_podbinding_controller(mgr: Manager, gpuworkload_reconciler: GPUWorkloa
             .with_options(max_concurrent_reconciles=opts.workers)
             .complete(only_in(opts.namespaces, reconciler)))
     reconciler.enqueue_after = ctrl.queue.add_after
+    book.on_evict = reconciler.evict_holder
     return ctrl, reconciler
 

@@ -205,17 +205,24 @@ class Ledger:
         return {k for k in keys if k in self._allocs and not self._allocs[k].pod}
 
     def blockers(self, key: str) -> dict[str, list[str]]:
-        """node -> names of the pods that a nominated booking ``key`` still waits
-        for: pods of the owners it was booked over that hold anything on its nodes."""
+        """node -> names of the holders a nominated booking ``key`` still waits for:
+        whatever the owners it was booked over (its victims: their pods, a pod
+        book's booking) still hold of its devices (named), or on its nodes (counted)."""
         a = self._allocs.get(key)
         if a is None or not a.overlap:
             return {}
-        nodes = set(a.nodes)
-        out: dict[str, list[str]] = {}
-        for other in self._allocs.values():
-            if other.pod and other.owner in a.overlap:
-                for n in set(other.nodes) & nodes:
-                    out.setdefault(n, []).append(other.name)
+        out: dict[str, set[str]] = {}
+        for p in a.placements:
+            held = self._holders.get(p.node, {})
+            for d in p.devices:
+                for k, owner in held.get(d, {}).items():
+                    if owner in a.overlap and k != key:
+                        out.setdefault(p.node, set()).add(self._allocs[k].name)
+        for node in a.counted:
+            for k in self._counted.get(node, {}):
+                other = self._allocs[k]
+                if other.owner in a.overlap and k != key:
+                    out.setdefault(node, set()).add(other.name)
         return {n: sorted(v) for n, v in out.items()}
 
     # --------------------------------------------------------------- mutations

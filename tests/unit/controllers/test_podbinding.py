@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from api.v1alpha1.types import DeviceExposure, Placement
+from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
 from controllers.placement_state import PlacementState
 from controllers.podbinding import (
-    SEED_PRIORITY,
     PodBindingOptions,
     PodBindingReconciler,
     SeedBook,
@@ -120,7 +119,8 @@ def test_seed_map_binds_each_index_to_its_node_and_devices() -> None:
                            "check-4": ("node4", "3")}
     assert env.client.bindings[0]["metadata"]["uid"] == "uid-check-0"
     alloc = env.state.ledger.allocation(STS)
-    assert alloc is not None and alloc.committed and alloc.priority == SEED_PRIORITY
+    assert alloc is not None and alloc.committed
+    assert alloc.priority == 0  # the pods' own priority: a workload above it may preempt
     assert sorted(p.index for p in alloc.placements) == [0, 1, 2, 3, 4]
     assert env.holder("node4", 3) == STS
 
@@ -361,3 +361,27 @@ def test_evict_holder_asks_every_pod_of_a_seed_holder_to_go() -> None:
     assert sorted(e["metadata"]["name"] for e in env.client.evictions) == ["check-3", "check-4"]
     assert [r for _, _, r, m in env.recorder.events if "preempted by" in m] == ["Preempted"] * 2
     assert env.holder("node4", 3) == STS  # held until the pods are gone
+
+
+def test_a_higher_priority_workload_preempts_seed_pods_and_waits_for_them() -> None:
+    # The seed map fills node1 with check-0 (0,1); a 4-GPU workload of higher priority
+    # may take node1 only by preempting the StatefulSet's booking.
+    env = Env([pod("check-0", node_name="node1", phase="Running",
+                   annotations={"gpu.orchestrator.dev/devices": "0,1,2,3"})])
+    asked: list[tuple[str, str]] = []
+    env.book.on_evict = lambda key, message: asked.append((key, message))
+    assert env.state.ledger.allocation(STS).priority == 0
+    hi = GPUWorkload.model_validate({
+        "metadata": {"name": "hi", "namespace": NS, "uid": "uid-hi"},
+        "spec": {"gpusPerReplica": 4, "priority": "high", "schedulingStrategy": "priority"}})
+    for n in ("node2", "node3", "node4"):  # nothing else fits
+        env.state.ledger.assume(f"x/{n}", [Placement(index=0, node=n, devices=[0, 1, 2, 3])],
+                                priority=10**9)
+    decision = env.state.decide(hi)
+    assert decision.outcome == "Preempting" and decision.victims == [STS]
+    assert asked and asked[0][0] == STS and "preempted by ns/hi" in asked[0][1]
+    # the StatefulSet's booking stays until its pod is gone: nominated, not free
+    assert env.state.ledger.allocation(STS) is not None
+    assert env.state.blockers("ns/hi") == {"node1": [STS]}
+    env.book.release(env.state.ledger, f"{NS}/check-0")  # the pod is gone
+    assert env.state.blockers("ns/hi") == {}
