@@ -58,6 +58,7 @@ class ManagerProcess:
             f"--kubeconfig={cluster.kubeconfig}", f"--namespace={namespace}",
             f"--leader-election-namespace={namespace}", f"--leader-election-id={lease}",
             f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+            "--no-metrics-secure",  # the test reads the counters without a token
             f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
             "--log-format=json", *LEASE_FLAGS, *flags,
         ]
