@@ -189,6 +189,16 @@ def events_for(c: Client, ns: str, name: str) -> list[dict]:
                   field_selector=f"involvedObject.name={name}")["items"]
 
 
+def wait_events(c: Client, ns: str, name: str, *reasons: str, timeout: float = 30) -> list[dict]:
+    """The Events of ``ns/name`` once one of each ``reasons`` is there (Events are
+    sent asynchronously, on their own client, after the status they go with)."""
+    def check() -> list[dict] | None:
+        events = events_for(c, ns, name)
+        have = {e["reason"] for e in events}
+        return events if all(r in have for r in reasons) else None
+    return eventually(check, timeout=timeout, what=f"{ns}/{name} events {reasons}")
+
+
 def delete_workload(c: Client, ns: str, name: str) -> None:
     with contextlib.suppress(NotFound):
         c.delete(API_VERSION, "GPUWorkload", name, namespace=ns,

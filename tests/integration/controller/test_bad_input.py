@@ -11,9 +11,9 @@ from runtime import Client, Invalid
 from tests.integration.controller.conftest import (
     NodeGroup,
     Running,
-    events_for,
     get_workload,
     wait_condition,
+    wait_events,
     wait_phase,
     workload,
 )
@@ -57,7 +57,7 @@ def test_bad_annotation_map_gives_a_condition_and_an_event(
         return
     cond = wait_condition(admin, namespace, name, "Scheduled", "InvalidSchedulingMap")
     assert expect in cond["message"]
-    events = [e for e in events_for(admin, namespace, name)
+    events = [e for e in wait_events(admin, namespace, name, "InvalidSchedulingMap")
               if e["reason"] == "InvalidSchedulingMap"]
     assert events and expect in events[0]["message"]
     assert not get_workload(admin, namespace, name)["status"].get("placements")

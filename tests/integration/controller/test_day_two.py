@@ -13,6 +13,7 @@ from tests.integration.controller.conftest import (
     events_for,
     get_workload,
     pods_of,
+    wait_events,
     wait_phase,
     workload,
 )
@@ -47,8 +48,7 @@ def test_scale_up_and_down_restarts_the_gang_onto_a_new_placement(
                 namespace=namespace, subresource="scale")
     w = _running_with(admin, namespace, "train", 3, "trainer:v1")
     assert w["status"]["retries"] == 0  # a spec change spends no retry
-    reasons = [e["reason"] for e in events_for(admin, namespace, "train")]
-    assert "SpecChanged" in reasons
+    wait_events(admin, namespace, "train", "SpecChanged")
     envs = {p["metadata"]["name"]: {e["name"]: e["value"]
                                     for e in p["spec"]["containers"][0]["env"]}
             for p in pods_of(admin, namespace, "train")}
@@ -72,7 +72,7 @@ def test_a_template_edit_restarts_with_the_new_image(
     w = _running_with(admin, namespace, "serve", 1, "trainer:v2")
     assert w["status"]["retries"] == 0
     assert any(e["reason"] == "SpecChanged" and "template" in e["message"]
-               for e in events_for(admin, namespace, "serve"))
+               for e in wait_events(admin, namespace, "serve", "SpecChanged"))
 
 
 def test_a_deleted_gang_pod_restarts_the_gang_without_spending_a_retry(

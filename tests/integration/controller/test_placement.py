@@ -10,10 +10,10 @@ from tests.integration.controller.conftest import (
     Running,
     delete_workload,
     env_of,
-    events_for,
     get_workload,
     pods_of,
     wait_condition,
+    wait_events,
     wait_phase,
     workload,
 )
@@ -57,8 +57,7 @@ def test_gang_that_does_not_fit_places_nothing(
     assert w["status"]["phase"] == "Pending"
     assert not w["status"].get("placements")
     assert pods_of(admin, namespace, "gang") == []
-    reasons = [e["reason"] for e in events_for(admin, namespace, "gang")]
-    assert "FailedScheduling" in reasons
+    wait_events(admin, namespace, "gang", "FailedScheduling")
 
 
 def test_unschedulable_message_names_each_node(
@@ -151,5 +150,4 @@ def test_unschedulable_workload_fails_after_max_retries(
     assert failed["reason"] == "Unschedulable"
     assert "gave up after 2 retries" in failed["message"]
     assert f"{node}: 1 free GPU, needs 2" in failed["message"]
-    reasons = [e["reason"] for e in events_for(admin, namespace, "hopeless")]
-    assert "FailedScheduling" in reasons and "Unschedulable" in reasons
+    wait_events(admin, namespace, "hopeless", "FailedScheduling", "Unschedulable")
