@@ -2,10 +2,11 @@
 
 Scans ``config/`` and, when a ``helm`` binary is given, both charts rendered with
 their default values and with every optional part on (webhook with the certificate
-Job and with cert-manager, ServiceMonitor, dashboard, the namespaced manager). Fails when checkov reports a finding that
-``hack/checkov-waivers.yaml`` does not waive, or when a waiver matches nothing (so
-fixed findings leave the list). checkov runs from its own virtualenv
-(``.venv-checkov``; its ``packaging<24`` pin conflicts with pytest's).
+Job and with cert-manager, ServiceMonitor, dashboard, the namespaced manager). Fails
+when checkov reports a finding that ``hack/checkov-waivers.yaml`` does not waive, or
+when a waiver matches nothing (so fixed findings leave the list). checkov runs from
+its own virtualenv (``.venv-checkov``; its ``packaging<24`` pin conflicts with
+pytest's).
 
     python -m hack.checkmanifests --checkov .venv-checkov/bin/checkov [--helm PATH]
 """

@@ -100,9 +100,9 @@ def test_flags_reach_the_manager(helm: Path) -> None:
 
 
 def test_plain_metrics_are_served_and_scraped_over_http(helm: Path) -> None:
-    secure = by_key(render(helm, "gpu-orchestrator", "--set", "metrics.serviceMonitor.enabled=true"))
-    plain = by_key(render(helm, "gpu-orchestrator", "--set", "metrics.serviceMonitor.enabled=true",
-                          "--set", "metrics.secure=false"))
+    monitor = ["--set", "metrics.serviceMonitor.enabled=true"]
+    secure = by_key(render(helm, "gpu-orchestrator", *monitor))
+    plain = by_key(render(helm, "gpu-orchestrator", *monitor, "--set", "metrics.secure=false"))
     dep = ("Deployment", "gpu-orchestrator-manager")
     sm = ("ServiceMonitor", "gpu-orchestrator")
     assert "--metrics-secure" in secure[dep]["spec"]["template"]["spec"]["containers"][0]["args"]
