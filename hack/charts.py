@@ -21,17 +21,27 @@ ROOT = Path(__file__).resolve().parent.parent
 CHART_FILES = ROOT / "charts" / "gpu-orchestrator" / "files" / "config"
 
 # Paths under config/ copied byte for byte.
+# What stays a template instead (it takes values): the Deployments, the DaemonSet, the
+# Services, the webhook configuration, the certificate Job and CronJob of
+# webhook/certs_job.yaml (image, namespace; the file's RBAC and Secret are copied),
+# the manager's NetworkPolicy (who scrapes) and config/namespaced's RoleBindings (one
+# per namespace in manager.namespaces).
 COPIED = (
     "crd/gpu.orchestrator.dev_gpunodes.yaml",
     "crd/gpu.orchestrator.dev_gpuworkloads.yaml",
     "crd/gpuworkload-validating-admission-policy.yaml",
+    "crd/tenant-isolation-admission-policies.yaml",
     "rbac/service_account.yaml",
     "rbac/role.yaml",
+    "rbac/children_role.yaml",
     "rbac/role_binding.yaml",
+    "rbac/user_roles.yaml",
     "agent/service_account.yaml",
     "agent/role.yaml",
     "agent/role_binding.yaml",
     "webhook/rbac.yaml",
+    "webhook/certs_job.yaml",
+    "webhook/network_policy.yaml",
     "prometheus/rules.yaml",
     "grafana/gpu-orchestrator.json",
 )

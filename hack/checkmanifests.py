@@ -1,11 +1,12 @@
 """checkov on every manifest we ship, with our waivers (``make lint``).
 
 Scans ``config/`` and, when a ``helm`` binary is given, both charts rendered with
-their default values and with every optional part on (webhook in each certificate
-mode, ServiceMonitor, dashboard). Fails when checkov reports a finding that
-``hack/checkov-waivers.yaml`` does not waive, or when a waiver matches nothing (so
-fixed findings leave the list). checkov runs from its own virtualenv
-(``.venv-checkov``; its ``packaging<24`` pin conflicts with pytest's).
+their default values and with every optional part on (webhook with the certificate
+Job and with cert-manager, ServiceMonitor, dashboard, the namespaced manager). Fails
+when checkov reports a finding that ``hack/checkov-waivers.yaml`` does not waive, or
+when a waiver matches nothing (so fixed findings leave the list). checkov runs from
+its own virtualenv (``.venv-checkov``; its ``packaging<24`` pin conflicts with
+pytest's).
 
     python -m hack.checkmanifests --checkov .venv-checkov/bin/checkov [--helm PATH]
 """
@@ -31,8 +32,8 @@ CHART_VARIANTS: dict[str, list[list[str]]] = {
         [],
         ["--set", "webhook.enabled=true", "--set", "metrics.serviceMonitor.enabled=true",
          "--set", "grafana.dashboard.enabled=true"],
-        ["--set", "webhook.enabled=true", "--set", "webhook.certificates.mode=certManager",
-         "--set", "webhook.replicas=2"],
+        ["--set", "webhook.enabled=true", "--set", "webhook.certificates.mode=certManager"],
+        ["--set", "manager.namespaces={team-a,team-b}", "--set", "metrics.secure=false"],
     ],
     "gpu-scheduler-check": [[]],
 }

@@ -39,26 +39,38 @@ imagePullSecrets:
 {{- end }}
 {{- end -}}
 
+{{/* The Secret the webhook serves from, per webhook.certificates.mode. */}}
 {{- define "gpu-orchestrator.webhookSecretName" -}}
-{{- if eq .Values.webhook.certificates.mode "certManager" -}}
-{{ .Values.webhook.certificates.secretName | default "gpu-orchestrator-webhook-cert" }}
+{{- $c := .Values.webhook.certificates -}}
+{{- if eq $c.mode "certManager" -}}
+{{ $c.secretName | default "gpu-orchestrator-webhook-cert" }}
+{{- else if eq $c.mode "secret" -}}
+{{ $c.secretName }}
 {{- else -}}
-{{ .Values.webhook.certificates.secretName }}
+{{- /* selfSigned: the certificate Job's Secret; its Role names it, so it is fixed. */ -}}
+gpu-orchestrator-webhook-certs
 {{- end -}}
 {{- end -}}
 
 {{/*
 Objects copied from config/ (files/config, written by `python -m hack.charts`), as
-they are but for the release's labels and namespace: namespaced objects and the
-ServiceAccount subjects of bindings move to the release's namespace.
-Pass (dict "root" $ "glob" "files/config/rbac/*.yaml").
+they are but for the release's labels and namespace: namespaced objects, the
+ServiceAccount subjects of bindings and the service-account user names of the
+admission policies' CEL (system:serviceaccount:gpu-orchestrator-system:...) move to
+the release's namespace.
+Pass (dict "root" $ "glob" "files/config/rbac/*.yaml"), and optionally "skip": a
+list of kinds ("Job") or kind/name ("ClusterRoleBinding/x") left out.
 */}}
 {{- define "gpu-orchestrator.copied" -}}
 {{- $root := .root -}}
+{{- $skip := .skip | default list -}}
+{{- $sa := printf "system:serviceaccount:%s:" $root.Release.Namespace -}}
 {{- range $path, $_ := $root.Files.Glob .glob }}
-{{- range $doc := splitList "\n---\n" ($root.Files.Get $path) }}
+{{- $text := $root.Files.Get $path | replace "system:serviceaccount:gpu-orchestrator-system:" $sa }}
+{{- range $doc := splitList "\n---\n" $text }}
 {{- $obj := fromYaml $doc }}
 {{- if and $obj $obj.kind }}
+{{- if not (or (has $obj.kind $skip) (has (printf "%s/%s" $obj.kind $obj.metadata.name) $skip)) }}
 {{- $meta := $obj.metadata }}
 {{- $_ := set $meta "labels" (merge (dict) ($meta.labels | default dict) (include "gpu-orchestrator.labels" $root | fromYaml)) }}
 {{- if hasKey $meta "namespace" }}
@@ -74,4 +86,38 @@ Pass (dict "root" $ "glob" "files/config/rbac/*.yaml").
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The pod spec of the certificate Job and of its CronJob's jobs
+(config/webhook/certs_job.yaml): `main.py webhook-certs`, then exit. */}}
+{{- define "gpu-orchestrator.certsPodTemplate" -}}
+{{- $w := .Values.webhook -}}
+metadata:
+  labels:
+    app.kubernetes.io/name: gpu-orchestrator
+    app.kubernetes.io/component: webhook-certs
+spec:
+  serviceAccountName: gpu-orchestrator-webhook-certs
+  restartPolicy: OnFailure
+  securityContext:
+    {{- toYaml $w.podSecurityContext | nindent 4 }}
+  {{- with include "gpu-orchestrator.podPlacement" (dict "root" . "c" $w) | trim }}{{ . | nindent 2 }}{{- end }}
+  containers:
+  - name: certs
+    image: {{ include "gpu-orchestrator.image" . }}
+    imagePullPolicy: {{ .Values.image.pullPolicy }}
+    args:
+    - webhook-certs
+    - --namespace=$(POD_NAMESPACE)
+    - --cert-validity-days={{ $w.certificates.validityDays }}
+    env:
+    - name: POD_NAMESPACE
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.namespace
+    resources:
+      {{- toYaml $w.certificates.jobResources | nindent 6 }}
+    securityContext:
+      {{- toYaml $w.securityContext | nindent 6 }}
 {{- end -}}

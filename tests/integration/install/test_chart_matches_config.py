@@ -87,6 +87,29 @@ def test_cert_manager_webhook_is_the_kustomize_component(helm: Path, tmp_path: P
         "metadata"]["annotations"]
 
 
+def test_namespaced_manager_is_config_namespaced(helm: Path) -> None:
+    """manager.namespaces renders config/namespaced: the manager's writes bound per
+    namespace (its RoleBindings share one name, so objects are keyed by namespace too),
+    no cluster-wide binding of them, and --namespaces on the manager."""
+    want = kustomize(ROOT / "config" / "namespaced")
+    chart = render(helm, "gpu-orchestrator", "--set", "manager.namespaces={team-a,team-b}")
+
+    def key(o: dict) -> tuple[str, str, str]:
+        return o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]
+
+    got = {key(o): o for o in chart}
+    assert ("ClusterRoleBinding", "", "gpu-orchestrator-manager-children") not in got
+    for ns in ("team-a", "team-b"):
+        w = next(o for o in want if key(o) == ("RoleBinding", ns,
+                                               "gpu-orchestrator-manager-children"))
+        assert_same([w], [got[key(w)]])
+    keys = by_key(want)
+    assert_same([o for o in want if o["kind"] != "RoleBinding" or
+                 o["metadata"]["namespace"] == NS],
+                [o for o in chart if (o["kind"], o["metadata"]["name"]) in keys
+                 and (o["kind"] != "RoleBinding" or o["metadata"]["namespace"] == NS)])
+
+
 def test_monitoring_is_config_prometheus(helm: Path) -> None:
     want = kustomize(ROOT / "config" / "prometheus")
     keys = by_key(want)

@@ -4,12 +4,13 @@ the chart's own check where a schema cannot say it)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from api.v1alpha1.types import DeviceExposure, SchedulingStrategy
-from tests.integration.install.conftest import CHARTS, by_key, render, run_helm
+from tests.integration.install.conftest import CHARTS, by_key, docs, render, run_helm
 
 SEED_MAP = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3"
 
@@ -98,6 +99,48 @@ def test_flags_reach_the_manager(helm: Path) -> None:
     assert dep["spec"]["replicas"] == 3
 
 
+def test_plain_metrics_are_served_and_scraped_over_http(helm: Path) -> None:
+    monitor = ["--set", "metrics.serviceMonitor.enabled=true"]
+    secure = by_key(render(helm, "gpu-orchestrator", *monitor))
+    plain = by_key(render(helm, "gpu-orchestrator", *monitor, "--set", "metrics.secure=false"))
+    dep = ("Deployment", "gpu-orchestrator-manager")
+    sm = ("ServiceMonitor", "gpu-orchestrator")
+    assert "--metrics-secure" in secure[dep]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert secure[sm]["spec"]["endpoints"][0]["scheme"] == "https"
+    args = plain[dep]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--no-metrics-secure" in args and "--metrics-secure" not in args
+    assert "scheme" not in plain[sm]["spec"]["endpoints"][0]
+    assert "bearerTokenFile" not in plain[sm]["spec"]["endpoints"][0]
+
+
+def test_another_namespace_reaches_every_reference_to_it(helm: Path) -> None:
+    """Installed elsewhere than gpu-orchestrator-system, the admission policies' CEL
+    names the release's service accounts, and the certificate Job its namespace."""
+    text = run_helm(helm, "template", "gpu", str(CHARTS / "gpu-orchestrator"),
+                    "--namespace", "gpu-ops", "--set", "webhook.enabled=true").stdout
+    assert "gpu-orchestrator-system" not in text
+    objs = by_key(docs(text))
+    policy = objs[("ValidatingAdmissionPolicy", "manager-writes.gpu.orchestrator.dev")]
+    assert "system:serviceaccount:gpu-ops:gpu-orchestrator'" in json.dumps(policy)
+    job = objs[("Job", "gpu-orchestrator-webhook-certs")]
+    assert job["metadata"]["namespace"] == "gpu-ops"
+    assert "--namespace=$(POD_NAMESPACE)" in job["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+
+
+def test_the_webhook_gets_no_token_and_no_self_signing(helm: Path) -> None:
+    for mode in (["--set", "webhook.certificates.mode=selfSigned"],
+                 ["--set", "webhook.certificates.mode=certManager"]):
+        objs = by_key(render(helm, "gpu-orchestrator", "--set", "webhook.enabled=true", *mode))
+        pod = objs[("Deployment", "gpu-orchestrator-webhook")]["spec"]["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False
+        assert {"--no-self-signed-certs", "--no-patch-ca-bundle"} <= set(
+            pod["containers"][0]["args"])
+        assert ("ClusterRole", "gpu-orchestrator-webhook") not in objs
+    # cert-manager mode: no certificate Job, and none of its rights.
+    assert not any(name == "gpu-orchestrator-webhook-certs" for _, name in objs)
+
+
 def test_crds_are_kept_on_uninstall_unless_asked(helm: Path) -> None:
     kept = by_key(render(helm, "gpu-orchestrator"))
     crd = kept[("CustomResourceDefinition", "gpuworkloads.gpu.orchestrator.dev")]
@@ -114,8 +157,11 @@ def test_crds_are_kept_on_uninstall_unless_asked(helm: Path) -> None:
     (["--set", "manager.leaderElect=false"], "/manager/replicas"),
     (["--set", "manger.replicas=2"], "manger"),
     (["--set", "image.digest=latest"], "/image/digest"),
-    (["--set", "webhook.enabled=true", "--set", "webhook.replicas=2"],
-     "/webhook/certificates/mode"),
+    (["--set", "webhook.certificates.renewSchedule=daily"],
+     "/webhook/certificates/renewSchedule"),
+    (["--set", "webhook.maxInFlight=0"], "/webhook/maxInFlight"),
+    (["--set", "manager.namespaces={Team_A}"], "/manager/namespaces/0"),
+    (["--set", "networkPolicy.metricsFrom={}"], "/networkPolicy/metricsFrom"),
     (["--set", "webhook.certificates.mode=secret", "--set", "webhook.certificates.secretName=s"],
      "caBundle"),
     (["--set", "metrics.serviceMonitor.interval=often"], "/metrics/serviceMonitor/interval"),

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from hack.testenv import ControlPlane, signals_stop
-from runtime import Client, RestConfig
+from internal.webhook.certjob import SECRET_NAME, ensure
+from internal.webhook.certs import service_hosts
+from runtime import Client, RestConfig, errors
 from tests.integration.controller.conftest import Running
 from tests.integration.install.conftest import CHARTS, NS, ROOT, run_helm
 from tests.integration.webhook.helpers import running_webhook
@@ -47,7 +49,12 @@ def _running(cp: ControlPlane, ns: str, count: int) -> list[dict] | None:
     return pods if len(pods) == count else None
 
 
-def _ours(cp: ControlPlane) -> list[str]:
+def _phases(cp: ControlPlane, ns: str) -> set[str]:
+    gws = json.loads(cp.kubectl("get", "gw", "-n", ns, "-o", "json").stdout)["items"]
+    return {(g.get("status") or {}).get("phase", "") for g in gws}
+
+
+def _ours(cp: ControlPlane, ns: str = NS) -> list[str]:
     """Everything a release of ours could have left: our API group, our cluster-wide
     objects, anything in our namespace but what Kubernetes puts in every namespace."""
     left = []
@@ -59,8 +66,8 @@ def _ours(cp: ControlPlane) -> list[str]:
         left += [f"{kind}/{i['metadata']['name']}" for i in items
                  if "gpu-orchestrator" in i["metadata"]["name"]
                  or "gpu.orchestrator.dev" in i["metadata"]["name"]]
-    out = cp.kubectl("get", "all,sa,role,rolebinding,cm,secret", "-n", NS, "-o", "name",
-                     check=False).stdout.split()
+    out = cp.kubectl("get", "all,sa,role,rolebinding,cm,secret,networkpolicy", "-n", ns,
+                     "-o", "name", check=False).stdout.split()
     left += [o for o in out if o not in ("serviceaccount/default", "configmap/kube-root-ca.crt")
              and not o.startswith("secret/sh.helm.release")]
     left += cp.kubectl("get", "secret", "-A", "-l", "owner=helm", "-o", "name").stdout.split()
@@ -91,8 +98,9 @@ def test_install_place_upgrade_uninstall(plane: ControlPlane, helm: Path,
             eventually(lambda: _running(plane, "demo", 5), timeout=90, what="seed map's 5 pods")
             plane.kubectl("apply", "-n", "demo", "-k", str(ROOT / "config/samples"))
             eventually(lambda: _running(plane, "demo", 11), timeout=90, what="11 sample pods")
-            gws = json.loads(plane.kubectl("get", "gw", "-n", "demo", "-o", "json").stdout)
-            assert {g["status"]["phase"] for g in gws["items"]} == {"Running"}
+            # Status is written after the pods run: wait for it rather than race it.
+            eventually(lambda: _phases(plane, "demo") == {"Running"} or None, timeout=60,
+                       what="every GPUWorkload Running")
             plane.kubectl("delete", "-n", "demo", "-k", str(ROOT / "config/samples"),
                           "--wait=true", "--timeout=90s")
             eventually(lambda: _running(plane, "demo", 0) is not None and not _pods(plane, "demo"),
@@ -138,3 +146,49 @@ def test_install_place_upgrade_uninstall(plane: ControlPlane, helm: Path,
     # The check service's processes went with their pods, and so did their Logs.
     eventually(lambda: plane.kubectl("get", "logs.kwok.x-k8s.io", "-A", "-o", "name"
                                      ).stdout == "", timeout=30, what="no kwok Logs left")
+
+
+def test_certificate_job_of_a_release_in_another_namespace(plane: ControlPlane, helm: Path) -> None:
+    """webhook.enabled with selfSigned certificates, installed into a namespace of its
+    own: what the chart's certificate Job does (``main.py webhook-certs``, run here in
+    process as the Job's service account: kwok runs no containers) makes the Secret
+    and publishes the CA bundle into the chart's webhook configuration, with the
+    chart's RBAC; the webhook's account may read neither. Uninstall leaves nothing."""
+    ns, kc = "gpu-ops", plane.kubeconfig
+    # No webhook pods (kwok would give them pod IPs the API server then dials) and no
+    # manager; the configuration intercepts only annotated pods, and none is created.
+    run_helm(helm, "install", "gpu-orchestrator", str(CHARTS / "gpu-orchestrator"), "-n", ns,
+             "--create-namespace", "--set", "crds.keep=false", "--set", "manager.replicas=0",
+             "--set", "webhook.enabled=true", "--set", "webhook.replicas=0", kubeconfig=kc)
+    try:
+        admin = Client(RestConfig.from_kubeconfig(str(kc)))
+        mwc = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
+               "gpu-orchestrator-mutating-webhook")
+        groups = ["system:serviceaccounts", f"system:serviceaccounts:{ns}",
+                  "system:authenticated"]
+        job = admin.impersonate(f"system:serviceaccount:{ns}:gpu-orchestrator-webhook-certs",
+                                groups)
+        out = ensure(job, namespace=ns, secret_name=SECRET_NAME,
+                     hosts=service_hosts("gpu-orchestrator-webhook", ns),
+                     webhook_config_name=mwc[2])
+        assert out.new_ca and out.new_serving and out.bundle_in_place
+        secret = admin.get("v1", "Secret", SECRET_NAME, ns)
+        assert set(secret["data"]) >= {"ca.crt", "tls.crt", "tls.key"}
+        hook = admin.get(*mwc)["webhooks"][0]["clientConfig"]
+        assert hook["caBundle"] == secret["data"]["ca.crt"]
+        assert hook["service"]["namespace"] == ns
+        webhook = admin.impersonate(f"system:serviceaccount:{ns}:gpu-orchestrator-webhook",
+                                    groups)
+        for args in (mwc, ("v1", "Secret", SECRET_NAME, ns)):
+            with pytest.raises(errors.Forbidden):
+                webhook.get(*args)
+        # An upgrade keeps what the Job wrote (neither field is in the chart).
+        run_helm(helm, "upgrade", "gpu-orchestrator", str(CHARTS / "gpu-orchestrator"), "-n", ns,
+                 "--reuse-values", "--set", "webhook.maxInFlight=8", kubeconfig=kc)
+        assert admin.get(*mwc)["webhooks"][0]["clientConfig"]["caBundle"] == \
+            secret["data"]["ca.crt"]
+        assert admin.get("v1", "Secret", SECRET_NAME, ns)["data"] == secret["data"]
+    finally:
+        run_helm(helm, "uninstall", "gpu-orchestrator", "-n", ns, "--wait", kubeconfig=kc)
+    eventually(lambda: _ours(plane, ns) == [] or None, timeout=60,
+               what=f"nothing of ours left in {ns}")
