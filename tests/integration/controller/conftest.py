@@ -63,9 +63,13 @@ class Running:
         config = RestConfig.from_kubeconfig(str(self.cluster.kubeconfig)).impersonating(
             SA, SA_GROUPS)
         config.qps, config.burst = 200, 400
+        # no leader election (one manager per test module), but it still looks for a
+        # live leader of the product's Lease, which its Role lets it read
         self.mgr = Manager(config, Options(metrics_bind_address="127.0.0.1:0",
                                            health_probe_bind_address="127.0.0.1:0",
-                                           graceful_shutdown_timeout=10))
+                                           graceful_shutdown_timeout=10,
+                                           leader_election_namespace="gpu-orchestrator-system",
+                                           leader_election_id="gpu-orchestrator-leader"))
         _, self.reconciler = setup_gpuworkload_controller(
             self.mgr, ControllerOptions(**{"workers": 4, **self.opts}))
         if self.pod_binding:
