@@ -279,6 +279,12 @@ class GPUWorkloadReconciler:
     def _place(self, w: GPUWorkload, raw: JSON, status: StatusBuilder) -> Outcome:
         state = self.ensure_state()
         key = w.key
+        due_at = parse_time((raw.get("status") or {}).get("nextRetryTime"))
+        ended = (get_condition(raw.get("status") or {}, SCHEDULED) or {}).get("reason")
+        if due_at is not None and ended != UNSCHEDULABLE and self.clock() < due_at:
+            # An ended attempt's retry waits out its backoff (retryPolicy), whatever
+            # wakes the workload earlier (its own status write, freed capacity).
+            return Outcome(status, Result(requeue_after=(due_at - self.clock()).total_seconds()))
         if state.higher_priority_fresh(key, w.spec.priority):
             return Outcome(status, Result(requeue_after=PRIORITY_GATE_DELAY))
         started = time.perf_counter()
@@ -394,6 +400,7 @@ class GPUWorkloadReconciler:
             ended = self._end_attempt(w, raw, status, end.reason, end.message,
                                       spend=end.spend)
             ended.events[:0] = [e for e in out.events if e[1] != "Scheduled"]
+            ended.raw = out.raw  # the object as last written (a commit write's new version)
             return ended
         except Exception:
             if fresh:
@@ -635,7 +642,7 @@ class GPUWorkloadReconciler:
         """Writes the status once (when it changed), then the Events."""
         raw = out.raw or raw
         status = out.status.build()
-        if status.get("placements") and (raw.get("status") or {}).get("phase") not in (
+        if status.get("placements") and status.get("phase") not in (
                 Phase.SUCCEEDED.value, Phase.FAILED.value):
             try:
                 raw = self._ensure_finalizer(raw)
