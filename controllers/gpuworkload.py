@@ -266,10 +266,14 @@ class GPUWorkloadReconciler:
         names are the new ones', and their devices stay theirs until then. Waiting
         for our own pods spends no retry; their deletion wakes the workload."""
         kind = "Job" if w.spec.workload_kind is WorkloadKind.JOB else "Pod"
-        _, stale = self._children(raw, kind, str(w.status.retries))
-        if not stale:
+        mine, stale = self._children(raw, kind, str(w.status.retries))
+        # Preempted and not placed again: any child of its own is one its eviction
+        # missed (made by a reconcile in flight when it was chosen as a victim).
+        preempted = (get_condition(raw.get("status") or {}, PREEMPTED) or {}).get(
+            "status") == "True"
+        if not stale and not (preempted and mine):
             return None
-        self._delete_children(raw, keep_attempt=str(w.status.retries))
+        self._delete_children(raw, keep_attempt=None if preempted else str(w.status.retries))
         self.ensure_state().block(w.key)
         msg = "waiting for the previous attempt's pods to terminate"
         # the retry timer starts again once they are gone: no retry is spent here
@@ -424,6 +428,13 @@ class GPUWorkloadReconciler:
                              f"onto a new placement", spend=False)
         status.placements([p.model_dump(by_alias=True) for p in placements])
         blockers = state.blockers(key)
+        victims = state.unacknowledged(key)
+        if victims and not blockers:
+            msg = f"waiting for preempted {', '.join(victims)} to stop"
+            status.phase(Phase.SCHEDULED, msg).condition(SCHEDULED, True, "WaitingForPreemption",
+                                                         msg)
+            out.result = Result(requeue_after=1.0)
+            return out
         if blockers:
             n = sum(len(v) for v in blockers.values())
             msg = (f"waiting for {n} preempted pod(s) to terminate on "
@@ -528,7 +539,11 @@ class GPUWorkloadReconciler:
         attempt with a reason a user can act on."""
         meta = obj["metadata"]
         try:
-            self.client.create(obj)
+            created = self.client.create(obj)
+            if obj["kind"] == "Pod" and isinstance(created, Mapping):
+                # it holds its devices from now on, before the cache shows it (a
+                # preemptor must see it among its victims' pods at once)
+                self.ensure_state().on_pod(created)
             return None
         except AlreadyExists:
             existing = self._get_existing(obj)
