@@ -98,6 +98,9 @@ class FakeClient:
         self.others: dict[Key, dict[str, Any]] = {}
         self.lag = False  # created pods stay out of the pods cache
         self.lagging: dict[Key, dict[str, Any]] = {}
+        #: (verb, kind, name) -> called once just before that request is served
+        #: (another worker's reconcile running meanwhile, say)
+        self.before: dict[tuple[str, str, str], Callable[[], None]] = {}
         self._uids = itertools.count(1)
         self._rv = itertools.count(100)
 
@@ -118,6 +121,9 @@ class FakeClient:
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         kind, name = obj["kind"], obj["metadata"]["name"]
+        hook = self.before.pop(("create", kind, name), None)
+        if hook is not None:
+            hook()
         self.calls.append(Call("create", kind, name, obj))
         err = self.fail.get((kind, name))
         if err is not None:
@@ -378,6 +384,23 @@ class Env:
 
     def free(self, node_name: str = "node1") -> int:
         return self.state.ledger.free_count(node_name)
+
+    def overlaps(self) -> list[tuple[str, int, list[str]]]:
+        """(node, device, pods) where live pods of different workloads share a
+        device (what HolderWatch checks on a real cluster), pods the cache has not
+        seen yet included."""
+        live = [*self.pods.list(), *self.client.lagging.values()]
+        held: dict[tuple[str, int], dict[str, str]] = {}
+        for pod in live:
+            if pod["status"].get("phase") in ("Succeeded", "Failed"):
+                continue
+            owner = pod["metadata"]["ownerReferences"][0]["uid"] \
+                if pod["metadata"].get("ownerReferences") else pod["metadata"]["uid"]
+            value = (pod["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION) or ""
+            for d in (int(t) for t in value.split(",") if t.strip().isdigit()):
+                held.setdefault((pod["spec"]["nodeName"], d), {})[owner] = \
+                    pod["metadata"]["name"]
+        return [(n, d, sorted(o.values())) for (n, d), o in sorted(held.items()) if len(o) > 1]
 
     def warnings(self, name: str) -> list[tuple[str, str]]:
         return [(r, m) for n, t, r, m in self.recorder.events if n == name and t == "Warning"]

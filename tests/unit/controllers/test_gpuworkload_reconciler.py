@@ -333,6 +333,48 @@ def test_a_preemptor_is_nominated_and_waits_for_its_victims_pods() -> None:
     assert env.pod("mid-0") is None and env.free() == 0
 
 
+def test_a_victim_chosen_while_its_own_gang_is_being_created_is_waited_for() -> None:
+    """The race the churn test found: a preemptor chose a gang as its victim while
+    the gang's reconcile was committing it and creating its pods; the gang's pods
+    were made after the preemptor checked for its victims' pods, on the same GPUs."""
+    env = Env()
+    env.workload("low", replicas=2, gpusPerReplica=2, priority="low",
+                 retryPolicy={"maxRetries": 10, "backoffSeconds": 60})
+    env.client.lag = True  # low's pods reach the cache late, too
+    seen: list[list] = []
+
+    def high_meanwhile() -> None:  # high is created, and another worker places it
+        env.workload("high", gpusPerReplica=4, priority="high",
+                     schedulingStrategy="priority")
+        env.settle("high")
+        seen.append(env.overlaps())
+    env.client.before[("create", "Pod", "low-0")] = high_meanwhile
+    env.settle("low")  # placed, committed; high preempts it between two creates
+    assert env.state.eviction(f"{NS}/low") is not None
+    cond = env.condition("high", "Scheduled")
+    assert cond["reason"] == "WaitingForPreemption", cond
+    assert env.pod("high-0") is None and env.overlaps() == []
+
+    env.settle("high")  # low's pods hold (as made, before the cache shows them)
+    assert env.condition("high", "Scheduled")["message"] == \
+        "waiting for 2 preempted pod(s) to terminate on node1"
+    env.settle("low")  # takes in its eviction; its pods are not in the cache yet
+    assert env.condition("low", "Preempted")["status"] == "True"
+    env.settle("high")
+    assert env.pod("high-0") is None and env.overlaps() == []
+    env.client.lag = False
+    env.catch_up()
+    env.settle("low")  # its eviction missed them: now they are asked to go
+    assert sorted(env.client.names("delete", "Pod")) == ["low-0", "low-1"]
+    env.settle("high")
+    assert env.pod("high-0") is None and env.overlaps() == []
+    env.pod_gone("low-0")
+    env.pod_gone("low-1")
+    env.settle("high")
+    assert env.pod("high-0") is not None
+    assert seen == [[]] and env.overlaps() == []
+
+
 def test_a_preemptor_deleted_while_waiting_gives_its_nomination_back() -> None:
     env = Env()
     preemption(env)
