@@ -37,6 +37,8 @@ from tests.waiting import eventually
 
 SEED = int(os.environ.get("CHURN_SEED") or 11)
 SECONDS = float(os.environ.get("CHURN_SECONDS") or 45)
+#: where the controller's log is kept (default: the test's tmp_path)
+LOG = os.environ.get("CHURN_LOG")
 NODES, GPUS = 3, 4
 LIVE_MAX = 10  # workloads alive at once, at most
 
@@ -59,7 +61,8 @@ class ControllerProcess:
             [sys.executable, os.path.join(ROOT, "main.py"), "manager",
              "--kubeconfig", str(self.cluster.kubeconfig),
              "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-             "--log-format", "console", "--log-level", "warning",
+             "--log-format", "console",
+             "--log-level", os.environ.get("CHURN_LOG_LEVEL") or "warning",
              "--workers", "4", "--qps", "200", "--burst", "400"],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
         out.close()
@@ -230,7 +233,7 @@ def test_churn_never_gives_a_device_to_two_workloads(
         tmp_path: Path) -> None:
     rng = random.Random(SEED)
     nodes = group.add(NODES, gpus=GPUS)
-    ctl = ControllerProcess(installed, tmp_path / "controller.log")
+    ctl = ControllerProcess(installed, Path(LOG) if LOG else tmp_path / "controller.log")
     watch = HolderWatch(admin).start()
     churn = Churn(admin, installed, namespace, group, nodes, rng)
     kills = [SECONDS * 0.35, SECONDS * 0.7]  # kill -9 at these points of the run
