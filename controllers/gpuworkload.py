@@ -278,10 +278,14 @@ class GPUWorkloadReconciler:
         names are the new ones', and their devices stay theirs until then. Waiting
         for our own pods spends no retry; their deletion wakes the workload."""
         kind = "Job" if w.spec.workload_kind is WorkloadKind.JOB else "Pod"
-        _, stale = self._children(raw, kind, str(w.status.retries))
-        if not stale:
+        mine, stale = self._children(raw, kind, str(w.status.retries))
+        # Preempted and not placed again: any child of its own is one its eviction
+        # missed (made by a reconcile in flight when it was chosen as a victim).
+        preempted = (get_condition(raw.get("status") or {}, PREEMPTED) or {}).get(
+            "status") == "True"
+        if not stale and not (preempted and mine):
             return None
-        self._delete_children(raw, keep_attempt=str(w.status.retries))
+        self._delete_children(raw, keep_attempt=None if preempted else str(w.status.retries))
         self.ensure_state().block(w.key)
         msg = "waiting for the previous attempt's pods to terminate"
         # the retry timer starts again once they are gone: no retry is spent here
@@ -291,6 +295,12 @@ class GPUWorkloadReconciler:
     def _place(self, w: GPUWorkload, raw: JSON, status: StatusBuilder) -> Outcome:
         state = self.ensure_state()
         key = w.key
+        due_at = parse_time((raw.get("status") or {}).get("nextRetryTime"))
+        ended = (get_condition(raw.get("status") or {}, SCHEDULED) or {}).get("reason")
+        if due_at is not None and ended != UNSCHEDULABLE and self.clock() < due_at:
+            # An ended attempt's retry waits out its backoff (retryPolicy), whatever
+            # wakes the workload earlier (its own status write, freed capacity).
+            return Outcome(status, Result(requeue_after=(due_at - self.clock()).total_seconds()))
         if state.higher_priority_fresh(key, w.spec.priority):
             return Outcome(status, Result(requeue_after=PRIORITY_GATE_DELAY))
         started = time.perf_counter()
@@ -406,6 +416,7 @@ class GPUWorkloadReconciler:
             ended = self._end_attempt(w, raw, status, end.reason, end.message,
                                       spend=end.spend)
             ended.events[:0] = [e for e in out.events if e[1] != "Scheduled"]
+            ended.raw = out.raw  # the object as last written (a commit write's new version)
             return ended
         except Exception:
             if fresh:
@@ -429,6 +440,13 @@ class GPUWorkloadReconciler:
                              f"onto a new placement", spend=False)
         status.placements([p.model_dump(by_alias=True) for p in placements])
         blockers = state.blockers(key)
+        victims = state.unacknowledged(key)
+        if victims and not blockers:
+            msg = f"waiting for preempted {', '.join(victims)} to stop"
+            status.phase(Phase.SCHEDULED, msg).condition(SCHEDULED, True, "WaitingForPreemption",
+                                                         msg)
+            out.result = Result(requeue_after=1.0)
+            return out
         if blockers:
             n = sum(len(v) for v in blockers.values())
             msg = (f"waiting for {n} preempted pod(s) to terminate on "
@@ -534,7 +552,11 @@ class GPUWorkloadReconciler:
         meta = obj["metadata"]
         try:
             # a retried create that already went through answers AlreadyExists: handled
-            self.client.create(obj, handles_already_exists=True)
+            created = self.client.create(obj, handles_already_exists=True)
+            if obj["kind"] == "Pod" and isinstance(created, Mapping):
+                # it holds its devices from now on, before the cache shows it (a
+                # preemptor must see it among its victims' pods at once)
+                self.ensure_state().on_pod(created)
             return None
         except AlreadyExists:
             existing = self._get_existing(obj)
@@ -648,7 +670,7 @@ class GPUWorkloadReconciler:
         """Writes the status once (when it changed), then the Events."""
         raw = out.raw or raw
         status = out.status.build()
-        if status.get("placements") and (raw.get("status") or {}).get("phase") not in (
+        if status.get("placements") and status.get("phase") not in (
                 Phase.SUCCEEDED.value, Phase.FAILED.value):
             try:
                 raw = self._ensure_finalizer(raw)

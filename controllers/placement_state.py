@@ -107,6 +107,9 @@ class PlacementState:
         self._written: dict[str, int] = {}  # workload key -> rv of our last write
         self._evicting: dict[str, str] = {}  # preempted key -> why, until it is told
         self._blocked: set[str] = set()  # nominated keys waiting for victims' pods
+        #: preemptor key -> victims whose own reconcile has not yet taken in their
+        #: eviction (until it has, a reconcile of theirs may still be creating pods)
+        self._victims: dict[str, set[str]] = {}
         self._reported: set[str] = set()  # pod UIDs whose conflict was reported
         self.lock = threading.RLock()
         self.default_exposure = default_exposure
@@ -193,6 +196,8 @@ class PlacementState:
                     self.ledger.forget(v)
                     self._evicting[v] = message
                     victims.append(v)
+                # workload victims acknowledge their eviction in their own reconcile
+                self._victims[w.key] = set(victims)
                 decision.assume(self.ledger, w)
                 self._blocked.add(w.key)
             if decision.ok or decision.outcome == PREEMPT:
@@ -214,6 +219,7 @@ class PlacementState:
         with self.lock:
             released = self.ledger.forget(key)
             self._blocked.discard(key)
+            self._victims.pop(key, None)
             waiting = list(self.pending.waiting) if released is not None else []
         if released is not None:
             self._wake(waiting)
@@ -437,8 +443,29 @@ class PlacementState:
             return self._evicting.get(key)
 
     def evicted(self, key: str) -> None:
+        """The victim's own reconcile took in its eviction (and asked its children
+        to go): its preemptors wait only for its pods from now on."""
         with self.lock:
             self._evicting.pop(key, None)
+            waiting = self._acknowledged(key)
+        if waiting:
+            self._enqueue_waiting(waiting)
+
+    def _acknowledged(self, victim: str) -> list[str]:
+        """Preemptors that were waiting for ``victim`` to take in its eviction."""
+        out = []
+        for preemptor, victims in self._victims.items():
+            if victim in victims:
+                victims.discard(victim)
+                out.append(preemptor)
+        return sorted(out)
+
+    def unacknowledged(self, key: str) -> list[str]:
+        """Victims of ``key``'s preemption whose reconcile has not yet taken in the
+        eviction: one of theirs may still be creating pods on the nominated devices
+        (a victim chosen while its own placement was being committed)."""
+        with self.lock:
+            return sorted(v for v in self._victims.get(key, ()) if v in self._evicting)
 
     # ------------------------------------------------------- own writes
 
@@ -465,6 +492,11 @@ class PlacementState:
             self.pending.discard(key)
             self._evicting.pop(key, None)
             self._written.pop(key, None)
+            waiting = self._acknowledged(key)
+        if waiting:
+            self._enqueue_waiting(waiting)
+        with self.lock:
+            self._victims.pop(key, None)
         self.forget(key)
 
 

@@ -55,6 +55,7 @@ from internal.scheduling.pods import (
     pod_holding,
     pod_is_active,
     pod_key,
+    pod_owner,
     workload_owner,
 )
 
@@ -436,7 +437,12 @@ class Ledger:
         try:
             h = pod_holding(pod)
         except BadPod as exc:
-            self.remove_pod(uid)
+            # what it names cannot be read; what it requests the device plugin gave it
+            h = _requested_only(pod, uid)
+            if h is None:
+                self.remove_pod(uid)
+            else:
+                self.set_pod(h, priority)
             return [f"pod {pod_key(pod)}: {exc}"]
         if h is None:
             self.remove_pod(uid)
@@ -445,6 +451,16 @@ class Ledger:
 
 
 # -------------------------------------------------------------------- helpers
+
+
+def _requested_only(pod: Mapping[str, Any], uid: str) -> PodHolding | None:
+    """A bound, unfinished pod whose devices annotation is unreadable holds its
+    ``nvidia.com/gpu`` request, counted (None when it requests none)."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    gpus = pod_gpu_request(pod)
+    if not node or not gpus or not pod_is_active(pod):
+        return None
+    return PodHolding(uid, pod_key(pod), str(node), (), gpus, pod_owner(pod))
 
 
 def _parse_workload(

@@ -1,0 +1,284 @@
+"""Churn with grace periods on: the product's first promise under ordinary chaos.
+
+Workloads of every strategy, gangs, Job mode, a preemption, deleted replicas and
+kill -9 of the controller: created, deleted and failed at random (seeded) for a
+bounded time, while ``HolderWatch`` samples every live pod on every pod event.
+Across the whole run no (node, device) is held by two live pods of different
+workloads. The controller runs as its own process (``python main.py manager``), so
+it can be killed with SIGKILL and started again, as a crashed pod would be.
+
+``CHURN_SEED`` and ``CHURN_SECONDS`` change the seed and the duration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from api.v1alpha1.types import API_VERSION, SchedulingStrategy
+from hack.testenv import ControlPlane
+from runtime import ApiError, Client, NotFound
+from tests.integration.controller.conftest import (
+    ROOT,
+    NodeGroup,
+    delete_workload,
+    workload,
+)
+from tests.integration.controller.holders import HolderWatch
+from tests.waiting import eventually
+
+SEED = int(os.environ.get("CHURN_SEED") or 11)
+SECONDS = float(os.environ.get("CHURN_SECONDS") or 45)
+#: where the controller's log is kept (default: the test's tmp_path)
+LOG = os.environ.get("CHURN_LOG")
+NODES, GPUS = 3, 4
+LIVE_MAX = 10  # workloads alive at once, at most
+
+
+class ControllerProcess:
+    """``python main.py manager`` against the admin kubeconfig; stdout and stderr
+    go to ``log``. Only the process this object started is ever signalled."""
+
+    def __init__(self, cluster: ControlPlane, log: Path) -> None:
+        self.cluster, self.log = cluster, log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        assert self.proc is None
+        out = self.log.open("ab")
+        out.write(f"--- start {self.starts + 1}\n".encode())
+        out.flush()
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(ROOT, "main.py"), "manager",
+             "--kubeconfig", str(self.cluster.kubeconfig),
+             "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
+             "--log-format", "console",
+             "--log-level", os.environ.get("CHURN_LOG_LEVEL") or "warning",
+             "--workers", "4", "--qps", "200", "--burst", "400"],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        out.close()
+        self.starts += 1
+
+    def kill9(self) -> None:
+        """SIGKILL: no shutdown, no last write; whatever was in flight is lost."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.proc = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def tail(self, lines: int = 40) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+
+def tpl(rng: random.Random) -> dict[str, Any]:
+    return {"spec": {"terminationGracePeriodSeconds": rng.choice([2, 3]),
+                     "containers": [{"name": "main", "image": "busybox:1.36"}]}}
+
+
+class Churn:
+    """The random actions, and what they did (``done``)."""
+
+    def __init__(self, admin: Client, cluster: ControlPlane, ns: str, group: NodeGroup,
+                 nodes: list[str], rng: random.Random) -> None:
+        self.admin, self.cluster, self.ns, self.group = admin, cluster, ns, group
+        self.nodes, self.rng = nodes, rng
+        self.live: list[str] = []
+        self.serial = 0
+        self.done: Counter[str] = Counter()
+
+    def _name(self, prefix: str) -> str:
+        self.serial += 1
+        return f"{prefix}{self.serial}"
+
+    def spec(self) -> tuple[str, dict[str, Any]]:
+        rng = self.rng
+        strategy = rng.choice(list(SchedulingStrategy))
+        spec: dict[str, Any] = {"nodeSelector": self.group.selector, "template": tpl(rng),
+                                "schedulingStrategy": strategy.value,
+                                "priority": rng.choice(["low", "medium", "high", 10, 90]),
+                                "retryPolicy": {"maxRetries": 3, "backoffSeconds": 1,
+                                                "maxBackoffSeconds": 3}}
+        kind = rng.random()
+        if strategy is SchedulingStrategy.ANNOTATION_MAP:
+            replicas, gpus = rng.choice([1, 2]), rng.choice([1, 2])
+            lines = [f"{i}={rng.choice(self.nodes)}:"
+                     f"{','.join(map(str, sorted(rng.sample(range(GPUS), gpus))))}"
+                     for i in range(replicas)]
+            spec.update(replicas=replicas, gpusPerReplica=gpus, schedulingMap="\n".join(lines))
+            return self._name("map"), spec
+        if kind < 0.3:
+            spec.update(replicas=rng.choice([2, 3]), gpusPerReplica=rng.choice([1, 2]))
+            return self._name("gang"), spec
+        if kind < 0.45:
+            spec.update(workloadKind="Job", gpusPerReplica=rng.choice([1, 2]))
+            return self._name("job"), spec
+        if kind < 0.55:
+            spec.update(gpusPerReplica=rng.choice([1, 2]), deviceExposure=rng.choice(
+                ["nvidia-visible-devices", "cuda-visible-devices"]))
+        else:
+            spec.update(gpusPerReplica=rng.choice([1, 2, 3, 4]))
+        return self._name("w"), spec
+
+    def create(self) -> None:
+        name, spec = self.spec()
+        try:
+            self.admin.create(workload(name, self.ns, **spec))
+        except ApiError as exc:  # a map the API refuses is a user error, not ours
+            self.done[f"create refused ({exc.status})"] += 1
+            return
+        self.live.append(name)
+        self.done["created"] += 1
+
+    def preempt(self) -> None:
+        """A whole node for a high-priority workload of the priority strategy, once
+        the group is full of lower-priority work: it preempts and waits."""
+        name = self._name("vip")
+        self.admin.create(workload(name, self.ns, gpusPerReplica=GPUS, priority=100,
+                                   schedulingStrategy="priority", template=tpl(self.rng),
+                                   nodeSelector=self.group.selector))
+        self.live.append(name)
+        self.done["preemptor created"] += 1
+
+    def delete(self) -> None:
+        if not self.live:
+            return
+        name = self.live.pop(self.rng.randrange(len(self.live)))
+        orphan = self.rng.random() < 0.1
+        with contextlib.suppress(NotFound):
+            self.admin.delete(API_VERSION, "GPUWorkload", name, namespace=self.ns,
+                              propagation_policy="Orphan" if orphan else "Background")
+        self.done["deleted (orphan)" if orphan else "deleted"] += 1
+
+    def _pods(self) -> list[dict[str, Any]]:
+        return [p for p in self.admin.list("v1", "Pod", namespace=self.ns)["items"]
+                if not p["metadata"].get("deletionTimestamp")
+                and (p.get("status") or {}).get("phase") == "Running"]
+
+    def fail_pod(self) -> None:
+        pods = self._pods()
+        if not pods:
+            return
+        pod = self.rng.choice(pods)["metadata"]["name"]
+        try:
+            self.cluster.set_pod_phase(self.ns, pod, "Failed", timeout=5)
+            self.done["pod failed"] += 1
+        except (RuntimeError, TimeoutError):
+            self.done["pod failed (gone first)"] += 1
+
+    def delete_pod(self) -> None:
+        pods = self._pods()
+        if not pods:
+            return
+        pod = self.rng.choice(pods)["metadata"]["name"]
+        with contextlib.suppress(NotFound):
+            self.admin.delete("v1", "Pod", pod, namespace=self.ns)
+            self.done["pod deleted"] += 1
+
+    def step(self) -> None:
+        r = self.rng.random()
+        if r < 0.40 and len(self.live) < LIVE_MAX:
+            self.create()
+        elif r < 0.65:
+            self.delete()
+        elif r < 0.85:
+            self.fail_pod()
+        else:
+            self.delete_pod()
+
+
+def gone(admin: Client, ns: str) -> bool:
+    left = admin.list(API_VERSION, "GPUWorkload", namespace=ns)["items"]
+    pods = [p for p in admin.list("v1", "Pod", namespace=ns)["items"]
+            if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    return not left and not pods
+
+
+def release_finalizers(admin: Client, ns: str) -> None:
+    """With no controller left to remove our finalizer, the namespace's deletion
+    would wait forever: drop it from whatever is left (after a failure)."""
+    for w in admin.list(API_VERSION, "GPUWorkload", namespace=ns)["items"]:
+        with contextlib.suppress(NotFound):
+            admin.patch(API_VERSION, "GPUWorkload", w["metadata"]["name"],
+                        {"metadata": {"finalizers": None}}, namespace=ns, patch_type="merge")
+
+
+def test_churn_never_gives_a_device_to_two_workloads(
+        installed: ControlPlane, admin: Client, namespace: str, group: NodeGroup,
+        tmp_path: Path) -> None:
+    rng = random.Random(SEED)
+    nodes = group.add(NODES, gpus=GPUS)
+    ctl = ControllerProcess(installed, Path(LOG) if LOG else tmp_path / "controller.log")
+    watch = HolderWatch(admin).start()
+    churn = Churn(admin, installed, namespace, group, nodes, rng)
+    kills = [SECONDS * 0.35, SECONDS * 0.7]  # kill -9 at these points of the run
+    preempt_at = SECONDS * 0.5
+    try:
+        ctl.start()
+        started = time.monotonic()
+        while (elapsed := time.monotonic() - started) < SECONDS:
+            assert ctl.alive(), f"the controller exited:\n{ctl.tail()}"
+            if kills and elapsed >= kills[0]:
+                kills.pop(0)
+                ctl.kill9()
+                churn.done["controller kill -9"] += 1
+                ctl.start()
+            if preempt_at is not None and elapsed >= preempt_at:
+                preempt_at = None
+                churn.preempt()
+            churn.step()
+            time.sleep(rng.uniform(0.1, 0.5))
+
+        # Everything goes; the controller (our finalizer) sees every child gone.
+        for name in churn.live:
+            delete_workload(admin, namespace, name)
+        for p in admin.list("v1", "Pod", namespace=namespace)["items"]:  # orphans
+            with contextlib.suppress(NotFound):
+                admin.delete("v1", "Pod", p["metadata"]["name"], namespace=namespace)
+        eventually(lambda: gone(admin, namespace), timeout=90, interval=0.5,
+                   what="every workload and pod of the churn gone")
+        # Nothing leaked: the whole group is free again for one gang.
+        admin.create(workload("after", namespace, replicas=NODES, gpusPerReplica=GPUS,
+                              nodeSelector=group.selector, template=tpl(rng)))
+
+        def after_running() -> bool:
+            w = admin.get(API_VERSION, "GPUWorkload", "after", namespace)
+            return (w.get("status") or {}).get("phase") == "Running"
+        eventually(after_running, timeout=60, what="a gang over the whole group Running")
+        delete_workload(admin, namespace, "after")
+        eventually(lambda: gone(admin, namespace), timeout=60, what="'after' gone")
+    finally:
+        watch.stop()
+        ctl.stop()
+        release_finalizers(admin, namespace)
+    summary = ", ".join(f"{k}: {v}" for k, v in sorted(churn.done.items()))
+    print(f"\nchurn (seed {SEED}, {SECONDS:.0f}s, {NODES}x{GPUS} GPUs): {watch.samples} "
+          f"samples, {len(watch.overlaps)} overlaps; {summary}")
+    assert watch.overlaps == [], (
+        f"{len(watch.overlaps)} overlaps, first: {watch.overlaps[:5]}\n{ctl.tail()}")
+    assert churn.done["created"] >= 10 and churn.done["controller kill -9"] == 2

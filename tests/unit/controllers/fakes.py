@@ -1,0 +1,409 @@
+"""Fakes for the GPUWorkload reconciler's unit tests (no API server).
+
+``Env`` holds real ``runtime.store.Indexer`` caches filled with plain dicts, a real
+``PlacementState`` rebuilt from them, and a ``FakeClient`` that records every call.
+The client writes what it creates, patches and deletes into those caches at once
+(as if the informers caught up instantly), and feeds the placement state the pod
+events a watch would deliver; ``lag`` keeps created pods out of the cache, as a
+watch that has not caught up yet would. A deleted pod *terminates*: it gets a
+``deletionTimestamp`` and keeps holding its devices until the test says it is gone
+(``Env.pod_gone``), as a pod in its grace period would.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from api.v1alpha1.keys import DEVICES_ANNOTATION
+from api.v1alpha1.types import API_VERSION, DeviceExposure
+from controllers.gpuworkload import GPUWorkloadReconciler
+from controllers.placement_state import PlacementState
+from runtime import AlreadyExists, ApiError, Conflict, NotFound, Request, Result
+from runtime.errors import Forbidden, InternalError, Invalid
+from runtime.store import (
+    NODE_NAME_INDEX,
+    OWNER_UID_INDEX,
+    Indexer,
+    index_by_node_name,
+    index_by_owner_uid,
+    thaw,
+)
+from tests.unit.scheduling.helpers import node
+
+NS = "ns"
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+Key = tuple[str, str]  # (kind, name)
+
+
+def invalid(message: str) -> Invalid:
+    return Invalid(422, "Invalid", message)
+
+
+def forbidden(message: str) -> Forbidden:
+    return Forbidden(403, "Forbidden", message)
+
+
+def internal(message: str = "etcdserver: request timed out") -> InternalError:
+    return InternalError(500, "InternalError", message)
+
+
+def merge(into: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """RFC 7386 merge patch (a None value deletes the key)."""
+    for k, v in patch.items():
+        if v is None:
+            into.pop(k, None)
+        elif isinstance(v, Mapping) and isinstance(into.get(k), dict):
+            merge(into[k], v)
+        else:
+            into[k] = thaw(v)
+    return into
+
+
+@dataclass
+class Call:
+    verb: str  # create, get, patch, delete
+    kind: str
+    name: str
+    body: Any = None
+    opts: dict[str, Any] = field(default_factory=dict)
+
+
+class FakeRecorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str, str]] = []  # (object, type, reason, message)
+
+    def normal(self, obj: Any, reason: str, message: str) -> None:
+        self.events.append((obj["metadata"]["name"], "Normal", reason, message))
+
+    def warning(self, obj: Any, reason: str, message: str) -> None:
+        self.events.append((obj["metadata"]["name"], "Warning", reason, message))
+
+
+class FakeClient:
+    """Records create/get/patch/delete; ``fail[(kind, name)]`` is raised by every
+    create of that object until removed (``fail_patch[(kind, name)]`` by the next
+    patch only); objects
+    in ``others`` exist in the API without being in any cache of ours."""
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+        self.calls: list[Call] = []
+        self.fail: dict[Key, ApiError] = {}
+        self.fail_patch: dict[Key, ApiError] = {}
+        self.others: dict[Key, dict[str, Any]] = {}
+        self.lag = False  # created pods stay out of the pods cache
+        self.lagging: dict[Key, dict[str, Any]] = {}
+        #: (verb, kind, name) -> called once just before that request is served
+        #: (another worker's reconcile running meanwhile, say)
+        self.before: dict[tuple[str, str, str], Callable[[], None]] = {}
+        self._uids = itertools.count(1)
+        self._rv = itertools.count(100)
+
+    def of(self, verb: str, kind: str | None = None) -> list[Call]:
+        return [c for c in self.calls if c.verb == verb and kind in (None, c.kind)]
+
+    def names(self, verb: str, kind: str | None = None) -> list[str]:
+        return [c.name for c in self.of(verb, kind)]
+
+    def _exists(self, kind: str, name: str) -> dict[str, Any] | None:
+        if (kind, name) in self.others:
+            return self.others[(kind, name)]
+        if (kind, name) in self.lagging:
+            return self.lagging[(kind, name)]
+        cache = self.env.cache(kind)
+        return thaw(cache.get_by_name(name, NS)) if cache is not None and \
+            cache.get_by_name(name, NS) is not None else None
+
+    def create(self, obj: dict[str, Any], handles_already_exists: bool = False) -> dict[str, Any]:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        hook = self.before.pop(("create", kind, name), None)
+        if hook is not None:
+            hook()
+        self.calls.append(Call("create", kind, name, obj))
+        err = self.fail.get((kind, name))
+        if err is not None:
+            raise err
+        if self._exists(kind, name) is not None:
+            raise AlreadyExists(409, "AlreadyExists", f'{kind.lower()}s "{name}" already exists')
+        made = thaw(obj)
+        made["metadata"].update(uid=f"{kind.lower()}-{next(self._uids)}",
+                                resourceVersion=str(next(self._rv)))
+        if kind == "Pod":
+            made["status"] = {"phase": "Pending"}
+            if self.lag:
+                self.lagging[(kind, name)] = made
+            else:
+                self.env.put_pod(made)
+        elif kind == "Job":
+            self.env.jobs.add(made)
+        else:
+            self.others[(kind, name)] = made
+        return made
+
+    def get(self, api_version: str, kind: str, name: str,
+            namespace: str | None = None) -> dict[str, Any]:
+        self.calls.append(Call("get", kind, name))
+        found = self._exists(kind, name)
+        if found is None:
+            raise NotFound(404, "NotFound", f'{kind.lower()}s "{name}" not found')
+        return found
+
+    def patch(self, api_version: str, kind: str, name: str, body: dict[str, Any],
+              namespace: str | None = None, patch_type: str = "merge",
+              subresource: str | None = None) -> dict[str, Any]:
+        assert (api_version, kind, patch_type) == (API_VERSION, "GPUWorkload", "merge")
+        self.calls.append(Call("patch", kind, name, thaw(body), {"subresource": subresource}))
+        err = self.fail_patch.pop((kind, name), None)
+        if err is not None:
+            raise err
+        current = self.env.workloads.get_by_name(name, NS)
+        if current is None:
+            raise NotFound(404, "NotFound", f'gpuworkloads "{name}" not found')
+        obj = thaw(current)
+        want_rv = (body.get("metadata") or {}).get("resourceVersion")
+        if want_rv is not None and want_rv != obj["metadata"]["resourceVersion"]:
+            raise Conflict(409, "Conflict", "the object has been modified")
+        body = thaw(body)
+        body.get("metadata", {}).pop("resourceVersion", None)
+        if subresource == "status":
+            merge(obj, {"status": body.get("status") or {}})
+        else:
+            merge(obj, {k: v for k, v in body.items() if k != "status"})
+        obj["metadata"]["resourceVersion"] = str(next(self._rv))
+        if obj["metadata"].get("deletionTimestamp") and not obj["metadata"].get("finalizers"):
+            self.env.drop_workload(name)  # the API server removes it now
+        else:
+            self.env.put_workload(obj)
+        return obj
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None,
+               **opts: Any) -> None:
+        self.calls.append(Call("delete", kind, name, opts=opts))
+        if kind == "Pod":
+            pod = self.env.pods.get_by_name(name, NS)
+            if pod is None:
+                raise NotFound(404, "NotFound", f'pods "{name}" not found')
+            if opts.get("grace_period_seconds") == 0:
+                self.env.pod_gone(name)
+                return
+            pod = thaw(pod)
+            pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
+            self.env.put_pod(pod)  # terminating: still holds its devices
+        elif kind == "Job":
+            if self.env.jobs.delete(f"{NS}/{name}") is None:
+                raise NotFound(404, "NotFound", f'jobs "{name}" not found')
+        else:
+            raise AssertionError(f"unexpected delete of {kind} {name}")
+
+
+class Env:
+    """Nodes ``node1``..``node<n>`` with ``gpus`` GPUs each, the caches, the placement
+    state and the reconciler under test."""
+
+    def __init__(self, nodes: int = 1, gpus: int = 4,
+                 exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES) -> None:
+        self.nodes = [node(f"node{i}", gpus) for i in range(1, nodes + 1)]
+        owner = {OWNER_UID_INDEX: index_by_owner_uid}
+        self.workloads = Indexer()
+        self.pods = Indexer({**owner, NODE_NAME_INDEX: index_by_node_name})
+        self.jobs = Indexer(owner)
+        self.client = FakeClient(self)
+        self.recorder = FakeRecorder()
+        self.problems: list[tuple[str, str, str]] = []  # (object, reason, message)
+        self.woken: list[str] = []
+        self.decisions = 0
+        self.now = NOW  # the reconciler's clock; tests move it
+        self._uids = itertools.count(1)
+        self.state = self.new_state()
+        self.rec = GPUWorkloadReconciler(
+            self.client, self.recorder, self.workloads, self.pods, self.jobs,
+            state_factory=lambda: self.state, clock=lambda: self.now, rng=random.Random(1))
+        self.rec.state = self.state
+
+    # --------------------------------------------------------------- state
+
+    def new_state(self) -> PlacementState:
+        """A placement state rebuilt from the caches (as after a restart)."""
+        state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, rng=random.Random(1),
+                               enqueue_waiting=self.woken.extend,
+                               on_problem=lambda obj, reason, msg: self.problems.append(
+                                   (obj["metadata"]["name"], reason, msg)))
+        decide = state.decide
+
+        def counting(w: Any) -> Any:
+            self.decisions += 1
+            return decide(w)
+        state.decide = counting  # type: ignore[method-assign]
+        self.rebuild_problems = state.rebuild(
+            lambda: (self.nodes, [], self.workloads.list(), self.pods.list()))
+        return state
+
+    def restart(self) -> None:
+        """A new controller: a new ledger rebuilt from the caches (``decisions``
+        counts the new one's)."""
+        self.decisions = 0
+        self.state = self.new_state()
+        self.rec = GPUWorkloadReconciler(
+            self.client, self.recorder, self.workloads, self.pods, self.jobs,
+            state_factory=lambda: self.state, clock=lambda: self.now, rng=random.Random(1))
+        self.rec.state = self.state
+
+    # --------------------------------------------------------------- caches
+
+    def cache(self, kind: str) -> Indexer | None:
+        return {"Pod": self.pods, "Job": self.jobs, "GPUWorkload": self.workloads}.get(kind)
+
+    def put_pod(self, pod: dict[str, Any]) -> None:
+        self.pods.add(pod)
+        self.state.on_pod(pod)
+
+    def pod_gone(self, name: str) -> None:
+        """The pod is deleted from the API (its grace period is over)."""
+        pod = self.pods.delete(f"{NS}/{name}")
+        assert pod is not None, f"no pod {name}"
+        self.state.on_pod_deleted(pod)
+
+    def set_phase(self, name: str, phase: str) -> None:
+        pod = thaw(self.pods.get_by_name(name, NS))
+        pod["status"] = {"phase": phase}
+        self.put_pod(pod)
+
+    def catch_up(self) -> None:
+        """The pods cache sees what was created while it lagged."""
+        for (_, _name), pod in sorted(self.client.lagging.items()):
+            self.put_pod(pod)
+        self.client.lagging.clear()
+
+    def put_workload(self, obj: dict[str, Any]) -> None:
+        self.workloads.add(obj)
+        self.state.on_workload(obj)
+
+    def drop_workload(self, name: str) -> None:
+        obj = self.workloads.delete(f"{NS}/{name}")
+        if obj is not None:
+            self.state.on_workload_deleted(obj)
+
+    # --------------------------------------------------------------- objects
+
+    def workload(self, name: str, uid: str | None = None, **spec: Any) -> dict[str, Any]:
+        """Creates a GPUWorkload in the cache (as the API server would: a UID, a
+        resourceVersion, a generation)."""
+        obj = {"apiVersion": API_VERSION, "kind": "GPUWorkload",
+               "metadata": {"name": name, "namespace": NS,
+                            "uid": uid or f"uid-{name}-{next(self._uids)}",
+                            "resourceVersion": str(next(self.client._rv)), "generation": 1,
+                            "creationTimestamp": "2026-01-01T00:00:00Z"},
+               "spec": {"template": {"spec": {"containers": [{"name": "main",
+                                                              "image": "busybox"}]}},
+                        **spec},
+               "status": {}}
+        self.put_workload(obj)
+        return obj
+
+    def edit(self, name: str, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """A user's write of the workload (a new resourceVersion)."""
+        obj = thaw(self.workloads.get_by_name(name, NS))
+        change(obj)
+        obj["metadata"]["resourceVersion"] = str(next(self.client._rv))
+        self.put_workload(obj)
+        return obj
+
+    def delete_workload(self, name: str, *, orphan: bool = False) -> None:
+        """``kubectl delete gw name`` (``--cascade=orphan``): the API server sets the
+        deletionTimestamp; the object stays while finalizers are left."""
+        def mark(o: dict[str, Any]) -> None:
+            o["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:10Z"
+            if orphan:
+                o["metadata"]["finalizers"] = ["orphan", *o["metadata"].get("finalizers", [])]
+        obj = self.edit(name, mark)
+        if not obj["metadata"].get("finalizers"):
+            self.drop_workload(name)
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        return self.workloads.get_by_name(name, NS)
+
+    def status(self, name: str) -> dict[str, Any]:
+        obj = self.get(name)
+        assert obj is not None, f"no workload {name}"
+        return obj.get("status") or {}
+
+    def condition(self, name: str, type_: str) -> dict[str, Any]:
+        for c in self.status(name).get("conditions") or ():
+            if c["type"] == type_:
+                return c
+        raise AssertionError(f"{name} has no {type_} condition: {self.status(name)}")
+
+    def pod(self, name: str) -> dict[str, Any] | None:
+        return self.pods.get_by_name(name, NS)
+
+    def foreign_pod(self, name: str, node_name: str, devices: str | None = None,
+                    gpus: int = 0, owner: dict[str, Any] | None = None,
+                    phase: str = "Running", scheduler: str | None = None) -> dict[str, Any]:
+        """A pod someone else made, bound to ``node_name``."""
+        c: dict[str, Any] = {"name": "c", "image": "x"}
+        if gpus:
+            c["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+        meta: dict[str, Any] = {"name": name, "namespace": NS, "uid": f"uid-{name}",
+                                "annotations": {}}
+        if devices is not None:
+            meta["annotations"][DEVICES_ANNOTATION] = devices
+        if owner is not None:
+            meta["ownerReferences"] = [owner]
+        spec: dict[str, Any] = {"nodeName": node_name, "containers": [c]}
+        if scheduler:
+            spec["schedulerName"] = scheduler
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
+               "status": {"phase": phase}}
+        self.put_pod(pod)
+        return pod
+
+    # --------------------------------------------------------------- acting
+
+    def reconcile(self, name: str) -> Result | None:
+        return self.rec.reconcile(Request(NS, name))
+
+    def settle(self, name: str, rounds: int = 5) -> Result | None:
+        """Reconciles until nothing asks to come back soon (a cache-lag requeue)."""
+        result = None
+        for _ in range(rounds):
+            result = self.reconcile(name)
+            if result is None or result.requeue_after > 0.2:
+                return result
+        return result
+
+    def holders(self, node_name: str) -> dict[int, frozenset[str]]:
+        """device -> the owners holding it."""
+        led = self.state.ledger
+        return {d: led.device_owners(node_name, d) for d in sorted(led.usable(node_name))
+                if led.device_owners(node_name, d)}
+
+    def free(self, node_name: str = "node1") -> int:
+        return self.state.ledger.free_count(node_name)
+
+    def overlaps(self) -> list[tuple[str, int, list[str]]]:
+        """(node, device, pods) where live pods of different workloads share a
+        device (what HolderWatch checks on a real cluster), pods the cache has not
+        seen yet included."""
+        live = [*self.pods.list(), *self.client.lagging.values()]
+        held: dict[tuple[str, int], dict[str, str]] = {}
+        for pod in live:
+            if pod["status"].get("phase") in ("Succeeded", "Failed"):
+                continue
+            owner = pod["metadata"]["ownerReferences"][0]["uid"] \
+                if pod["metadata"].get("ownerReferences") else pod["metadata"]["uid"]
+            value = (pod["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION) or ""
+            for d in (int(t) for t in value.split(",") if t.strip().isdigit()):
+                held.setdefault((pod["spec"]["nodeName"], d), {})[owner] = \
+                    pod["metadata"]["name"]
+        return [(n, d, sorted(o.values())) for (n, d), o in sorted(held.items()) if len(o) > 1]
+
+    def warnings(self, name: str) -> list[tuple[str, str]]:
+        return [(r, m) for n, t, r, m in self.recorder.events if n == name and t == "Warning"]
+
+    def normals(self, name: str) -> list[str]:
+        return [r for n, t, r, _ in self.recorder.events if n == name and t == "Normal"]

@@ -1,0 +1,229 @@
+"""The placement state and the ledger's rebuild fed plain dicts (no server): one
+malformed pod is reported and skipped while the rest is placed; pods hold until
+they are gone; a preemptor's nomination keeps its victims' devices from everyone
+else and is given back when it goes."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from api.v1alpha1.types import DeviceExposure, GPUWorkload
+from controllers.placement_state import PlacementState
+from controllers.podbinding import SeedBook
+from internal.scheduling.framework import PREEMPT
+from internal.scheduling.ledger import Ledger
+from tests.unit.scheduling.helpers import node
+
+NODES = [node("node1", 4), node("node2", 4)]
+
+
+def pod(name: str, node_name: str, *, devices: str | None = None, gpus: int = 0,
+        phase: str = "Running", scheduler: str | None = None,
+        owner: dict[str, Any] | None = None, labels: dict[str, str] | None = None,
+        terminating: bool = False) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": "c", "image": "x"}
+    if gpus:
+        c["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-{name}",
+                            "annotations": {}, "labels": labels or {}}
+    if devices is not None:
+        meta["annotations"]["gpu.orchestrator.dev/devices"] = devices
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    if terminating:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:30Z"
+    spec: dict[str, Any] = {"nodeName": node_name, "containers": [c]}
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+def child(workload: str, uid: str, node_name: str, devices: str, attempt: int = 0,
+          **kw: Any) -> dict[str, Any]:
+    """A pod of GPUWorkload ``workload`` (its controller), attempt ``attempt``."""
+    ref = {"apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUWorkload",
+           "name": workload, "uid": uid, "controller": True}
+    return pod(f"{workload}-0", node_name, devices=devices, owner=ref,
+               labels={"gpu.orchestrator.dev/attempt": str(attempt)}, **kw)
+
+
+def gw(name: str, uid: str | None = None, **spec: Any) -> GPUWorkload:
+    return GPUWorkload.model_validate({"metadata": {"name": name, "namespace": "ns",
+                                                    "uid": uid or f"uid-{name}"},
+                                       "spec": spec})
+
+
+class World:
+    def __init__(self, pods: list[dict[str, Any]] = (), workloads: list[dict] = (),  # type: ignore[assignment]
+                 books: tuple[Any, ...] = ()) -> None:
+        self.problems: list[tuple[str, str, str]] = []
+        self.woken: list[str] = []
+        self.state = PlacementState(
+            DeviceExposure.CUDA_VISIBLE_DEVICES, rng=random.Random(3),
+            enqueue_waiting=self.woken.extend, pod_books=books,
+            on_problem=lambda o, r, m: self.problems.append((o["metadata"]["name"], r, m)))
+        self.rebuilt = self.state.rebuild(lambda: (NODES, [], list(workloads), list(pods)))
+
+    def owners(self, node_name: str = "node1") -> dict[int, frozenset[str]]:
+        led = self.state.ledger
+        return {d: led.device_owners(node_name, d) for d in range(4)
+                if led.device_owners(node_name, d)}
+
+
+# ------------------------------------------------------------- malformed pods
+
+
+def test_a_malformed_devices_annotation_is_reported_once_and_the_rest_is_placed() -> None:
+    w = World()
+    w.state.on_pod(pod("good", "node1", devices="0,1"))
+    bad = pod("bad", "node1", devices="²", scheduler="gpu-scheduler")
+    w.state.on_pod(bad)  # must not raise
+    w.state.on_pod(bad)  # a resync of the same pod
+    assert len(w.problems) == 1
+    name, reason, message = w.problems[0]
+    assert (name, reason) == ("bad", "BadAnnotation")
+    assert "pod ns/bad" in message and "'²'" in message
+    # everyone else is placed: a 2-GPU workload gets node1's two free devices or node2
+    d = w.state.decide(gw("next", gpusPerReplica=2, nodeSelector={}))
+    assert d.ok, d.message
+    assert not ({0, 1} & set(d.placements[0].devices)) or d.placements[0].node == "node2"
+    # once the annotation is fixed the pod holds what it names, and a later
+    # malformed write is reported again
+    w.state.on_pod(pod("bad", "node1", devices="3"))
+    assert w.owners()[3] == {"pod:uid-bad"}
+    w.state.on_pod(bad)
+    assert len(w.problems) == 2
+
+
+def test_a_malformed_pod_still_counts_the_gpus_it_requests() -> None:
+    w = World()
+    w.state.on_pod(pod("bad", "node1", devices="²", gpus=3))
+    assert [r for _, r, _ in w.problems] == ["BadAnnotation"]
+    # the device plugin gave it three GPUs whatever the annotation says
+    assert w.state.ledger.free_count("node1") == 1
+
+
+def test_the_rebuild_reports_a_malformed_pod_and_books_everything_else() -> None:
+    placed = {"apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUWorkload",
+              "metadata": {"name": "w", "namespace": "ns", "uid": "uid-w",
+                           "creationTimestamp": "2026-01-01T00:00:00Z"},
+              "spec": {"gpusPerReplica": 2},
+              "status": {"phase": "Running",
+                         "placements": [{"index": 0, "node": "node2", "devices": [0, 1]}]}}
+    pods = [pod("bad", "node1", devices="²"), pod("good", "node1", devices="0"),
+            child("w", "uid-w", "node2", "0,1")]
+    ledger, problems = Ledger.rebuild([placed], pods,
+                                      node_devices={"node1": range(4), "node2": range(4)})
+    assert any("pod ns/bad" in p and "'²'" in p for p in problems)
+    assert ledger.device_owners("node1", 0) == {"pod:uid-good"}
+    assert ledger.device_owners("node2", 0) == {"uid-w#0"}
+    assert ledger.allocation("ns/w") is not None  # the committed placement is booked
+
+
+def test_a_restart_with_a_malformed_seed_pod_places_workloads_and_seed_pods() -> None:
+    """The issue's attack: a bound pod of the seed path's scheduler with ``"²"``
+    must not stop the rebuild (and so every placement) after a restart."""
+    bad = pod("evil", "node1", devices="²", scheduler="gpu-scheduler", gpus=1)
+    seed = pod("check-0", "node2", devices="0,1", scheduler="gpu-scheduler")
+    book = SeedBook()
+    w = World(pods=[bad, seed], books=(book,))
+    assert w.state.ready
+    # the malformed one is read as its request, counted; the other by its devices
+    assert w.state.ledger.free_count("node1") == 3
+    assert w.owners("node2").keys() == {0, 1}
+    d = w.state.decide(gw("after-restart", gpusPerReplica=3))
+    assert d.ok and d.placements[0].node == "node1", d.message
+
+
+# ------------------------------------------------------------- pods hold
+
+
+def test_a_terminating_pod_holds_until_it_is_gone_and_then_wakes_the_waiting() -> None:
+    uid = "uid-a"
+    w = World(pods=[child("a", uid, "node1", "0,1,2,3"), child("b", "uid-b", "node2",
+                                                              "0,1,2,3")])
+    d = w.state.decide(gw("waiter", gpusPerReplica=4))
+    assert not d.ok
+    w.state.pending.waiting.add("ns/waiter")
+    w.state.on_pod(child("a", uid, "node1", "0,1,2,3", terminating=True))
+    assert w.owners() == {d: {f"{uid}#0"} for d in range(4)}
+    assert "ns/waiter" not in w.woken
+    w.state.on_pod_deleted(child("a", uid, "node1", "0,1,2,3", terminating=True))
+    assert w.owners() == {} and "ns/waiter" in w.woken
+    assert w.state.decide(gw("waiter", gpusPerReplica=4)).ok
+
+
+def test_a_finished_pod_frees_its_devices_though_its_object_remains() -> None:
+    w = World(pods=[child("a", "uid-a", "node1", "0,1")])
+    w.state.pending.waiting.add("ns/waiter")
+    w.state.on_pod(child("a", "uid-a", "node1", "0,1", phase="Succeeded"))
+    assert w.owners() == {} and "ns/waiter" in w.woken
+
+
+def test_a_booking_of_a_deleted_object_is_not_claimed_by_a_new_one_of_that_name() -> None:
+    w = World(pods=[child("w", "uid-old", "node1", "0,1")])
+    old = gw("w", uid="uid-old", gpusPerReplica=2)
+    assert w.state.decide(old).ok  # the old object's booking (node2 or node1's 2,3)
+    w.state.claim("ns/w", "uid-new")
+    assert w.state.booking("ns/w") is None
+    # its pod still holds: a different holder from the new object
+    assert w.owners()[0] == {"uid-old#0"}
+    new = w.state.decide(gw("w", uid="uid-new", gpusPerReplica=4))
+    assert new.ok and new.placements[0].node == "node2"
+    assert w.state.booking("ns/w").owner == "uid-new#0"
+
+
+# ------------------------------------------------------------- preemption
+
+
+def placed(name: str, devices: list[int], priority: str = "low") -> dict[str, Any]:
+    """A running GPUWorkload of ``len(devices)`` GPUs on node1, as the cache has it."""
+    return {"apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUWorkload",
+            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"gpusPerReplica": len(devices), "priority": priority},
+            "status": {"phase": "Running",
+                       "placements": [{"index": 0, "node": "node1", "devices": devices}]}}
+
+
+def test_a_nomination_keeps_the_victims_devices_from_everyone_else() -> None:
+    low_pod = child("low", "uid-low", "node1", "0,1,2,3")
+    low = placed("low", [0, 1, 2, 3])
+    busy = child("busy", "uid-busy", "node2", "0,1,2,3")
+    w = World(pods=[low_pod, busy], workloads=[low])
+    high = gw("high", gpusPerReplica=4, priority="high", schedulingStrategy="priority")
+    d = w.state.decide(high)
+    assert d.outcome == PREEMPT and d.victims == ["ns/low"]
+    assert "ns/low" in w.woken
+    assert w.state.eviction("ns/low") is not None  # told on its own reconcile
+    assert w.state.booking("ns/low") is None
+    assert w.state.blockers("ns/high") == {"node1": ["ns/low-0"]}
+    assert w.owners() == {d: {"uid-low#0", "uid-high#0"} for d in range(4)}
+
+    # nobody else gets them, not even a workload as important as the preemptor
+    other = w.state.decide(gw("other", gpusPerReplica=1, priority="high"))
+    assert not other.ok and other.outcome != PREEMPT
+
+    w.state.on_pod(child("low", "uid-low", "node1", "0,1,2,3", terminating=True))
+    assert w.state.blockers("ns/high") == {"node1": ["ns/low-0"]}
+    w.woken.clear()
+    w.state.on_pod_deleted(low_pod)
+    assert "ns/high" in w.woken  # the preemptor may create its pod now
+    assert w.state.blockers("ns/high") == {}
+    assert w.owners() == {d: {"uid-high#0"} for d in range(4)}
+
+
+def test_a_preemptor_that_goes_gives_its_nomination_back() -> None:
+    low_pod = child("low", "uid-low", "node1", "0,1")
+    w = World(pods=[low_pod, child("busy", "uid-busy", "node2", "0,1,2,3"),
+                    pod("fill", "node1", devices="2,3")], workloads=[placed("low", [0, 1])])
+    d = w.state.decide(gw("high", gpusPerReplica=2, priority="high",
+                          schedulingStrategy="priority"))
+    assert d.outcome == PREEMPT
+    w.state.on_workload_deleted({"metadata": {"name": "high", "namespace": "ns"}})
+    assert w.state.booking("ns/high") is None
+    assert w.owners()[0] == {"uid-low#0"}  # the victim's pod still holds
+    w.state.on_pod_deleted(low_pod)
+    assert w.owners().keys() == {2, 3}
+    assert w.state.decide(gw("mid", gpusPerReplica=2, priority="medium")).ok
