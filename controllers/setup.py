@@ -10,10 +10,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from api.v1alpha1.types import API_VERSION, DeviceExposure
+from controllers.claims import DraOptions, setup_claims
 from controllers.gpuworkload import GPUWorkloadReconciler, Options
 from controllers.placement_state import PlacementState
 from internal.metrics.domain import STATE
 from internal.scheduling.inventory import heartbeat
+from internal.scheduling.resourceslices import DRA_API_VERSION
 from runtime import Builder, Controller, FuncHandler, Manager, Request
 from runtime.store import (
     NODE_NAME_INDEX,
@@ -38,6 +40,9 @@ class ControllerOptions:
     stale_after: float = 90.0  # seconds without a GPUNode heartbeat before it is stale
     stale_check_period: float = 10.0
     default_strategy: str | None = None  # for specs that name no schedulingStrategy
+    #: Dynamic Resource Allocation (``deviceExposure: dra``, ResourceSlice inventory,
+    #: claims as holders); None: off (the API may not serve resource.k8s.io/v1)
+    dra: DraOptions | None = None
 
 
 class _StaleTicker:
@@ -77,6 +82,9 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     jobs = mgr.informer_for("batch/v1", "Job", indexers=owner_index)
     nodes = mgr.informer_for("v1", "Node")
     gpunodes = mgr.informer_for(API_VERSION, "GPUNode")
+    dra = opts.dra
+    slices = mgr.informer_for(DRA_API_VERSION, "ResourceSlice") if dra else None
+    claims = mgr.informer_for(DRA_API_VERSION, "ResourceClaim") if dra else None
 
     holder: dict[str, Controller] = {}
 
@@ -95,10 +103,13 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     def make_state() -> PlacementState:
         state = PlacementState(opts.default_exposure, enqueue_waiting=enqueue,
                                enqueue_on_node=enqueue_on_node, stale_after=opts.stale_after,
-                               pod_books=reconciler.pod_books, on_problem=recorder.warning)
+                               pod_books=reconciler.pod_books, on_problem=recorder.warning,
+                               dra_driver=dra.driver if dra else None)
         reconciler.state = state  # handlers see it (not ready) before the rebuild
         state.rebuild(lambda: (nodes.indexer.list(), gpunodes.indexer.list(),
-                               workloads.indexer.list(), pods.indexer.list()))
+                               workloads.indexer.list(), pods.indexer.list()),
+                      (lambda: (slices.indexer.list(), claims.indexer.list()))
+                      if slices is not None and claims is not None else None)
         return state
 
     recorder = mgr.event_recorder(COMPONENT)
@@ -121,6 +132,11 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     pods.add_event_handler(FuncHandler(on("on_pod"), on("on_pod"), on("on_pod_deleted")))
     workloads.add_event_handler(
         FuncHandler(on("on_workload"), on("on_workload"), on("on_workload_deleted")))
+    if slices is not None and claims is not None:
+        slices.add_event_handler(FuncHandler(on("on_resourceslice"), on("on_resourceslice"),
+                                             on("on_resourceslice_deleted")))
+        claims.add_event_handler(FuncHandler(on("on_claim"), on("on_claim"),
+                                             on("on_claim_deleted")))
 
     ctrl = (Builder(mgr).named("gpuworkload")
             .for_(API_VERSION, "GPUWorkload")
@@ -129,6 +145,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
             .with_options(max_concurrent_reconciles=opts.workers)
             .complete(reconciler))
     holder["ctrl"] = ctrl
+    if dra is not None:
+        setup_claims(mgr, reconciler, recorder, dra)
     mgr.add(_StaleTicker(reconciler, opts.stale_check_period))
 
     def phases() -> dict[str, int]:

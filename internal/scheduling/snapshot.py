@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from internal.scheduling.inventory import (
     DEFAULT_STALE_AFTER,
+    DRA_DRIVER_ANNOTATION,
     SOURCE_ANNOTATION,
     is_stale,
     stale_view,
@@ -64,6 +65,8 @@ class NodeInfo:
     #: the GPUNode's heartbeat is stale (see inventory.stale_view): nothing offered
     stale: bool = False
     cost: float = DEFAULT_COST
+    #: the DRA driver whose ResourceSlices publish this node's GPUs ('' if none)
+    dra_driver: str = ""
 
     @property
     def usable(self) -> frozenset[int]:
@@ -242,6 +245,8 @@ class Snapshot:
             has_gpunode=g is not None,
             stale=stale,
             cost=parse_cost(labels),
+            dra_driver=str(((g or {}).get("metadata") or {}).get("annotations", {}).get(
+                DRA_DRIVER_ANNOTATION) or ""),
         )
         old = self.nodes.get(name)
         if old is None:
