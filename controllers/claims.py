@@ -239,12 +239,14 @@ class ClaimManager:
             "allocation") else "not allocated"
         if not problem:
             return name
-        if problem != "not allocated":
-            message = f"ResourceClaim {ns}/{name} {problem}"
+        message = f"ResourceClaim {ns}/{name} is {problem}"
+        if pod_exists:
+            # Allocated before its pod was made: someone changed it since, and the
+            # pod may already use the wrong devices (or none).
             log.warning("claim.mismatch", claim=f"{ns}/{name}", problem=problem)
-            if pod_exists:
-                raise EndAttempt("ClaimMismatch", f"{message}; its pod may use the wrong "
-                                 f"devices")
+            raise EndAttempt("ClaimMismatch", f"{message}, under its running pod")
+        if problem != "not allocated":
+            log.warning("claim.mismatch", claim=f"{ns}/{name}", problem=problem)
             self.recorder.warning(raw, "ClaimMismatch", f"{message}; repairing")
             claim = self._write(claim, None)
         self._write(claim, want)

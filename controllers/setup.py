@@ -138,12 +138,13 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         claims.add_event_handler(FuncHandler(on("on_claim"), on("on_claim"),
                                              on("on_claim_deleted")))
 
-    ctrl = (Builder(mgr).named("gpuworkload")
-            .for_(API_VERSION, "GPUWorkload")
-            .owns("v1", "Pod")
-            .owns("batch/v1", "Job")
-            .with_options(max_concurrent_reconciles=opts.workers)
-            .complete(reconciler))
+    builder = (Builder(mgr).named("gpuworkload")
+               .for_(API_VERSION, "GPUWorkload")
+               .owns("v1", "Pod")
+               .owns("batch/v1", "Job"))
+    if dra is not None:
+        builder = builder.owns(DRA_API_VERSION, "ResourceClaim")  # an edited claim is seen
+    ctrl = builder.with_options(max_concurrent_reconciles=opts.workers).complete(reconciler)
     holder["ctrl"] = ctrl
     if dra is not None:
         setup_claims(mgr, reconciler, recorder, dra)
