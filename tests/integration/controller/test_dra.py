@@ -17,6 +17,7 @@ import pytest
 
 from controllers.claims import DraOptions, claim_name
 from hack.testenv import ControlPlane
+from internal.cli.main import main as kubectl_gpu
 from runtime import Client, NotFound
 from tests.integration.controller.conftest import (
     NodeGroup,
@@ -156,7 +157,8 @@ class ClaimLog:
 
 
 def test_dra_replicas_get_claims_allocated_to_exactly_their_devices(
-        dra_controller: Running, admin: Client, namespace: str, dra_group: NodeGroup) -> None:
+        installed: ControlPlane, dra_controller: Running, admin: Client, namespace: str,
+        dra_group: NodeGroup, capsys: pytest.CaptureFixture[str]) -> None:
     nodes = dra_controller.wait_nodes(dra_group.add(2, gpus=4))
     publish(admin, dra_controller, nodes, 4)
     admin.create(workload("train", namespace, replicas=2, gpusPerReplica=2,
@@ -191,6 +193,15 @@ def test_dra_replicas_get_claims_allocated_to_exactly_their_devices(
         assert c0["resources"]["claims"] == [{"name": "gpus"}]
         assert "nvidia.com/gpu" not in (c0["resources"].get("limits") or {})
         assert env_of(pod, "CUDA_VISIBLE_DEVICES") is None
+    # kubectl gpu describe shows each replica's claim and its state
+    capsys.readouterr()
+    assert kubectl_gpu(["describe", "train", "-n", namespace, "--kubeconfig",
+                        str(installed.kubeconfig)]) == 0
+    shown = capsys.readouterr().out
+    for p in w["status"]["placements"]:
+        devs = ",".join(f"gpu-{d}" for d in p["devices"])
+        assert claim_name("train", p["index"], 0) in shown
+        assert f"allocated {p['node']}/{devs}, reserved for train-{p['index']}" in shown, shown
     # deleting the workload frees the devices only once its pods are gone
     pod_watch = HolderWatch(admin).start()
     claim_log = ClaimLog(admin, namespace).start()
