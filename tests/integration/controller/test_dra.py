@@ -17,6 +17,7 @@ import pytest
 
 from controllers.claims import DraOptions, claim_name
 from hack.testenv import ControlPlane
+from hack.testenv.dra import DRA, DRIVER, device_class, nvidia_slice
 from internal.cli.main import main as kubectl_gpu
 from runtime import Client, NotFound
 from tests.integration.controller.conftest import (
@@ -33,8 +34,6 @@ from tests.integration.controller.conftest import (
 from tests.integration.controller.holders import HolderWatch
 from tests.waiting import eventually
 
-DRA = "resource.k8s.io/v1"
-DRIVER = "gpu.nvidia.com"
 GRACE = 3
 
 
@@ -43,35 +42,10 @@ def tpl(grace: int = GRACE) -> dict:
                      "containers": [{"name": "main", "image": "busybox:1.36"}]}}
 
 
-def nvidia_slice(node: str, gpus: int) -> dict[str, Any]:
-    """A ResourceSlice as NVIDIA's DRA driver publishes it: one pool per node."""
-    return {
-        "apiVersion": DRA, "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{DRIVER}"},
-        "spec": {
-            "driver": DRIVER, "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{
-                "name": f"gpu-{i}",
-                "attributes": {
-                    "type": {"string": "gpu"}, "uuid": {"string": f"GPU-{node}-{i}"},
-                    "productName": {"string": "NVIDIA A100-SXM4-80GB"},
-                    "minor": {"int": i}, "index": {"int": i},
-                    "pciBusID": {"string": f"0000:{i + 7:02x}:00.0"},
-                },
-                "capacity": {"memory": {"value": "80Gi"}},
-            } for i in range(gpus)],
-        },
-    }
-
-
 @pytest.fixture(scope="module")
 def dra_controller(installed: ControlPlane, admin: Client) -> Iterator[Running]:
     with contextlib.suppress(Exception):
-        admin.create({"apiVersion": DRA, "kind": "DeviceClass",
-                      "metadata": {"name": DRIVER},
-                      "spec": {"selectors": [{"cel": {
-                          "expression": f'device.driver == "{DRIVER}"'}}]}})
+        admin.create(device_class())
     run = Running(installed, dra=DraOptions()).start()
     yield run
     run.stop()
