@@ -139,30 +139,50 @@ class SliceInventory:
     def __init__(self, driver: str = DEFAULT_DRIVER) -> None:
         self.driver = driver
         self._slices: dict[str, JSON] = {}  # slice name -> slice (this driver's)
+        self._by_node: dict[str, set[str]] = {}  # node -> its slices' names
+        self._devices: dict[str, dict[int, SliceDevice]] = {}  # node -> devices (cache)
 
     def upsert(self, rslice: JSON) -> str | None:
         """Records a slice; returns the node whose devices may have changed."""
         name = str((rslice.get("metadata") or {}).get("name") or "")
         spec = rslice.get("spec") or {}
-        old = self._slices.pop(name, None)
+        old = self._drop(name)
         if spec.get("driver") == self.driver and spec.get("nodeName"):
+            node = str(spec["nodeName"])
             self._slices[name] = rslice
-            return str(spec["nodeName"])
-        return _node_of(old)
+            self._by_node.setdefault(node, set()).add(name)
+            self._devices.pop(node, None)
+            return node
+        return old
 
     def remove(self, rslice: JSON) -> str | None:
-        name = str((rslice.get("metadata") or {}).get("name") or "")
-        return _node_of(self._slices.pop(name, None))
+        return self._drop(str((rslice.get("metadata") or {}).get("name") or ""))
+
+    def _drop(self, name: str) -> str | None:
+        node = _node_of(self._slices.pop(name, None))
+        if node is not None:
+            names = self._by_node.get(node, set())
+            names.discard(name)
+            if not names:
+                self._by_node.pop(node, None)
+            self._devices.pop(node, None)
+        return node
 
     def nodes(self) -> set[str]:
-        return {n for s in self._slices.values() if (n := _node_of(s))}
+        return set(self._by_node)
 
     def has(self, node: str) -> bool:
-        return node in self.nodes()
+        return node in self._by_node
 
     def devices(self, node: str) -> dict[int, SliceDevice]:
         """index -> device, from the newest generation of each of the node's pools."""
-        mine = [s for s in self._slices.values() if _node_of(s) == node]
+        cached = self._devices.get(node)
+        if cached is None:
+            cached = self._devices[node] = self._compute(node)
+        return cached
+
+    def _compute(self, node: str) -> dict[int, SliceDevice]:
+        mine = [self._slices[n] for n in sorted(self._by_node.get(node, ()))]
         newest: dict[str, int] = {}
         for s in mine:
             pool = str(((s.get("spec") or {}).get("pool") or {}).get("name") or node)
@@ -180,7 +200,11 @@ class SliceInventory:
         return self.devices(node).get(index)
 
     def locate(self, pool: str, device: str) -> SliceDevice | None:
-        """The published device named ``device`` in ``pool`` (None: not published)."""
+        """The published device named ``device`` in ``pool`` (None: not published).
+        NVIDIA's pools are named after their node: that node is looked at first."""
+        for d in self.devices(pool).values():
+            if d.pool == pool and d.name == device:
+                return d
         for s in self._slices.values():
             if str(((s.get("spec") or {}).get("pool") or {}).get("name") or "") != pool:
                 continue
