@@ -19,7 +19,7 @@ from controllers.claims import DraOptions, claim_name
 from hack.testenv import ControlPlane
 from hack.testenv.dra import DRA, DRIVER, device_class, nvidia_slice
 from internal.cli.main import main as kubectl_gpu
-from runtime import Client, NotFound
+from runtime import Client, Conflict, NotFound
 from tests.integration.controller.conftest import (
     NodeGroup,
     Running,
@@ -375,3 +375,70 @@ def _drop_foreign(admin: Client, ns: str, name: str) -> None:
         admin.patch(DRA, "ResourceClaim", name, {"metadata": {"finalizers": None}},
                     namespace=ns)
         admin.delete(DRA, "ResourceClaim", name, namespace=ns)
+
+
+def test_job_mode_reserves_the_claim_for_the_jobs_pod(
+        dra_controller: Running, admin: Client, namespace: str, dra_group: NodeGroup) -> None:
+    nodes = dra_controller.wait_nodes(dra_group.add(1, gpus=2))
+    publish(admin, dra_controller, nodes, 2)
+    admin.create(workload("batch", namespace, gpusPerReplica=2, deviceExposure="dra",
+                          workloadKind="Job", nodeSelector=dra_group.selector, template=tpl()))
+    wait_phase(admin, namespace, "batch", "Running", timeout=60)
+    job = admin.get("batch/v1", "Job", "batch-0", namespace)
+    name = claim_name("batch", 0, 0)
+    assert job["spec"]["template"]["spec"]["resourceClaims"] == \
+        [{"name": "gpus", "resourceClaimName": name}]
+
+    def reserved() -> list[str]:
+        c = admin.get(DRA, "ResourceClaim", name, namespace)
+        return [r["name"] for r in (c.get("status") or {}).get("reservedFor") or ()]
+    users = eventually(reserved, timeout=30, what="claim reserved for the Job's pod")
+    assert len(users) == 1 and users[0].startswith("batch-0-")
+    delete_workload(admin, namespace, "batch")
+    eventually(lambda: not claims_in(admin, namespace), timeout=60, what="claim released")
+
+
+def test_a_claim_whose_workload_is_gone_is_released_and_deleted(
+        dra_controller: Running, admin: Client, namespace: str, dra_group: NodeGroup) -> None:
+    nodes = dra_controller.wait_nodes(dra_group.add(1, gpus=2))
+    publish(admin, dra_controller, nodes, 2)
+    # as a crashed controller of an earlier time would have left it: ours (finalizer,
+    # a GPUWorkload controls it), allocated, and its workload long gone. Made while
+    # no controller runs (kube-controller-manager's garbage collector may already
+    # ask it to go: our finalizer keeps it until its allocation is removed).
+    dra_controller.stop()
+    admin.create({
+        "apiVersion": DRA, "kind": "ResourceClaim",
+        "metadata": {"name": "left-0-gpus-0", "namespace": namespace,
+                     "finalizers": ["gpu.orchestrator.dev/claim-in-use"],
+                     "labels": {"gpu.orchestrator.dev/replica-index": "0",
+                                "gpu.orchestrator.dev/attempt": "0"},
+                     "annotations": {"gpu.orchestrator.dev/node": nodes[0],
+                                     "gpu.orchestrator.dev/devices": "1"},
+                     "ownerReferences": [{"apiVersion": "gpu.orchestrator.dev/v1alpha1",
+                                          "kind": "GPUWorkload", "name": "left",
+                                          "uid": "00000000-0000-0000-0000-000000000000",
+                                          "controller": True}]},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+            "deviceClassName": DRIVER, "count": 1}}]}}})
+    allocation = {
+        "devices": {"results": [{"request": "gpus", "driver": DRIVER, "pool": nodes[0],
+                                 "device": "gpu-1"}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [nodes[0]]}]}]}}
+
+    def allocate() -> bool:
+        claim = admin.get(DRA, "ResourceClaim", "left-0-gpus-0", namespace)
+        with contextlib.suppress(Conflict):
+            admin.update_status({**claim, "status": {"allocation": allocation}})
+            return True
+        return False  # the garbage collector wrote it meanwhile
+    eventually(allocate, timeout=30, what="orphan allocated")
+    dra_controller.start()
+    eventually(lambda: not claims_in(admin, namespace), timeout=60,
+               what="the orphaned claim released and deleted")
+    # and its GPU is ours to give again
+    admin.create(workload("after", namespace, gpusPerReplica=2, deviceExposure="dra",
+                          nodeSelector=dra_group.selector, template=tpl()))
+    wait_phase(admin, namespace, "after", "Running", timeout=60)
+    delete_workload(admin, namespace, "after")
