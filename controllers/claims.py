@@ -198,10 +198,16 @@ class ClaimManager:
         assert state.slices is not None
         return state.slices
 
-    def allocation(self, p: Placement) -> dict[str, Any]:
+    def allocation(self, p: Placement, *, published: bool = True) -> dict[str, Any]:
+        """The allocation of replica ``p``. Its devices must be in the slices to be
+        allocated now (``published``); a claim allocated earlier is checked against
+        NVIDIA's names (pool = node, ``gpu-<minor>``) while its driver republishes."""
         state = self.reconciler.ensure_state()
         with state.lock:
             results = results_for(self.slices, p.node, p.devices, REQUEST)
+        if results is None and not published:
+            results = [{"request": REQUEST, "driver": self.opts.driver, "pool": p.node,
+                        "device": f"gpu-{d}"} for d in p.devices]
         if results is None:
             raise EndAttempt("DeviceNotPublished", f"{p.node}: device(s) "
                              f"{','.join(map(str, p.devices))} are not in the ResourceSlices "
@@ -215,7 +221,7 @@ class ClaimManager:
         first (requeue). Raises EndAttempt when the attempt cannot go on."""
         name = claim_name(w.metadata.name, p.index, attempt)
         ns = w.metadata.namespace or "default"
-        want = self.allocation(p)
+        want = self.allocation(p, published=not pod_exists)
         claim = self.claims.get_by_name(name, ns)
         if claim is None:
             uuids = self.reconciler.ensure_state().uuids(p.node, p.devices)
