@@ -402,8 +402,14 @@ class PlacementState:
             after = self.ledger.holding(key)
             freed = before is not None and (after is None or _less(after, before))
             waiting = list(self.pending.waiting) if freed else []
-        if problems:
-            self._report(claim, problems)
+        for p in problems:
+            conflict = "also held by" in p
+            if conflict:
+                DEVICE_CONFLICTS.inc()
+            else:
+                BAD_OBJECTS.labels("ResourceClaim").inc()
+            log.warning("ledger.claim.problem", problem=p)
+            self._on_problem(claim, "DeviceConflict" if conflict else "UnreadableClaim", p)
         if freed:
             self._wake(waiting)
 
