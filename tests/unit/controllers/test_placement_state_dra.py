@@ -7,7 +7,9 @@ from typing import Any
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
 from controllers.placement_state import PlacementState
-from tests.unit.scheduling.test_resourceslices import claim, node, rslice
+from tests.unit.scheduling.helpers import dra_claim as claim
+from tests.unit.scheduling.helpers import dra_slice as rslice
+from tests.unit.scheduling.helpers import node
 
 
 def wl(name: str, gpus: int) -> GPUWorkload:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from api.v1alpha1.types import GPUWorkload, Placement
@@ -16,40 +14,11 @@ from internal.scheduling.resourceslices import (
     results_for,
 )
 from internal.scheduling.snapshot import Snapshot
+from tests.unit.scheduling.helpers import dra_claim as claim
+from tests.unit.scheduling.helpers import dra_slice as rslice
+from tests.unit.scheduling.helpers import node
 
 DRIVER = "gpu.nvidia.com"
-
-
-def rslice(node: str, gpus: int, *, generation: int = 1, driver: str = DRIVER,
-           name: str | None = None) -> dict[str, Any]:
-    return {"metadata": {"name": name or f"{node}-{driver}-{generation}"},
-            "spec": {"driver": driver, "nodeName": node,
-                     "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
-                     "devices": [{"name": f"gpu-{i}",
-                                  "attributes": {"uuid": {"string": f"GPU-{node}-{i}"},
-                                                 "productName": {"string": "NVIDIA H100"},
-                                                 "minor": {"int": i}},
-                                  "capacity": {"memory": {"value": "80Gi"}}}
-                                 for i in range(gpus)]}}
-
-
-def claim(uid: str, node: str, *devices: str, owner: dict | None = None,
-          attempt: str = "0") -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": f"c-{uid}", "namespace": "ns", "uid": uid,
-                            "labels": {"gpu.orchestrator.dev/attempt": attempt}}
-    if owner:
-        meta["ownerReferences"] = [owner]
-    return {"metadata": meta, "status": {"allocation": {
-        "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": node,
-                                 "device": d} for d in devices]},
-        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}}
-
-
-def node(name: str, gpus: int = 4) -> dict[str, Any]:
-    return {"metadata": {"name": name, "labels": {}},
-            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)},
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
 def test_inventory_reads_nvidia_shaped_slices_newest_generation_only() -> None:
