@@ -191,6 +191,7 @@ def test_dra_replicas_get_claims_allocated_to_exactly_their_devices(
         freed = claim_log.first_free(claim_name("train", i, 0))
         assert gone is not None and freed is not None
         assert freed > gone, f"claim of replica {i} freed before its pod was gone"
+        print(f"\nreplica {i}: claim freed {freed - gone:.2f}s after its pod was gone")
 
 
 def test_dra_on_nodes_without_slices_is_a_reason_per_node(
@@ -359,6 +360,7 @@ def _kube_scheduler_and_us(admin: Client, ns: str, group: NodeGroup, node: str) 
     freed = claim_log.first_free(claim_name("ours", 0, 0))
     taken = next(t for t, e, n, a in claim_log.log if n == "theirs2" and a)
     assert freed is not None and taken > freed
+    print(f"\nkube-scheduler allocated the GPU {taken - freed:.2f}s after our claim freed it")
     for name in ("theirs", "theirs2"):
         _drop_foreign(admin, ns, name)
 
