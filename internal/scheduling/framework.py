@@ -34,8 +34,9 @@ INVALID_MAP = "InvalidSchedulingMap"
 PREEMPT = "Preempting"
 
 #: a node whose GPU agent stopped reporting offers nothing (its placements stay)
-NO_SLICES_REASON = "no ResourceSlices of the DRA driver (deviceExposure dra)"
 STALE_REASON = "GPUNode heartbeat stale (GPU agent not reporting), GPUs not offered"
+#: a ``deviceExposure: dra`` workload needs a node whose GPUs the DRA driver publishes
+NO_SLICES_REASON = "no ResourceSlices of the DRA driver (deviceExposure dra)"
 
 #: unschedulable messages name every node when at most this many were not filtered
 EXPLAIN_ALL_BELOW = 16
