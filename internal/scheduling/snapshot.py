@@ -245,7 +245,7 @@ class Snapshot:
             has_gpunode=g is not None,
             stale=stale,
             cost=parse_cost(labels),
-            dra_driver=str(((g or {}).get("metadata") or {}).get("annotations", {}).get(
+            dra_driver=str((((g or {}).get("metadata") or {}).get("annotations") or {}).get(
                 DRA_DRIVER_ANNOTATION) or ""),
         )
         old = self.nodes.get(name)
