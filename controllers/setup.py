@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from api.v1alpha1.types import API_VERSION, DeviceExposure
-from controllers.claims import DraOptions, setup_claims
+from controllers.claim_controller import setup_claims
+from controllers.claims import DraOptions
 from controllers.gpuworkload import GPUWorkloadReconciler, Options
 from controllers.placement_state import PlacementState
 from internal.metrics.domain import STATE
