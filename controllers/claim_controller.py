@@ -27,7 +27,16 @@ from controllers.claims import (
 from controllers.gpuworkload import GPUWorkloadReconciler
 from internal.scheduling.pods import controller_ref, pod_is_active, workload_owner
 from internal.scheduling.resourceslices import DRA_API_VERSION
-from runtime import Builder, Conflict, Controller, Manager, NotFound, Request, Result
+from runtime import (
+    Builder,
+    Conflict,
+    Controller,
+    FuncHandler,
+    Manager,
+    NotFound,
+    Request,
+    Result,
+)
 from runtime.events import EventRecorder
 from runtime.store import OWNER_UID_INDEX, Indexer, index_by_owner_uid
 
@@ -54,8 +63,9 @@ class ClaimReconciler:
     """
 
     def __init__(self, client: Any, claims: Indexer, pods: Indexer,
-                 reconciler: GPUWorkloadReconciler) -> None:
+                 reconciler: GPUWorkloadReconciler, manager: ClaimManager) -> None:
         self.client, self.claims, self.pods, self.reconciler = client, claims, pods, reconciler
+        self.manager = manager
 
     def reconcile(self, req: Request) -> Result | None:
         claim = self.claims.get_by_name(req.name, req.namespace)
@@ -68,9 +78,13 @@ class ClaimReconciler:
             self._reserve(claim, users)
         if users:
             return None
-        if self._wanted(claim) and not meta.get("deletionTimestamp"):
+        # Decided under the bookings' lock: a placement booked after this point sees
+        # the claim as going and waits for it (never adopts a claim being released).
+        deleting = bool(meta.get("deletionTimestamp"))
+        if not self.manager.mark_releasing(claim, lambda: not deleting and self._wanted(claim)):
             return Result(requeue_after=UNUSED_RECHECK)
         if self._live_users(claim):
+            self.manager.unmark(meta["uid"])
             return Result(requeue_after=UNUSED_RECHECK)  # the cache has not seen them yet
         self._release(claim)
         return None
@@ -163,7 +177,11 @@ def setup_claims(mgr: Manager, reconciler: GPUWorkloadReconciler, recorder: Even
             .watches("v1", "Pod", _pod_claims)
             .watches(API_VERSION, "GPUWorkload", _workload_claims(claims.indexer))
             .with_options(max_concurrent_reconciles=workers)
-            .complete(ClaimReconciler(mgr.client, claims.indexer, pods.indexer, reconciler)))
+            .complete(ClaimReconciler(mgr.client, claims.indexer, pods.indexer, reconciler,
+                                      manager)))
+    # a released claim's mark goes with it
+    claims.add_event_handler(FuncHandler(None, None, lambda obj: manager.unmark(
+        str(((getattr(obj, "obj", obj) or {}).get("metadata") or {}).get("uid") or ""))))
     return ctrl, manager
 
 

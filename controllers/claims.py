@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,6 +182,33 @@ class ClaimManager:
                  reconciler: GPUWorkloadReconciler, opts: DraOptions) -> None:
         self.client, self.recorder, self.claims = client, recorder, claims
         self.reconciler, self.opts = reconciler, opts
+        #: UIDs of claims the claim controller decided to release (guarded by the
+        #: placement state's lock, the one every booking is made under)
+        self.releasing: set[str] = set()
+
+    def mark_releasing(self, claim: JSON, wanted: Callable[[], bool]) -> bool:
+        """Atomically with the bookings: if ``wanted()`` is false, ``claim`` is marked
+        as going, and ``ensure`` adopts it no more (it waits for it to be gone, even
+        while the cache still shows it). True when marked."""
+        uid = str((claim.get("metadata") or {}).get("uid") or "")
+        with self.reconciler.ensure_state().lock:
+            if wanted():
+                return False
+            self.releasing.add(uid)
+            return True
+
+    def unmark(self, uid: str) -> None:
+        state = self.reconciler.state  # never built here (informer threads call this)
+        if state is None:
+            self.releasing.discard(uid)
+            return
+        with state.lock:
+            self.releasing.discard(uid)
+
+    def _going(self, claim: JSON) -> bool:
+        meta = claim.get("metadata") or {}
+        with self.reconciler.ensure_state().lock:
+            return bool(meta.get("deletionTimestamp")) or str(meta.get("uid")) in self.releasing
 
     @property
     def slices(self) -> SliceInventory:
@@ -221,7 +248,7 @@ class ClaimManager:
         if ref is None or ref.get("uid") != raw["metadata"]["uid"]:
             raise EndAttempt("ChildNameTaken", f"ResourceClaim {name} already exists and is "
                              f"not owned by this workload; delete or rename it")
-        if (claim.get("metadata") or {}).get("deletionTimestamp"):
+        if self._going(claim):
             return None  # a previous one of this name is being released
         if claim_placement(claim) != (p.node, tuple(p.devices)):
             if pod_exists:

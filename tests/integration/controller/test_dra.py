@@ -281,7 +281,8 @@ def test_a_controller_stopped_between_claim_and_pod_leaves_one_claim(
         return cs[0] if ok else None
     claim = eventually(one_claim_reserved, timeout=60, what="one claim, reserved")
     p = w["status"]["placements"][0]
-    assert claim["metadata"]["name"] == claim_name("crash", 0, 0)
+    assert claim["metadata"]["name"] == claim_name("crash", 0, 0), \
+        [(e["reason"], e["message"]) for e in events_for(admin, namespace, "crash")]
     assert allocated(claim) == sorted((p["node"], f"gpu-{d}") for d in p["devices"])
     assert len(pods_of(admin, namespace, "crash")) == 1
     delete_workload(admin, namespace, "crash")

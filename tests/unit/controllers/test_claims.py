@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from api.v1alpha1.keys import CLAIM_FINALIZER
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
 from controllers import children as ch
 from controllers.claims import (
+    ClaimManager,
     DraOptions,
     allocation_problem,
     bind,
@@ -14,6 +17,9 @@ from controllers.claims import (
     index_pods_by_claim,
     node_selector,
 )
+from controllers.placement_state import PlacementState
+from runtime.store import Indexer
+from tests.unit.scheduling.helpers import dra_slice, node
 
 RAW = {"metadata": {"name": "train", "namespace": "ml", "uid": "U"}}
 
@@ -64,3 +70,42 @@ def test_allocation_problem_names_what_differs() -> None:
     assert allocation_problem({"status": {"allocation": want}}, want) == ""
     msg = allocation_problem({"status": {"allocation": alloc("node1", "gpu-1")}}, want)
     assert msg == "allocated to node1/gpu-1 on node1, not node1/gpu-0 on node1"
+
+
+class _Reconciler:
+    """What ClaimManager asks of the GPUWorkload reconciler: its placement state."""
+
+    def __init__(self, state: PlacementState) -> None:
+        self.state = state
+
+    def ensure_state(self) -> PlacementState:
+        return self.state
+
+
+class _NoClient:
+    def __getattr__(self, name: str) -> None:
+        raise AssertionError(f"no API call expected, got {name}")
+
+
+def test_a_claim_marked_for_release_is_never_adopted_even_while_cached() -> None:
+    """The claim controller decides to release under the bookings' lock; a placement
+    booked afterwards waits for the claim to be gone instead of binding a pod to it."""
+    state = PlacementState(DeviceExposure.DRA, dra_driver="gpu.nvidia.com")
+    state.rebuild(lambda: ([node("node1", 2)], [], [], []), lambda: ([dra_slice("node1", 2)], []))
+    w = wl()
+    p = Placement(index=0, node="node1", devices=[0, 1])
+    claim = build_claim(w, RAW, p, 0, DraOptions(), None)
+    claim["metadata"]["uid"] = "C1"
+    claim["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpus", "driver": "gpu.nvidia.com", "pool": "node1", "device": f"gpu-{d}"}
+        for d in (0, 1)]}, "nodeSelector": node_selector("node1")}}
+    cache = Indexer()
+    cache.add(claim)
+    reconciler: Any = _Reconciler(state)
+    manager = ClaimManager(_NoClient(), _NoClient(), cache, reconciler, DraOptions())
+    assert manager.mark_releasing(claim, lambda: True) is False  # wanted: kept
+    assert manager.ensure(w, RAW, p, 0, pod_exists=False) == "train-0-gpus-0"
+    assert manager.mark_releasing(claim, lambda: False) is True
+    assert manager.ensure(w, RAW, p, 0, pod_exists=False) is None  # waits for it to go
+    manager.unmark("C1")
+    assert manager.ensure(w, RAW, p, 0, pod_exists=False) == "train-0-gpus-0"
