@@ -4,7 +4,9 @@ live pods that use it, and a claim no longer wanted that no pod uses loses its
 allocation, then our finalizer, then goes. Claims whose workload is gone (or that a
 crash left behind before their pod existed) are released the same way. It runs on
 the leader, on the GPUWorkload reconciler's placement state: "wanted" is asked of the
-same ledger that placed the claim.
+same ledger that placed the claim, and the decision to release is made under its lock
+(``ClaimManager.mark_releasing``), so a placement booked after it never adopts the
+claim, even while the cache still shows it.
 """
 
 from __future__ import annotations
