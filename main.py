@@ -127,6 +127,14 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                         "another workload holds (default: report it by Event and metric)")
     p.add_argument("--scheduler-name", default="gpu-scheduler",
                    help="schedulerName of the pods the pod-binding controller binds")
+    p.add_argument("--enable-dra", action="store_true",
+                   help="Dynamic Resource Allocation: read ResourceSlices of --dra-driver as "
+                        "inventory, count allocated ResourceClaims as busy, and serve "
+                        "deviceExposure dra (on by itself with --device-exposure=dra)")
+    p.add_argument("--dra-driver", default="gpu.nvidia.com",
+                   help="the DRA driver whose ResourceSlices publish the GPUs")
+    p.add_argument("--dra-device-class", default="gpu.nvidia.com",
+                   help="the DeviceClass our ResourceClaims request")
     p.add_argument("--qps", type=float, default=50.0, help="client-side API QPS limit")
     p.add_argument("--burst", type=int, default=100, help="client-side API burst")
 
@@ -141,6 +149,7 @@ def _bool(v: str) -> bool:
 
 
 def run_manager(args: argparse.Namespace) -> int:
+    from controllers.claims import DraOptions
     from controllers.setup import ControllerOptions, setup_gpuworkload_controller
     from runtime import Manager, Options, RestConfig
 
@@ -171,7 +180,9 @@ def run_manager(args: argparse.Namespace) -> int:
     _, reconciler = setup_gpuworkload_controller(mgr, ControllerOptions(
         workers=args.workers, default_exposure=DeviceExposure(args.device_exposure),
         stale_after=args.gpunode_stale_after, default_strategy=args.default_strategy,
-        namespaces=namespaces))
+        namespaces=namespaces,
+        dra=DraOptions(driver=args.dra_driver, device_class=args.dra_device_class)
+        if args.enable_dra or args.device_exposure == DeviceExposure.DRA.value else None))
     if args.enable_pod_binding:
         from controllers.podbinding import PodBindingOptions, setup_podbinding_controller
         setup_podbinding_controller(mgr, reconciler, PodBindingOptions(

@@ -155,6 +155,9 @@ class GPUWorkloadReconciler:
         self.pod_books: list[PodBook] = []
         self._state_lock = threading.Lock()
         self._bound_observed: set[str] = set()
+        #: ``deviceExposure: dra``: the ResourceClaims of replicas (controllers/claims.py);
+        #: None while DRA is off
+        self.claims: Any = None
 
     # ------------------------------------------------------------------ entry
 
@@ -201,6 +204,8 @@ class GPUWorkloadReconciler:
             return out.warn("InvalidSpec", message) if _changed_message(raw, message) else out
         if self.options.default_strategy and "schedulingStrategy" not in (raw.get("spec") or {}):
             w.spec.scheduling_strategy = SchedulingStrategy(self.options.default_strategy)
+        if w.spec.device_exposure is None:
+            w.spec.device_exposure = self.options.default_exposure  # the filters read it
         if w.status.phase in (Phase.SUCCEEDED, Phase.FAILED):
             state.forget(key)
             return Outcome(status)
@@ -468,6 +473,11 @@ class GPUWorkloadReconciler:
             return out
         if w.spec.replicas > 1:
             self._create(ch.build_service(w, raw), kind_word="headless Service")
+        claims = self._claims(w, raw, placements, attempt, mine) \
+            if exposure is DeviceExposure.DRA else {}
+        if claims is None:
+            out.result = Result(requeue_after=0.5)  # an older claim of that name goes first
+            return out
         created_now = False
         for p in placements:
             if p.index in mine:
@@ -478,6 +488,8 @@ class GPUWorkloadReconciler:
                 raise EndAttempt("ReplicaDeleted", f"replica {p.index} on {p.node} was "
                                  f"deleted; the gang restarts", spend=False)
             child = ch.build_child(w, raw, p, exposure, state.uuids, attempt)
+            if p.index in claims:
+                child = self.claims.bind(child, claims[p.index])
             existing = self._create(child, kind_word=kind)
             if existing is None:
                 created_now = True
@@ -506,6 +518,21 @@ class GPUWorkloadReconciler:
             status.condition(READY, True, "Running", message)
         else:
             status.condition(READY, False, "Starting", message)
+        return out
+
+    def _claims(self, w: GPUWorkload, raw: JSON, placements: list[Placement], attempt: int,
+                mine: Mapping[int, JSON]) -> dict[int, str] | None:
+        """``deviceExposure: dra``: each replica's claim, allocated to its devices
+        before its pod exists (controllers/claims.py). None: wait and come back."""
+        if self.claims is None:
+            raise EndAttempt("DRADisabled", "deviceExposure dra needs the controller "
+                             "started with --enable-dra")
+        out: dict[int, str] = {}
+        for p in placements:
+            name = self.claims.ensure(w, raw, p, attempt, p.index in mine)
+            if name is None:
+                return None
+            out[p.index] = name
         return out
 
     def _spec_change(self, w: GPUWorkload, placements: list[Placement], raw: JSON) -> str:

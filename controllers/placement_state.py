@@ -30,6 +30,12 @@ from internal.scheduling.framework import PREEMPT, Decision
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER, is_stale, stale_view
 from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner
 from internal.scheduling.pods import pod_uid
+from internal.scheduling.resourceslices import (
+    BadClaim,
+    SliceInventory,
+    claim_holder_key,
+    claim_holding,
+)
 from internal.scheduling.scheduler import Scheduler
 from internal.scheduling.snapshot import Snapshot
 from runtime.store import thaw
@@ -39,6 +45,8 @@ log = structlog.get_logger("placement")
 JSON = Mapping[str, Any]
 #: (nodes, gpunodes, workloads, pods) as listed from the caches
 Sources = tuple[list[JSON], list[JSON], list[JSON], list[JSON]]
+#: (resourceslices, resourceclaims) as listed from the caches (DRA on)
+DraSources = tuple[list[JSON], list[JSON]]
 
 
 def _key(obj: JSON) -> str:
@@ -100,8 +108,11 @@ class PlacementState:
                  stale_after: float = DEFAULT_STALE_AFTER.total_seconds(),
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  pod_books: Sequence[PodBook] = (),
-                 on_problem: Callable[[JSON, str, str], None] | None = None) -> None:
+                 on_problem: Callable[[JSON, str, str], None] | None = None,
+                 dra_driver: str | None = None) -> None:
         self.stale_after = stale_after
+        #: ResourceSlices of the DRA driver (None: DRA off); see resourceslices.py
+        self.slices = SliceInventory(dra_driver) if dra_driver else None
         self.clock = clock
         self._gpunodes: dict[str, JSON] = {}
         self._written: dict[str, int] = {}  # workload key -> rv of our last write
@@ -127,7 +138,8 @@ class PlacementState:
 
     # ------------------------------------------------------------------ rebuild
 
-    def rebuild(self, read: Callable[[], Sources]) -> list[str]:
+    def rebuild(self, read: Callable[[], Sources],
+                read_dra: Callable[[], DraSources] | None = None) -> list[str]:
         """The ledger from the caches: pods first, then committed placements.
 
         ``read`` lists the caches; it runs under the lock, so an event whose handler
@@ -136,11 +148,21 @@ class PlacementState:
         with self.lock:
             nodes, gpunodes, workloads, pods = read()
             ours = [p for p in pods if not self._owned(p)]
+            slices, claims = read_dra() if read_dra is not None and self.slices else ([], [])
+            for sl in slices:
+                self.slices.upsert(sl)  # type: ignore[union-attr]
             ledger, problems = Ledger.rebuild(workloads, ours)
+            for c in claims:
+                problems += self._sync_claim(ledger, c)
             for book in self.pod_books:
                 problems += book.rebuild(ledger, pods)
             self.ledger = ledger
-            self.snapshot = Snapshot.build(nodes, [self._view(g) for g in gpunodes], ledger)
+            views = [self._view(g) for g in gpunodes]
+            if self.slices is not None:
+                named = {str(g["metadata"]["name"]) for g in gpunodes}
+                views += [v for n in sorted(self.slices.nodes() - named)
+                          if (v := self.slices.view(n, None)) is not None]
+            self.snapshot = Snapshot.build(nodes, views, ledger)
             self.scheduler = Scheduler(self.snapshot, ledger, rng=self.rng,
                                        default_exposure=self.default_exposure)
             self.pending = PendingSet()
@@ -158,9 +180,13 @@ class PlacementState:
     def _view(self, gpunode: JSON) -> JSON:
         """What the scheduler sees of a GPUNode: nothing offered once its agent's
         heartbeat is stale (existing placements stay in the ledger)."""
+        view = gpunode
         if is_stale(gpunode, self.clock(), self.stale_after):
-            return stale_view(thaw(gpunode))
-        return gpunode
+            view = stale_view(thaw(gpunode))
+        if self.slices is not None:
+            name = str((gpunode.get("metadata") or {}).get("name"))
+            return self.slices.view(name, view) or view
+        return view
 
     def refresh_stale(self) -> None:
         """Re-judges heartbeats (time passes without events); call periodically."""
@@ -346,7 +372,99 @@ class PlacementState:
             if self.ready:
                 name = str((obj.get("metadata") or {}).get("name"))
                 self._gpunodes.pop(name, None)
-                self.snapshot.remove_gpunode(name)
+                self._refresh_node(name)
+
+    def _refresh_node(self, name: str) -> None:
+        """Re-derives ``name``'s devices from its GPUNode and its ResourceSlices."""
+        g = self._gpunodes.get(name)
+        view = self._view(g) if g is not None else (
+            self.slices.view(name, None) if self.slices is not None else None)
+        if view is not None:
+            self.snapshot.upsert_gpunode(view)
+        else:
+            self.snapshot.remove_gpunode(name)
+
+    # ------------------------------------------------------------------- DRA
+
+    def on_resourceslice(self, rslice: JSON) -> None:
+        """A ResourceSlice of the driver: the node's devices come from its slices."""
+        if self.slices is None:
+            return
+        with self.lock:
+            node = self.slices.upsert(rslice)
+            if not self.ready or node is None:
+                return
+            before = self.snapshot.get(node)
+            self._refresh_node(node)
+            more = _more_room(before, self.snapshot.get(node))
+            waiting = list(self.pending.waiting) if more else []
+        if more:
+            self._wake(waiting)
+
+    def on_resourceslice_deleted(self, rslice: Any) -> None:
+        obj = getattr(rslice, "obj", rslice) or {}
+        if self.slices is None:
+            return
+        with self.lock:
+            node = self.slices.remove(obj)
+            if self.ready and node is not None:
+                self._refresh_node(node)
+
+    def on_claim(self, claim: JSON) -> None:
+        """An allocated ResourceClaim holds its devices, whoever allocated it (DESIGN.md
+        invariant 2): kube-scheduler's claims keep ours off their GPUs."""
+        if self.slices is None:
+            return
+        key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
+        with self.lock:
+            if not self.ready:
+                return
+            before = self.ledger.holding(key)
+            problems = self._sync_claim(self.ledger, claim)
+            after = self.ledger.holding(key)
+            freed = before is not None and (after is None or _less(after, before))
+            waiting = list(self.pending.waiting) if freed else []
+        for p in problems:
+            conflict = "also held by" in p
+            if conflict:
+                DEVICE_CONFLICTS.inc()
+            else:
+                BAD_OBJECTS.labels("ResourceClaim").inc()
+            log.warning("ledger.claim.problem", problem=p)
+            self._on_problem(claim, "DeviceConflict" if conflict else "UnreadableClaim", p)
+        if freed:
+            self._wake(waiting)
+
+    def on_claim_deleted(self, claim: Any) -> None:
+        obj = getattr(claim, "obj", claim) or {}
+        key = claim_holder_key(str((obj.get("metadata") or {}).get("uid") or ""))
+        with self.lock:
+            if not self.ready or not self.ledger.remove_holder(key):
+                return
+            waiting = list(self.pending.waiting)
+        self._wake(waiting)
+
+    def _sync_claim(self, ledger: Ledger, claim: JSON) -> list[str]:
+        key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
+        assert self.slices is not None
+        try:
+            h = claim_holding(claim, self.slices)
+        except BadClaim as exc:
+            ledger.remove_holder(key)
+            return [f"{key}: {exc}"]
+        if h is None:
+            ledger.remove_holder(key)
+            return []
+        return [f"{h.name}: {c}" for c in ledger.set_pod(h)]
+
+    def claim_holds(self, claim: JSON) -> tuple[str, tuple[int, ...]] | None:
+        """(node, devices) the ledger records for an allocated claim, or None."""
+        key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
+        with self.lock:
+            a = self.ledger.holding(key)
+            if a is None or not a.placements:
+                return None
+            return a.placements[0].node, tuple(a.placements[0].devices)
 
     def on_pod(self, pod: JSON) -> None:
         """Every pod holds what it holds (DESIGN.md invariants 2-3), whoever made it;

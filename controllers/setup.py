@@ -10,10 +10,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from api.v1alpha1.types import API_VERSION, DeviceExposure
+from controllers.claim_controller import setup_claims
+from controllers.claims import DraOptions
 from controllers.gpuworkload import GPUWorkloadReconciler, Options
 from controllers.placement_state import PlacementState
 from internal.metrics.domain import STATE
 from internal.scheduling.inventory import heartbeat
+from internal.scheduling.resourceslices import DRA_API_VERSION
 from runtime import Builder, Controller, FuncHandler, Manager, Request
 from runtime.store import (
     NODE_NAME_INDEX,
@@ -41,6 +44,9 @@ class ControllerOptions:
     #: place only GPUWorkloads of these namespaces (empty: all); every pod and every
     #: workload's placements are still read and counted, wherever they are
     namespaces: frozenset[str] = frozenset()
+    #: Dynamic Resource Allocation (``deviceExposure: dra``, ResourceSlice inventory,
+    #: claims as holders); None: off (the API may not serve resource.k8s.io/v1)
+    dra: DraOptions | None = None
 
 
 def only_in(namespaces: frozenset[str], reconciler: Any) -> Any:
@@ -91,6 +97,9 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     jobs = mgr.informer_for("batch/v1", "Job", indexers=owner_index)
     nodes = mgr.informer_for("v1", "Node")
     gpunodes = mgr.informer_for(API_VERSION, "GPUNode")
+    dra = opts.dra
+    slices = mgr.informer_for(DRA_API_VERSION, "ResourceSlice") if dra else None
+    claims = mgr.informer_for(DRA_API_VERSION, "ResourceClaim") if dra else None
 
     holder: dict[str, Controller] = {}
 
@@ -109,10 +118,13 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     def make_state() -> PlacementState:
         state = PlacementState(opts.default_exposure, enqueue_waiting=enqueue,
                                enqueue_on_node=enqueue_on_node, stale_after=opts.stale_after,
-                               pod_books=reconciler.pod_books, on_problem=recorder.warning)
+                               pod_books=reconciler.pod_books, on_problem=recorder.warning,
+                               dra_driver=dra.driver if dra else None)
         reconciler.state = state  # handlers see it (not ready) before the rebuild
         state.rebuild(lambda: (nodes.indexer.list(), gpunodes.indexer.list(),
-                               workloads.indexer.list(), pods.indexer.list()))
+                               workloads.indexer.list(), pods.indexer.list()),
+                      (lambda: (slices.indexer.list(), claims.indexer.list()))
+                      if slices is not None and claims is not None else None)
         return state
 
     recorder = mgr.event_recorder(COMPONENT)
@@ -135,14 +147,23 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     pods.add_event_handler(FuncHandler(on("on_pod"), on("on_pod"), on("on_pod_deleted")))
     workloads.add_event_handler(
         FuncHandler(on("on_workload"), on("on_workload"), on("on_workload_deleted")))
+    if slices is not None and claims is not None:
+        slices.add_event_handler(FuncHandler(on("on_resourceslice"), on("on_resourceslice"),
+                                             on("on_resourceslice_deleted")))
+        claims.add_event_handler(FuncHandler(on("on_claim"), on("on_claim"),
+                                             on("on_claim_deleted")))
 
-    ctrl = (Builder(mgr).named("gpuworkload")
-            .for_(API_VERSION, "GPUWorkload")
-            .owns("v1", "Pod")
-            .owns("batch/v1", "Job")
-            .with_options(max_concurrent_reconciles=opts.workers)
-            .complete(only_in(opts.namespaces, reconciler)))
+    builder = (Builder(mgr).named("gpuworkload")
+               .for_(API_VERSION, "GPUWorkload")
+               .owns("v1", "Pod")
+               .owns("batch/v1", "Job"))
+    if dra is not None:
+        builder = builder.owns(DRA_API_VERSION, "ResourceClaim")  # an edited claim is seen
+    ctrl = builder.with_options(max_concurrent_reconciles=opts.workers).complete(
+        only_in(opts.namespaces, reconciler))
     holder["ctrl"] = ctrl
+    if dra is not None:
+        setup_claims(mgr, reconciler, recorder, dra)
     mgr.add(_StaleTicker(reconciler, opts.stale_check_period))
 
     def phases() -> dict[str, int]:

@@ -36,6 +36,7 @@ COPIED = (
     "rbac/children_role.yaml",
     "rbac/role_binding.yaml",
     "rbac/user_roles.yaml",
+    "rbac/dra_role.yaml",
     "agent/service_account.yaml",
     "agent/role.yaml",
     "agent/role_binding.yaml",

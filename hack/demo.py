@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from hack.testenv.controlplane import free_port
+from hack.testenv.dra import device_class, nvidia_slice
 from hack.testenv.process import Process, tail
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,7 +92,7 @@ class Demo:
         self.spawn("manager", [
             py, str(ROOT / "main.py"), "manager", f"--kubeconfig={self.kubeconfig}",
             "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0",
-            "--enable-pod-binding", "--log-format=console",
+            "--enable-pod-binding", "--enable-dra", "--log-format=console",
             # the default, said out loud: a `make run` beside this one stands by
             "--leader-elect=true"], "controller.starting")
         port = free_port()
@@ -145,6 +146,7 @@ class Demo:
                   "custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,"
                   "CUDA_VISIBLE_DEVICES:.spec.containers[0].env[?(@.name=="
                   "\"CUDA_VISIBLE_DEVICES\")].value")
+        self.run_dra()
         self.ending()
 
     def ending(self) -> None:
@@ -158,6 +160,34 @@ class Demo:
             self.wait(f"{name}'s first log line",
                       lambda n=name: self.kubectl("logs", "-n", NS_SEED, n, check=False), 30)
             self.show(f"the check service on {node}", "logs", "-n", NS_SEED, name)
+
+    def run_dra(self) -> None:
+        """One ``deviceExposure: dra`` workload on ResourceSlices shaped like the NVIDIA
+        driver's (no driver runs on kwok nodes: the demo publishes them)."""
+        print("\n### DRA: ResourceSlices like the NVIDIA driver's, one dra workload "
+              "(a ResourceClaim per replica, allocated by the controller)")
+        nodes = json.loads(self.kubectl("get", "nodes", "-o", "json"))["items"]
+        docs = [device_class()] + [
+            nvidia_slice(n["metadata"]["name"],
+                         int(n["status"]["allocatable"].get("nvidia.com/gpu", "0")))
+            for n in nodes]
+        self.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                           "items": docs}))
+        self.kubectl("apply", "-n", NS_WORKLOADS, "-f",
+                     str(ROOT / "config" / "samples" / "gpuworkload_dra.yaml"))
+        self.wait("the dra workload's 2 pods", lambda: self.pods_running(NS_WORKLOADS, 2), 90)
+        self.show("claims: allocated by us, reserved for the pods", "get", "resourceclaims",
+                  "-n", NS_WORKLOADS, "-o",
+                  "custom-columns=NAME:.metadata.name,"
+                  "NODE:.status.allocation.nodeSelector.nodeSelectorTerms[0].matchFields[0]"
+                  ".values[0],DEVICES:.status.allocation.devices.results[*].device,"
+                  "RESERVED-FOR:.status.reservedFor[*].name")
+        gpu = str(Path(sys.executable).parent / "kubectl-gpu")
+        print("\n== kubectl gpu describe train-dra   # each replica's claim and its state",
+              flush=True)
+        print(subprocess.run([gpu, "--kubeconfig", self.kubeconfig, "describe", "train-dra",
+                              "-n", NS_WORKLOADS], text=True, capture_output=True).stdout,
+              end="", flush=True)
 
     def register_webhook(self, port: int) -> None:
         """config/webhook's configuration, called by URL on 127.0.0.1 (never through a

@@ -30,3 +30,7 @@ EXPOSURE_ANNOTATION = f"{GROUP}/exposure"
 #: on a GPUWorkload: its children are deleted by the controller, and the object goes
 #: only once they are gone
 CHILDREN_FINALIZER = f"{GROUP}/children"
+#: on a ResourceClaim the controller made (``deviceExposure: dra``): the claim stays
+#: until no pod uses it and its allocation is removed (a claim must not vanish under
+#: a live pod)
+CLAIM_FINALIZER = f"{GROUP}/claim-in-use"

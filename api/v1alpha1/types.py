@@ -113,6 +113,7 @@ class DeviceExposure(StrEnum):
     CUDA_VISIBLE_DEVICES = "cuda-visible-devices"
     NVIDIA_VISIBLE_DEVICES = "nvidia-visible-devices"
     DEVICE_PLUGIN = "device-plugin"
+    DRA = "dra"
 
 
 class Phase(StrEnum):
@@ -361,7 +362,9 @@ class GPUWorkloadSpec(_Base):
             "--device-exposure. cuda-visible-devices: host indices in "
             "CUDA_VISIBLE_DEVICES. nvidia-visible-devices: device UUIDs in "
             "NVIDIA_VISIBLE_DEVICES. device-plugin: request nvidia.com/gpu and let the "
-            "kubelet pick."
+            "kubelet pick. dra: a ResourceClaim per replica, allocated by the controller "
+            "to exactly the placement's devices (Dynamic Resource Allocation); the DRA "
+            "driver isolates them."
         ),
     )
     retry_policy: RetryPolicy = Field(

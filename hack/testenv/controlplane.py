@@ -259,6 +259,17 @@ class ControlPlane:
     def _start_scheduler(self) -> None:
         self._start_component("kube-scheduler", "scheduler-certs")
 
+    def start_scheduler(self) -> None:
+        """Starts kube-scheduler on a running control plane (for one test module)."""
+        if "kube-scheduler" not in self.processes:
+            self._start_scheduler()
+
+    def stop_scheduler(self) -> None:
+        """Stops the kube-scheduler this control plane started, by its PID."""
+        proc = self.processes.pop("kube-scheduler", None)
+        if proc is not None:
+            proc.stop()
+
     def _stages(self) -> Path:
         """kwok's stages with the grace-period cap filled in."""
         out = self.dir / "kwok-stages.yaml"

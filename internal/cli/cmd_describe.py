@@ -1,12 +1,13 @@
 """``kubectl gpu describe WORKLOAD``: spec summary, placement per replica (with its
-pod and pod phase), conditions, why it is pending (the Unschedulable condition's
+pod and pod phase, and in ``dra`` mode its ResourceClaim and the claim's state),
+conditions, why it is pending (the Unschedulable condition's
 per-node reasons) and the workload's recent Events."""
 
 from __future__ import annotations
 
 import argparse
 
-from api.v1alpha1.keys import WORKLOAD_LABEL
+from api.v1alpha1.keys import ATTEMPT_LABEL, INDEX_LABEL, WORKLOAD_LABEL
 from internal.cli import inventory
 from internal.cli.kube import Kube, event_time
 from internal.cli.output import Printer, age
@@ -24,12 +25,46 @@ def gather(kube: Kube, name: str, n_events: int = 20) -> dict:
     w.setdefault("kind", "GPUWorkload")
     pods = kube.pods(kube.namespace, label_selector=f"{WORKLOAD_LABEL}={name}")
     events = kube.events_for(w, n_events)
-    return {"workload": w, "pods": pods, "events": events}
+    claims = kube.claims(kube.namespace, label_selector=f"{WORKLOAD_LABEL}={name}")
+    return {"workload": w, "pods": pods, "events": events, "claims": claims}
+
+
+def claim_state(claim: dict) -> str:
+    """One line a user can act on: 'allocated node1/gpu-0,gpu-2, reserved for
+    train-0', 'not allocated yet', 'releasing (...)'."""
+    st = claim.get("status") or {}
+    alloc = st.get("allocation") or {}
+    results = (alloc.get("devices") or {}).get("results") or ()
+    if results:
+        pools = sorted({r.get("pool") for r in results})
+        state = f"allocated {'/'.join(pools)}/" + ",".join(
+            sorted(str(r.get("device")) for r in results))
+        users = [r.get("name") for r in st.get("reservedFor") or ()]
+        state += f", reserved for {', '.join(users)}" if users else ", not reserved"
+    else:
+        state = "not allocated"
+    if (claim.get("metadata") or {}).get("deletionTimestamp"):
+        state = f"releasing ({state})"
+    return state
+
+
+def _claims_by_index(claims: list[dict], attempt: str) -> dict[int, dict]:
+    out: dict[int, dict] = {}
+    for c in claims:
+        labels = (c.get("metadata") or {}).get("labels") or {}
+        if labels.get(ATTEMPT_LABEL, "0") != attempt:
+            continue
+        try:
+            out[int(labels.get(INDEX_LABEL, ""))] = c
+        except ValueError:
+            continue
+    return out
 
 
 def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
     info = gather(kube, args.workload, args.events)
     w, pods, events = info["workload"], info["pods"], info["events"]
+    claims = info["claims"]
     if out.structured:
         out.data({
             "workload": w,
@@ -40,6 +75,10 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
                       "phase": (p.get("status") or {}).get("phase"),
                       "devices": (p["metadata"].get("annotations") or {}).get(
                           inventory.DEVICES_ANNOTATION)} for p in pods],
+            "claims": [{"name": c["metadata"]["name"],
+                        "replica": (c["metadata"].get("labels") or {}).get(INDEX_LABEL),
+                        "attempt": (c["metadata"].get("labels") or {}).get(ATTEMPT_LABEL),
+                        "state": claim_state(c)} for c in claims],
             "events": events,
         })
         return 0
@@ -63,17 +102,29 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
     out.line()
     pod_by_name = {p["metadata"]["name"]: p for p in pods}
     placements = sorted(st.get("placements") or (), key=lambda p: int(p.get("index", 0)))
+    by_index = _claims_by_index(claims, str(st.get("retries") or 0))
     if placements:
         rows = []
         for p in placements:
             pod = pod_by_name.get(f"{md['name']}-{p.get('index', 0)}")
             devs = ",".join(str(d) for d in p.get("devices") or ()) or "(kubelet picks)"
-            rows.append([p.get("index", 0), p["node"], devs,
-                         pod["metadata"]["name"] if pod else "-",
-                         (pod.get("status") or {}).get("phase") if pod else "-"])
-        out.table(["replica", "node", "devices", "pod", "pod phase"], rows, title="Placement:")
+            row = [p.get("index", 0), p["node"], devs, pod["metadata"]["name"] if pod else "-",
+                   (pod.get("status") or {}).get("phase") if pod else "-"]
+            if claims:
+                c = by_index.get(int(p.get("index", 0)))
+                row += [c["metadata"]["name"], claim_state(c)] if c else ["-", "-"]
+            rows.append(row)
+        heads = ["replica", "node", "devices", "pod", "pod phase"]
+        out.table(heads + (["claim", "claim state"] if claims else []), rows,
+                  title="Placement:")
     else:
         out.line("Placement:  none yet")
+    others = [c for c in claims if c not in by_index.values()]
+    if others:
+        out.table(["claim", "replica", "attempt", "state"],
+                  [[c["metadata"]["name"], (c["metadata"].get("labels") or {}).get(INDEX_LABEL),
+                    (c["metadata"].get("labels") or {}).get(ATTEMPT_LABEL), claim_state(c)]
+                   for c in others], title="Other claims (earlier attempts, being released):")
     out.line()
     conds = st.get("conditions") or []
     if conds:

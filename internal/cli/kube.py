@@ -172,6 +172,14 @@ class Kube:
         return self._list("v1", "Pod", namespace, label_selector=label_selector,
                           field_selector=field_selector)
 
+    def claims(self, namespace: str | None = None, label_selector: str | None = None
+               ) -> list[JSON]:
+        """ResourceClaims (``deviceExposure: dra``), or [] where the API has none."""
+        if not self.has_kind("resource.k8s.io/v1", "ResourceClaim"):
+            return []
+        return self._list("resource.k8s.io/v1", "ResourceClaim", namespace,
+                          label_selector=label_selector)
+
     def events_for(self, obj: JSON, limit: int = 20) -> list[JSON]:
         """Recent core/v1 Events whose involvedObject is ``obj`` (oldest first)."""
         md = obj.get("metadata") or {}

@@ -10,6 +10,9 @@ webhook's seed pods, so both give the same environment for the same mode.
   renumbers them from 0, so ``CUDA_VISIBLE_DEVICES`` = ``0..n-1``.
 - ``device-plugin``: no index env at all; ``nvidia.com/gpu: n`` is requested and the
   kubelet's device plugin picks the devices.
+- ``dra``: no index env either; the replica's ResourceClaim names its devices and
+  the DRA driver shows the container exactly those, renumbered from 0
+  (controllers/claims.py).
 """
 
 from __future__ import annotations

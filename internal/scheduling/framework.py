@@ -35,6 +35,8 @@ PREEMPT = "Preempting"
 
 #: a node whose GPU agent stopped reporting offers nothing (its placements stay)
 STALE_REASON = "GPUNode heartbeat stale (GPU agent not reporting), GPUs not offered"
+#: a ``deviceExposure: dra`` workload needs a node whose GPUs the DRA driver publishes
+NO_SLICES_REASON = "no ResourceSlices of the DRA driver (deviceExposure dra)"
 
 #: unschedulable messages name every node when at most this many were not filtered
 EXPLAIN_ALL_BELOW = 16
@@ -239,6 +241,8 @@ def filter_node(
                 return f"does not match nodeSelector {k}={v}", (), 0
     if node.stale:
         return STALE_REASON, (), 0
+    if spec.device_exposure is DeviceExposure.DRA and not node.dra_driver:
+        return NO_SLICES_REASON, (), 0
     view = ctx.view
     free_count = view.free_count(name)
     min_mem = spec.min_gpu_memory_mib

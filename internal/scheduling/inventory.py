@@ -27,6 +27,8 @@ from internal.scheduling.quantity import gpu_count
 API_VERSION = "gpu.orchestrator.dev/v1alpha1"
 #: Annotation set on the views built here, so that readers can tell them apart.
 SOURCE_ANNOTATION = "gpu.orchestrator.dev/inventory-source"
+#: On views built from ResourceSlices: the DRA driver that publishes the node's GPUs.
+DRA_DRIVER_ANNOTATION = "gpu.orchestrator.dev/dra-driver"
 DEFAULT_STALE_AFTER = timedelta(seconds=90)
 
 

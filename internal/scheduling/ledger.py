@@ -10,6 +10,8 @@ Holders, each an ``Allocation`` under a key:
   ``nvidia.com/gpu`` (see ``pods.pod_holding``): ours, the seed path's, anybody's.
   A pod is never refused: it exists whatever the ledger thinks; a pod that shares a
   device with another owner is reported as a conflict.
+- *claims* (``claim:<uid>``): allocated ResourceClaims of the DRA driver, whoever
+  allocated them (kube-scheduler, us), recorded like pods (``set_pod``).
 - *bookings* (the workload's ``namespace/name``, or a pod book's key): a decision
   assumed before its pods exist, or committed in ``status.placements``.
 
@@ -284,8 +286,10 @@ class Ledger:
 
     def set_pod(self, h: PodHolding, priority: int = 0) -> list[str]:
         """Record what a pod holds (replacing what it held before). Never refused;
-        returns the conflicts it makes with other owners, for a report."""
-        self.remove_pod(h.uid)
+        returns the conflicts it makes with other owners, for a report. Also records
+        an allocated ResourceClaim's holding (``resourceslices.ClaimHolding``, keyed
+        ``claim:<uid>``): a claim holds its devices as a pod does."""
+        self.remove_holder(h.key)
         placements = (Placement(index=0, node=h.node, devices=list(h.devices)),)
         alloc = Allocation(h.key, placements if h.devices else (), {}, priority, True, 0,
                            h.owner, pod=True, name=h.name)
@@ -302,6 +306,19 @@ class Ledger:
         """Is ``key`` a booking nominated over ``owner``'s holdings (a preemption)?"""
         a = self._allocs.get(key)
         return a is not None and owner in a.overlap
+
+    def remove_holder(self, key: str) -> bool:
+        """A pod's or a claim's holding is gone. True if it held something."""
+        a = self._allocs.get(key)
+        if a is None or not a.pod:
+            return False
+        self._release(a)
+        return True
+
+    def holding(self, key: str) -> Allocation | None:
+        """The holding (not a booking) recorded under ``key``."""
+        a = self._allocs.get(key)
+        return a if a is not None and a.pod else None
 
     def has_pod(self, uid: str) -> bool:
         return pod_holder_key(uid) in self._allocs

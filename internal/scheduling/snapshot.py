@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from internal.scheduling.inventory import (
     DEFAULT_STALE_AFTER,
+    DRA_DRIVER_ANNOTATION,
     SOURCE_ANNOTATION,
     allocatable_gpus,
     is_stale,
@@ -71,6 +72,8 @@ class NodeInfo:
     #: the GPUNode's heartbeat is stale (see inventory.stale_view): nothing offered
     stale: bool = False
     cost: float = DEFAULT_COST
+    #: the DRA driver whose ResourceSlices publish this node's GPUs ('' if none)
+    dra_driver: str = ""
 
     @property
     def usable(self) -> frozenset[int]:
@@ -249,6 +252,8 @@ class Snapshot:
             has_gpunode=g is not None,
             stale=stale,
             cost=parse_cost(labels),
+            dra_driver=str((((g or {}).get("metadata") or {}).get("annotations") or {}).get(
+                DRA_DRIVER_ANNOTATION) or ""),
         )
         old = self.nodes.get(name)
         if old is None:

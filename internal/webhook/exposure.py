@@ -8,6 +8,7 @@ controller (DESIGN.md "How a replica sees its devices").
   ``CUDA_VISIBLE_DEVICES`` = ``0..n-1``.
 - ``device-plugin``: no index env at all; ``nvidia.com/gpu: n`` is requested and the
   kubelet's device plugin picks the devices.
+- ``dra``: refused here (GPUWorkloads only; see controllers/claims.py).
 """
 
 from __future__ import annotations
@@ -29,10 +30,16 @@ __all__ = ["CUDA_VISIBLE_DEVICES", "GPU_RESOURCE", "NVIDIA_VISIBLE_DEVICES", "de
 def parse_exposure(value: str) -> DeviceExposure:
     """The mode named by ``value``; ValueError listing the valid names otherwise."""
     try:
-        return DeviceExposure(value.strip())
+        mode = DeviceExposure(value.strip())
     except ValueError:
         names = ", ".join(m.value for m in DeviceExposure)
         raise ValueError(f"unknown device exposure {value!r} (one of: {names})") from None
+    if mode is DeviceExposure.DRA:
+        # A claim must be made and allocated before the pod exists: the seed path's
+        # pods are created by their StatefulSet, so only GPUWorkloads serve dra.
+        raise ValueError("device exposure 'dra' is served by GPUWorkloads only, not the "
+                         "seed path's pods (their ResourceClaims would have to exist first)")
+    return mode
 
 
 def gpu_limit(mode: DeviceExposure, devices: Sequence[int]) -> int | None:

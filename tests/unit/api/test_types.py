@@ -141,6 +141,7 @@ def test_exposure_enum_values() -> None:
         "cuda-visible-devices",
         "nvidia-visible-devices",
         "device-plugin",
+        "dra",
     }
 
 

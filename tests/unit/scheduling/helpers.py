@@ -90,3 +90,32 @@ def foreign_pod(ledger: Any, key: str, node: str, gpus: int) -> None:
         ledger.remove_pod(key)
         return
     ledger.set_pod(PodHolding(key, key, node, (), gpus, f"pod:{key}"))
+
+
+DRA_DRIVER = "gpu.nvidia.com"
+
+
+def dra_slice(node: str, gpus: int, *, generation: int = 1, driver: str = DRA_DRIVER,
+              name: str | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": name or f"{node}-{driver}-{generation}"},
+            "spec": {"driver": driver, "nodeName": node,
+                     "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+                     "devices": [{"name": f"gpu-{i}",
+                                  "attributes": {"uuid": {"string": f"GPU-{node}-{i}"},
+                                                 "productName": {"string": "NVIDIA H100"},
+                                                 "minor": {"int": i}},
+                                  "capacity": {"memory": {"value": "80Gi"}}}
+                                 for i in range(gpus)]}}
+
+
+def dra_claim(uid: str, node: str, *devices: str, owner: dict | None = None,
+              attempt: str = "0") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": f"c-{uid}", "namespace": "ns", "uid": uid,
+                            "labels": {"gpu.orchestrator.dev/attempt": attempt}}
+    if owner:
+        meta["ownerReferences"] = [owner]
+    return {"metadata": meta, "status": {"allocation": {
+        "devices": {"results": [{"request": "gpu", "driver": DRA_DRIVER, "pool": node,
+                                 "device": d} for d in devices]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}}

@@ -1,0 +1,203 @@
+"""The claim controller of ``deviceExposure: dra`` (steps 4 and 5 of
+controllers/claims.py): every claim of ours has ``status.reservedFor`` equal to the
+live pods that use it, and a claim no longer wanted that no pod uses loses its
+allocation, then our finalizer, then goes. Claims whose workload is gone (or that a
+crash left behind before their pod existed) are released the same way. It runs on
+the leader, on the GPUWorkload reconciler's placement state: "wanted" is asked of the
+same ledger that placed the claim, and the decision to release is made under its lock
+(``ClaimManager.mark_releasing``), so a placement booked after it never adopts the
+claim, even while the cache still shows it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from api.v1alpha1.keys import ATTEMPT_LABEL, CLAIM_FINALIZER, INDEX_LABEL, WORKLOAD_UID_LABEL
+from api.v1alpha1.types import API_VERSION
+from controllers.claims import (
+    POD_CLAIM_INDEX,
+    ClaimManager,
+    DraOptions,
+    claim_placement,
+    index_pods_by_claim,
+)
+from controllers.gpuworkload import GPUWorkloadReconciler
+from internal.scheduling.pods import controller_ref, pod_is_active, workload_owner
+from internal.scheduling.resourceslices import DRA_API_VERSION
+from runtime import (
+    Builder,
+    Conflict,
+    Controller,
+    FuncHandler,
+    Manager,
+    NotFound,
+    Request,
+    Result,
+)
+from runtime.events import EventRecorder
+from runtime.store import OWNER_UID_INDEX, Indexer, index_by_owner_uid
+
+log = structlog.get_logger("claims")
+
+JSON = Mapping[str, Any]
+
+#: how often a wanted claim that no pod uses yet is looked at again (a booking can
+#: be released without any event on the claim or its pods)
+UNUSED_RECHECK = 2.0
+
+
+class ClaimReconciler:
+    """Steps 4-5 for every claim of ours: ``reservedFor`` follows the pods that use
+    it; an unwanted claim no pod uses loses its allocation, our finalizer, and goes.
+
+    | observed                                  | what it does                        |
+    | ----------------------------------------- | ----------------------------------- |
+    | not ours (no finalizer, not a workload's) | nothing (the ledger counts it)      |
+    | used by live pods                         | reservedFor = those pods            |
+    | wanted (its booking holds its placement)  | waits for its pod                   |
+    | unwanted, a pod still uses it (live list) | waits for the pod to be gone        |
+    | unwanted, unused                          | deallocates, drops finalizer, deletes |
+    """
+
+    def __init__(self, client: Any, claims: Indexer, pods: Indexer,
+                 reconciler: GPUWorkloadReconciler, manager: ClaimManager) -> None:
+        self.client, self.claims, self.pods, self.reconciler = client, claims, pods, reconciler
+        self.manager = manager
+
+    def reconcile(self, req: Request) -> Result | None:
+        claim = self.claims.get_by_name(req.name, req.namespace)
+        if claim is None or not _ours(claim):
+            return None
+        meta = claim["metadata"]
+        users = [p for p in self.pods.by_index(POD_CLAIM_INDEX, f"{req.namespace}/{req.name}")
+                 if _uses(p)]
+        if (claim.get("status") or {}).get("allocation"):
+            self._reserve(claim, users)
+        if users:
+            return None
+        # Decided under the bookings' lock: a placement booked after this point sees
+        # the claim as going and waits for it (never adopts a claim being released).
+        deleting = bool(meta.get("deletionTimestamp"))
+        if not self.manager.mark_releasing(claim, lambda: not deleting and self._wanted(claim)):
+            return Result(requeue_after=UNUSED_RECHECK)
+        if self._live_users(claim):
+            self.manager.unmark(meta["uid"])
+            return Result(requeue_after=UNUSED_RECHECK)  # the cache has not seen them yet
+        self._release(claim)
+        return None
+
+    def _wanted(self, claim: JSON) -> bool:
+        """Does its workload's booking hold this claim's replica on its placement?"""
+        ref = controller_ref(claim) or {}
+        meta = claim["metadata"]
+        labels = meta.get("labels") or {}
+        state = self.reconciler.ensure_state()
+        booking = state.booking(f"{meta['namespace']}/{ref.get('name')}")
+        if booking is None or (booking.uid and booking.uid != ref.get("uid")):
+            return False
+        if booking.owner != workload_owner(str(ref.get("uid")), labels.get(ATTEMPT_LABEL)):
+            return False
+        where = claim_placement(claim)
+        return any(str(p.index) == labels.get(INDEX_LABEL) and where == (p.node, tuple(p.devices))
+                   for p in booking.placements)
+
+    def _reserve(self, claim: JSON, users: list[JSON]) -> None:
+        want = [{"resource": "pods", "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]}
+                for p in sorted(users, key=lambda p: p["metadata"]["name"])]
+        have = (claim.get("status") or {}).get("reservedFor") or []
+        if sorted((r.get("uid"), r.get("name")) for r in have) == \
+                sorted((r["uid"], r["name"]) for r in want):
+            return
+        status = {**(claim.get("status") or {}), "reservedFor": want or None}
+        with contextlib.suppress(NotFound, Conflict):
+            self.client.update_status({**claim, "status": status})
+            log.info("claim.reserved", claim=_key(claim), pods=[r["name"] for r in want])
+
+    def _live_users(self, claim: JSON) -> bool:
+        meta = claim["metadata"]
+        uid = (controller_ref(claim) or {}).get("uid")
+        pods = self.client.list_all("v1", "Pod", meta["namespace"],
+                                    label_selector=f"{WORKLOAD_UID_LABEL}={uid}")
+        return any(f"{meta['namespace']}/{meta['name']}" in index_pods_by_claim(p) and _uses(p)
+                   for p in pods.get("items") or ())
+
+    def _release(self, claim: JSON) -> None:
+        meta = claim["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        with contextlib.suppress(NotFound):
+            status = claim.get("status") or {}
+            if status.get("allocation") or status.get("reservedFor"):
+                claim = self.client.update_status(
+                    {**claim, "status": {**status, "allocation": None, "reservedFor": None}})
+                log.info("claim.deallocated", claim=f"{ns}/{name}")
+            rest = [f for f in claim["metadata"].get("finalizers") or () if f != CLAIM_FINALIZER]
+            if CLAIM_FINALIZER in (claim["metadata"].get("finalizers") or ()):
+                claim = self.client.patch(
+                    DRA_API_VERSION, "ResourceClaim", name,
+                    {"metadata": {"finalizers": rest or None,
+                                  "resourceVersion": claim["metadata"]["resourceVersion"]}},
+                    namespace=ns, patch_type="merge")
+            if not claim["metadata"].get("deletionTimestamp"):
+                self.client.delete(DRA_API_VERSION, "ResourceClaim", name, namespace=ns)
+            log.info("claim.released", claim=f"{ns}/{name}")
+
+
+def _key(obj: JSON) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def _ours(claim: JSON) -> bool:
+    ref = controller_ref(claim)
+    return CLAIM_FINALIZER in (claim["metadata"].get("finalizers") or ()) or (
+        ref is not None and ref.get("kind") == "GPUWorkload"
+        and str(ref.get("apiVersion", "")).startswith("gpu.orchestrator.dev/"))
+
+
+def _uses(pod: JSON) -> bool:
+    """A pod that may run with the claim: not finished. (A terminating pod still
+    runs for its grace period, and keeps its devices.)"""
+    return pod_is_active(pod)
+
+
+def setup_claims(mgr: Manager, reconciler: GPUWorkloadReconciler, recorder: EventRecorder,
+                 opts: DraOptions, workers: int = 2) -> tuple[Controller, ClaimManager]:
+    """Wires DRA into a manager: ResourceSlice and ResourceClaim informers feeding the
+    placement state, the claim manager on the reconciler, the claim controller."""
+    claims = mgr.informer_for(DRA_API_VERSION, "ResourceClaim",
+                              indexers={OWNER_UID_INDEX: index_by_owner_uid})
+    pods = mgr.informer_for("v1", "Pod", indexers={POD_CLAIM_INDEX: index_pods_by_claim})
+    manager = ClaimManager(mgr.client, recorder, claims.indexer, reconciler, opts)
+    reconciler.claims = manager
+    ctrl = (Builder(mgr).named("resourceclaims")
+            .for_(DRA_API_VERSION, "ResourceClaim")
+            .watches("v1", "Pod", _pod_claims)
+            .watches(API_VERSION, "GPUWorkload", _workload_claims(claims.indexer))
+            .with_options(max_concurrent_reconciles=workers)
+            .complete(ClaimReconciler(mgr.client, claims.indexer, pods.indexer, reconciler,
+                                      manager)))
+    # a released claim's mark goes with it
+    claims.add_event_handler(FuncHandler(None, None, lambda obj: manager.unmark(
+        str(((getattr(obj, "obj", obj) or {}).get("metadata") or {}).get("uid") or ""))))
+    return ctrl, manager
+
+
+def _pod_claims(pod: JSON) -> list[Request]:
+    out = []
+    for key in index_pods_by_claim(pod):
+        ns, name = key.split("/", 1)
+        out.append(Request(ns, name))
+    return out
+
+
+def _workload_claims(claims: Indexer) -> Callable[[JSON], list[Request]]:
+    def map_func(w: JSON) -> list[Request]:
+        uid = (w.get("metadata") or {}).get("uid")
+        return [Request(c["metadata"]["namespace"], c["metadata"]["name"])
+                for c in claims.by_index(OWNER_UID_INDEX, uid)] if uid else []
+    return map_func

@@ -1,0 +1,55 @@
+"""The placement state with DRA on: slices become a node's devices, allocated claims
+hold theirs, and a released claim wakes what waits (pure: no server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.v1alpha1.types import DeviceExposure, GPUWorkload
+from controllers.placement_state import PlacementState
+from tests.unit.scheduling.helpers import dra_claim as claim
+from tests.unit.scheduling.helpers import dra_slice as rslice
+from tests.unit.scheduling.helpers import node
+
+
+def wl(name: str, gpus: int) -> GPUWorkload:
+    return GPUWorkload.model_validate({
+        "metadata": {"name": name, "namespace": "ns", "uid": f"u-{name}"},
+        "spec": {"gpusPerReplica": gpus, "deviceExposure": "dra"}})
+
+
+def state(woken: list[str]) -> PlacementState:
+    s = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, dra_driver="gpu.nvidia.com",
+                       enqueue_waiting=lambda keys: woken.extend(keys))
+    s.rebuild(lambda: ([node("node1", 4)], [], [], []), lambda: ([rslice("node1", 2)], []))
+    return s
+
+
+def test_slices_are_the_nodes_devices_and_claims_hold_theirs() -> None:
+    woken: list[str] = []
+    s = state(woken)
+    info = s.snapshot.get("node1")
+    assert info is not None and sorted(info.devices) == [0, 1]  # the driver's 2, not 4
+    theirs: dict[str, Any] = claim("k1", "node1", "gpu-0")
+    s.on_claim(theirs)
+    d = s.decide(wl("a", 1))
+    assert d.ok and d.placements[0].devices == [1]
+    assert not s.decide(wl("b", 1)).ok
+    s.pending.update({"metadata": {"name": "b", "namespace": "ns"}, "status": {
+        "conditions": [{"type": "Scheduled", "status": "False"}]}})  # tried, waits
+    theirs["status"] = {}  # deallocated (as kube-controller-manager would)
+    s.on_claim(theirs)
+    assert "ns/b" in woken
+    assert s.decide(wl("b", 1)).placements[0].devices == [0]
+
+
+def test_a_slice_published_later_makes_the_node_a_dra_node() -> None:
+    s = state([])
+    s.on_resourceslice(rslice("node2", 8))
+    assert s.snapshot.get("node2") is None  # no Node object yet
+    s.on_node(node("node2", 8))
+    info = s.snapshot.get("node2")
+    assert info is not None and info.dra_driver == "gpu.nvidia.com" and len(info.devices) == 8
+    s.on_resourceslice_deleted(rslice("node2", 8))
+    info = s.snapshot.get("node2")
+    assert info is not None and not info.dra_driver
