@@ -293,8 +293,8 @@ class GPUWorkloadReconciler:
         self._delete_children(raw, keep_attempt=None if preempted else str(w.status.retries))
         self.ensure_state().block(w.key)
         msg = "waiting for the previous attempt's pods to terminate"
-        # the retry timer starts again once they are gone: no retry is spent here
-        status.placements(None).retry(next_retry=None).phase(Phase.PENDING, msg)
+        # no retry is spent here; the ended attempt's nextRetryTime still holds
+        status.placements(None).phase(Phase.PENDING, msg)
         return Outcome(status, Result(requeue_after=5.0))
 
     def _place(self, w: GPUWorkload, raw: JSON, status: StatusBuilder) -> Outcome:
@@ -375,10 +375,14 @@ class GPUWorkloadReconciler:
             out = self._unplaced(raw, status, UNSCHEDULABLE, message, warn=False)
             out.result = Result(requeue_after=(due_at - now).total_seconds())
             return out
-        if due_at is not None:
+        # Only a timer an unschedulable attempt set makes this a retry: an ended
+        # attempt (a failed replica) already counted its retry when it ended.
+        reason = (get_condition(raw.get("status") or {}, SCHEDULED) or {}).get("reason")
+        on_timer = due_at is not None and reason == UNSCHEDULABLE
+        if on_timer:
             retries += 1
             m.RETRIES.inc()
-        if not should_retry(retries, policy) and (due_at is not None or retries == 0):
+        if not should_retry(retries, policy) and (on_timer or retries == 0):
             why = (f"gave up after {retries} retries: {message}" if retries
                    else f"unschedulable and maxRetries is 0: {message}")
             return self._fail(raw, status, UNSCHEDULABLE, why, retries=retries)

@@ -467,4 +467,9 @@ def test_a_failed_replica_ends_the_attempt_and_the_retry_waits_for_its_pods() ->
     env.pod_gone("gang-0")
     env.pod_gone("gang-1")
     env.settle("gang")
+    # the pods are gone, but the ended attempt's backoff still holds
+    assert not env.pods.list()
+    env.now += timedelta(seconds=10)
+    env.settle("gang")
     assert {p["metadata"]["labels"][ATTEMPT_LABEL] for p in env.pods.list()} == {"1"}
+    assert env.status("gang")["retries"] == 1  # waiting spent no second retry
