@@ -87,7 +87,6 @@ def test_pick_on_a_small_node(node: tuple, topology: Topology) -> None:
     if len(free) < n:
         assert p == Pick(None, f"{len(free)} free GPU(s), needs {n}") and not p.ok
         return
-    assert p.ok
     clique = best_clique(free, n, peers)
     if topology is Topology.NONE or n == 1:
         assert p.devices == best_plain(free, n)
