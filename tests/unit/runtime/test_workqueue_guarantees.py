@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -243,6 +244,30 @@ def test_an_earlier_delay_replaces_a_later_one_once() -> None:
     assert q.pending_delayed() == 0 and len(q) == 0
 
 
+def test_a_superseded_delay_does_not_bring_the_item_back_early() -> None:
+    q = WorkQueue()
+    q.add_after("x", 0.2)
+    q.add_after("x", 0.01)  # supersedes the 0.2 s entry
+    assert q.get(timeout=LONG) == ("x", False)
+    q.done("x")
+    q.add_after("x", LONG * 100)  # x is next due far in the future
+    # the old 0.2 s entry comes due meanwhile and must not deliver x
+    assert q.get(timeout=1.0) == (None, False)
+    assert q.pending_delayed() == 1
+
+
+def test_the_delay_thread_is_a_named_daemon() -> None:
+    """It never keeps the process alive, and a thread dump says whose it is."""
+    name = f"test-wq-{next(_names)}"
+    q = WorkQueue(name)
+    q.add_after("x", LONG * 100)
+    threads = [t for t in threading.enumerate() if t.name == f"workqueue-delay-{name}"]
+    assert len(threads) == 1 and threads[0].daemon
+    q.add_after("y", LONG * 100)  # one thread per queue
+    assert [t.name for t in threading.enumerate()].count(f"workqueue-delay-{name}") == 1
+    q.shut_down()
+
+
 def test_a_delayed_item_waiting_for_a_far_one_still_arrives() -> None:
     q = WorkQueue()
     q.add_after("far", LONG * 100)
@@ -301,13 +326,16 @@ def test_a_named_queue_reports_client_go_metrics() -> None:
     q.add("b")
     assert sample("workqueue_adds_total", name) == 2
     assert sample("workqueue_depth", name) == 2
+    t0 = time.monotonic()
     assert q.get() == ("a", False)
     assert sample("workqueue_queue_duration_seconds_count", name) == 1
     assert sample("workqueue_depth", name) == 1
     assert sample("workqueue_work_duration_seconds_count", name) == 0
     q.done("a")
     q.done("zzz")  # never handed out: no work observed
+    t1 = time.monotonic()
     assert sample("workqueue_work_duration_seconds_count", name) == 1
+    assert 0 <= sample("workqueue_work_duration_seconds_sum", name) <= t1 - t0
     q.add_rate_limited("c")
     assert sample("workqueue_retries_total", name) == 1
     assert sample("workqueue_adds_total", name) == 3
