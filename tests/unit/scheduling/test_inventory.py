@@ -3,7 +3,7 @@ the scheduling snapshot as expected."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -184,3 +184,39 @@ def test_heartbeat_times(value: Any, parsed: datetime | None) -> None:
     if got is not None:
         assert got.tzinfo is not None
     assert heartbeat({"status": {"lastHeartbeatTime": value}}) == parsed
+
+
+def test_an_aware_heartbeat_keeps_its_offset() -> None:
+    plus2 = timezone(timedelta(hours=2))
+    t = datetime(2025, 3, 1, 13, 59, tzinfo=plus2)
+    assert parse_time(t) == datetime(2025, 3, 1, 11, 59, tzinfo=UTC)
+    assert not is_stale({"status": {"lastHeartbeatTime": t}}, NOW, 90)
+
+
+def test_scheduling_view_uses_the_threshold_given() -> None:
+    node = _node("n1", 4)
+    g = _gpunode("n1", "pcie-4", NOW - timedelta(seconds=60))
+    assert scheduling_view(node, g, NOW, 90) == g
+    stale = scheduling_view(node, g, NOW, 30)
+    assert stale["metadata"]["annotations"][SOURCE_ANNOTATION] == "stale"
+    assert stale["status"]["healthyCount"] == 0
+
+
+def test_scheduling_view_of_a_silent_agent_lists_the_nodes_gpus_unhealthy() -> None:
+    view = scheduling_view(_node("n1", 2), new_gpunode("n1"), NOW)
+    assert [(d["index"], d["healthy"]) for d in view["status"]["devices"]] == [
+        (0, False), (1, False)]
+
+
+def test_stale_view_of_a_gpunode_without_metadata() -> None:
+    view = stale_view({"status": {"devices": [{"index": 0, "healthy": True}]}})
+    assert view["metadata"] == {"annotations": {SOURCE_ANNOTATION: "stale"}}
+    assert view["status"]["devices"] == [{"index": 0, "healthy": False}]
+
+
+def test_the_fallback_ignores_an_unreadable_gpu_count() -> None:
+    node = _node("n1", 0)
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "lots"
+    assert fallback_gpunode(node)["status"]["devices"] == []
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "-2"
+    assert fallback_gpunode(node)["status"]["deviceCount"] == 0

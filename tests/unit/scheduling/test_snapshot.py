@@ -327,3 +327,13 @@ def test_stale_gpunode_offers_none_of_its_devices_and_keeps_their_holders() -> N
     info = snap.get("n")
     assert info is not None and not info.stale
     assert schedule(workload(gpusPerReplica=3), snap, led).placements == [P(0, "n", 0, 2, 3)]
+
+
+def test_a_removed_node_is_not_brought_back_by_its_gpunode() -> None:
+    snap, led = cluster(node("n", 4), node("m", 4), gpunodes=(gpunode("n"),))
+    snap.remove_node("n")
+    snap.upsert_gpunode(gpunode("n", unhealthy=(0,)))  # a late agent report
+    snap.remove_gpunode("n")
+    assert snap.get("n") is None and snap.names == ["m"]
+    assert led.free_count("n") == 0
+    assert schedule(workload(replicas=2, gpusPerReplica=4), snap, led).outcome == "Unschedulable"

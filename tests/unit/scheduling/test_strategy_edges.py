@@ -17,7 +17,7 @@ from internal.scheduling.mapparser import MapParseError, check_map_against, pars
 from internal.scheduling.snapshot import COST_LABEL
 from internal.scheduling.strategies import base
 from internal.scheduling.strategies.least_loaded import LeastLoaded
-from tests.unit.scheduling.helpers import cluster, node, workload
+from tests.unit.scheduling.helpers import cluster, gpunode, node, workload
 
 SEARCH = [s for s in names() if s != "annotationMap"]
 
@@ -147,3 +147,68 @@ def test_map_check_lists_every_missing_replica_and_device() -> None:
         "line 1: device 4, 5 beyond node a's 4 GPU(s)",
     ]
     assert check_map_against(entries, 5, None) == ["no map entry for replica(s) 0, 2, 3"]
+
+
+# ------------------------------------------------------------- ties and search
+
+
+@pytest.mark.parametrize("strategy", ["leastLoaded", "bestFit", "priority", "costOptimized"])
+def test_ties_go_to_the_first_node_by_name(strategy: str) -> None:
+    snap, led = cluster(node("b"), node("a"), node("c"))
+    assert schedule(workload(), snap, led, strategy).nodes == ["a"]
+
+
+def test_best_fit_finds_the_fullest_node_among_many() -> None:
+    """More feasible nodes than bestFit gathers: it still looks fullest-first."""
+    snap, led = cluster(*(node(f"n{i:02d}", 8) for i in range(40)))
+    for i in range(39):
+        used = 8 - (2 + i % 6)  # 2..7 free
+        if used:
+            led.assume(f"x/{i}", [P(0, f"n{i:02d}", *range(used))])
+    led.assume("x/last", [P(0, "n39", *range(7))])  # n39: 1 free, too few
+    d = schedule(workload(gpusPerReplica=2), snap, led, "bestFit")
+    assert d.nodes == ["n00"]  # 2 free: the fullest that fits, first by name
+
+
+def test_best_fit_compares_the_memory_of_the_devices_it_would_hand_out() -> None:
+    mixed = gpunode("mixed", 4, memory=81920)
+    for dev in mixed["status"]["devices"][:2]:
+        dev["memoryTotalMiB"] = 24576  # devices 0, 1 small; 2, 3 large
+    snap, led = cluster(node("mixed", 4), node("mid", 4),
+                        gpunodes=(mixed, gpunode("mid", 4, memory=40960)))
+    d = schedule(workload(), snap, led, "bestFit")
+    assert d.placements == [P(0, "mixed", 0)]  # a 24 GiB GPU is the smallest that fits
+    big = schedule(workload(minGPUMemoryMiB=30000), snap, led, "bestFit")
+    assert big.placements == [P(0, "mid", 0)]  # 40 GiB beats mixed's 80 GiB devices
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_tries_every_node_with_room_before_giving_up(seed: int) -> None:
+    """100 nodes with room on paper, 99 of them NotReady: the one Ready node is found."""
+    nodes = [node(f"n{i:03d}", 2, ready=(i == 73)) for i in range(100)]
+    snap, led = cluster(*nodes)
+    d = schedule(workload(gpusPerReplica=2), snap, led, "random", random.Random(seed))
+    assert d.nodes == ["n073"]
+    assert d.visited <= 100
+
+
+def test_a_scheduler_follows_its_rng() -> None:
+    def picks(sched: Scheduler) -> list[str]:
+        return [sched.schedule(workload(f"w{i}"), "random").nodes[0] for i in range(12)]
+
+    def fresh(rng: random.Random | None = None) -> Scheduler:
+        snap, led = cluster(*(node(f"n{i:02d}") for i in range(20)))
+        return Scheduler(snap, led, rng=rng)
+
+    seq = picks(fresh(random.Random(5)))
+    assert picks(fresh(random.Random(5))) == seq  # reproducible
+    assert len(set(seq)) > 3  # one RNG moving on, not one seed per decision
+    assert picks(fresh(random.Random(6))) != seq  # the RNG given is the one used
+    assert picks(fresh()) == picks(fresh(random.Random(0)))  # default: seeded with 0
+
+
+def test_a_scheduler_tells_the_ledger_about_the_nodes_at_once() -> None:
+    snap = Snapshot.build([node("a", 2), node("b", 3)])
+    led = Ledger()
+    Scheduler(snap, led)
+    assert (led.free_count("a"), led.free_count("b")) == (2, 3)
