@@ -277,7 +277,7 @@ def test_a_delayed_item_waiting_for_a_far_one_still_arrives() -> None:
 
 def test_shutdown_drops_delayed_adds_and_refuses_new_ones() -> None:
     q = WorkQueue()
-    q.add_after("x", 0.05)
+    q.add_after("x", LONG)
     q.shut_down()
     assert q.pending_delayed() == 0
     q.add_after("y", 0.01)
