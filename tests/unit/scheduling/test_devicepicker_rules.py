@@ -62,7 +62,8 @@ def peers_of(size: int, links: set[tuple[int, int]]) -> dict[int, frozenset[int]
     for a, b in links:
         if a != b:
             out[a].add(b)  # one-sided: b may not list a
-    return {i: frozenset(s) for i, s in out.items()}
+    # a device without links may be left out of the mapping altogether
+    return {i: frozenset(s) for i, s in out.items() if s}
 
 
 # ------------------------------------------------------------------ small nodes
@@ -186,6 +187,7 @@ def test_large_node_links_reported_by_one_side_only() -> None:
 
 def test_large_node_picks_the_island_leaving_least_fragmentation() -> None:
     peers = islands(range(0, 6), range(6, 12), range(12, 18), range(18, 24))
+    del peers[0], peers[7]  # held, and their links not reported
     free = set(range(24)) - {0, 7}  # islands 1 and 2 broken; 3 and 4 whole
     p = pick_devices(free, 6, topology=Topology.REQUIRED, nvlink_peers=peers,
                      topology_known=True)
@@ -231,3 +233,11 @@ def test_large_node_greedy_picks_are_valid(held: set[int], n: int, one_sided: bo
 def test_large_node_plain_rule(free: set[int], n: int, expected: tuple[int, ...]) -> None:
     assert pick_plain(free, n) == expected
     assert pick_devices(free, n) == Pick(expected)
+
+
+def test_large_node_with_a_gpu_that_reports_no_links() -> None:
+    peers = islands(range(0, 8), range(8, 16))  # GPU 16 has no NVLink: not in the map
+    for topology in (Topology.REQUIRED, Topology.PREFERRED):
+        p = pick_devices(set(range(17)) - {0}, 8, topology=topology, nvlink_peers=peers,
+                         topology_known=True)
+        assert p == Pick(tuple(range(8, 16)))
