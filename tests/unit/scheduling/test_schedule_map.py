@@ -1,17 +1,23 @@
 """annotationMap through ``schedule``: the messages a user reads when the map is
 missing or wrong, every failing replica named, devices named by the map checked one
-by one, and other GPU pods' counted use respected even when the map names devices."""
+by one, and GPUs held without names (other GPU pods) respected even when the map
+names devices."""
 
 from __future__ import annotations
 
 from api.v1alpha1.types import Placement
-from internal.scheduling import UNSCHEDULABLE, schedule
+from internal.scheduling import UNSCHEDULABLE, Ledger, schedule
 from internal.scheduling.framework import INVALID_MAP, SCHEDULED
 from tests.unit.scheduling.helpers import cluster, four_nodes, gpunode, node, workload
 
 
 def P(i: int, n: str, *d: int) -> Placement:
     return Placement(index=i, node=n, devices=list(d))
+
+
+def other_gpu_pod(led: Ledger, node: str, gpus: int) -> None:
+    """GPUs of ``node`` held without naming devices (a GPU pod the kubelet placed)."""
+    led.assume("ns/pod", [Placement(index=0, node=node, devices=[])], gpus_per_replica=gpus)
 
 
 def mapped(text: str | None, replicas: int = 1, name: str = "m", **spec: object):
@@ -80,13 +86,6 @@ def test_a_single_replica_map_failure_is_not_called_a_gang() -> None:
     assert d.message == "b: replica 0: NotReady"
 
 
-def test_map_ignores_taints_cordons_and_selectors() -> None:
-    taint = {"key": "k", "value": "v", "effect": "NoSchedule"}
-    snap, led = cluster(node("a", 2, taints=[taint], unschedulable=True, labels={"z": "1"}))
-    d = schedule(mapped("0=a:1", nodeSelector={"z": "2"}), snap, led)
-    assert d.placements == [P(0, "a", 1)]
-
-
 def test_a_device_missing_from_the_agents_report_does_not_exist() -> None:
     g = {"metadata": {"name": "n"}, "status": {"devices": [{"index": 0}, {"index": 2},
                                                            {"index": 3}]}}
@@ -98,23 +97,23 @@ def test_a_device_missing_from_the_agents_report_does_not_exist() -> None:
 
 def test_named_devices_must_leave_room_for_other_gpu_pods() -> None:
     snap, led = cluster(node("n", 4))
-    led.set_foreign_pod("ns/p", "n", 3)  # a pod holding 3 unnamed GPUs
+    other_gpu_pod(led, "n", 3)
     d = schedule(mapped("0=n:0\n1=n:1", 2), snap, led)
     assert d.outcome == UNSCHEDULABLE
     assert d.reasons == {"n": "replica 1: 0 free GPUs, needs 1 (other GPU pods)"}
     one = schedule(mapped("0=n:2"), snap, led)
     assert one.placements == [P(0, "n", 2)]
-    led.set_foreign_pod("ns/p", "n", 4)
+    other_gpu_pod(led, "n", 4)
     assert schedule(mapped("0=n:2"), snap, led).reasons == {
         "n": "replica 0: 0 free GPUs, needs 1 (other GPU pods)"}
 
 
 def test_replicas_sharing_a_device_need_it_once() -> None:
     snap, led = cluster(node("n", 4))
-    led.set_foreign_pod("ns/p", "n", 2)
+    other_gpu_pod(led, "n", 2)
     d = schedule(mapped("0=n:3\n1=n:3\n2=n:0", 3), snap, led)
     assert d.ok and d.placements == [P(0, "n", 3), P(1, "n", 3), P(2, "n", 0)]
-    led.set_foreign_pod("ns/p", "n", 3)
+    other_gpu_pod(led, "n", 3)
     d = schedule(mapped("0=n:3\n1=n:3\n2=n:0", 3), snap, led)
     assert d.reasons == {"n": "replica 2: 0 free GPUs, needs 1 (other GPU pods)"}
 

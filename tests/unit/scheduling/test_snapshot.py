@@ -298,8 +298,8 @@ def test_a_gpunode_before_its_node_is_used_when_the_node_arrives() -> None:
     assert led.free_count("n") == 2
 
 
-def test_gpunode_named_by_spec_node_name() -> None:
-    g = gpunode("ignored", 2, unhealthy=(0,))
+def test_gpunode_whose_spec_names_its_own_node() -> None:
+    g = gpunode("n", 2, unhealthy=(0,))
     g["spec"] = {"nodeName": "n"}
     snap, led = cluster(node("n", 2), gpunodes=(g,))
     info = snap.get("n")

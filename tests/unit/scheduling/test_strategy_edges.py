@@ -52,7 +52,8 @@ def test_full_nodes_are_not_filtered(strategy: str) -> None:
                            for i in range(200)), (), led)
     for i in range(200):
         if i not in (57, 140):
-            led.set_foreign_pod(f"ns/p{i}", f"n{i:03d}", 3)
+            # 3 GPUs held without naming devices (device-plugin mode)
+            led.assume(f"x/p{i}", [P(0, f"n{i:03d}")], gpus_per_replica=3)
     d = schedule(workload(gpusPerReplica=2), snap, led, strategy, random.Random(0))
     assert d.nodes in (["n057"], ["n140"])
     assert d.visited <= 2, d.visited
