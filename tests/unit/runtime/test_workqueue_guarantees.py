@@ -243,6 +243,15 @@ def test_an_earlier_delay_replaces_a_later_one_once() -> None:
     assert q.pending_delayed() == 0 and len(q) == 0
 
 
+def test_the_delay_thread_keeps_serving_after_it_ran_dry() -> None:
+    q = WorkQueue()
+    q.add_after("a", 0.01)
+    assert q.get(timeout=LONG) == ("a", False)
+    until(lambda: q.pending_delayed() == 0)
+    q.add_after("b", 0.01)  # the same thread, idle meanwhile, delivers it
+    assert q.get(timeout=LONG) == ("b", False)
+
+
 def test_a_superseded_delay_does_not_bring_the_item_back_early() -> None:
     q = WorkQueue()
     q.add_after("x", 0.2)

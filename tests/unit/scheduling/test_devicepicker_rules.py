@@ -176,9 +176,13 @@ def test_large_node_required_takes_a_whole_nvlink_island() -> None:
     assert pref.devices == pick_plain(set(range(16)) - {3, 12}, 8)
 
 
-def test_large_node_links_reported_by_one_side_only() -> None:
-    # each GPU lists only its higher-numbered island peers
-    peers = {i: frozenset(j for j in range(8 * (i // 8), 8 * (i // 8) + 8) if j > i)
+@pytest.mark.parametrize("side", ["higher", "lower"])
+def test_large_node_links_reported_by_one_side_only(side: str) -> None:
+    # each GPU lists only its higher-numbered (or only its lower-numbered) island peers
+    def listed(i: int, j: int) -> bool:
+        return j > i if side == "higher" else j < i
+
+    peers = {i: frozenset(j for j in range(8 * (i // 8), 8 * (i // 8) + 8) if listed(i, j))
              for i in range(16)}
     p = pick_devices(set(range(16)) - {0}, 8, topology=Topology.REQUIRED,
                      nvlink_peers=peers, topology_known=True)
