@@ -116,7 +116,8 @@ def test_unknown_topology(topology: Topology) -> None:
     unknown = pick_devices({0, 1, 3}, 2, topology=topology, nvlink_peers=full,
                            topology_known=False)
     no_peers = pick_devices({0, 1, 3}, 2, topology=topology, topology_known=True)
-    for p in (unknown, no_peers):
+    not_said = pick_devices({0, 1, 3}, 2, topology=topology, nvlink_peers=full)
+    for p in (unknown, no_peers, not_said):
         if topology is Topology.REQUIRED:
             assert p == Pick(None, "NVLink topology unknown (no GPUNode report)")
         else:
