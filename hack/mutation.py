@@ -94,8 +94,11 @@ def report(mutants: list[Mutant], limit: int) -> Iterator[str]:
         c, _ = summary(by_module[module])
         total = sum(c.values())
         reached = total - c["no tests"] - c["not checked"] - c["skipped"]
-        yield (f"  {module:<48} {total:>5} mutants {_pct(c['killed'] + c['timeout'], reached):>7}"
-               f"  {c['survived']:>4} survived  {c['no tests']:>3} untested")
+        killed = c["killed"] + c["timeout"]
+        yield (f"  {module:<46} {total:>5} mutants {_pct(killed, reached):>7} of reached"
+               f" {_pct(killed, total):>7} of all {c['survived']:>4} survived"
+               f" {c['no tests']:>3} untested"
+               + (f" {c['not checked']:>4} not checked" if c["not checked"] else ""))
     for status, title in (("survived", "surviving mutants"),
                           ("no tests", "mutants no test reaches")):
         groups: dict[str, list[str]] = defaultdict(list)
