@@ -186,6 +186,14 @@ def test_allocatable_gpus_before_capacity(status: dict[str, Any], count: int) ->
     assert led.free_count("n") == count
 
 
+def test_a_node_whose_spec_leaves_out_unschedulable_takes_work() -> None:
+    """The API server omits ``spec.unschedulable`` unless the node is cordoned."""
+    snap, led = cluster(_raw("n", {"allocatable": {"nvidia.com/gpu": "2"}}))
+    info = snap.get("n")
+    assert info is not None and info.unschedulable is False and info.taints == ()
+    assert schedule(workload(gpusPerReplica=2), snap, led).nodes == ["n"]
+
+
 @pytest.mark.parametrize(
     ("conditions", "ready"),
     [
@@ -282,6 +290,9 @@ def test_the_ledger_hears_of_health_changes_and_removals() -> None:
     info = snap.get("n")
     assert info is not None and not info.has_gpunode and info.usable == frozenset(range(4))
     assert led.free_count("n") == 4
+    snap.remove_gpunode("n")  # again, and for a node that never had one: harmless
+    snap.remove_gpunode("zz")
+    assert snap.get("zz") is None and led.free_count("n") == 4
     snap.remove_node("n")
     assert led.free_count("n") == 0
     assert not schedule(workload(), snap, led).ok
