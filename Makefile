@@ -18,7 +18,7 @@ CONTAINER_TOOL ?= docker
 CHECKOV_VENV ?= .venv-checkov
 CHECKOV_VERSION := $(shell sed -n 's/.*"checkov==\([^"]*\)".*/\1/p' pyproject.toml)
 
-.PHONY: help venv tools testenv test unit integration lint fmt cluster-up cluster-down demo run manifests charts bench clean docker-build docker-push deploy undeploy
+.PHONY: help venv tools testenv test unit integration lint fmt cluster-up cluster-down demo run manifests charts bench clean docker-build docker-push deploy undeploy mutation
 
 help:
 	@echo "make demo          local control plane + config/ installed, prints the GPU nodes"
@@ -30,6 +30,7 @@ help:
 	@echo "make manifests     regenerates config/crd from api/v1alpha1 (and the charts' copies)"
 	@echo "make docker-build  builds IMG (and CHECK_IMG); make docker-push pushes them"
 	@echo "make deploy        kubectl apply -k config with IMG (WEBHOOK=1: the webhook too); make undeploy"
+	@echo "make mutation      mutation score of the placement core (slow; MUTANTS='internal.scheduling.snapshot*' for one module)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -125,5 +126,20 @@ bench: venv testenv
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
+# Mutation testing of the placement core (internal/scheduling, runtime/workqueue.py)
+# against its unit tests; configured under [tool.mutmut] in pyproject.toml. Not part
+# of `make test` or CI: a whole run takes 15-30 minutes on 2 cores. MUTANTS=GLOB
+# (mutmut names, e.g. 'internal.scheduling.snapshot*') reruns only those and keeps
+# the other results; without it the run starts afresh. Log: mutants/run.log.
+MUTANTS ?=
+MUTATION_JOBS ?= 2
+mutation: venv
+	$(BIN)/pip install -q -e '.[dev,mutation]'
+	@if [ -z "$(MUTANTS)" ]; then rm -rf mutants; fi; mkdir -p mutants
+	@echo "mutmut run $(MUTANTS) (log: mutants/run.log)"
+	@nice -n 10 $(BIN)/mutmut run --max-children $(MUTATION_JOBS) $(foreach m,$(MUTANTS),'$(m)') >mutants/run.log 2>&1 \
+		|| { tail -30 mutants/run.log; exit 1; }
+	@$(BIN)/python -m hack.mutation $(if $(MUTANTS),--only '$(subst *,,$(firstword $(MUTANTS)))')
+
 clean: cluster-down
-	rm -rf $(VENV) $(CHECKOV_VENV) $(TESTENV_DIR) .deploy .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(CHECKOV_VENV) $(TESTENV_DIR) .deploy .pytest_cache .ruff_cache .hypothesis mutants

@@ -398,7 +398,10 @@ def _place_mapped(ctx: Context) -> tuple[list[Placement] | None, str, str]:
         entries = mapparser.parse_scheduling_map(text)
     except mapparser.MapParseError as e:
         return None, INVALID_MAP, f"invalid scheduling map: {e}"
-    sizes = {n: len(info.devices) for n, info in ctx.snapshot.nodes.items()}
+    # a node's size for the map check is its highest device index + 1: a GPUNode may
+    # report 0, 2, 3 (device 1 gone); a missing index is the filter's own reason
+    sizes = {n: (max(info.devices) + 1 if info.devices else 0)
+             for n, info in ctx.snapshot.nodes.items()}
     problems = mapparser.check_map_against(entries, w.spec.replicas, sizes)
     if problems:
         return None, INVALID_MAP, "invalid scheduling map: " + "; ".join(problems)

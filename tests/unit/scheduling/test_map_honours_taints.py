@@ -31,3 +31,17 @@ def test_a_map_is_refused_a_cordoned_node() -> None:
     snap, led = cluster(node("node1", 2, unschedulable=True))
     d = schedule(mapped(), snap, led)
     assert d.outcome == UNSCHEDULABLE and "cordoned" in d.message
+
+
+def test_a_map_may_name_the_highest_device_of_a_node_with_a_gap() -> None:
+    from tests.unit.scheduling.helpers import gpunode
+
+    g = gpunode("node1", 4)
+    g["status"]["devices"] = [d for d in g["status"]["devices"] if d["index"] != 1]
+    snap, led = cluster(node("node1", 4), gpunodes=(g,))
+    d = schedule(workload("m", schedulingStrategy="annotationMap",
+                          schedulingMap="0=node1:3"), snap, led)
+    assert d.outcome == SCHEDULED and d.placements[0].devices == [3]
+    d = schedule(workload("m", schedulingStrategy="annotationMap",
+                          schedulingMap="0=node1:1"), snap, led)
+    assert d.outcome == UNSCHEDULABLE and "device 1 does not exist" in d.message
