@@ -1,0 +1,72 @@
+"""Priority: who goes first, and which lower-priority bookings a workload may
+preempt so that it fits."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+
+from api.v1alpha1.types import GPUWorkload, Placement
+from internal.scheduling.ledger import Ledger
+from internal.scheduling.search import _attempt
+from internal.scheduling.snapshot import Snapshot
+from internal.scheduling.strategies.base import Strategy
+
+#: victims considered at most by the preemption planner
+MAX_VICTIMS = 64
+
+
+def order_by_priority(workloads: Iterable[GPUWorkload]) -> list[GPUWorkload]:
+    """Higher priority first; then older first; then by key (deterministic)."""
+    return sorted(
+        workloads,
+        key=lambda w: (-w.spec.priority, w.metadata.creation_timestamp or "", w.key),
+    )
+
+
+def plan_preemption(
+    workload: GPUWorkload,
+    snapshot: Snapshot,
+    ledger: Ledger,
+    strategy: Strategy,
+    counted: bool,
+) -> tuple[list[str] | None, list[Placement], int]:
+    """Lowest-priority victims whose release lets the whole gang fit.
+
+    Only workloads of strictly lower priority are candidates (foreign pods never
+    are). Victims are added lowest priority first until the gang fits, then any
+    victim not needed is dropped again (highest priority first). Returns
+    (victims or None, nominated placements, nodes visited).
+    """
+    prio = workload.spec.priority
+    candidates = sorted(
+        (a for a in ledger.bookings() if a.key != workload.key and a.priority < prio),
+        key=lambda a: (a.priority, a.key),
+    )[:MAX_VICTIMS]
+    owner_of = {a.key: a.owner for a in candidates}
+    visited = 0
+    chosen: list[str] = []
+    placements: list[Placement] | None = None
+    for a in candidates:
+        chosen.append(a.key)
+        placements, ctx, _, _ = _attempt(
+            workload, snapshot, ledger, strategy, random.Random(0), counted,
+            [owner_of[k] for k in chosen]
+        )
+        visited += ctx.visited
+        if placements is not None:
+            break
+    if placements is None:
+        return None, [], visited
+    for key in sorted(chosen, key=lambda k: (-ledger.priority_of(k), k)):
+        trial = [k for k in chosen if k != key]
+        if not trial:
+            continue
+        p, ctx, _, _ = _attempt(
+            workload, snapshot, ledger, strategy, random.Random(0), counted,
+            [owner_of[k] for k in trial]
+        )
+        visited += ctx.visited
+        if p is not None:
+            chosen, placements = trial, p
+    return chosen, placements, visited

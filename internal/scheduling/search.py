@@ -1,0 +1,164 @@
+"""One search for a whole workload against the ledger as a ``View`` sees it: the
+strategy's candidates through the filters, replica by replica (a gang is
+all-or-nothing), or the annotation map's named nodes; and the per-node reasons
+when nothing fits."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
+from internal.scheduling import mapparser
+from internal.scheduling.filters import filter_node, gpus_word
+from internal.scheduling.ledger import Ledger, booking_owner
+from internal.scheduling.outcome import INVALID_MAP, SCHEDULED, UNSCHEDULABLE
+from internal.scheduling.snapshot import Snapshot
+from internal.scheduling.strategies import base as registry
+from internal.scheduling.strategies.base import Strategy
+from internal.scheduling.view import Candidate, Context, View
+
+#: unschedulable messages name every node when at most this many were not filtered
+EXPLAIN_ALL_BELOW = 16
+
+
+def _resolve_strategy(workload: GPUWorkload, strategy: Strategy | str | None) -> Strategy:
+    if isinstance(strategy, Strategy):
+        return strategy
+    return registry.create(strategy or workload.spec.scheduling_strategy.value)
+
+
+def _exposure(workload: GPUWorkload, default: DeviceExposure) -> DeviceExposure:
+    return workload.spec.device_exposure or default
+
+
+def _tolerations(workload: GPUWorkload) -> list[Mapping[str, Any]]:
+    tmpl = workload.spec.template or {}
+    return list(((tmpl.get("spec") or {}).get("tolerations")) or [])
+
+
+def _place_searched(strategy: Strategy, ctx: Context) -> tuple[list[Placement] | None, str]:
+    placements: list[Placement] = []
+    replicas = ctx.workload.spec.replicas
+    for index in range(replicas):
+        feasible: list[Candidate] = []
+        limit = strategy.limit + len(ctx.view.extra_nodes)
+        for name in strategy.candidates(ctx, ctx.view, ctx.snapshot):
+            reason, devices, free = filter_node(name, ctx)
+            if reason is not None:
+                ctx.reasons[name] = reason
+                continue
+            node = ctx.snapshot.get(name)
+            assert node is not None
+            feasible.append(Candidate(node, devices, free))
+            if len(feasible) >= limit:
+                break
+        if not feasible:
+            return None, ""
+        chosen = strategy.choose(feasible, ctx)
+        ctx.reasons.pop(chosen.name, None)
+        if ctx.counted:
+            ctx.view.take(chosen.name, (), ctx.gpus)
+        else:
+            ctx.view.take(chosen.name, chosen.devices)
+        placements.append(Placement(index=index, node=chosen.name, devices=list(chosen.devices)))
+    return placements, ""
+
+
+def _place_mapped(ctx: Context) -> tuple[list[Placement] | None, str, str]:
+    """(placements | None, outcome if failed, message)."""
+    w = ctx.workload
+    text = w.scheduling_map_text()
+    if text is None:
+        return (
+            None,
+            INVALID_MAP,
+            (
+                "schedulingStrategy annotationMap needs spec.schedulingMap or the "
+                "gpu-scheduling-map annotation"
+            ),
+        )
+    try:
+        entries = mapparser.parse_scheduling_map(text)
+    except mapparser.MapParseError as e:
+        return None, INVALID_MAP, f"invalid scheduling map: {e}"
+    # a node's size for the map check is its highest device index + 1: a GPUNode may
+    # report 0, 2, 3 (device 1 gone); a missing index is the filter's own reason
+    sizes = {n: (max(info.devices) + 1 if info.devices else 0)
+             for n, info in ctx.snapshot.nodes.items()}
+    problems = mapparser.check_map_against(entries, w.spec.replicas, sizes)
+    if problems:
+        return None, INVALID_MAP, "invalid scheduling map: " + "; ".join(problems)
+    placements = []
+    for e in entries.values():
+        reason, devices, _ = filter_node(e.node, ctx, exact=e.devices)
+        if reason is not None:
+            why = f"replica {e.index}: {reason}"
+            prev = ctx.reasons.get(e.node)
+            ctx.reasons[e.node] = why if prev is None else f"{prev}, {why}"
+            continue
+        ctx.view.take(e.node, devices)
+        placements.append(Placement(index=e.index, node=e.node, devices=list(devices)))
+    if ctx.reasons:
+        return None, UNSCHEDULABLE, ""
+    return placements, SCHEDULED, ""
+
+
+def _explain(
+    workload: GPUWorkload,
+    snapshot: Snapshot,
+    ledger: Ledger,
+    counted: bool,
+    seen: Mapping[str, str],
+) -> tuple[dict[str, str], int]:
+    """Per-node reasons against the ledger alone (without the failed gang's own
+    tentative replicas), for the nodes already filtered plus, in small clusters,
+    the nodes the index skipped. Returns (reasons, nodes filtered)."""
+    names = set(seen)
+    if len(snapshot) - len(names) <= EXPLAIN_ALL_BELOW:
+        names.update(snapshot.names)
+    ctx = Context(
+        workload=workload,
+        gpus=workload.spec.gpus,
+        counted=counted,
+        rng=random.Random(0),
+        tolerations=_tolerations(workload),
+        snapshot=snapshot,
+        view=View(ledger, booking_owner(workload)),
+    )
+    replicas = workload.spec.replicas
+    out: dict[str, str] = {}
+    for name in sorted(names):
+        reason, _, free = filter_node(name, ctx)
+        if reason is None:
+            fit = free // max(ctx.gpus, 1)
+            reason = f"{gpus_word(free)}, room for {fit} of {replicas} replicas"
+        out[name] = reason
+    return out, ctx.visited
+
+
+def _attempt(
+    workload: GPUWorkload,
+    snapshot: Snapshot,
+    ledger: Ledger,
+    strat: Strategy,
+    rng: random.Random,
+    counted: bool,
+    released: Iterable[str] = (),
+) -> tuple[list[Placement] | None, Context, str, str]:
+    view = View(ledger, booking_owner(workload), released)
+    ctx = Context(
+        workload=workload,
+        gpus=workload.spec.gpus,
+        counted=counted,
+        rng=rng,
+        tolerations=_tolerations(workload),
+        snapshot=snapshot,
+        view=view,
+    )
+    if strat.uses_map:
+        placements, outcome, msg = _place_mapped(ctx)
+        return placements, ctx, outcome, msg
+    placements, head = _place_searched(strat, ctx)
+    return placements, ctx, (SCHEDULED if placements is not None else UNSCHEDULABLE), head

@@ -1,0 +1,107 @@
+"""The working state of one decision: the ledger as it sees it (``View``), the
+workload being placed and its per-node reasons (``Context``), a feasible node
+(``Candidate``)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from api.v1alpha1.types import GPUWorkload
+from internal.scheduling.ledger import Ledger
+from internal.scheduling.snapshot import NodeInfo, Snapshot
+
+
+class View:
+    """The ledger as one decision of ``owner`` sees it: plus what this decision has
+    taken so far (the gang's earlier replicas), minus everything the ``released``
+    owners hold (planned victims: their bookings and their pods)."""
+
+    def __init__(self, ledger: Ledger, owner: str, released: Iterable[str] = ()) -> None:
+        self.ledger = ledger
+        self.owner = owner
+        self.released = frozenset(released)
+        self.taken: dict[str, set[int]] = {}
+        self.taken_count: dict[str, int] = {}
+        self.last_node: str | None = None  # node of the latest take (gang order)
+        # nodes where released owners hold something: their index entry is stale
+        self.extra_nodes: list[str] = sorted(
+            {n for a in ledger.allocations().values() if a.owner in self.released
+             for n in a.nodes}
+        ) if self.released else []
+
+    def held_by_other(self, node: str, device: int) -> bool:
+        """Is ``device`` held by an owner other than this decision's (and not released)?"""
+        return any(o != self.owner and o not in self.released
+                   for o in self.ledger.device_owners(node, device))
+
+    def free_devices(self, node: str) -> set[int]:
+        taken = self.taken.get(node, ())
+        return {
+            d
+            for d in self.ledger.usable(node)
+            if d not in taken and not self.held_by_other(node, d)
+        }
+
+    def counted_load(self, node: str) -> int:
+        c = self.ledger.counted(node)
+        return sum(v for o, v in c.items() if o != self.owner and o not in self.released) + (
+            self.taken_count.get(node, 0)
+        )
+
+    def free_count(self, node: str) -> int:
+        return max(0, len(self.free_devices(node)) - self.counted_load(node))
+
+    def take(self, node: str, devices: Iterable[int], count: int = 0) -> None:
+        self.taken.setdefault(node, set()).update(devices)
+        self.last_node = node
+        if count:
+            self.taken_count[node] = self.taken_count.get(node, 0) + count
+
+    def index_free(self, node: str) -> int:
+        """The (possibly stale) free count of the ledger's index: a cheap bound."""
+        if node in self.extra_nodes:
+            return len(self.ledger.usable(node))
+        return self.ledger.index.get(node)
+
+    def index_candidates(self, min_free: int, *, most_free_first: bool = True) -> Iterator[str]:
+        """Nodes released victims touch, then the index's nodes with >= min_free."""
+        seen = set(self.extra_nodes)
+        yield from self.extra_nodes
+        for n in self.ledger.index.iter_nodes(min_free, most_free_first=most_free_first):
+            if n not in seen:
+                yield n
+
+
+@dataclass
+class Context:
+    workload: GPUWorkload
+    gpus: int
+    counted: bool
+    rng: random.Random
+    tolerations: list[Mapping[str, Any]]
+    snapshot: Snapshot
+    view: View
+    visited: int = 0
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return self.workload.key
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    node: NodeInfo
+    devices: tuple[int, ...]
+    free: int  # free GPUs on the node before this replica
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def free_after(self) -> int:
+        return self.free - max(len(self.devices), 0)
