@@ -234,8 +234,14 @@ class Runner:
         from kubernetes import watch
 
         while not self._stop.is_set():
-            listing = self.api_client.sanitize_for_serialization(
-                self.core.list_pod_for_all_namespaces())
+            try:
+                listing = self.api_client.sanitize_for_serialization(
+                    self.core.list_pod_for_all_namespaces())
+            except Exception as exc:  # kube-apiserver restarting or unreachable: retry
+                print(f"check-pods: list failed ({type(exc).__name__}: {exc}); retrying",
+                      flush=True)
+                self._stop.wait(1)
+                continue
             seen = set()
             for pod in listing["items"]:
                 seen.add(pod["metadata"]["uid"])
