@@ -13,6 +13,7 @@ import pytest
 from api.v1alpha1.keys import ATTEMPT_LABEL, DEVICES_ANNOTATION
 from api.v1alpha1.types import GPUWorkload, Placement
 from internal.scheduling import Ledger, LedgerConflict
+from internal.scheduling.pods import PodHolding
 
 
 def P(node: str, *devices: int, i: int = 0) -> Placement:
@@ -47,15 +48,54 @@ def pod(name: str, node: str = "n1", *, devices: str | None = None, gpus: int = 
 def test_a_device_is_free_only_when_nobody_holds_it() -> None:
     led = ledger(n1=4)
     assert led.free_devices("n1") == frozenset(range(4)) and led.free_count("n1") == 4
-    led.assume("ns/a", [P("n1", 1)], owner="a#0")
     led.sync_pod(pod("a-0", devices="1", workload_uid="a", attempt=0))
+    led.assume("ns/a", [P("n1", 1)], owner="a#0")
     assert led.free_devices("n1") == frozenset({0, 2, 3}) and led.free_count("n1") == 3
+    # messages name the booking before its pods
+    assert led.holder("n1", 1) == "ns/a" and dict(led.holders("n1")) == {1: "ns/a"}
     led.forget("ns/a")  # the booking goes: its pod still holds device 1
     assert led.free_devices("n1") == frozenset({0, 2, 3}) and led.free_count("n1") == 3
     assert led.device_owners("n1", 1) == frozenset({"a#0"})
-    led.remove_pod("u-a-0")
+    assert led.holder("n1", 1) == "team/a-0"
+    assert led.remove_pod("u-a-0") is True
     assert led.free_devices("n1") == frozenset(range(4)) and led.free_count("n1") == 4
-    assert led.device_owners("n1", 1) == frozenset()
+    assert led.device_owners("n1", 1) == frozenset() and led.holder("n1", 1) is None
+    assert led.remove_pod("u-a-0") is False
+
+
+def test_holders_are_named_in_order_pods_by_name() -> None:
+    led = ledger(n1=4)
+    led.sync_pod(pod("b", devices="0"))
+    led.sync_pod(pod("a", devices="0"))
+    assert led.holder("n1", 0) == "team/a"
+
+
+def test_removing_what_is_not_there_is_harmless() -> None:
+    led = ledger(n1=4)
+    led.assume("ns/a", [P("n1", 0)])
+    assert led.remove_holder("ns/a") is False  # a booking is not a pod's holding
+    assert led.holder("n1", 0) == "ns/a"
+    assert led.remove_holder("pod:nobody") is False and led.remove_pod("nobody") is False
+    led.sync_pod(pod("p", devices="1"))
+    assert led.remove_holder("pod:u-p") is True and led.free_devices("n1") == {1, 2, 3}
+    led.remove_node("n9")  # never known
+    assert led.known_nodes() == ["n1"]
+    with pytest.raises(KeyError, match="ns/unknown"):
+        led.commit("ns/unknown")
+
+
+def test_a_pod_recorded_directly_is_committed_with_priority_zero() -> None:
+    led = ledger(n1=4)
+    led.set_pod(PodHolding("u1", "team/p", "n1", (2,), 1, "pod:u1"))
+    assert led.priority_of("pod:u1") == 0 and led.is_committed("pod:u1")
+    assert led.free_count("n1") == 2 and led.counted("n1") == {"pod:u1": 1}
+
+
+def test_a_booking_records_the_workload_uid_it_was_made_for() -> None:
+    led = ledger(n1=4)
+    assert led.assume("ns/a", [P("n1", 0)]).uid == ""
+    assert led.assume("ns/b", [P("n1", 1)], uid="b-uid").uid == "b-uid"
+    assert led.allocation("ns/b").uid == "b-uid"
 
 
 def test_unknown_nodes_and_unusable_devices_are_never_free() -> None:
@@ -108,6 +148,7 @@ def test_free_count_without_some_owners() -> None:
     led.sync_pod(pod("z", devices="3"))  # 3 shared by y and z
     led.sync_pod(pod("c", gpus=1))
     assert led.free_count("n1") == 0  # {4, 5} free, 2 counted
+    assert led.priority_of("pod:u-c") == 0
     v, y, c = "pod:u-v", "pod:u-y", "pod:u-c"
     assert led.free_count_without("n1", frozenset()) == 0
     assert led.free_count_without("n1", frozenset({v})) == 3  # 0, 1, 4, 5 minus c's 1
@@ -148,6 +189,7 @@ def test_a_booking_may_share_its_own_owners_devices() -> None:
         ([P("n1", 0, 1, 2)], 0, "n1: 2 free GPU(s), needs 3"),
         ([P("n1"), P("n1", i=1), P("n1", i=2)], 1, "n1: 2 free GPU(s), needs 3"),
         ([P("n1", 0, 4)], 0, "n1: device(s) 4 not usable"),
+        ([P("n1", 5, 0, 4)], 0, "n1: device(s) 4,5 not usable"),
         ([P("n9", 0)], 0, "n9: unknown node"),
         ([P("n9")], 1, "n9: unknown node"),
     ],
@@ -266,6 +308,11 @@ def test_without_creation_times_the_key_orders_the_rebuild() -> None:
     led, problems = Ledger.rebuild([b, a], (), {"n1": range(4)})
     assert led.holder("n1", 0) == "ns/a"
     assert problems == ["ns/b: placement not booked: n1: device(s) 0 held by ns/a"]
+    # one without a creation time (never from the API) comes first: the same every time
+    dated = wl("a", [dev("n1", 1)], created="2026-11-23T09:00:00Z")
+    undated = wl("z", [dev("n1", 1)])
+    led, problems = Ledger.rebuild([dated, undated], (), {"n1": range(4)})
+    assert led.holder("n1", 1) == "ns/z" and len(problems) == 1
 
 
 def test_a_running_pod_wins_over_a_committed_placement() -> None:
@@ -342,6 +389,13 @@ def test_an_invalid_workload_keeps_its_attempt_and_uid() -> None:
     assert len(problems) == 1 and problems[0].startswith("ns/w: invalid spec, placements kept: ")
     assert led.device_owners("n1", 2) == frozenset({"w-uid#3"})
     assert led.allocation("ns/w").uid == "w-uid"
+
+
+def test_an_invalid_workload_without_retries_is_its_first_attempt() -> None:
+    raw = wl("w", [dev("n1", 2)], uid="w-uid", replicas=-1)
+    del raw["status"]["retries"]
+    led, problems = Ledger.rebuild([raw], (), {"n1": range(4)})
+    assert len(problems) == 1 and led.device_owners("n1", 2) == frozenset({"w-uid#0"})
 
 
 def test_an_invalid_workload_without_status_holds_nothing() -> None:
