@@ -429,3 +429,19 @@ def test_a_rebuild_without_nodes_still_books() -> None:
     led, problems = Ledger.rebuild([wl("w", [dev("n1", 0)])], [pod("p", devices="1")])
     assert problems == [] and led.known_nodes() == []
     assert led.holder("n1", 0) == "ns/w" and led.holder("n1", 1) == "team/p"
+
+
+def test_what_holds_a_node_and_who_holds_what() -> None:
+    led = ledger(n1=4, n2=4)
+    led.assume("ns/a", [P("n1", 0)], owner="a#0")
+    led.assume("ns/dp", [P("n2")], gpus_per_replica=1, owner="dp#0")
+    led.sync_pod(pod("a-0", devices="0", workload_uid="a", attempt=0))
+    led.sync_pod(pod("stranger", "n2", gpus=1))
+    # the bookings on a node, named or counted; pods are not bookings
+    assert led.keys_on("n1") == {"ns/a"} and led.keys_on("n2") == {"ns/dp"}
+    assert led.keys_on("n9") == set()
+    assert [a.key for a in led.bookings()] == ["ns/a", "ns/dp"]
+    assert sorted(a.key for a in led.held_by_owner("a#0")) == ["ns/a", "pod:u-a-0"]
+    # a pod's holding is found as one; a booking is not
+    assert led.holding("pod:u-a-0") is not None and led.holding("pod:u-a-0").pod
+    assert led.holding("ns/a") is None and led.holding("pod:nobody") is None
