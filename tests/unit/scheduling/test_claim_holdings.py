@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from internal.scheduling import Ledger
+from internal.scheduling.inventory import DRA_DRIVER_ANNOTATION, SOURCE_ANNOTATION
 from internal.scheduling.resourceslices import (
     BadClaim,
     SliceInventory,
@@ -185,3 +186,106 @@ def test_the_owner_of_a_claim(owner: dict, attempt: str, expected: str) -> None:
     h = claim_holding(claim("u1", "n1", "gpu-0", owner=owner, attempt=attempt),
                       inventory(rslice("n1", 1)))
     assert h is not None and h.owner == expected
+
+
+# ------------------------------------------------------------------- the slices
+
+
+def test_slices_come_and_go_and_the_node_follows() -> None:
+    inv = SliceInventory(DRIVER)
+    assert inv.upsert(rslice("n1", 2, name="a")) == "n1"
+    assert inv.devices("n1").keys() == {0, 1} and inv.has("n1")
+    # the same slice republished with more devices: the cache follows
+    assert inv.upsert(rslice("n1", 3, name="a")) == "n1"
+    assert inv.devices("n1").keys() == {0, 1, 2}
+    # the slice moved to another driver: its old node changed
+    assert inv.upsert(rslice("n1", 3, name="a", driver="other.driver")) == "n1"
+    assert inv.devices("n1") == {} and not inv.has("n1") and inv.nodes() == set()
+    assert inv.upsert(rslice("n1", 3, name="b", driver="other.driver")) is None
+    inv.upsert(rslice("n1", 1, name="a"))
+    inv.upsert(rslice("n2", 1, name="c"))
+    assert inv.remove({"metadata": {"name": "a"}}) == "n1"
+    assert inv.remove({"metadata": {"name": "a"}}) is None
+    assert inv.nodes() == {"n2"} and inv.devices("n1") == {} and inv.view("n1", None) is None
+
+
+def test_two_slices_of_one_node_both_count_until_the_last_goes() -> None:
+    inv = SliceInventory(DRIVER)
+    first = rslice("n1", 2, name="first")
+    second = rslice("n1", 4, name="second")
+    second["spec"]["pool"]["name"] = "n1-extra"
+    second["spec"]["devices"] = second["spec"]["devices"][2:]
+    inv.upsert(first)
+    inv.upsert(second)
+    assert inv.devices("n1").keys() == {0, 1, 2, 3}
+    assert inv.remove(first) == "n1" and inv.has("n1")
+    assert inv.devices("n1").keys() == {2, 3}
+    assert inv.remove(second) == "n1" and not inv.has("n1")
+
+
+def test_each_pool_keeps_its_newest_generation() -> None:
+    inv = SliceInventory(DRIVER)
+    old = rslice("n1", 4, generation=3, name="old")
+    new = rslice("n1", 2, generation=4, name="new")
+    other = rslice("n1", 8, generation=1, name="other")
+    other["spec"]["pool"]["name"] = "second-pool"
+    other["spec"]["devices"] = other["spec"]["devices"][6:]
+    for s in (new, other, old):
+        inv.upsert(s)
+    assert inv.devices("n1").keys() == {0, 1, 6, 7}
+    assert inv.device("n1", 6).pool == "second-pool" and inv.device("n1", 2) is None
+    bad = rslice("n2", 1, name="bad")
+    bad["spec"]["pool"]["generation"] = "x"  # unreadable: generation 0
+    inv.upsert(bad)
+    assert inv.devices("n2").keys() == {0}
+
+
+def test_a_device_is_located_in_its_pool_wherever_that_is() -> None:
+    s = rslice("n1", 2, name="a")
+    s["spec"]["pool"]["name"] = "shared-pool"
+    inv = inventory(s, rslice("n2", 2, name="b"))
+    assert inv.locate("n2", "gpu-1") == inv.device("n2", 1)
+    found = inv.locate("shared-pool", "gpu-1")
+    assert found is not None and (found.node, found.index) == ("n1", 1)
+    assert inv.locate("shared-pool", "gpu-7") is None
+    assert inv.locate("n1", "gpu-1") is None  # n1's devices are in another pool
+    h = claim_holding(claim("u1", "n1", "gpu-0"), inv)  # names pool n1: not published
+    assert h is not None and (h.node, h.devices) == ("n1", (0,))
+
+
+def test_the_view_merges_the_agents_devices_by_index() -> None:
+    s = rslice("n1", 3)
+    s["spec"]["devices"][2]["attributes"] = {"minor": {"int": 2}}  # no uuid, model, memory
+    del s["spec"]["devices"][2]["capacity"]
+    inv = inventory(s)
+    agent = {"metadata": {"name": "n1", "labels": {"l": "v"}},
+             "spec": {"x": 1},
+             "status": {"topologyKnown": True, "devices": [
+                 {"index": 1, "healthy": False, "uuid": "GPU-agent-1", "memoryTotalMiB": 1},
+                 {"index": 2, "uuid": "GPU-agent-2", "model": "A100", "nvlinkPeers": [1]},
+                 {"uuid": "no-index"}]}}
+    v = inv.view("n1", agent)
+    assert v is not None
+    assert v["metadata"]["labels"] == {"l": "v"}
+    assert v["metadata"]["annotations"] == {
+        SOURCE_ANNOTATION: "resourceslice",
+        DRA_DRIVER_ANNOTATION: DRIVER}
+    assert v["spec"] == {"x": 1, "nodeName": "n1"}
+    assert v["status"]["topologyKnown"] is True and v["status"]["deviceCount"] == 3
+    assert v["status"]["devices"] == [
+        {"index": 0, "uuid": "GPU-n1-0", "model": "NVIDIA H100", "memoryTotalMiB": 81920,
+         "healthy": True},
+        {"index": 1, "healthy": False, "uuid": "GPU-n1-1", "memoryTotalMiB": 81920,
+         "model": "NVIDIA H100"},
+        {"index": 2, "uuid": "GPU-agent-2", "model": "A100", "nvlinkPeers": [1],
+         "healthy": True},
+    ]
+    bare = inv.view("n1", None)
+    assert bare["metadata"] == {"name": "n1", "annotations": v["metadata"]["annotations"]}
+    assert [d["uuid"] for d in bare["status"]["devices"]] == ["GPU-n1-0", "GPU-n1-1", ""]
+    assert bare["status"]["devices"][2] == {"index": 2, "uuid": "", "model": "",
+                                            "healthy": True}
+    # an agent that already named the source keeps it
+    agent["metadata"]["annotations"] = {SOURCE_ANNOTATION: "agent"}
+    assert inv.view("n1", agent)["metadata"]["annotations"][
+        SOURCE_ANNOTATION] == "agent"
