@@ -445,3 +445,21 @@ def test_what_holds_a_node_and_who_holds_what() -> None:
     # a pod's holding is found as one; a booking is not
     assert led.holding("pod:u-a-0") is not None and led.holding("pod:u-a-0").pod
     assert led.holding("ns/a") is None and led.holding("pod:nobody") is None
+
+
+def test_the_free_index_follows_pods_that_name_no_device() -> None:
+    led = ledger(n1=4)
+    led.sync_pod(pod("c", gpus=3))
+    assert led.index.get("n1") == 1 and list(led.index.iter_nodes(2)) == []
+    led.remove_pod("u-c")
+    assert led.index.get("n1") == 4 and list(led.index.iter_nodes(4)) == ["n1"]
+    led.sync_pod(pod("c", gpus=3))
+    led.sync_pod(pod("c", gpus=3) | {"status": {"phase": "Succeeded"}})
+    assert led.index.get("n1") == 4
+
+
+def test_a_booking_that_counts_no_gpu_takes_none() -> None:
+    led = ledger(n1=4)
+    led.assume("ns/a", [P("n1")], gpus_per_replica=0, owner="a#0")
+    assert led.counted("n1") == {"a#0": 0} and led.free_count("n1") == 4
+    assert led.free_count_without("n1", frozenset()) == 4
