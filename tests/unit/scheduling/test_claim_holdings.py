@@ -69,6 +69,7 @@ def test_the_node_an_allocation_selects(allocation: dict, node: str | None) -> N
         ("gpu-3", {"minor": {"string": "5"}}, 3),  # not an int
         ("gpu-3", {"minor": 5}, 3),  # not an attribute value
         ("gpu-0", {}, 0),
+        ("gpu-3", {"minor": {"int": 0}}, 0),
         ("gpu-12345", {}, None),
         ("gpu-x", {}, None),
         ("mig-1g.10gb-0", {}, None),
@@ -83,6 +84,7 @@ def test_the_host_index_of_a_published_device(name: str, attrs: dict,
 @pytest.mark.parametrize(
     ("capacity", "mib"),
     [({"memory": {"value": "80Gi"}}, 81920), ({"memory": {"value": "1Mi"}}, 1),
+     ({"memory": {"value": "1536Ki"}}, 1),
      ({"memory": {"value": "0"}}, None), ({"memory": {}}, None), ({"memory": "80Gi"}, None),
      ({}, None)],
 )
@@ -92,8 +94,8 @@ def test_device_memory(capacity: dict, mib: int | None) -> None:
 
 def test_a_slice_lists_its_gpus_with_their_attributes() -> None:
     s = rslice("n1", 2)
-    s["spec"]["devices"].append({"name": "not-a-gpu"})
-    s["spec"]["devices"][1]["attributes"]["productName"] = {"version": "v1"}
+    s["spec"]["devices"].insert(0, {"name": "not-a-gpu"})
+    s["spec"]["devices"][2]["attributes"]["productName"] = {"version": "v1"}
     devs = slice_devices(s, DRIVER)
     assert [(d.name, d.index, d.pool, d.node, d.uuid, d.model, d.memory_mib) for d in devs] == [
         ("gpu-0", 0, "n1", "n1", "GPU-n1-0", "NVIDIA H100", 81920),
@@ -216,6 +218,7 @@ def test_two_slices_of_one_node_both_count_until_the_last_goes() -> None:
     second["spec"]["pool"]["name"] = "n1-extra"
     second["spec"]["devices"] = second["spec"]["devices"][2:]
     inv.upsert(first)
+    assert inv.devices("n1").keys() == {0, 1}
     inv.upsert(second)
     assert inv.devices("n1").keys() == {0, 1, 2, 3}
     assert inv.remove(first) == "n1" and inv.has("n1")
@@ -238,12 +241,18 @@ def test_each_pool_keeps_its_newest_generation() -> None:
     bad["spec"]["pool"]["generation"] = "x"  # unreadable: generation 0
     inv.upsert(bad)
     assert inv.devices("n2").keys() == {0}
+    unset = rslice("n2", 3, name="unset")
+    del unset["spec"]["pool"]["generation"]  # none: generation 0
+    inv.upsert(unset)
+    assert inv.devices("n2").keys() == {0, 1, 2}
+    inv.upsert(rslice("n2", 2, generation=1, name="first"))  # newer than both
+    assert inv.devices("n2").keys() == {0, 1}
 
 
 def test_a_device_is_located_in_its_pool_wherever_that_is() -> None:
     s = rslice("n1", 2, name="a")
     s["spec"]["pool"]["name"] = "shared-pool"
-    inv = inventory(s, rslice("n2", 2, name="b"))
+    inv = inventory(rslice("n2", 2, name="b"), rslice("n3", 1, name="c"), s)
     assert inv.locate("n2", "gpu-1") == inv.device("n2", 1)
     found = inv.locate("shared-pool", "gpu-1")
     assert found is not None and (found.node, found.index) == ("n1", 1)
@@ -251,6 +260,18 @@ def test_a_device_is_located_in_its_pool_wherever_that_is() -> None:
     assert inv.locate("n1", "gpu-1") is None  # n1's devices are in another pool
     h = claim_holding(claim("u1", "n1", "gpu-0"), inv)  # names pool n1: not published
     assert h is not None and (h.node, h.devices) == ("n1", (0,))
+
+
+def test_the_selected_node_places_a_claims_devices() -> None:
+    inv = inventory(rslice("n2", 2))
+    c = claim("u1", "n1", "gpu-3")
+    c["status"]["allocation"]["devices"]["results"][0]["pool"] = "gone-pool"
+    h = claim_holding(c, inv)  # not published: on the node the allocation selects
+    assert h is not None and (h.node, h.devices) == ("n1", (3,))
+    c = claim("u2", "n1", "gpu-1")
+    c["status"]["allocation"]["devices"]["results"][0]["pool"] = "n2"
+    with pytest.raises(BadClaim, match=r"^devices on several nodes \(n1, n2\)$"):
+        claim_holding(c, inv)  # published on n2, selected for n1
 
 
 def test_the_view_merges_the_agents_devices_by_index() -> None:
