@@ -1,8 +1,16 @@
 """Wires the GPUWorkload controller into a manager: informers, indexes, the
-placement state's event handlers, the controller, and the state metrics."""
+placement state's event handlers, the controller, its status writer, and the state
+metrics.
+
+Clients, as kube-scheduler has them: the workers' (the manager's) sends what commits
+a placement (the bound pod, a gang's status); a second one, with its own token
+bucket of the same size, carries the asynchronous status writes and our finalizer,
+and the Events when the manager has no Events client of its own.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -12,9 +20,11 @@ from typing import Any
 from api.v1alpha1.types import API_VERSION, DeviceExposure
 from controllers.gpuworkload import GPUWorkloadReconciler, Options
 from controllers.placement_state import PlacementState
+from controllers.status_writer import StatusWriter
 from internal.metrics.domain import STATE
 from internal.scheduling.inventory import heartbeat
-from runtime import Builder, Controller, FuncHandler, Manager, Request
+from runtime import Builder, Client, Controller, FuncHandler, Manager, Request
+from runtime.events import EventRecorder
 from runtime.store import (
     NODE_NAME_INDEX,
     OWNER_UID_INDEX,
@@ -38,6 +48,14 @@ class ControllerOptions:
     stale_after: float = 90.0  # seconds without a GPUNode heartbeat before it is stale
     stale_check_period: float = 10.0
     default_strategy: str | None = None  # for specs that name no schedulingStrategy
+    async_status: bool = True  # status written by the StatusWriter, off the workers' client
+    status_writers: int = 2  # writer threads
+
+
+def second_client(mgr: Manager) -> Client:
+    """A client to the same server with a token bucket of its own (the same QPS and
+    burst as the manager's), as kube-scheduler's event client."""
+    return Client(dataclasses.replace(mgr.client.config))
 
 
 class _StaleTicker:
@@ -101,12 +119,25 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
                                workloads.indexer.list(), pods.indexer.list()))
         return state
 
-    recorder = mgr.event_recorder(COMPONENT)
+    status_client = second_client(mgr) if opts.async_status else None
+    if getattr(mgr, "events_client", None) is not None or status_client is None:
+        recorder = mgr.event_recorder(COMPONENT)
+    else:
+        # this manager sends Events on the workers' client: ours go on the second one
+        recorder = EventRecorder(status_client, COMPONENT)
+    writer = None
+    if status_client is not None:
+        writer = StatusWriter(
+            status_client, workloads.indexer, threads=opts.status_writers,
+            on_pending=lambda key: reconciler.state.writing(key) if reconciler.state else None,
+            on_written=lambda obj: reconciler.state.wrote(obj) if reconciler.state else None)
+        mgr.add(writer)
     reconciler = GPUWorkloadReconciler(
         mgr.client, recorder, workloads.indexer, pods.indexer,
         jobs.indexer, state_factory=make_state,
         options=Options(default_exposure=opts.default_exposure,
-                        default_strategy=opts.default_strategy))
+                        default_strategy=opts.default_strategy),
+        status_writer=writer)
 
     def on(method: str):
         def call(*args: Any) -> None:
@@ -119,6 +150,9 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     gpunodes.add_event_handler(
         FuncHandler(on("on_gpunode"), on("on_gpunode"), on("on_gpunode_deleted")))
     pods.add_event_handler(FuncHandler(on("on_pod"), on("on_pod"), on("on_pod_deleted")))
+    seen = reconciler.expectations.observed
+    for children in (pods, jobs):
+        children.add_event_handler(FuncHandler(seen, lambda old, new: seen(new), seen))
     workloads.add_event_handler(
         FuncHandler(on("on_workload"), on("on_workload"), on("on_workload_deleted")))
 
