@@ -550,9 +550,12 @@ class GPUWorkloadReconciler:
         try:
             created = self.client.create(obj)
             if obj.get("kind") in ("Pod", "Job") and isinstance(created, Mapping):
+                m.CHILD_CREATES.labels("created").inc()
                 self.expectations.created(meta["ownerReferences"][0]["uid"], created)
             return None
         except AlreadyExists:
+            if obj.get("kind") in ("Pod", "Job"):
+                m.CHILD_CREATES.labels("already_exists").inc()
             existing = self._get_existing(obj)
             ours = obj["metadata"]["ownerReferences"][0]["uid"]
             ref = controller_ref(existing) if existing is not None else None

@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
 from api.v1alpha1.types import API_VERSION
+from internal import metrics as m
 from runtime import Conflict, NotFound
 from runtime.store import Indexer
 
@@ -48,20 +48,8 @@ log = structlog.get_logger("status_writer")
 
 JSON = Mapping[str, Any]
 
-LAG = Histogram(
-    "gpu_orchestrator_status_write_lag_seconds",
-    "From the first time a reconcile asked for a GPUWorkload status to that status "
-    "written (asynchronous writer).",
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
-    registry=REGISTRY)
-WRITES = Counter("gpu_orchestrator_status_writes_total",
-                 "Status writes of the asynchronous writer, by result.", ["result"],
-                 registry=REGISTRY)
-COALESCED = Counter("gpu_orchestrator_status_writes_coalesced_total",
-                    "Desired statuses replaced by a newer one before they were written.",
-                    registry=REGISTRY)
-QUEUED = Gauge("gpu_orchestrator_status_writes_queued",
-               "Workloads whose desired status is not written yet.", registry=REGISTRY)
+LAG, WRITES = m.STATUS_WRITE_LAG, m.STATUS_WRITES
+COALESCED, QUEUED = m.STATUS_COALESCED, m.STATUS_QUEUED
 
 #: a failed write is tried again after this, doubling up to RETRY_MAX
 RETRY_BASE = 0.2

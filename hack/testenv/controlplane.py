@@ -64,9 +64,8 @@ spec:
     kind: Node
   selector:
     matchExpressions:
-    - key: metadata.annotations["testenv.gpu-orchestrator.dev/never"]
-      operator: In
-      values: ["never"]
+    - key: '.metadata.name'
+      operator: 'DoesNotExist'
   next: {}
 """
 
