@@ -89,7 +89,8 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--leader-election-namespace", default=None,
                    help="namespace of the Lease (default: $POD_NAMESPACE, else default)")
     p.add_argument("--leader-election-id", default="gpu-orchestrator-leader")
-    p.add_argument("--workers", type=int, default=4, help="concurrent reconciles")
+    p.add_argument("--workers", type=int, default=16,
+                   help="concurrent reconciles (kube-scheduler binds 16 pods at once)")
     p.add_argument("--gpunode-stale-after", type=float, default=90.0,
                    help="seconds without an agent heartbeat before a GPUNode's devices are "
                         "no longer offered")
@@ -99,8 +100,11 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                         "gpu-scheduling-map says, through the same ledger")
     p.add_argument("--scheduler-name", default="gpu-scheduler",
                    help="schedulerName of the pods the pod-binding controller binds")
-    p.add_argument("--qps", type=float, default=50.0, help="client-side API QPS limit")
-    p.add_argument("--burst", type=int, default=100, help="client-side API burst")
+    p.add_argument("--qps", type=float, default=50.0,
+                   help="client-side API QPS limit, of each client: the workers' and the "
+                        "status writer's (as kube-scheduler's main and events clients)")
+    p.add_argument("--burst", type=int, default=100, help="client-side API burst, of each "
+                                                          "client")
 
 
 def run_manager(args: argparse.Namespace) -> int:

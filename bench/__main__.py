@@ -49,7 +49,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds of steady arrival (0: no steady phase)")
     p.add_argument("--clients", type=int, default=8,
                    help="parallel connections creating units (default 8)")
-    p.add_argument("--workers", type=int, default=4, help="controller --workers")
+    p.add_argument("--workers", type=int, default=None,
+                   help="controller --workers (default: the controller's, 16)")
     p.add_argument("--qps", type=float, default=None,
                    help="client QPS of both systems (default: each one's default, 50)")
     p.add_argument("--api-burst", type=int, default=None,

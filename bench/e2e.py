@@ -192,7 +192,7 @@ class Config:
     rate: float = 50.0
     duration: float = 10.0
     clients: int = 8
-    workers: int = 4
+    workers: int | None = None  # None: the controller's default
     qps: float | None = None  # None: each system's default (50, burst 100)
     api_burst: int | None = None
     systems: list[str] = field(default_factory=lambda: [SCHEDULER, OURS])
@@ -335,7 +335,9 @@ class Bench:
                 f"--kubeconfig={self.cp.kubeconfig}",
                 f"--metrics-bind-address=127.0.0.1:{metrics}",
                 f"--health-probe-bind-address=127.0.0.1:{health}",
-                f"--workers={self.cfg.workers}", "--log-format=console"]
+                "--log-format=console"]
+        if self.cfg.workers:
+            argv.append(f"--workers={self.cfg.workers}")
         if self.cfg.qps:
             argv.append(f"--qps={self.cfg.qps}")
         if self.cfg.api_burst:

@@ -43,13 +43,13 @@ def index_by_placement_node(obj: Any) -> list[str]:
 
 @dataclass
 class ControllerOptions:
-    workers: int = 4
+    workers: int = 16  # kube-scheduler's parallelism: a worker waits on its pod create
     default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES
     stale_after: float = 90.0  # seconds without a GPUNode heartbeat before it is stale
     stale_check_period: float = 10.0
     default_strategy: str | None = None  # for specs that name no schedulingStrategy
     async_status: bool = True  # status written by the StatusWriter, off the workers' client
-    status_writers: int = 2  # writer threads
+    status_writers: int = 4  # writer threads (each waits on one write at a time)
 
 
 def second_client(mgr: Manager) -> Client:
