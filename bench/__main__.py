@@ -144,6 +144,7 @@ def run_e2e(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, Any
     doc["benchmark_only_static_nodes"] = args.static_nodes
     cp = e2e.BenchPlane(workdir, nodes=0, gpus=args.gpus, scheduler=False, bin_dir=bin_dir,
                         static_nodes=args.static_nodes)
+    cp.kcm_qps, cp.kcm_burst = args.qps, args.api_burst
     bench: e2e.Bench | None = None
     with signals_stop():
         try:

@@ -74,6 +74,17 @@ class BenchPlane(ControlPlane):
                 f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=1000000",
                 "--audit-log-format=json"]
 
+    #: the client limits of kube-controller-manager (its job controller creates the Job
+    #: baseline's pods): the benchmark's --qps/--api-burst, like the other systems'
+    kcm_qps: float | None = None
+    kcm_burst: int | None = None
+
+    def _start_component(self, name: str, certs: str, *flags: str) -> None:
+        if name == "kube-controller-manager":
+            flags = (*flags, *([f"--kube-api-qps={self.kcm_qps}"] if self.kcm_qps else []),
+                     *([f"--kube-api-burst={self.kcm_burst}"] if self.kcm_burst else []))
+        super()._start_component(name, certs, *flags)
+
     def start_scheduler(self, qps: float | None, burst: int | None) -> int:
         port = free_port()
         argv = [

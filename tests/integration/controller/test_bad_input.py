@@ -17,6 +17,7 @@ from tests.integration.controller.conftest import (
     wait_phase,
     workload,
 )
+from tests.waiting import eventually
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -57,9 +58,11 @@ def test_bad_annotation_map_gives_a_condition_and_an_event(
         return
     cond = wait_condition(admin, namespace, name, "Scheduled", "InvalidSchedulingMap")
     assert expect in cond["message"]
-    events = [e for e in events_for(admin, namespace, name)
-              if e["reason"] == "InvalidSchedulingMap"]
-    assert events and expect in events[0]["message"]
+    # Events and status are written apart (neither waits for the other)
+    events = eventually(lambda: [e for e in events_for(admin, namespace, name)
+                                 if e["reason"] == "InvalidSchedulingMap"],
+                        timeout=30, what="the InvalidSchedulingMap event")
+    assert expect in events[0]["message"]
     assert not get_workload(admin, namespace, name)["status"].get("placements")
 
     # Meanwhile the controller keeps serving the others.

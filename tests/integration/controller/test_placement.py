@@ -57,8 +57,10 @@ def test_gang_that_does_not_fit_places_nothing(
     assert w["status"]["phase"] == "Pending"
     assert not w["status"].get("placements")
     assert pods_of(admin, namespace, "gang") == []
-    reasons = [e["reason"] for e in events_for(admin, namespace, "gang")]
-    assert "FailedScheduling" in reasons
+    # Events and status are written apart (neither waits for the other)
+    eventually(lambda: "FailedScheduling" in [e["reason"] for e in
+                                              events_for(admin, namespace, "gang")],
+               timeout=30, what="a FailedScheduling event")
 
 
 def test_unschedulable_message_names_each_node(
@@ -151,5 +153,6 @@ def test_unschedulable_workload_fails_after_max_retries(
     assert failed["reason"] == "Unschedulable"
     assert "gave up after 2 retries" in failed["message"]
     assert f"{node}: 1 free GPU, needs 2" in failed["message"]
-    reasons = [e["reason"] for e in events_for(admin, namespace, "hopeless")]
-    assert "FailedScheduling" in reasons and "Unschedulable" in reasons
+    eventually(lambda: {"FailedScheduling", "Unschedulable"} <= {
+        e["reason"] for e in events_for(admin, namespace, "hopeless")},
+               timeout=30, what="FailedScheduling and Unschedulable events")
