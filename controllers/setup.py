@@ -150,6 +150,9 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     gpunodes.add_event_handler(
         FuncHandler(on("on_gpunode"), on("on_gpunode"), on("on_gpunode_deleted")))
     pods.add_event_handler(FuncHandler(on("on_pod"), on("on_pod"), on("on_pod_deleted")))
+    if writer is not None:
+        workloads.add_event_handler(
+            FuncHandler(writer.observed, lambda old, new: writer.observed(new), None))
     seen = reconciler.expectations.observed
     for children in (pods, jobs):
         children.add_event_handler(FuncHandler(seen, lambda old, new: seen(new), seen))

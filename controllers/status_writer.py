@@ -152,6 +152,16 @@ class StatusWriter:
                 return None
             return {**raw, "status": seen.status}
 
+    def observed(self, obj: JSON) -> None:
+        """An informer event of a workload: once it shows our last write, the writer
+        forgets that status (the cache holds it now)."""
+        key = _key(obj)
+        with self._cv:
+            seen = self._seen.get(key)
+            if seen is not None and seen.rv and _rv(obj) >= seen.rv and \
+                    key not in self._pending and key not in self._inflight:
+                del self._seen[key]
+
     def ahead_of(self, raw: JSON) -> bool:
         """Did a write of ours land after the cache's copy of ``raw``? (A precondition
         on that copy's resourceVersion would conflict.)"""
