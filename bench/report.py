@@ -114,7 +114,7 @@ def plot(doc: dict[str, Any], path: Path) -> bool:
     import matplotlib.pyplot as plt
 
     sizes = doc["e2e"]
-    phases = [p for p in ("burst", "steady")
+    phases = [p for p in ("burst", "steady", "burst_kill9")
               if any(p in r for s in sizes for r in s["systems"].values())]
     fig, axes = plt.subplots(len(phases), len(sizes), squeeze=False,
                              figsize=(5.5 * len(sizes), 4 * len(phases)))
@@ -128,7 +128,9 @@ def plot(doc: dict[str, Any], path: Path) -> bool:
                 curve = r["bound_curve_s"]
                 ax.step(curve, range(1, len(curve) + 1), where="post",
                         label=f"{name} ({_v(r.get('throughput_per_s'))}/s)")
-            ax.set_title(f"{size['nodes']} nodes x {size['gpus_per_node']} GPUs, {phase}")
+            title = "burst, controller killed (SIGKILL) at 1/3" if phase == "burst_kill9" \
+                else phase
+            ax.set_title(f"{size['nodes']} nodes x {size['gpus_per_node']} GPUs, {title}")
             ax.set_xlabel("seconds since the first create")
             ax.set_ylabel("units bound")
             ax.grid(alpha=0.3)
