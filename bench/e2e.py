@@ -290,6 +290,7 @@ class Bench:
         self.api = Api(cp.ports["apiserver"], cp.ssl_context())
         self.nodes: list[str] = []
         self.controller: Process | None = None
+        self.metrics_port: int | None = None
         self.profiler: Any = None
 
     # ---------------------------------------------------------------- setup
@@ -354,6 +355,7 @@ class Bench:
         if self.cfg.api_burst:
             argv.append(f"--burst={self.cfg.api_burst}")
         proc = Process(OURS, argv, self.cp.dir / "logs" / f"{OURS}.log")
+        self.metrics_port = metrics
         env_before = {k: os.environ.get(k) for k in self.cfg.controller_env}
         os.environ.update(self.cfg.controller_env)
         try:
@@ -442,6 +444,7 @@ class Bench:
                                                       for n, p in others.items()},
                   "audit": self.cp.audit_log.stat().st_size, "metrics": _metrics_total(self.api)}
         foreign_before = foreign_apiservers(self.cp.pids().get("kube-apiserver"))
+        writer_before = self._writer_metrics() if system.name == OURS else {}
         profiling = kind == "burst" and self.profiler is not None and system.name == OURS
         if profiling:
             self.profiler.start(pid)
@@ -492,6 +495,8 @@ class Bench:
         after = {"proc": proc_stats(pid), "others": {n: proc_stats(p)["cpu_s"]
                                                      for n, p in others.items()},
                  "audit": self.cp.audit_log.stat().st_size, "metrics": _metrics_total(self.api)}
+        writer = (_writer_delta(writer_before, self._writer_metrics())
+                  if system.name == OURS and not killed else None)
         check = self.check(system, ns)
         self._empty(ns, system)
 
@@ -530,6 +535,7 @@ class Bench:
             "apiserver_request_total_delta": round(after["metrics"] - before["metrics"]),
             "audit": audit,
             "double_booking": check,
+            "status_writer": writer,
             "watch_reconnects": watch.reconnects, "watch_relists": watch.relists,
             "loadavg_after": _loadavg(),
             "foreign_apiservers": sorted({foreign_before,
@@ -543,6 +549,27 @@ class Bench:
             f"{row['api_requests_per_unit_own']} req/unit, cpu {row['cpu_s']}s, "
             f"peak rss {row['peak_rss_mib']} MiB, double-booked: {check['violations']}")
         return row
+
+    def _writer_metrics(self) -> dict[str, float]:
+        """The controller's status-writer and event series (cumulative)."""
+        if self.metrics_port is None:
+            return {}
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", self.metrics_port, timeout=10)
+        try:
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+        except OSError:
+            return {}
+        finally:
+            conn.close()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith(("gpu_orchestrator_status_write", "events_dropped_total",
+                                "gpu_orchestrator_child_creates_total")):
+                name, _, v = line.rpartition(" ")
+                out[name] = float(v)
+        return out
 
     def _kill_and_restart(self, pid: int, bound: int) -> dict[str, Any]:
         import signal
@@ -677,6 +704,28 @@ class Bench:
                     self.stop(name)
             results.append(entry)
         return results
+
+
+def _writer_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """The status writer over one phase: writes by result, coalesced, child creates by
+    result, and the lag (from the histogram's buckets: p50, p99, the largest bucket)."""
+    d = {k: after[k] - before.get(k, 0.0) for k in after}
+    lag = "gpu_orchestrator_status_write_lag_seconds"
+    buckets = sorted((float(k.split('le="')[1].split('"')[0]), v) for k, v in d.items()
+                     if k.startswith(lag + "_bucket") and 'le="+Inf"' not in k)
+    count = d.get(lag + "_count", 0.0)
+
+    def q(x: float) -> float | None:
+        for le, c in buckets:
+            if count and c >= x * count:
+                return le
+        return None
+    out: dict[str, Any] = {"writes": count, "lag_mean_s": round(d.get(lag + "_sum", 0.0) / count, 3)
+                           if count else None, "lag_p50_le_s": q(0.5), "lag_p99_le_s": q(0.99)}
+    for k, v in d.items():
+        if not k.startswith(lag) and v:
+            out[k] = v
+    return out
 
 
 def foreign_apiservers(own: int | None) -> int:

@@ -78,8 +78,9 @@ def ratios(sizes: list[dict[str, Any]]) -> list[str]:
     kill -9 burst."""
     out = ["| nodes | ours / bare pods: burst units/s | ours / Jobs: burst units/s "
            "| steady p99 ours / bare pods | peak RSS ours / kube-scheduler "
-           "| kill -9 burst: bound, devices given twice |",
-           "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "| kill -9 burst: bound, devices given twice "
+           "| ours' status lag in the burst: mean, p99 (s) |",
+           "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for size in sizes:
         sy = size["systems"]
         ours, pods, jobs = (sy.get(k) or {} for k in ("gpu-orchestrator", "kube-scheduler",
@@ -90,6 +91,12 @@ def ratios(sizes: list[dict[str, Any]]) -> list[str]:
         def rss(res: dict[str, Any]) -> Any:
             return (res.get("process") or {}).get("peak_rss_mib")
 
+        def lag(res: dict[str, Any]) -> str:
+            w = (res.get("burst") or {}).get("status_writer") or {}
+            if not w.get("writes"):
+                return "-"
+            return f"{w.get('lag_mean_s')}, <= {w.get('lag_p99_le_s')}"
+
         tput = "throughput_per_s"
         kill = ours.get("burst_kill9") or {}
         killed = (f"{kill.get('bound')}/{kill.get('units')}, "
@@ -99,7 +106,7 @@ def ratios(sizes: list[dict[str, Any]]) -> list[str]:
             f"{_ratio(get(ours, 'burst', tput), get(pods, 'burst', tput))} | "
             f"{_ratio(get(ours, 'burst', tput), get(jobs, 'burst', tput))} | "
             f"{_ratio(get(ours, 'steady', 'latency_p99_s'), get(pods, 'steady', 'latency_p99_s'))}"
-            f" | {_ratio(rss(ours), rss(pods))} | {killed} |")
+            f" | {_ratio(rss(ours), rss(pods))} | {killed} | {lag(ours)} |")
     return [*out, ""]
 
 
