@@ -4,8 +4,9 @@ metrics.
 
 Clients, as kube-scheduler has them: the workers' (the manager's) sends what commits
 a placement (the bound pod, a gang's status); a second one, with its own token
-bucket of the same size, carries the asynchronous status writes and our finalizer,
-and the Events when the manager has no Events client of its own.
+bucket of the same size, carries the asynchronous status writes and our finalizer;
+Events go through the manager's Events client, or a third one when the manager has
+no Events client of its own.
 """
 
 from __future__ import annotations
@@ -123,8 +124,9 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     if getattr(mgr, "events_client", None) is not None or status_client is None:
         recorder = mgr.event_recorder(COMPONENT)
     else:
-        # this manager sends Events on the workers' client: ours go on the second one
-        recorder = EventRecorder(status_client, COMPONENT)
+        # this manager sends Events on the workers' client: ours get a client of
+        # their own, as kube-scheduler's
+        recorder = EventRecorder(second_client(mgr), COMPONENT)
     writer = None
     if status_client is not None:
         writer = StatusWriter(
