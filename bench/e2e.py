@@ -411,6 +411,15 @@ class Bench:
                              {"apiVersion": "v1", "kind": "DeleteOptions",
                               "gracePeriodSeconds": 0})
             time.sleep(1)
+        # Ours: the workloads go once the controller removed its finalizer, which it
+        # does on its workers' client; the next phase starts after that (a cleanup
+        # that overlaps it would queue its creates behind the finalizer removals).
+        while system.name == OURS and time.time() < deadline:
+            out = self.api.must("GET", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/gpuworkloads"
+                                "?limit=1")
+            if not out["items"]:
+                break
+            time.sleep(0.5)
         self.api.request("DELETE", f"/api/v1/namespaces/{ns}")
 
     def warm_up(self, system: System, tag: str) -> None:
