@@ -114,7 +114,8 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                    help="seconds the leader keeps placing without a successful renewal")
     p.add_argument("--leader-elect-retry-period", type=float, default=2.0,
                    help="seconds between two tries to acquire or renew")
-    p.add_argument("--workers", type=int, default=4, help="concurrent reconciles")
+    p.add_argument("--workers", type=int, default=16,
+                   help="concurrent reconciles (kube-scheduler binds 16 pods at once)")
     p.add_argument("--gpunode-stale-after", type=float, default=90.0,
                    help="seconds without an agent heartbeat before a GPUNode's devices are "
                         "no longer offered")
@@ -135,8 +136,11 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                    help="the DRA driver whose ResourceSlices publish the GPUs")
     p.add_argument("--dra-device-class", default="gpu.nvidia.com",
                    help="the DeviceClass our ResourceClaims request")
-    p.add_argument("--qps", type=float, default=50.0, help="client-side API QPS limit")
-    p.add_argument("--burst", type=int, default=100, help="client-side API burst")
+    p.add_argument("--qps", type=float, default=50.0,
+                   help="client-side API QPS limit, of each client: the workers' and the "
+                        "status writer's (as kube-scheduler's main and events clients)")
+    p.add_argument("--burst", type=int, default=100, help="client-side API burst, of each "
+                                                          "client")
 
 
 def _bool(v: str) -> bool:

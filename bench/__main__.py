@@ -49,13 +49,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds of steady arrival (0: no steady phase)")
     p.add_argument("--clients", type=int, default=8,
                    help="parallel connections creating units (default 8)")
-    p.add_argument("--workers", type=int, default=4, help="controller --workers")
+    p.add_argument("--workers", type=int, default=None,
+                   help="controller --workers (default: the controller's, 16)")
     p.add_argument("--qps", type=float, default=None,
                    help="client QPS of both systems (default: each one's default, 50)")
     p.add_argument("--api-burst", type=int, default=None,
                    help="client burst of both systems (default: each one's default, 100)")
-    p.add_argument("--systems", default=f"{e2e.SCHEDULER},{e2e.OURS}",
-                   help="which systems to run, comma-separated")
+    p.add_argument("--systems", default=f"{e2e.SCHEDULER},{e2e.JOBS},{e2e.OURS}",
+                   help="which systems to run, comma-separated (kube-scheduler: bare pods; "
+                        "kube-scheduler-jobs: a batch/v1 Job per unit)")
+    p.add_argument("--no-kill", action="store_true",
+                   help="skip ours' extra burst with a kill -9 of the controller in it")
+    p.add_argument("--static-nodes", action="store_true",
+                   help="BENCHMARK-ONLY: nodes created Ready, no TaintNodesByCondition, no "
+                        "node-lifecycle controller, no kwok heartbeats or leases (5,000 nodes "
+                        "come up in seconds); labelled so in the results")
     p.add_argument("--micro-sizes", type=_ints, default=[100, 1000, 5000])
     p.add_argument("--no-micro", action="store_true", help="skip the micro-benchmark")
     p.add_argument("--micro-only", action="store_true", help="only the micro-benchmark")
@@ -131,8 +139,12 @@ def run_e2e(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, Any
     cfg = e2e.Config(sizes=args.sizes, bursts=args.burst, gpus=args.gpus, rate=args.rate,
                      duration=args.duration, clients=args.clients, workers=args.workers,
                      qps=args.qps, api_burst=args.api_burst,
-                     systems=[s for s in args.systems.split(",") if s])
-    cp = e2e.BenchPlane(workdir, nodes=0, gpus=args.gpus, scheduler=False, bin_dir=bin_dir)
+                     systems=[s for s in args.systems.split(",") if s],
+                     kill_burst=not args.no_kill, static_nodes=args.static_nodes)
+    doc["benchmark_only_static_nodes"] = args.static_nodes
+    cp = e2e.BenchPlane(workdir, nodes=0, gpus=args.gpus, scheduler=False, bin_dir=bin_dir,
+                        static_nodes=args.static_nodes)
+    cp.kcm_qps, cp.kcm_burst = args.qps, args.api_burst
     bench: e2e.Bench | None = None
     with signals_stop():
         try:

@@ -11,10 +11,14 @@ Per size (N nodes x G GPUs), for each system in turn:
   API requests of the window (audit log, by User-Agent), the no-double-booking check,
   then the namespace is emptied (grace 0) so the next phase starts from a free cluster.
 
-A unit is a Pod requesting ``nvidia.com/gpu: 1`` (baseline) or a one-GPU Pod-mode
-GPUWorkload (ours). Bound: the pod is first seen (watch, in this process) with
-``spec.nodeName``; for ours that is the child pod's ADDED event, since the controller
-creates it bound. Latency: the time just before this process sent the create, to that.
+A unit is a Pod requesting ``nvidia.com/gpu: 1`` (baseline), a ``batch/v1`` Job of one
+such pod (the job controller creates it, kube-scheduler binds it: the second
+baseline) or a one-GPU Pod-mode GPUWorkload (ours). For ours, one more burst kills
+the controller with SIGKILL a third of the way through and starts it again; the
+double-booking check then runs over the pods' devices and the placements. Bound: the
+pod is first seen (watch, in this process) with ``spec.nodeName``; for ours that is
+the child pod's ADDED event, since the controller creates it bound. Latency: the time
+just before this process sent the create, to that.
 """
 
 from __future__ import annotations
@@ -41,7 +45,9 @@ ROOT = Path(__file__).resolve().parent.parent
 GROUP = "gpu.orchestrator.dev"
 VERSION = "v1alpha1"
 SCHEDULER = "kube-scheduler"
+JOBS = "kube-scheduler-jobs"  # a batch/v1 Job per unit, its pod bound by kube-scheduler
 OURS = "gpu-orchestrator"
+DEVICES_ANNOTATION = f"{GROUP}/devices"
 NODE_PREFIX = "bench-node-"
 
 AUDIT_POLICY = """\
@@ -69,6 +75,17 @@ class BenchPlane(ControlPlane):
         return [*super()._apiserver_argv(), f"--audit-policy-file={policy}",
                 f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=1000000",
                 "--audit-log-format=json"]
+
+    #: the client limits of kube-controller-manager (its job controller creates the Job
+    #: baseline's pods): the benchmark's --qps/--api-burst, like the other systems'
+    kcm_qps: float | None = None
+    kcm_burst: int | None = None
+
+    def _start_component(self, name: str, certs: str, *flags: str) -> None:
+        if name == "kube-controller-manager":
+            flags = (*flags, *([f"--kube-api-qps={self.kcm_qps}"] if self.kcm_qps else []),
+                     *([f"--kube-api-burst={self.kcm_burst}"] if self.kcm_burst else []))
+        super()._start_component(name, certs, *flags)
 
     def start_scheduler(self, qps: float | None, burst: int | None) -> int:
         port = free_port()
@@ -103,7 +120,7 @@ class System:
     name: str
     resource_path: str  # collection path with {ns}
     build: Callable[[str, str], dict]  # (namespace, name) -> manifest
-    unit_of_pod: Callable[[str], str | None]
+    unit_of_pod: Callable[[dict], str | None]
 
 
 def _pod(ns: str, name: str) -> dict:
@@ -123,9 +140,34 @@ def _workload(ns: str, name: str) -> dict:
                                                            "image": "busybox:1.36"}]}}}}
 
 
-BASELINE = System(SCHEDULER, "/api/v1/namespaces/{ns}/pods", _pod, lambda pod: pod)
+def _job(ns: str, name: str) -> dict:
+    pod = _pod(ns, name)
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"backoffLimit": 0, "completions": 1, "parallelism": 1,
+                     "template": {"metadata": {"labels": {"bench": "unit"}},
+                                  "spec": pod["spec"]}}}
+
+
+def _name(pod: dict) -> str:
+    return pod["metadata"]["name"]
+
+
+def _job_of(pod: dict) -> str | None:
+    labels = pod["metadata"].get("labels") or {}
+    return labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
+
+
+def _workload_of(pod: dict) -> str | None:
+    name = _name(pod)
+    return name[:-2] if name.endswith("-0") else None
+
+
+BASELINE = System(SCHEDULER, "/api/v1/namespaces/{ns}/pods", _pod, _name)
+JOB_BASELINE = System(JOBS, "/apis/batch/v1/namespaces/{ns}/jobs", _job, _job_of)
 OURS_SYSTEM = System(OURS, f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/gpuworkloads", _workload,
-                     lambda pod: pod[:-2] if pod.endswith("-0") else None)
+                     _workload_of)
+SYSTEMS = {SCHEDULER: BASELINE, JOBS: JOB_BASELINE, OURS: OURS_SYSTEM}
 
 
 class Tracker:
@@ -141,7 +183,7 @@ class Tracker:
     def handle(self, typ: str, pod: dict, t: float) -> None:
         if typ not in ("ADDED", "MODIFIED"):
             return
-        unit = self.system.unit_of_pod(pod["metadata"]["name"])
+        unit = self.system.unit_of_pod(pod)
         if unit is None:
             return
         node = (pod.get("spec") or {}).get("nodeName")
@@ -163,12 +205,14 @@ class Config:
     rate: float = 50.0
     duration: float = 10.0
     clients: int = 8
-    workers: int = 4
+    workers: int | None = None  # None: the controller's default
     qps: float | None = None  # None: each system's default (50, burst 100)
     api_burst: int | None = None
     systems: list[str] = field(default_factory=lambda: [SCHEDULER, OURS])
     profile_dir: Path | None = None  # py-spy the controller during the largest burst
     controller_env: dict[str, str] = field(default_factory=dict)
+    kill_burst: bool = True  # ours: one more burst with a kill -9 of the controller in it
+    static_nodes: bool = False  # BENCHMARK-ONLY nodes (see ControlPlane.static_nodes)
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -248,6 +292,7 @@ class Bench:
         self.api = Api(cp.ports["apiserver"], cp.ssl_context())
         self.nodes: list[str] = []
         self.controller: Process | None = None
+        self.metrics_port: int | None = None
         self.profiler: Any = None
 
     # ---------------------------------------------------------------- setup
@@ -297,22 +342,25 @@ class Bench:
     # ---------------------------------------------------------------- systems
 
     def start(self, system: str) -> int:
-        if system == SCHEDULER:
+        if system in (SCHEDULER, JOBS):
             return self.cp.start_scheduler(self.cfg.qps, self.cfg.api_burst)
         health, metrics = free_port(), free_port()
         argv = [sys.executable, str(ROOT / "main.py"), "manager",
                 f"--kubeconfig={self.cp.kubeconfig}",
                 f"--metrics-bind-address=127.0.0.1:{metrics}",
                 f"--health-probe-bind-address=127.0.0.1:{health}",
-                f"--workers={self.cfg.workers}", "--log-format=console",
+                "--log-format=console",
                 # as kube-scheduler here: one instance, and a kill -9 restart must not
                 # wait out the previous process's Lease
                 "--leader-elect=false"]
+        if self.cfg.workers:
+            argv.append(f"--workers={self.cfg.workers}")
         if self.cfg.qps:
             argv.append(f"--qps={self.cfg.qps}")
         if self.cfg.api_burst:
             argv.append(f"--burst={self.cfg.api_burst}")
         proc = Process(OURS, argv, self.cp.dir / "logs" / f"{OURS}.log")
+        self.metrics_port = metrics
         env_before = {k: os.environ.get(k) for k in self.cfg.controller_env}
         os.environ.update(self.cfg.controller_env)
         try:
@@ -328,7 +376,7 @@ class Bench:
         return proc.pid  # type: ignore[return-value]
 
     def stop(self, system: str) -> None:
-        if system == SCHEDULER:
+        if system in (SCHEDULER, JOBS):
             self.cp.stop_process(SCHEDULER)
         elif self.controller is not None:
             self.controller.stop(grace=20)
@@ -353,6 +401,10 @@ class Bench:
         """Deletes the phase's units and pods at once (grace 0) and the namespace."""
         if system.name == OURS:
             self.api.request("DELETE", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/gpuworkloads")
+        if system.name == JOBS:
+            self.api.request("DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs",
+                             {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
+                              "propagationPolicy": "Background"})
         self.api.request("DELETE", f"/api/v1/namespaces/{ns}/pods",
                          {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
         deadline = time.time() + 300
@@ -364,6 +416,15 @@ class Bench:
                              {"apiVersion": "v1", "kind": "DeleteOptions",
                               "gracePeriodSeconds": 0})
             time.sleep(1)
+        # Ours: the workloads go once the controller removed its finalizer, which it
+        # does on its workers' client; the next phase starts after that (a cleanup
+        # that overlaps it would queue its creates behind the finalizer removals).
+        while system.name == OURS and time.time() < deadline:
+            out = self.api.must("GET", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/gpuworkloads"
+                                "?limit=1")
+            if not out["items"]:
+                break
+            time.sleep(0.5)
         self.api.request("DELETE", f"/api/v1/namespaces/{ns}")
 
     def warm_up(self, system: System, tag: str) -> None:
@@ -383,7 +444,9 @@ class Bench:
             self._empty(ns, system)
 
     def phase(self, system: System, pid: int, kind: str, ns: str, units: int,
-              rate: float | None) -> dict[str, Any]:
+              rate: float | None, kill_at: int | None = None) -> dict[str, Any]:
+        """One phase; with ``kill_at`` the controller is killed (SIGKILL) once that many
+        units are bound and started again at once."""
         self._namespace(ns)
         tracker = Tracker(system)
         watch = self.api.watch(f"/api/v1/namespaces/{ns}/pods", tracker.handle)
@@ -395,6 +458,7 @@ class Bench:
                                                       for n, p in others.items()},
                   "audit": self.cp.audit_log.stat().st_size, "metrics": _metrics_total(self.api)}
         foreign_before = foreign_apiservers(self.cp.pids().get("kube-apiserver"))
+        writer_before = self._writer_metrics() if system.name == OURS else {}
         profiling = kind == "burst" and self.profiler is not None and system.name == OURS
         if profiling:
             self.profiler.start(pid)
@@ -408,11 +472,15 @@ class Bench:
         timeout = 120 + units / 5 + (units / rate if rate else 0)
         deadline = time.time() + timeout
         last = 0.0
+        killed: dict[str, Any] = {}
         try:
             while len(tracker.bound) < units and time.time() < deadline:
                 if len(creator.errors) > 0 and len(creator.done) + len(creator.errors) >= units:
                     break
                 time.sleep(0.05)
+                if kill_at is not None and not killed and len(tracker.bound) >= kill_at:
+                    killed = self._kill_and_restart(pid, len(tracker.bound))
+                    pid = killed["new_pid"]
                 if time.time() - last >= 2:
                     last = time.time()
                     self.progress(f"  {system.name:>16} {kind:>6} {len(self.nodes):>5} nodes: "
@@ -441,6 +509,8 @@ class Bench:
         after = {"proc": proc_stats(pid), "others": {n: proc_stats(p)["cpu_s"]
                                                      for n, p in others.items()},
                  "audit": self.cp.audit_log.stat().st_size, "metrics": _metrics_total(self.api)}
+        writer = (_writer_delta(writer_before, self._writer_metrics())
+                  if system.name == OURS and not killed else None)
         check = self.check(system, ns)
         self._empty(ns, system)
 
@@ -449,6 +519,9 @@ class Bench:
         first = min(creator.sent.values(), default=t_start)
         audit = audit_counts(self.cp.audit_log, before["audit"], after["audit"])
         own = audit["requests"].get(system.name, 0)
+        if system.name == JOBS:  # the job controller's pod creates are part of the unit
+            own = audit["requests"].get(SCHEDULER, 0) + \
+                audit["requests"].get("kube-controller-manager", 0)
         total = sum(audit["requests"].values())
         elapsed = t_bound - first
         last_create = max(creator.done.values(), default=first)
@@ -462,7 +535,9 @@ class Bench:
             "throughput_per_s": round(len(bound) / elapsed, 1) if elapsed > 0 else None,
             "latency_p50_s": _round(_pct(lat, 0.50)), "latency_p99_s": _round(_pct(lat, 0.99)),
             "latency_max_s": _round(max(lat, default=None)),
-            "cpu_s": round(after["proc"]["cpu_s"] - before["proc"]["cpu_s"], 2),
+            "cpu_s": round(after["proc"]["cpu_s"] - (0 if killed else before["proc"]["cpu_s"]),
+                           2),
+            "killed": killed or None,
             "peak_rss_mib": after["proc"]["peak_rss_mib"],
             "rss_mib": after["proc"]["rss_mib"],
             "cpu_s_control_plane": {n: round(after["others"][n] - before["others"][n], 2)
@@ -474,6 +549,7 @@ class Bench:
             "apiserver_request_total_delta": round(after["metrics"] - before["metrics"]),
             "audit": audit,
             "double_booking": check,
+            "status_writer": writer,
             "watch_reconnects": watch.reconnects, "watch_relists": watch.relists,
             "loadavg_after": _loadavg(),
             "foreign_apiservers": sorted({foreign_before,
@@ -488,13 +564,65 @@ class Bench:
             f"peak rss {row['peak_rss_mib']} MiB, double-booked: {check['violations']}")
         return row
 
+    def _writer_metrics(self) -> dict[str, float]:
+        """The controller's status-writer and event series (cumulative)."""
+        if self.metrics_port is None:
+            return {}
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", self.metrics_port, timeout=10)
+        try:
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+        except OSError:
+            return {}
+        finally:
+            conn.close()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith(("gpu_orchestrator_status_write", "events_dropped_total",
+                                "gpu_orchestrator_child_creates_total")):
+                name, _, v = line.rpartition(" ")
+                out[name] = float(v)
+        return out
+
+    def _kill_and_restart(self, pid: int, bound: int) -> dict[str, Any]:
+        import signal
+        t0 = time.time()
+        os.kill(pid, signal.SIGKILL)
+        if self.controller is not None:
+            self.controller.stop(grace=0)  # reaps the killed process
+            self.controller = None
+        new = self.start(OURS)
+        self.progress(f"  killed the controller (pid {pid}) with SIGKILL at {bound} bound; "
+                      f"pid {new} ready in {time.time() - t0:.1f}s")
+        return {"at_bound": bound, "old_pid": pid, "new_pid": new,
+                "restart_ready_s": round(time.time() - t0, 2)}
+
     def check(self, system: System, ns: str) -> dict[str, Any]:
-        """No device given twice. Ours: the (node, device) pairs of every placement are
-        distinct and within the node's GPUs. kube-scheduler names no devices: the
+        """No device given twice. Ours: the (node, device) pairs of every placement,
+        and of every pod's devices annotation, are distinct and within the node's
+        GPUs, and each placement is its pod's. kube-scheduler names no devices: the
         ``nvidia.com/gpu`` requests per node stay within capacity."""
         per_node: collections.Counter[str] = collections.Counter()
         violations: list[str] = []
         if system.name == OURS:
+            pods = self.api.must("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+            held: dict[tuple[str, int], str] = {}
+            pod_devices: dict[str, tuple[str, list[int]]] = {}
+            for pod in pods:
+                meta = pod["metadata"]
+                node = (pod.get("spec") or {}).get("nodeName")
+                ann = (meta.get("annotations") or {}).get(DEVICES_ANNOTATION) or ""
+                if not node or not ann or (pod.get("status") or {}).get("phase") in (
+                        "Succeeded", "Failed"):
+                    continue
+                devices = [int(x) for x in ann.split(",") if x.strip()]
+                pod_devices[meta["name"]] = (node, devices)
+                for d in devices:
+                    if (node, d) in held:
+                        violations.append(f"pods {held[node, d]} and {meta['name']} both hold "
+                                          f"{node}:{d}")
+                    held[node, d] = meta["name"]
             out = self.api.must("GET", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/gpuworkloads")
             seen: dict[tuple[str, int], str] = {}
             for w in out["items"]:
@@ -508,7 +636,14 @@ class Bench:
                         if not 0 <= int(d) < self.cfg.gpus:
                             violations.append(f"{p['node']}:{d} does not exist")
                         per_node[p["node"]] += 1
-            basis = "status.placements (node, device) pairs"
+                    pod = pod_devices.get(f"{w['metadata']['name']}-{p.get('index', 0)}")
+                    if pod is not None and (pod[0] != p["node"] or
+                                            sorted(pod[1]) != sorted(map(int, p["devices"]))):
+                        violations.append(f"{w['metadata']['name']}: placement "
+                                          f"{p['node']}:{p['devices']} but its pod holds "
+                                          f"{pod[0]}:{pod[1]}")
+            basis = ("status.placements and pods' devices annotations: (node, device) pairs "
+                     "distinct, placement == pod")
         else:
             out = self.api.must("GET", f"/api/v1/namespaces/{ns}/pods")
             for pod in out["items"]:
@@ -519,6 +654,10 @@ class Bench:
         for node, n in per_node.items():
             if n > self.cfg.gpus:
                 violations.append(f"{node}: {n} GPUs given, capacity {self.cfg.gpus}")
+        if system.name == OURS:
+            per_node.clear()
+            for node, _ in held:
+                per_node[node] += 1
         return {"basis": basis, "devices_given": sum(per_node.values()),
                 "nodes_used": len(per_node), "violations": len(violations),
                 "examples": violations[:5]}
@@ -527,7 +666,7 @@ class Bench:
 
     def run(self) -> list[dict[str, Any]]:
         results = []
-        systems = {SCHEDULER: BASELINE, OURS: OURS_SYSTEM}
+        systems = SYSTEMS
         largest = max(range(len(self.cfg.sizes)), key=lambda i: self.cfg.bursts[i])
         for i, n in enumerate(self.cfg.sizes):
             self.ensure_nodes(n)
@@ -549,7 +688,7 @@ class Bench:
                 try:
                     self.progress(f"  {name}: pid {pid} ready in {time.time() - t0:.1f}s; "
                                   f"warm-up")
-                    tag = f"{'s' if name == SCHEDULER else 'o'}{n}"
+                    tag = f"{ {SCHEDULER: 's', JOBS: 'j', OURS: 'o'}[name]}{n}"
                     self.warm_up(system, tag)
                     res: dict[str, Any] = {"pid_start": started}
                     keep = self.profiler
@@ -567,6 +706,9 @@ class Bench:
                         res["steady"] = self.phase(system, pid, "steady", f"steady-{tag}",
                                                    steady, self.cfg.rate)
                     end = proc_stats(pid)
+                    if burst and name == OURS and self.cfg.kill_burst and i == 0:
+                        res["burst_kill9"] = self.phase(system, pid, "kill9", f"kill-{tag}",
+                                                        burst, None, kill_at=burst // 3)
                     res["process"] = {"peak_rss_mib": end["peak_rss_mib"],
                                       "cpu_s_total": round(end["cpu_s"], 2),
                                       "cpu_s_startup_and_warmup":
@@ -576,6 +718,28 @@ class Bench:
                     self.stop(name)
             results.append(entry)
         return results
+
+
+def _writer_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """The status writer over one phase: writes by result, coalesced, child creates by
+    result, and the lag (from the histogram's buckets: p50, p99, the largest bucket)."""
+    d = {k: after[k] - before.get(k, 0.0) for k in after}
+    lag = "gpu_orchestrator_status_write_lag_seconds"
+    buckets = sorted((float(k.split('le="')[1].split('"')[0]), v) for k, v in d.items()
+                     if k.startswith(lag + "_bucket") and 'le="+Inf"' not in k)
+    count = d.get(lag + "_count", 0.0)
+
+    def q(x: float) -> float | None:
+        for le, c in buckets:
+            if count and c >= x * count:
+                return le
+        return None
+    out: dict[str, Any] = {"writes": count, "lag_mean_s": round(d.get(lag + "_sum", 0.0) / count, 3)
+                           if count else None, "lag_p50_le_s": q(0.5), "lag_p99_le_s": q(0.99)}
+    for k, v in d.items():
+        if not k.startswith(lag) and v:
+            out[k] = v
+    return out
 
 
 def foreign_apiservers(own: int | None) -> int:

@@ -74,8 +74,10 @@ from controllers.conditions import (
     child_phase,
     get_condition,
 )
+from controllers.expectations import Expectations
 from controllers.placement_state import PlacementState, PodBook
 from controllers.status import StatusBuilder, fmt_time, parse_time, same_status
+from controllers.status_writer import StatusWriter
 from internal import metrics as m
 from internal.backoff import next_delay, should_retry
 from internal.scheduling.framework import INVALID_MAP, PREEMPT, UNSCHEDULABLE
@@ -139,8 +141,14 @@ class GPUWorkloadReconciler:
     def __init__(self, client: Any, recorder: EventRecorder, workloads: Indexer,
                  pods: Indexer, jobs: Indexer, state_factory: Callable[[], PlacementState],
                  options: Options | None = None, clock: Callable[[], datetime] = _now,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 status_writer: StatusWriter | None = None) -> None:
         self.client = client
+        #: writes every status but a gang's commit, off the workers' client (None:
+        #: written synchronously by the worker, on ``client``)
+        self.status_writer = status_writer
+        #: children created and not yet seen by the informer
+        self.expectations = Expectations()
         self.recorder = recorder
         self.workloads = workloads
         self.pods = pods
@@ -178,11 +186,16 @@ class GPUWorkloadReconciler:
         if raw is None:
             state.forget(key)
             self._bound_observed.discard(key)
+            if self.status_writer is not None:
+                self.status_writer.forget(key)
             return None
         state.claim(key, raw["metadata"].get("uid"))
         if raw["metadata"].get("deletionTimestamp"):
             return self._finalize(raw)
-        if state.is_behind(raw):
+        view = self.status_writer.view(raw) if self.status_writer is not None else None
+        if view is not None:
+            raw = view  # the status we last asked for, not yet in the cache
+        elif state.is_behind(raw):
             # The cache has not caught up with our own last write of this object.
             return Result(requeue_after=0.1)
         out = self._observe_and_act(raw)
@@ -308,6 +321,13 @@ class GPUWorkloadReconciler:
             return Outcome(status, Result(requeue_after=(due_at - self.clock()).total_seconds()))
         if state.higher_priority_fresh(key, w.spec.priority):
             return Outcome(status, Result(requeue_after=PRIORITY_GATE_DELAY))
+        writer = self.status_writer
+        if writer is not None and not self._pod_is_commit_point(w):
+            # the commit below is a precondition on this copy's resourceVersion:
+            # nothing of ours may be pending, in flight or ahead of the cache
+            writer.settle(key)
+            if writer.ahead_of(raw):
+                return Outcome(status, Result(requeue_after=0.1))
         started = time.perf_counter()
         decision = state.decide(w)
         strategy = decision.strategy
@@ -343,6 +363,8 @@ class GPUWorkloadReconciler:
                 state.forget(key)  # the booking was never committed: release it
                 raise
             state.commit(key)
+            if writer is not None:
+                writer.record(raw)
             log.info("placement.committed", workload=key, strategy=strategy,
                      placements=";".join(f"{p.index}={p.node}:{','.join(map(str, p.devices))}"
                                          for p in decision.placements))
@@ -560,7 +582,12 @@ class GPUWorkloadReconciler:
         mine: dict[int, JSON] = {}
         stale = False
         uid = raw["metadata"]["uid"]
-        for obj in cache.by_index("owner-uid", uid):
+        cached = cache.by_index("owner-uid", uid)
+        seen = {(o.get("metadata") or {}).get("uid") for o in cached}
+        # created by us, not in the cache yet: there all the same (no second create)
+        made = [o for o in self.expectations.pending(uid)
+                if o.get("kind") == kind and o["metadata"].get("uid") not in seen]
+        for obj in [*cached, *made]:
             ref = controller_ref(obj)
             if ref is None or ref.get("uid") != uid:
                 continue
@@ -584,12 +611,22 @@ class GPUWorkloadReconciler:
         try:
             # a retried create that already went through answers AlreadyExists: handled
             created = self.client.create(obj, handles_already_exists=True)
+            if obj.get("kind") in ("Pod", "Job") and isinstance(created, Mapping):
+                m.CHILD_CREATES.labels("created").inc()
+                cache = self.pods if obj["kind"] == "Pod" else self.jobs
+                seen = cache.get_by_name(meta["name"], meta["namespace"])
+                if (seen or {}).get("metadata", {}).get("uid") != \
+                        (created.get("metadata") or {}).get("uid"):
+                    # (not when the informer already showed it: its event came first)
+                    self.expectations.created(meta["ownerReferences"][0]["uid"], created)
             if obj["kind"] == "Pod" and isinstance(created, Mapping):
                 # it holds its devices from now on, before the cache shows it (a
                 # preemptor must see it among its victims' pods at once)
                 self.ensure_state().on_pod(created)
             return None
         except AlreadyExists:
+            if obj.get("kind") in ("Pod", "Job"):
+                m.CHILD_CREATES.labels("already_exists").inc()
             existing = self._get_existing(obj)
             ours = obj["metadata"]["ownerReferences"][0]["uid"]
             ref = controller_ref(existing) if existing is not None else None
@@ -673,6 +710,10 @@ class GPUWorkloadReconciler:
             left = [o for cache in (self.pods, self.jobs) for o in cache.by_index("owner-uid", uid)]
         if left:
             return Result(requeue_after=FINALIZE_POLL)
+        if self.status_writer is not None:
+            # nothing of ours may be written once the object can go
+            self.status_writer.settle(_key(raw))
+            self.status_writer.forget(_key(raw))
         rest = [f for f in meta.get("finalizers") or () if f != CHILDREN_FINALIZER]
         with contextlib.suppress(NotFound):
             self.client.patch(API_VERSION, "GPUWorkload", meta["name"],
@@ -698,17 +739,27 @@ class GPUWorkloadReconciler:
     # ---------------------------------------------------------------- writing
 
     def _report(self, raw: JSON, out: Outcome) -> Result | None:
-        """Writes the status once (when it changed), then the Events."""
+        """Writes the status once (when it changed), then the Events. With a status
+        writer both are handed over and the worker goes on."""
         raw = out.raw or raw
         status = out.status.build()
-        if status.get("placements") and status.get("phase") not in (
-                Phase.SUCCEEDED.value, Phase.FAILED.value):
-            try:
-                raw = self._ensure_finalizer(raw)
-            except Conflict:
-                return Result(requeue_after=0.1)
-        if not same_status(out.status.old, status):
-            raw = self._write_status(raw, status)
+        # the phase being written decides (a Failed workload gets no finalizer: its
+        # intermediate cache event would book its devices again)
+        finalize = bool(status.get("placements")) and status.get("phase") not in (
+            Phase.SUCCEEDED.value, Phase.FAILED.value) and \
+            CHILDREN_FINALIZER not in (raw["metadata"].get("finalizers") or ())
+        if self.status_writer is not None:
+            finalize = finalize and not self.status_writer.has_finalizer(raw)
+            if finalize or not same_status(out.status.old, status):
+                self.status_writer.submit(raw, status, finalizer=finalize)
+        else:
+            if finalize:
+                try:
+                    raw = self._ensure_finalizer(raw)
+                except Conflict:
+                    return Result(requeue_after=0.1)
+            if not same_status(out.status.old, status):
+                raw = self._write_status(raw, status)
         for type_, reason, message in out.events:
             if type_ == "Warning":
                 self.recorder.warning(raw, reason, message)

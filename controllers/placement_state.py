@@ -594,6 +594,12 @@ class PlacementState:
             with self.lock:
                 self._written[_key(obj)] = rv
 
+    def writing(self, key: str) -> None:
+        """A write of ``key`` is on its way (the status writer): until ``wrote`` says
+        where it landed, every cached copy is older than it."""
+        with self.lock:
+            self._written[key] = WRITING
+
     def is_behind(self, obj: JSON) -> bool:
         """Is ``obj`` (from the cache) older than this controller's last write of it?
         (The cache lags the API; acting on an older copy would undo the write.)"""
@@ -616,6 +622,10 @@ class PlacementState:
         with self.lock:
             self._victims.pop(key, None)
         self.forget(key)
+
+
+#: ``_written`` while a write is on its way: newer than any resourceVersion
+WRITING = 1 << 62
 
 
 def _less(after: Any, before: Any) -> bool:

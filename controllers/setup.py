@@ -1,5 +1,13 @@
 """Wires the GPUWorkload controller into a manager: informers, indexes, the
-placement state's event handlers, the controller, and the state metrics."""
+placement state's event handlers, the controller, its status writer, and the state
+metrics.
+
+Clients, as kube-scheduler has them: the workers' (the manager's) sends what commits
+a placement (the bound pod, a gang's status); a second one, with its own token
+bucket of the same size, carries the asynchronous status writes and our finalizer;
+Events go through the manager's Events client, or a third one when the manager has
+no Events client of its own.
+"""
 
 from __future__ import annotations
 
@@ -14,10 +22,12 @@ from controllers.claim_controller import setup_claims
 from controllers.claims import DraOptions
 from controllers.gpuworkload import GPUWorkloadReconciler, Options
 from controllers.placement_state import PlacementState
+from controllers.status_writer import StatusWriter
 from internal.metrics.domain import STATE
 from internal.scheduling.inventory import heartbeat
 from internal.scheduling.resourceslices import DRA_API_VERSION
-from runtime import Builder, Controller, FuncHandler, Manager, Request
+from runtime import Builder, Client, Controller, FuncHandler, Manager, Request
+from runtime.events import EventRecorder
 from runtime.store import (
     NODE_NAME_INDEX,
     OWNER_UID_INDEX,
@@ -36,7 +46,7 @@ def index_by_placement_node(obj: Any) -> list[str]:
 
 @dataclass
 class ControllerOptions:
-    workers: int = 4
+    workers: int = 16  # kube-scheduler's parallelism: a worker waits on its pod create
     default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES
     stale_after: float = 90.0  # seconds without a GPUNode heartbeat before it is stale
     stale_check_period: float = 10.0
@@ -47,6 +57,8 @@ class ControllerOptions:
     #: Dynamic Resource Allocation (``deviceExposure: dra``, ResourceSlice inventory,
     #: claims as holders); None: off (the API may not serve resource.k8s.io/v1)
     dra: DraOptions | None = None
+    async_status: bool = True  # status written by the StatusWriter, off the workers' client
+    status_writers: int = 4  # writer threads (each waits on one write at a time)
 
 
 def only_in(namespaces: frozenset[str], reconciler: Any) -> Any:
@@ -58,6 +70,14 @@ def only_in(namespaces: frozenset[str], reconciler: Any) -> Any:
     def reconcile(req: Request) -> Any:
         return reconciler.reconcile(req) if req.namespace in namespaces else None
     return reconcile
+
+
+def second_client(mgr: Manager) -> Client:
+    """A client to the same server with a token bucket of its own (the same QPS and
+    burst as the manager's), as kube-scheduler's event client; its writes are fenced
+    by the leader election like the workers' (a leader that lost its Lease writes no
+    status either)."""
+    return mgr.client.derive(write_guard=mgr.client.write_guard)
 
 
 class _StaleTicker:
@@ -127,12 +147,26 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
                       if slices is not None and claims is not None else None)
         return state
 
-    recorder = mgr.event_recorder(COMPONENT)
+    status_client = second_client(mgr) if opts.async_status else None
+    if getattr(mgr, "events_client", None) is not None or status_client is None:
+        recorder = mgr.event_recorder(COMPONENT)
+    else:
+        # this manager sends Events on the workers' client: ours get a client of
+        # their own, as kube-scheduler's
+        recorder = EventRecorder(second_client(mgr), COMPONENT)
+    writer = None
+    if status_client is not None:
+        writer = StatusWriter(
+            status_client, workloads.indexer, threads=opts.status_writers,
+            on_pending=lambda key: reconciler.state.writing(key) if reconciler.state else None,
+            on_written=lambda obj: reconciler.state.wrote(obj) if reconciler.state else None)
+        mgr.add(writer)
     reconciler = GPUWorkloadReconciler(
         mgr.client, recorder, workloads.indexer, pods.indexer,
         jobs.indexer, state_factory=make_state,
         options=Options(default_exposure=opts.default_exposure,
-                        default_strategy=opts.default_strategy))
+                        default_strategy=opts.default_strategy),
+        status_writer=writer)
 
     def on(method: str):
         def call(*args: Any) -> None:
@@ -145,6 +179,12 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     gpunodes.add_event_handler(
         FuncHandler(on("on_gpunode"), on("on_gpunode"), on("on_gpunode_deleted")))
     pods.add_event_handler(FuncHandler(on("on_pod"), on("on_pod"), on("on_pod_deleted")))
+    if writer is not None:
+        workloads.add_event_handler(
+            FuncHandler(writer.observed, lambda old, new: writer.observed(new), None))
+    seen = reconciler.expectations.observed
+    for children in (pods, jobs):
+        children.add_event_handler(FuncHandler(seen, lambda old, new: seen(new), seen))
     workloads.add_event_handler(
         FuncHandler(on("on_workload"), on("on_workload"), on("on_workload_deleted")))
     if slices is not None and claims is not None:

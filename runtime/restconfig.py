@@ -27,13 +27,21 @@ class RestConfig:
     timeout: float = 30.0
     pool_maxsize: int = 32
     user_agent: str = "runtime-client/0.1"
+    token_file: str | None = None  # re-read when it changes (a projected SA token)
     _k8s_config: Any = None  # kubernetes.client.Configuration, for token refresh
 
     @classmethod
     def from_kubeconfig(
         cls, path: str | None = None, context: str | None = None, **kw: Any
     ) -> RestConfig:
-        """Load a kubeconfig file (``$KUBECONFIG`` or ``~/.kube/config`` when ``path`` is None)."""
+        """Load a kubeconfig file (``$KUBECONFIG`` or ``~/.kube/config`` when ``path`` is None).
+        Read by :mod:`runtime.kubeconfig` when it can (certificates, tokens), else by
+        the ``kubernetes`` package (exec plugins, auth providers)."""
+        from runtime import kubeconfig
+
+        light = kubeconfig.load(path, context)
+        if light is not None:
+            return cls(**light, **kw)
         from kubernetes import client as kclient
         from kubernetes import config as kconfig
 
@@ -43,6 +51,14 @@ class RestConfig:
 
     @classmethod
     def in_cluster(cls, **kw: Any) -> RestConfig:
+        sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+        host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get(
+            "KUBERNETES_SERVICE_PORT")
+        if host and port and os.path.exists(f"{sa}/token"):
+            if ":" in host:
+                host = f"[{host}]"
+            return cls(host=f"https://{host}:{port}", ca_file=f"{sa}/ca.crt",
+                       token_file=f"{sa}/token", **kw)
         from kubernetes import client as kclient
         from kubernetes import config as kconfig
 
@@ -78,6 +94,8 @@ class RestConfig:
         return rc
 
     def bearer(self) -> str | None:
+        if self.token_file:
+            return f"Bearer {_read_token(self.token_file)}"
         if self._k8s_config is not None:
             for ident in ("BearerToken", "authorization"):
                 v = self._k8s_config.get_api_key_with_prefix(ident)
@@ -96,3 +114,16 @@ class RestConfig:
         c.impersonate_groups = list(groups or [])
         c.impersonate_extra = {k: list(v) for k, v in (extra or {}).items()}
         return c
+
+
+_TOKENS: dict[str, tuple[float, str]] = {}
+
+
+def _read_token(path: str) -> str:
+    """The token in ``path``, read again when the file changes (kubelet rotates it)."""
+    mtime = os.stat(path).st_mtime
+    cached = _TOKENS.get(path)
+    if cached is None or cached[0] != mtime:
+        with open(path) as f:
+            cached = _TOKENS[path] = (mtime, f.read().strip())
+    return cached[1]

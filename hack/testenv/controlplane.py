@@ -50,6 +50,26 @@ KCM_CONTROLLERS = ",".join([
 ])
 
 
+#: Benchmark-only nodes (``ControlPlane(static_nodes=True)``): created Ready, never
+#: heartbeating. kwok still runs their pods; no node stage of kwok's matches them.
+STATIC_NODE_STAGE = """
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: node-static
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+    - key: '.metadata.name'
+      operator: 'DoesNotExist'
+  next: {}
+"""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -83,6 +103,7 @@ class ControlPlane:
         scheduler: bool = False,
         bin_dir: Path | None = None,
         grace_cap: int = DEFAULT_GRACE_CAP,
+        static_nodes: bool = False,
     ):
         self.dir = Path(workdir).resolve()
         self.nodes = nodes
@@ -90,6 +111,12 @@ class ControlPlane:
         self.with_scheduler = scheduler
         self.bin = bin_dir
         self.grace_cap = grace_cap
+        #: BENCHMARK-ONLY: thousands of nodes on two cores. Nodes are created with a
+        #: Ready condition in the create body, kube-apiserver runs without the
+        #: TaintNodesByCondition admission plugin, kube-controller-manager without the
+        #: node-lifecycle controller, kwok without node heartbeats or leases (it still
+        #: runs pods). A node that stops answering is never noticed: never for tests.
+        self.static_nodes = static_nodes
         self.processes: dict[str, Process] = {}
         self.ports: dict[str, int] = {}
         self.kubeconfig = self.dir / "kubeconfig"
@@ -188,7 +215,8 @@ class ControlPlane:
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
-            "--disable-admission-plugins=ServiceAccount",
+            "--disable-admission-plugins=ServiceAccount"
+            + (",TaintNodesByCondition" if self.static_nodes else ""),
             # `kubectl logs`: reach kwok at the nodes' InternalIP (127.0.0.1), never by
             # resolving a node name through DNS.
             "--kubelet-preferred-address-types=InternalIP",
@@ -249,12 +277,17 @@ class ControlPlane:
     def _start_controller_manager(self) -> None:
         self._start_component(
             "kube-controller-manager", "kcm-certs",
-            f"--controllers={KCM_CONTROLLERS}",
+            f"--controllers={self._kcm_controllers()}",
             f"--service-account-private-key-file={self.sa.key}",
             f"--root-ca-file={self.ca.cert_path}",
             "--concurrent-gc-syncs=5",
             "--node-monitor-period=1s",
         )
+
+    def _kcm_controllers(self) -> str:
+        if not self.static_nodes:
+            return KCM_CONTROLLERS
+        return ",".join(c for c in KCM_CONTROLLERS.split(",") if c != "node-lifecycle-controller")
 
     def _start_scheduler(self) -> None:
         self._start_component("kube-scheduler", "scheduler-certs")
@@ -273,8 +306,8 @@ class ControlPlane:
     def _stages(self) -> Path:
         """kwok's stages with the grace-period cap filled in."""
         out = self.dir / "kwok-stages.yaml"
-        out.write_text(STAGES.read_text().replace("__GRACE_CAP_SECONDS__",
-                                                  str(int(self.grace_cap))))
+        text = STAGES.read_text().replace("__GRACE_CAP_SECONDS__", str(int(self.grace_cap)))
+        out.write_text(text + STATIC_NODE_STAGE if self.static_nodes else text)
         return out
 
     def _start_kwok(self) -> None:
@@ -289,7 +322,7 @@ class ControlPlane:
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
             "--node-ip=127.0.0.1", f"--cidr={POD_CIDR}",
-            "--node-lease-duration-seconds=40",
+            f"--node-lease-duration-seconds={0 if self.static_nodes else 40}",
             f"--server-address=127.0.0.1:{port}",
             # The nodes' kubelet endpoint is kwok's server: `kubectl logs` reaches it.
             f"--node-port={port}", "--enable-crds=Logs",
@@ -333,6 +366,7 @@ class ControlPlane:
                 "capacity": capacity, "allocatable": dict(capacity),
                 "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
                               {"type": "Hostname", "address": name}],
+                **({"conditions": _static_conditions()} if self.static_nodes else {}),
             },
         }
 
@@ -444,6 +478,17 @@ class ControlPlane:
             return resp.status, parsed
         finally:
             conn.close()
+
+
+def _static_conditions() -> list[dict]:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    ok = {"MemoryPressure": "KubeletHasSufficientMemory", "DiskPressure": "KubeletHasNoDiskPressure",
+          "PIDPressure": "KubeletHasSufficientPID"}
+    conds = [{"type": t, "status": "False", "reason": r, "message": r,
+              "lastHeartbeatTime": now, "lastTransitionTime": now} for t, r in ok.items()]
+    return [*conds, {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                     "message": "benchmark-only static node", "lastHeartbeatTime": now,
+                     "lastTransitionTime": now}]
 
 
 @contextlib.contextmanager

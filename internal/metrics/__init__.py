@@ -3,6 +3,7 @@
 
 from internal.metrics.domain import (
     BAD_OBJECTS,
+    CHILD_CREATES,
     CREATE_TO_BOUND,
     DECISION_LATENCY,
     DEVICE_CONFLICTS,
@@ -12,10 +13,15 @@ from internal.metrics.domain import (
     RETRIES,
     SCHEDULING_ATTEMPTS,
     STATE,
+    STATUS_COALESCED,
+    STATUS_QUEUED,
+    STATUS_WRITE_LAG,
+    STATUS_WRITES,
 )
 
 __all__ = [
     "BAD_OBJECTS",
+    "CHILD_CREATES",
     "CREATE_TO_BOUND",
     "DECISION_LATENCY",
     "DEVICE_CONFLICTS",
@@ -25,4 +31,8 @@ __all__ = [
     "RETRIES",
     "SCHEDULING_ATTEMPTS",
     "STATE",
+    "STATUS_COALESCED",
+    "STATUS_QUEUED",
+    "STATUS_WRITES",
+    "STATUS_WRITE_LAG",
 ]

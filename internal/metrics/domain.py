@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -90,6 +90,28 @@ BAD_OBJECTS = Counter(
     "malformed devices annotation, an unreadable placement), by kind.", ["kind"],
     registry=REGISTRY)
 
+CHILD_CREATES = Counter(
+    "gpu_orchestrator_child_creates", "Child (Pod, Job) creates sent, by result: created, "
+    "already_exists (a create for a child that was there: the cache lagged).", ["result"],
+    registry=REGISTRY)
+
+STATUS_WRITE_LAG = Histogram(
+    "gpu_orchestrator_status_write_lag_seconds",
+    "From the first time a reconcile asked for a GPUWorkload status to that status "
+    "written (the asynchronous status writer).",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+    registry=REGISTRY)
+STATUS_WRITES = Counter(
+    "gpu_orchestrator_status_writes", "Writes of the asynchronous status writer, by result: "
+    "written, error (retried), gone (the workload was deleted or replaced).", ["result"],
+    registry=REGISTRY)
+STATUS_COALESCED = Counter(
+    "gpu_orchestrator_status_writes_coalesced", "Desired statuses replaced by a newer one "
+    "before they were written.", registry=REGISTRY)
+STATUS_QUEUED = Gauge(
+    "gpu_orchestrator_status_writes_queued", "Workloads whose desired status is not "
+    "written yet.", registry=REGISTRY)
+
 
 # The exported series names (counters gain _total), for tests that check the dashboard
 # and the alerts only name metrics that exist.
@@ -106,4 +128,9 @@ METRIC_NAMES = frozenset({
     "gpu_orchestrator_preemptions_total",
     "gpu_orchestrator_gpunode_heartbeat_age_seconds",
     "gpu_orchestrator_bad_objects_total",
+    "gpu_orchestrator_child_creates_total",
+    "gpu_orchestrator_status_write_lag_seconds",
+    "gpu_orchestrator_status_writes_total",
+    "gpu_orchestrator_status_writes_coalesced_total",
+    "gpu_orchestrator_status_writes_queued",
 })

@@ -1,5 +1,6 @@
-"""A tiny run of the benchmark (bench/): both systems place every unit, the numbers
-come out, nothing is given twice, and everything it started is stopped.
+"""A tiny run of the benchmark (bench/): every system (bare pods, Jobs, ours) places
+every unit, so does ours through a kill -9 of the controller, the numbers come out,
+nothing is given twice, and everything it started is stopped.
 
 It starts its own small control plane (it needs kube-scheduler, which the session
 ``cluster`` does not run), reusing the binaries that ``cluster`` was started with.
@@ -21,7 +22,10 @@ def test_bench_smoke(cluster: ControlPlane, tmp_path: Path) -> None:
     assert code == 0
     doc = json.loads((out / "bench.json").read_text())
     (size,) = doc["e2e"]
-    assert set(size["systems"]) == {"kube-scheduler", "gpu-orchestrator"}
+    assert set(size["systems"]) == {"kube-scheduler", "kube-scheduler-jobs", "gpu-orchestrator"}
+    killed = size["systems"]["gpu-orchestrator"]["burst_kill9"]
+    assert killed["bound"] == 20 and killed["killed"]["old_pid"] != killed["killed"]["new_pid"]
+    assert killed["double_booking"]["violations"] == 0, killed["double_booking"]
     for name, res in size["systems"].items():
         for phase, units in (("burst", 20), ("steady", 20)):
             r = res[phase]

@@ -261,12 +261,15 @@ class Env:
     def put_pod(self, pod: dict[str, Any]) -> None:
         self.pods.add(pod)
         self.state.on_pod(pod)
+        if hasattr(self, "rec"):
+            self.rec.expectations.observed(pod)  # as the informer's handlers do
 
     def pod_gone(self, name: str) -> None:
         """The pod is deleted from the API (its grace period is over)."""
         pod = self.pods.delete(f"{NS}/{name}")
         assert pod is not None, f"no pod {name}"
         self.state.on_pod_deleted(pod)
+        self.rec.expectations.observed(pod)
 
     def set_phase(self, name: str, phase: str) -> None:
         pod = thaw(self.pods.get_by_name(name, NS))

@@ -1,0 +1,116 @@
+"""``python -m bench.apicost``: kube-apiserver CPU per request, for each kind of
+request a unit costs (ours and kube-scheduler's), on a fresh local control plane.
+
+Each kind is sent N times over 8 connections; the CPU the kube-apiserver process
+used meanwhile (``/proc/<pid>/stat``), divided by N, is printed. Nothing else
+writes meanwhile (no controller, no scheduler; kwok runs no pods: no node exists),
+so the numbers are the requests' own cost plus their watch fan-out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import e2e
+from bench.kube import proc_stats
+
+CONDITIONS = [{"type": t, "status": "True", "reason": t, "message": "placed on node n devices 3",
+               "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}
+              for t in ("Scheduled", "Ready")]
+
+
+def status(message: str) -> dict[str, Any]:
+    """A status the size of the controller's for a running one-GPU workload."""
+    return {"phase": "Running", "message": message, "observedGeneration": 1, "retries": 0,
+            "placements": [{"index": 0, "node": "n", "devices": [3]}], "gpus": 1, "nodes": "n",
+            "replicas": 1, "selector": "gpu.orchestrator.dev/workload=u",
+            "conditions": CONDITIONS}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.apicost", description=__doc__)
+    p.add_argument("-n", type=int, default=600, help="requests of each kind (default 600)")
+    p.add_argument("--bin-dir", type=Path, default=None)
+    args = p.parse_args(argv)
+    from hack.testenv.controlplane import binaries
+
+    workdir = Path(tempfile.mkdtemp(prefix="gpu-apicost-"))
+    cp = e2e.BenchPlane(workdir, nodes=0, gpus=8, bin_dir=args.bin_dir or binaries(),
+                        static_nodes=True)
+    try:
+        cp.start()
+        bench = e2e.Bench(cp, e2e.Config(sizes=[0], bursts=[0]), print)
+        bench.install_crds()
+        ns = "apicost"
+        bench._namespace(ns)
+        api = bench.api
+        n = args.n
+        wl = f"/apis/{e2e.GROUP}/{e2e.VERSION}/namespaces/{ns}/gpuworkloads"
+        merge = "application/merge-patch+json"
+        kinds: list[tuple[str, list[tuple[str, str, Any, str]]]] = [
+            ("GPUWorkload create (the user's)",
+             [("POST", wl, e2e._workload(ns, f"u-{i}"), "application/json") for i in range(n)]),
+            ("GPUWorkload status merge patch",
+             [("PATCH", f"{wl}/u-{i}/status", {"status": status("placed")}, merge)
+              for i in range(n)]),
+            ("GPUWorkload finalizer merge patch",
+             [("PATCH", f"{wl}/u-{i}",
+               {"metadata": {"finalizers": ["gpu.orchestrator.dev/children"]}}, merge)
+              for i in range(n)]),
+            ("GPUWorkload status merge patch, again",
+             [("PATCH", f"{wl}/u-{i}/status", {"status": status("running")}, merge)
+              for i in range(n)]),
+            ("Pod create (bound or not)",
+             [("POST", f"/api/v1/namespaces/{ns}/pods", e2e._pod(ns, f"p-{i}"),
+               "application/json") for i in range(n)]),
+            ("Binding (kube-scheduler's)",
+             [("POST", f"/api/v1/namespaces/{ns}/pods/p-{i}/binding",
+               {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": f"p-{i}"},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": "n"}},
+               "application/json") for i in range(n)]),
+            ("Event create",
+             [("POST", f"/api/v1/namespaces/{ns}/events",
+               {"metadata": {"name": f"e-{i}"}, "reason": "Scheduled", "message": "placed",
+                "type": "Normal", "count": 1,
+                "involvedObject": {"kind": "Pod", "name": f"p-{i}", "namespace": ns}},
+               "application/json") for i in range(n)]),
+        ]
+        pid = cp.pids()["kube-apiserver"]
+        print(f"kube-apiserver CPU per request ({n} of each, 8 connections):")
+        for label, items in kinds:
+            before = proc_stats(pid)["cpu_s"]
+            errors: list[str] = []
+            t0 = time.time()
+
+            def send(chunk: list[tuple[str, str, Any, str]], errors: list[str] = errors) -> None:
+                for method, path, body, ct in chunk:
+                    code, out = api.request(method, path, body, content_type=ct)
+                    if code >= 300:
+                        errors.append(f"{code} {str(out)[:200]}")
+
+            threads = [threading.Thread(target=send, args=(items[i::8],)) for i in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            took = time.time() - t0
+            time.sleep(1.0)  # the watch fan-out of the last ones
+            cpu = proc_stats(pid)["cpu_s"] - before
+            print(f"  {label:<40} {1000 * cpu / n:6.2f} ms  ({n / took:5.0f}/s"
+                  f"{f', {len(errors)} errors: ' + errors[0] if errors else ''})")
+        with open("/proc/loadavg") as f:
+            print(f"load average: {' '.join(f.read().split()[:3])}")
+    finally:
+        cp.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,366 @@
+"""The asynchronous, coalescing writer of GPUWorkload status (and of our finalizer).
+
+kube-scheduler's workers send one Binding per pod on their client and leave Events
+to a second client that they never wait on. This writer is that second client for
+status: a reconcile hands it the status it wants and goes on; writer threads send
+it through a client with its own token bucket.
+
+Guarantees:
+
+- **Latest wins.** One entry per workload: a newer desired status replaces one not
+  yet sent (counted in ``gpu_orchestrator_status_writes_coalesced_total``). Writes of
+  one workload never overlap and go in order.
+- **Read your writes.** ``view(raw)`` gives a reconcile the object with the status
+  it last asked for, until the cache shows that write landed, so a decision is never
+  taken on a status older than our own.
+- **Nothing lost.** A failed write is retried with backoff (capped) until it lands,
+  the workload is gone (NotFound) or it is another object of that name (UID).
+- **Lag bounded and measured.** The time from the first submit of a status to its
+  write is ``gpu_orchestrator_status_write_lag_seconds``; the queue is at most one
+  entry per workload, so the lag is at most the queue over the client's QPS.
+- **Synchronous commits win.** Gangs and Job mode commit their placement with a
+  resourceVersion precondition on the workers' client; ``settle(key)`` first drops
+  the pending write of that workload and waits for one in flight, and ``record``
+  tells the writer what the commit wrote.
+- The finalizer (``gpu.orchestrator.dev/children``) rides with the first status of a
+  placed workload, as its own merge patch with a resourceVersion precondition,
+  never added to an object being deleted.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from api.v1alpha1.keys import CHILDREN_FINALIZER
+from api.v1alpha1.types import API_VERSION
+from internal import metrics as m
+from runtime import Conflict, NotFound
+from runtime.store import Indexer
+
+log = structlog.get_logger("status_writer")
+
+JSON = Mapping[str, Any]
+
+LAG, WRITES = m.STATUS_WRITE_LAG, m.STATUS_WRITES
+COALESCED, QUEUED = m.STATUS_COALESCED, m.STATUS_QUEUED
+
+#: a failed write is tried again after this, doubling up to RETRY_MAX
+RETRY_BASE = 0.2
+RETRY_MAX = 10.0
+
+
+def _rv(obj: JSON) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def _key(obj: JSON) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+
+
+@dataclass
+class _Want:
+    uid: str
+    namespace: str
+    name: str
+    status: dict[str, Any]
+    finalizer: bool
+    since: float  # first submit not yet written
+    not_before: float = 0.0
+    failures: int = 0
+
+
+@dataclass
+class _Seen:
+    """What we asked for last: the status, and the resourceVersion it landed at
+    (0 while not written)."""
+
+    uid: str
+    status: dict[str, Any]
+    rv: int = 0
+
+
+class StatusWriter:
+    def __init__(self, client: Any, workloads: Indexer, *, threads: int = 2,
+                 on_pending: Callable[[str], None] | None = None,
+                 on_written: Callable[[JSON], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.client = client
+        self.workloads = workloads
+        self.threads = threads
+        self.on_pending = on_pending or (lambda key: None)
+        self.on_written = on_written or (lambda obj: None)
+        self.clock = clock
+        self._cv = threading.Condition()
+        self._pending: dict[str, _Want] = {}
+        self._order: deque[str] = deque()  # keys with a pending entry, oldest first
+        self._inflight: set[str] = set()
+        self._seen: dict[str, _Seen] = {}
+        self._finalized: dict[str, str] = {}  # key -> UID we saw our finalizer on
+        self._stop = False
+        self._workers: list[threading.Thread] = []
+
+    # ------------------------------------------------------------------ reconcile side
+
+    def submit(self, raw: JSON, status: dict[str, Any], *, finalizer: bool = False) -> None:
+        """Wants ``status`` written for ``raw`` (and, with ``finalizer``, our finalizer
+        added). Returns at once."""
+        meta = raw["metadata"]
+        key = _key(raw)
+        uid = meta.get("uid") or ""
+        now = self.clock()
+        with self._cv:
+            self._seen[key] = _Seen(uid, status)
+            old = self._pending.get(key)
+            if old is not None and old.uid == uid:
+                COALESCED.inc()
+                old.status = status
+                old.finalizer = old.finalizer or finalizer
+                return
+            self._pending[key] = _Want(uid, meta["namespace"], meta["name"], status,
+                                       finalizer, since=now)
+            if key not in self._inflight:
+                self._order.append(key)
+            QUEUED.set(len(self._pending))
+            self._cv.notify()
+        self.on_pending(key)
+
+    def view(self, raw: JSON) -> JSON | None:
+        """``raw`` with the status we last asked for, while the cache does not show it
+        yet (None: the cache is current, or we never wrote this object)."""
+        key = _key(raw)
+        with self._cv:
+            seen = self._seen.get(key)
+            if seen is None:
+                return None
+            if seen.uid != (raw.get("metadata") or {}).get("uid"):
+                del self._seen[key]
+                return None
+            if seen.rv and _rv(raw) >= seen.rv and key not in self._pending and \
+                    key not in self._inflight:
+                del self._seen[key]  # the cache caught up
+                return None
+            return {**raw, "status": seen.status}
+
+    def observed(self, obj: JSON) -> None:
+        """An informer event of a workload: once it shows our last write, the writer
+        forgets that status (the cache holds it now)."""
+        key = _key(obj)
+        with self._cv:
+            seen = self._seen.get(key)
+            if seen is not None and seen.rv and _rv(obj) >= seen.rv and \
+                    key not in self._pending and key not in self._inflight:
+                del self._seen[key]
+
+    def ahead_of(self, raw: JSON) -> bool:
+        """Did a write of ours land after the cache's copy of ``raw``? (A precondition
+        on that copy's resourceVersion would conflict.)"""
+        with self._cv:
+            seen = self._seen.get(_key(raw))
+            return seen is not None and seen.rv > _rv(raw)
+
+    def settle(self, key: str, timeout: float = 30.0) -> None:
+        """Drops ``key``'s pending write and waits for one in flight (a synchronous
+        commit that supersedes it follows)."""
+        deadline = self.clock() + timeout
+        with self._cv:
+            if self._pending.pop(key, None) is not None:
+                QUEUED.set(len(self._pending))
+            while key in self._inflight and self.clock() < deadline:
+                self._cv.wait(0.05)
+
+    def record(self, written: JSON) -> None:
+        """A synchronous write of ours (the gang commit) landed."""
+        with self._cv:
+            self._seen[_key(written)] = _Seen((written.get("metadata") or {}).get("uid") or "",
+                                              dict(written.get("status") or {}), _rv(written))
+
+    def forget(self, key: str) -> None:
+        """The workload is gone: nothing of it is left to write."""
+        with self._cv:
+            self._pending.pop(key, None)
+            self._seen.pop(key, None)
+            self._finalized.pop(key, None)
+            QUEUED.set(len(self._pending))
+
+    def has_finalizer(self, raw: JSON) -> bool:
+        """Is our finalizer on ``raw``, added by us, or on its way?"""
+        meta = raw.get("metadata") or {}
+        if CHILDREN_FINALIZER in (meta.get("finalizers") or ()):
+            return True
+        key, uid = _key(raw), meta.get("uid")
+        with self._cv:
+            want = self._pending.get(key)
+            return self._finalized.get(key) == uid or (
+                want is not None and want.uid == uid and want.finalizer)
+
+    def queued(self) -> int:
+        with self._cv:
+            return len(self._pending) + len(self._inflight)
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Waits until nothing is queued or in flight (tests, shutdown)."""
+        deadline = self.clock() + timeout
+        with self._cv:
+            while self._pending or self._inflight:
+                if self.clock() > deadline:
+                    return False
+                self._cv.wait(0.05)
+        return True
+
+    # ------------------------------------------------------------------ runnable
+
+    def start(self) -> None:
+        with self._cv:
+            self._stop = False
+        for i in range(self.threads):
+            t = threading.Thread(target=self._run, name=f"status-writer-{i}", daemon=True)
+            t.start()
+            self._workers.append(t)
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Writes what is queued (up to ``timeout``), then stops."""
+        drained = self.flush(timeout)
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        for t in self._workers:
+            t.join(1.0)
+        self._workers = []
+        return drained
+
+    # ------------------------------------------------------------------ writer side
+
+    def _next(self) -> tuple[str, _Want] | None:
+        with self._cv:
+            while True:
+                if self._stop:
+                    return None
+                now = self.clock()
+                wait = 0.5
+                for _ in range(len(self._order)):
+                    key = self._order.popleft()
+                    want = self._pending.get(key)
+                    if want is None or key in self._inflight:
+                        continue  # settled, forgotten, or taken by another thread
+                    if want.not_before > now:
+                        self._order.append(key)
+                        wait = min(wait, want.not_before - now)
+                        continue
+                    del self._pending[key]
+                    self._inflight.add(key)
+                    QUEUED.set(len(self._pending))
+                    return key, want
+                self._cv.wait(wait)
+
+    def _run(self) -> None:
+        while True:
+            item = self._next()
+            if item is None:
+                return
+            key, want = item
+            ok = False
+            try:
+                ok = self._write(key, want)
+            except Exception as exc:  # retried below: nothing is lost
+                WRITES.labels("error").inc()
+                log.warning("status.write_failed", workload=key, error=str(exc),
+                            failures=want.failures + 1)
+            with self._cv:
+                self._inflight.discard(key)
+                if not ok and key not in self._pending:
+                    want.failures += 1
+                    want.not_before = self.clock() + min(RETRY_MAX,
+                                                         RETRY_BASE * 2 ** (want.failures - 1))
+                    self._pending[key] = want
+                    self._order.append(key)
+                elif key in self._pending:
+                    self._order.append(key)  # a newer one arrived while writing
+                QUEUED.set(len(self._pending))
+                self._cv.notify_all()
+
+    def _write(self, key: str, want: _Want) -> bool:
+        """True when done (written, or nothing left to write)."""
+        cached = self.workloads.get_by_name(want.name, want.namespace)
+        if cached is not None and (cached.get("metadata") or {}).get("uid") != want.uid:
+            WRITES.labels("gone").inc()
+            self.on_written(cached)  # another object of that name now: it is current
+            return True
+        if want.finalizer and self._finalized.get(key) != want.uid and cached is not None \
+                and not self._add_finalizer(cached):
+            return False
+        try:
+            written = self.client.patch(API_VERSION, "GPUWorkload", want.name,
+                                        {"status": want.status}, namespace=want.namespace,
+                                        patch_type="merge", subresource="status")
+        except NotFound:
+            WRITES.labels("gone").inc()
+            with self._cv:
+                self._seen.pop(key, None)
+            return True
+        if (written.get("metadata") or {}).get("uid") != want.uid:
+            WRITES.labels("gone").inc()  # (and wrote it: ours is the status it wants)
+            self.on_written(written)
+            return True
+        WRITES.labels("written").inc()
+        LAG.observe(max(0.0, self.clock() - want.since))
+        with self._cv:
+            seen = self._seen.get(key)
+            if seen is not None and seen.status is want.status:
+                seen.rv = _rv(written)
+        self.on_written(written)
+        return True
+
+    def _add_finalizer(self, obj: JSON) -> bool:
+        """Adds our finalizer unless present or the object is being deleted. False:
+        try again (conflict with a newer object)."""
+        meta = obj["metadata"]
+        finalizers = list(meta.get("finalizers") or ())
+        if CHILDREN_FINALIZER in finalizers or meta.get("deletionTimestamp"):
+            self._finalized[_key(obj)] = meta["uid"]
+            return True
+        try:
+            self.client.patch(API_VERSION, "GPUWorkload", meta["name"],
+                              {"metadata": {"finalizers": [*finalizers, CHILDREN_FINALIZER],
+                                            "resourceVersion": meta["resourceVersion"]}},
+                              namespace=meta["namespace"], patch_type="merge")
+        except NotFound:
+            return True
+        except Conflict:
+            # the cache is behind the API: read the object itself and try once more
+            try:
+                fresh = self.client.get(API_VERSION, "GPUWorkload", meta["name"],
+                                        namespace=meta["namespace"])
+            except NotFound:
+                return True
+            if fresh["metadata"].get("uid") != meta["uid"]:
+                return True
+            return self._add_finalizer_once(fresh)
+        self._finalized[_key(obj)] = meta["uid"]
+        return True
+
+    def _add_finalizer_once(self, obj: JSON) -> bool:
+        meta = obj["metadata"]
+        finalizers = list(meta.get("finalizers") or ())
+        if CHILDREN_FINALIZER not in finalizers and not meta.get("deletionTimestamp"):
+            try:
+                self.client.patch(API_VERSION, "GPUWorkload", meta["name"],
+                                  {"metadata": {"finalizers": [*finalizers, CHILDREN_FINALIZER],
+                                                "resourceVersion": meta["resourceVersion"]}},
+                                  namespace=meta["namespace"], patch_type="merge")
+            except NotFound:
+                return True
+            except Conflict:
+                return False
+        self._finalized[_key(obj)] = meta["uid"]
+        return True
