@@ -76,7 +76,13 @@ from controllers.conditions import (
 )
 from controllers.expectations import Expectations
 from controllers.placement_state import PlacementState, PodBook
-from controllers.status import StatusBuilder, fmt_time, parse_time, same_status
+from controllers.status import (
+    StatusBuilder,
+    add_finalizer_patch,
+    fmt_time,
+    parse_time,
+    same_status,
+)
 from controllers.status_writer import StatusWriter
 from internal import metrics as m
 from internal.backoff import next_delay, should_retry
@@ -729,8 +735,7 @@ class GPUWorkloadReconciler:
             return raw
         written = self.client.patch(
             API_VERSION, "GPUWorkload", meta["name"],
-            {"metadata": {"finalizers": [*finalizers, CHILDREN_FINALIZER],
-                          "resourceVersion": meta["resourceVersion"]}},
+            add_finalizer_patch(meta, CHILDREN_FINALIZER),
             namespace=meta["namespace"], patch_type="merge")
         if self.state is not None:
             self.state.wrote(written)

@@ -79,6 +79,13 @@ class StatusBuilder:
         return out
 
 
+def add_finalizer_patch(meta: JSON, finalizer: str) -> dict[str, Any]:
+    """The merge patch that adds ``finalizer`` to an object whose metadata is
+    ``meta``, only if it is unchanged since (its resourceVersion), else Conflict."""
+    return {"metadata": {"finalizers": [*(meta.get("finalizers") or ()), finalizer],
+                         "resourceVersion": meta["resourceVersion"]}}
+
+
 def gpus_held(placements: Any, spec: JSON) -> int:
     """Distinct devices named (a map may share one between replicas), plus the
     counted GPUs of device-plugin replicas."""

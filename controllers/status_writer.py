@@ -40,6 +40,7 @@ import structlog
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
 from api.v1alpha1.types import API_VERSION
+from controllers.status import add_finalizer_patch
 from internal import metrics as m
 from runtime import Conflict, NotFound
 from runtime.store import Indexer
@@ -331,8 +332,7 @@ class StatusWriter:
             return True
         try:
             self.client.patch(API_VERSION, "GPUWorkload", meta["name"],
-                              {"metadata": {"finalizers": [*finalizers, CHILDREN_FINALIZER],
-                                            "resourceVersion": meta["resourceVersion"]}},
+                              add_finalizer_patch(meta, CHILDREN_FINALIZER),
                               namespace=meta["namespace"], patch_type="merge")
         except NotFound:
             return True
@@ -355,8 +355,7 @@ class StatusWriter:
         if CHILDREN_FINALIZER not in finalizers and not meta.get("deletionTimestamp"):
             try:
                 self.client.patch(API_VERSION, "GPUWorkload", meta["name"],
-                                  {"metadata": {"finalizers": [*finalizers, CHILDREN_FINALIZER],
-                                                "resourceVersion": meta["resourceVersion"]}},
+                                  add_finalizer_patch(meta, CHILDREN_FINALIZER),
                                   namespace=meta["namespace"], patch_type="merge")
             except NotFound:
                 return True
