@@ -322,37 +322,13 @@ class StatusWriter:
         self.on_written(written)
         return True
 
-    def _add_finalizer(self, obj: JSON) -> bool:
+    def _add_finalizer(self, obj: JSON, *, retry: bool = True) -> bool:
         """Adds our finalizer unless present or the object is being deleted. False:
-        try again (conflict with a newer object)."""
+        try again (conflict with a newer object). On a first conflict the cache is
+        behind the API: the object itself is read and the add tried once more."""
         meta = obj["metadata"]
-        finalizers = list(meta.get("finalizers") or ())
-        if CHILDREN_FINALIZER in finalizers or meta.get("deletionTimestamp"):
-            self._finalized[_key(obj)] = meta["uid"]
-            return True
-        try:
-            self.client.patch(API_VERSION, "GPUWorkload", meta["name"],
-                              add_finalizer_patch(meta, CHILDREN_FINALIZER),
-                              namespace=meta["namespace"], patch_type="merge")
-        except NotFound:
-            return True
-        except Conflict:
-            # the cache is behind the API: read the object itself and try once more
-            try:
-                fresh = self.client.get(API_VERSION, "GPUWorkload", meta["name"],
-                                        namespace=meta["namespace"])
-            except NotFound:
-                return True
-            if fresh["metadata"].get("uid") != meta["uid"]:
-                return True
-            return self._add_finalizer_once(fresh)
-        self._finalized[_key(obj)] = meta["uid"]
-        return True
-
-    def _add_finalizer_once(self, obj: JSON) -> bool:
-        meta = obj["metadata"]
-        finalizers = list(meta.get("finalizers") or ())
-        if CHILDREN_FINALIZER not in finalizers and not meta.get("deletionTimestamp"):
+        if CHILDREN_FINALIZER not in (meta.get("finalizers") or ()) and \
+                not meta.get("deletionTimestamp"):
             try:
                 self.client.patch(API_VERSION, "GPUWorkload", meta["name"],
                                   add_finalizer_patch(meta, CHILDREN_FINALIZER),
@@ -360,6 +336,15 @@ class StatusWriter:
             except NotFound:
                 return True
             except Conflict:
-                return False
+                if not retry:
+                    return False
+                try:
+                    fresh = self.client.get(API_VERSION, "GPUWorkload", meta["name"],
+                                            namespace=meta["namespace"])
+                except NotFound:
+                    return True
+                if fresh["metadata"].get("uid") != meta["uid"]:
+                    return True
+                return self._add_finalizer(fresh, retry=False)
         self._finalized[_key(obj)] = meta["uid"]
         return True
