@@ -397,7 +397,11 @@ class ControlPlane:
                              f"{self.processes['kwok'].log}")
 
     def set_pod_phase(self, namespace: str, name: str, phase: str, timeout: float = 30) -> dict:
-        """Ends a Running pod on a fake node as ``Succeeded`` or ``Failed``; returns the pod."""
+        """Ends a Running pod on a fake node as ``Succeeded`` or ``Failed``; returns the pod.
+
+        Follows the pod with a watch from the annotating write, so a pod that reaches the
+        phase and is deleted (and replaced under the same name) at once is still seen.
+        """
         if phase not in ("Succeeded", "Failed"):
             raise ValueError(f"phase must be Succeeded or Failed, not {phase!r}")
         path = f"/api/v1/namespaces/{namespace}/pods/{name}"
@@ -405,12 +409,32 @@ class ControlPlane:
         code, body = self.api("PATCH", path, patch, content_type="application/merge-patch+json")
         if code != 200:
             raise RuntimeError(f"annotating pod {namespace}/{name}: HTTP {code}: {body}")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            code, pod = self.api("GET", path)
-            if code == 200 and pod.get("status", {}).get("phase") == phase:
-                return pod
-            time.sleep(0.1)
+        uid = body["metadata"]["uid"]
+        if body.get("status", {}).get("phase") == phase:
+            return body
+        query = (f"/api/v1/namespaces/{namespace}/pods?watch=1&fieldSelector=metadata.name%3D{name}"
+                 f"&resourceVersion={body['metadata']['resourceVersion']}"
+                 f"&timeoutSeconds={max(1, int(timeout))}")
+        conn = http.client.HTTPSConnection("127.0.0.1", self.ports["apiserver"],
+                                           context=self.ssl_context(), timeout=timeout + 5)
+        try:
+            conn.request("GET", query, headers={"Accept": "application/json"})
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise RuntimeError(f"watching pod {namespace}/{name}: HTTP {resp.status}: "
+                                   f"{resp.read()[:300]!r}")
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                line = resp.readline()
+                if not line:
+                    break
+                event = json.loads(line)
+                pod = event.get("object") or {}
+                if (pod.get("metadata") or {}).get("uid") == uid and \
+                        (pod.get("status") or {}).get("phase") == phase:
+                    return pod
+        finally:
+            conn.close()
         raise TimeoutError(f"pod {namespace}/{name} did not reach {phase} in {timeout}s")
 
     def compact_etcd(self) -> int:
