@@ -21,7 +21,7 @@ from controllers.podbinding import PodBindingOptions, setup_podbinding_controlle
 from controllers.setup import ControllerOptions, setup_gpuworkload_controller
 from hack.testenv import ControlPlane
 from runtime import Client, Manager, NotFound, Options, RestConfig
-from tests.waiting import eventually
+from tests.waiting import eventually, watched
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -158,21 +158,21 @@ def get_workload(c: Client, ns: str, name: str) -> dict[str, Any]:
 
 
 def wait_phase(c: Client, ns: str, name: str, *phases: str, timeout: float = 30) -> dict:
-    def check() -> dict | None:
-        w = get_workload(c, ns, name)
+    def check(w: dict) -> dict | None:
         return w if (w.get("status") or {}).get("phase") in phases else None
-    return eventually(check, timeout=timeout, what=f"{ns}/{name} in {phases}")
+    return watched(c, API_VERSION, "GPUWorkload", ns, name, check, timeout=timeout,
+                   what=f"{ns}/{name} in {phases}")
 
 
 def wait_condition(c: Client, ns: str, name: str, type_: str, reason: str,
                    timeout: float = 30) -> dict:
-    def check() -> dict | None:
-        w = get_workload(c, ns, name)
+    def check(w: dict) -> dict | None:
         for cond in (w.get("status") or {}).get("conditions") or ():
             if cond["type"] == type_ and cond.get("reason") == reason:
                 return cond
         return None
-    return eventually(check, timeout=timeout, what=f"{ns}/{name} {type_}={reason}")
+    return watched(c, API_VERSION, "GPUWorkload", ns, name, check, timeout=timeout,
+                   what=f"{ns}/{name} {type_}={reason}")
 
 
 def pods_of(c: Client, ns: str, name: str) -> list[dict]:
