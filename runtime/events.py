@@ -3,12 +3,17 @@
 Events are written by a background thread through a client of their own (the manager's
 ``events_client``: its own token bucket, as kube-scheduler's event broadcaster has), so
 recording never blocks a reconcile and Events never use the controllers' request budget.
-When the buffer of 1000 is full, or every attempt of a write failed, the event is dropped
-and counted in ``events_dropped_total{component,cause}``. A repeat of an event already
-written (same object, type, reason and message) patches that Event's ``count`` and
-``lastTimestamp`` instead of creating a new one, through a small LRU of recent events.
-A create is retried by the client (its name is unique, so AlreadyExists means an earlier
-attempt landed).
+Before it is written, every occurrence passes an :class:`EventCorrelator` (see
+``runtime/eventcorrelator.py``): a spam filter per source and object, aggregation of
+similar events (same object, type and reason, different messages) into one combined
+Event, and counting of repeats as patches of ``count`` and ``lastTimestamp``.
+
+Nothing is lost silently: an occurrence that is not written is counted in
+``events_dropped_total{component,cause}`` and logged, with cause ``spam`` (the filter;
+logged at debug), ``buffer_full`` (more than ``buffer`` waiting), ``namespace_gone``
+(the namespace is being deleted) or ``write_failed`` (every attempt failed). A create is
+retried by the client (its name is unique, so AlreadyExists means an earlier attempt
+landed); a patch of an Event deleted meanwhile creates it again with the same count.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ import queue
 import socket
 import threading
 import time
-from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +30,7 @@ import structlog
 
 from runtime import errors, metrics
 from runtime.client import Client
+from runtime.eventcorrelator import MAX_MESSAGE, EventCorrelator, Occurrence, Write
 
 log = structlog.get_logger("runtime.events")
 
@@ -39,27 +44,29 @@ def _now() -> str:
 
 
 class EventRecorder:
+    """Records Events about objects; ``correlator`` (default: client-go's limits) decides
+    which occurrences become new Events, patches of earlier ones, or drops."""
+
     def __init__(
         self,
         client: Client,
         component: str,
         host: str | None = None,
-        cache_size: int = 4096,
         buffer: int = 1000,
+        correlator: EventCorrelator | None = None,
     ) -> None:
         self.client = client
         self.component = component
         self.host = host or socket.gethostname()
-        self._cache: OrderedDict[tuple[str, ...], tuple[str, str, int]] = OrderedDict()
-        self._cache_size = cache_size
-        self._q: queue.Queue[tuple[JSON, str, str, str] | None] = queue.Queue(maxsize=buffer)
+        self.correlator = correlator or EventCorrelator()
+        self._q: queue.Queue[tuple[JSON, Occurrence, str] | None] = queue.Queue(maxsize=buffer)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.dropped = 0
 
     # ---------------------------------------------------------------- public
     def event(self, obj: JSON, event_type: str, reason: str, message: str) -> None:
-        """Record an event about ``obj`` (asynchronously)."""
+        """Record an event about ``obj`` (asynchronously; never blocks)."""
         if event_type not in (NORMAL, WARNING):
             raise ValueError(f"event type must be Normal or Warning, not {event_type!r}")
         md = obj.get("metadata") or {}
@@ -71,6 +78,13 @@ class EventRecorder:
             "uid": md.get("uid", ""),
             "resourceVersion": md.get("resourceVersion", ""),
         }
+        occ = Occurrence(
+            source=f"{self.component}/{self.host}",
+            involved=(ref["apiVersion"], ref["kind"], ref["namespace"], ref["name"], ref["uid"]),
+            type=event_type,
+            reason=reason,
+            message=message[:MAX_MESSAGE],
+        )
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -78,15 +92,19 @@ class EventRecorder:
                 )
                 self._thread.start()
         try:
-            self._q.put_nowait((ref, event_type, reason, message[:1024]))
+            self._q.put_nowait((ref, occ, _now()))
         except queue.Full:
-            self._drop("buffer_full")
-            if self.dropped == 1 or self.dropped % 100 == 0:
-                log.warning("events.dropped", reason=reason, object=ref["name"], total=self.dropped)
+            total = self._drop("buffer_full")
+            if total == 1 or total % 100 == 0:
+                log.warning("events.dropped", cause="buffer_full", reason=reason,
+                            object=ref["name"], total=total)
 
-    def _drop(self, cause: str) -> None:
-        self.dropped += 1
+    def _drop(self, cause: str) -> int:
+        with self._lock:
+            self.dropped += 1
+            total = self.dropped
         metrics.events_dropped_total.labels(self.component, cause).inc()
+        return total
 
     def eventf(self, obj: JSON, event_type: str, reason: str, fmt: str, *args: Any) -> None:
         self.event(obj, event_type, reason, fmt % args if args else fmt)
@@ -119,7 +137,14 @@ class EventRecorder:
             try:
                 if item is None:
                     return
-                self._write(*item)
+                ref, occ, stamp = item
+                plan = self.correlator.correlate(occ, stamp)
+                if plan is None:
+                    self._drop("spam")
+                    log.debug("events.dropped", cause="spam", reason=occ.reason,
+                              object=f"{ref['namespace']}/{ref['name']}")
+                else:
+                    self._write(ref, occ, plan, stamp)
             except (errors.Forbidden, errors.NotFound) as e:
                 # A namespace being deleted, or gone, takes no new content: expected, and
                 # nobody is left to read the Event.
@@ -135,38 +160,31 @@ class EventRecorder:
             finally:
                 self._q.task_done()
 
-    def _write(self, ref: JSON, event_type: str, reason: str, message: str) -> None:
+    def _write(self, ref: JSON, occ: Occurrence, plan: Write, stamp: str) -> None:
         ns = ref["namespace"] or "default"
-        key = (ref["uid"], ref["kind"], ns, ref["name"], event_type, reason, message)
-        now = _now()
-        cached = self._cache.get(key)
-        if cached is not None:
-            name, _, count = cached
+        if plan.count > 1:
             try:
                 self.client.request(
                     "PATCH",
-                    f"/api/v1/namespaces/{ns}/events/{name}",
-                    body={"count": count + 1, "lastTimestamp": now},
+                    f"/api/v1/namespaces/{ns}/events/{plan.name}",
+                    body={"count": plan.count, "lastTimestamp": stamp, "message": plan.message},
                     content_type="application/merge-patch+json",
                 )
-                self._cache[key] = (name, ns, count + 1)
-                self._cache.move_to_end(key)
                 return
             except errors.NotFound:
-                del self._cache[key]
-        name = f"{ref['name']}.{time.time_ns():x}"
+                pass  # deleted meanwhile (or its create failed): create it, count kept
         ev = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": name, "namespace": ns},
+            "metadata": {"name": plan.name, "namespace": ns},
             "involvedObject": {k: v for k, v in ref.items() if v},
-            "reason": reason,
-            "message": message,
-            "type": event_type,
+            "reason": occ.reason,
+            "message": plan.message,
+            "type": occ.type,
             "source": {"component": self.component, "host": self.host},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
+            "firstTimestamp": plan.first_timestamp,
+            "lastTimestamp": stamp,
+            "count": plan.count,
             "reportingComponent": self.component,
             "reportingInstance": self.host,
         }
@@ -175,6 +193,3 @@ class EventRecorder:
             self.client.request(
                 "POST", f"/api/v1/namespaces/{ns}/events", body=ev, idempotent_=True
             )
-        self._cache[key] = (name, ns, 1)
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
