@@ -16,6 +16,7 @@ from runtime.errors import (
     NotFound,
     NotLeader,
 )
+from runtime.eventcorrelator import EventCorrelator
 from runtime.events import EventRecorder
 from runtime.handler import Request, enqueue_object, enqueue_owner
 from runtime.informer import EventHandler, FuncHandler, SharedIndexInformer, SharedInformerFactory
@@ -43,6 +44,7 @@ __all__ = [
     "Conflict",
     "Controller",
     "DeletedFinalStateUnknown",
+    "EventCorrelator",
     "EventHandler",
     "EventRecorder",
     "Forbidden",

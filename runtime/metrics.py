@@ -141,7 +141,8 @@ reflector_watch_errors_total = Counter(
 )
 events_dropped_total = Counter(
     "events_dropped",
-    "Number of Events not written: the recorder's buffer was full, or every attempt failed.",
+    "Number of Events not written: the recorder's buffer was full (cause=buffer_full), the "
+    "object had used up its spam-filter tokens (cause=spam), or every attempt failed.",
     ["component", "cause"],
     registry=registry,
 )
