@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import urllib.error
@@ -18,6 +17,7 @@ import pytest
 from hack.testenv import ControlPlane
 from hack.testenv.controlplane import free_port
 from hack.testenv.faultproxy import FaultProxy
+from hack.testenv.process import stop_child
 from runtime import Client
 from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     admin,
@@ -112,13 +112,7 @@ class ManagerProcess:
         return self.proc.wait(timeout)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        stop_child(self.proc)
 
 
 def lease_holder(c: Client, namespace: str, lease: str) -> str:
