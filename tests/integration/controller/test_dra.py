@@ -8,6 +8,7 @@ here (kwok runs the pods)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -445,3 +446,47 @@ def test_a_claim_whose_workload_is_gone_is_released_and_deleted(
                           nodeSelector=dra_group.selector, template=tpl()))
     wait_phase(admin, namespace, "after", "Running", timeout=60)
     delete_workload(admin, namespace, "after")
+
+
+def test_kubectl_gpu_nodes_shows_a_foreign_claims_gpu_as_held(
+        dra_controller: Running, admin: Client, namespace: str, dra_group: NodeGroup,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A claim no GPUWorkload controls (kube-scheduler's, anybody's), allocated to
+    gpu-1: the controller's ledger holds it, and ``kubectl gpu nodes`` says by whom."""
+    node, = dra_controller.wait_nodes(dra_group.add(1, gpus=2))
+    publish(admin, dra_controller, [node], 2)
+    claim = admin.create({
+        "apiVersion": DRA, "kind": "ResourceClaim",
+        "metadata": {"name": "theirs", "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": DRIVER, "count": 1}}]}}})
+    admin.update_status({**claim, "status": {"allocation": {
+        "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": node,
+                                 "device": "gpu-1"}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}})
+
+    def ledger_holder() -> str | None:
+        state = dra_controller.reconciler.ensure_state()
+        with state.lock:
+            return state.ledger.holder(node, 1)
+    eventually(lambda: ledger_holder() == f"claim {namespace}/theirs", timeout=30,
+               what="the controller's ledger holds gpu-1 for the claim")
+
+    def plugin(*args: str) -> str:
+        capsys.readouterr()
+        assert kubectl_gpu(["nodes", node, *args, "--kubeconfig",
+                            str(dra_controller.cluster.kubeconfig)]) == 0
+        return capsys.readouterr().out
+
+    (view,) = json.loads(plugin("-o", "json"))["nodes"]
+    assert (view["source"], view["total"], view["allocated"], view["free"]) == \
+        ("ResourceSlice", 2, 1, 1)
+    assert [(d["index"], d.get("holder")) for d in view["devices"]] == \
+        [(0, None), (1, f"{namespace}/claim/theirs")]
+    table = plugin()
+    row = next(line for line in table.splitlines() if f"{namespace}/claim/theirs" in line)
+    assert row.split()[:2] == [node, "1"], table
+    admin.update_status({**admin.get(DRA, "ResourceClaim", "theirs", namespace),
+                         "status": {"allocation": None}})
+    eventually(lambda: ledger_holder() is None, timeout=30, what="gpu-1 free again")
