@@ -75,21 +75,24 @@ class DraUnavailableGate:
     docstring); every other request goes to ``reconcile``.
 
     ``submit(raw, status)`` hands a status over (the status writer's ``submit``, or a
-    synchronous write); ``recorder`` sends the Event."""
+    synchronous write) and ``pending(raw)`` says what was handed over and is not in the
+    cache yet (the writer's ``view``; None: nothing); ``recorder`` sends the Event."""
 
     def __init__(self, reconcile: Callable[[Request], Result | None], workloads: Indexer,
                  default_exposure: DeviceExposure, why: str, recorder: EventRecorder,
                  submit: Callable[[JSON, dict[str, Any]], None],
+                 pending: Callable[[JSON], JSON | None] = lambda raw: None,
                  clock: Callable[[], datetime] = _now) -> None:
         self.inner, self.workloads, self.default_exposure = reconcile, workloads, \
             default_exposure
         self.message = f"deviceExposure dra is unavailable: {why}"
-        self.recorder, self.submit, self.clock = recorder, submit, clock
+        self.recorder, self.submit, self.pending, self.clock = recorder, submit, pending, clock
 
     def reconcile(self, req: Request) -> Result | None:
         raw = self.workloads.get_by_name(req.name, req.namespace)
         if raw is None or not self._refuses(raw):
             return self.inner(req)
+        raw = self.pending(raw) or raw  # our own status, handed over, not cached yet
         status = StatusBuilder(raw, self.clock())
         status.phase(Phase.PENDING, self.message).condition(SCHEDULED, False, REASON,
                                                             self.message)

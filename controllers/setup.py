@@ -222,7 +222,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         gated = DraUnavailableGate(
             reconciler.reconcile, workloads.indexer, opts.default_exposure,
             dra_why or NOT_ENABLED, recorder,
-            writer.submit if writer is not None else status_submitter(mgr.client))
+            writer.submit if writer is not None else status_submitter(mgr.client),
+            writer.view if writer is not None else lambda raw: None)
     ctrl = builder.with_options(max_concurrent_reconciles=opts.workers).complete(
         only_in(opts.namespaces, gated))
     holder["ctrl"] = ctrl
