@@ -113,21 +113,25 @@ class ClaimLog:
                      and e != "ADDED"), None)
 
     def _run(self) -> None:
+        # Each watch goes on from the last resourceVersion seen, so no event falls
+        # between two watches; only an error (410 Gone included) lists again.
+        rv = ""
         while not self._stop.is_set():
-            listed = self.client.list(DRA, "ResourceClaim", namespace=self.ns)
-            self._ready.set()
             try:
+                if not rv:
+                    rv = self.client.list(DRA, "ResourceClaim", namespace=self.ns)[
+                        "metadata"]["resourceVersion"]
+                    self._ready.set()
                 for ev in self.client.watch(DRA, "ResourceClaim", namespace=self.ns,
-                                            resource_version=listed["metadata"][
-                                                "resourceVersion"], timeout_seconds=5):
+                                            resource_version=rv, timeout_seconds=5):
+                    obj = ev["object"]
+                    rv = obj["metadata"].get("resourceVersion") or rv
                     if ev["type"] == "BOOKMARK":
                         continue
-                    obj = ev["object"]
                     self.log.append((time.monotonic(), ev["type"], obj["metadata"]["name"],
                                      bool((obj.get("status") or {}).get("allocation"))))
-                    if self._stop.is_set():
-                        return
             except Exception:
+                rv = ""
                 time.sleep(0.2)
 
 
@@ -356,6 +360,9 @@ def _kube_scheduler_and_us(admin: Client, ns: str, group: NodeGroup, node: str) 
         theirs2 = eventually(lambda: allocated(c := admin.get(DRA, "ResourceClaim", "theirs2",
                                                               ns)) and c,
                              timeout=120, what="kube-scheduler allocates our freed GPU")
+        # the watch delivers the allocation we just read, before the log stops
+        eventually(lambda: any(n == "theirs2" and a for _, _, n, a in claim_log.log),
+                   timeout=30, what="the claim log saw theirs2 allocated")
     finally:
         claim_log.stop()
     assert allocated(theirs2) == [(node, our_dev)]
