@@ -45,7 +45,10 @@ annotation (the API server copies a Binding's annotations onto the pod), so a bo
 pod says which devices it holds, the same annotation the webhook writes at admission.
 After a restart the ledger is rebuilt from it (else from the map line of the pod's
 index, else from its ``nvidia.com/gpu`` request) before anything new is placed
-(invariant 3). A pod without a map gets devices booked but no
+(invariant 3). Annotations that cannot be read are reported (a ``BadAnnotation``
+Warning Event, a log line, ``gpu_orchestrator_bad_objects_total{kind="Pod"}``, once per
+pod and wording) and never make a pod hold nothing (``read_bound``). A pod without a
+map gets devices booked but no
 ``CUDA_VISIBLE_DEVICES``: the webhook only injects env into annotated pods at
 admission, and a pod's env cannot change after it, so such a pod either requests
 ``nvidia.com/gpu`` (and the device plugin exposes the GPUs) or merely reserves them.
@@ -74,19 +77,19 @@ from api.v1alpha1.types import (
 from controllers.gpuworkload import GPUWorkloadReconciler
 from controllers.placement_state import PlacementState
 from controllers.setup import only_in
-from internal.metrics.domain import DEVICE_CONFLICTS
+from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
 from internal.scheduling.ledger import Ledger, LedgerConflict
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
 from internal.scheduling.pods import (
     BadPod,
     is_controller_pod,
+    parse_devices,
     pod_gpu_request,
     pod_is_active,
     pod_key,
     pod_uid,
 )
-from internal.scheduling.pods import parse_devices as _parse_devices
 from internal.scheduling.snapshot import tolerates, untolerated_taint
 from runtime import Builder, Conflict, Controller, Manager, NotFound, Request, Result
 from runtime.errors import ApiError
@@ -146,14 +149,6 @@ def describe_holder(key: str) -> str:
     return f"{kind} {rest}" if sep else f"GPUWorkload {key}"
 
 
-def parse_devices(value: Any) -> list[int] | None:
-    """``"0,1"`` -> ``[0, 1]``; None when absent or malformed (``"²"`` included)."""
-    try:
-        return _parse_devices(value)
-    except BadPod:
-        return None
-
-
 def _devs(devices: list[int] | tuple[int, ...]) -> str:
     return ",".join(map(str, devices))
 
@@ -177,32 +172,52 @@ class Entry:
 
 
 def bound_entry(pod: JSON) -> Entry | None:
-    """What a bound pod holds, as told by the pod: the devices annotation, else its
-    map line (when it names the node the pod is on), else its ``nvidia.com/gpu``
-    request, counted. None when it holds no GPU."""
+    """What a bound pod holds (``read_bound`` without its problems)."""
+    return read_bound(pod)[0]
+
+
+def read_bound(pod: JSON) -> tuple[Entry | None, list[str]]:
+    """What a bound pod holds, as told by the pod, and what of it could not be read.
+
+    The devices annotation, else its map line (when it names the node the pod is on),
+    else its ``nvidia.com/gpu`` request, counted. None when it holds no GPU. A
+    malformed devices annotation or map is a problem (a plain sentence for the
+    user), never raised, and never makes the pod hold nothing: what can still be read
+    is held, and a pod that says nothing readable holds its request, at least one GPU
+    (what this scheduler gives a pod without a map), counted."""
     node = _spec(pod).get("nodeName")
     if not node:
-        return None
+        return None, []
     annotations = _meta(pod).get("annotations") or {}
     index, _ = pod_index(pod)
-    devices = parse_devices(annotations.get(DEVICES_ANNOTATION))
+    problems: list[str] = []
+    try:
+        devices = parse_devices(annotations.get(DEVICES_ANNOTATION))
+    except BadPod as exc:
+        devices = None
+        problems.append(str(exc))
     if devices is None and index is not None:
         text = annotations.get(SCHEDULING_MAP_ANNOTATION)
         if text is not None and text.strip():
-            with contextlib.suppress(MapParseError):
+            try:
                 line = parse_scheduling_map(text).get(index)
-                if line is not None and line.node == node:
-                    devices = list(line.devices)
+            except MapParseError as exc:
+                line = None
+                problems.append(f"annotation {SCHEDULING_MAP_ANNOTATION}: {exc}")
+            if line is not None and line.node == node:
+                devices = list(line.devices)
     placement_index = index if index is not None else 0
     if devices:
         return Entry(owner_key(pod), Placement(index=placement_index, node=node,
                                                devices=devices), len(devices), True,
-                     pod_priority(pod))
+                     pod_priority(pod)), problems
     gpus = pod_gpu_request(pod)
+    if problems:
+        gpus = max(gpus, 1)
     if gpus > 0:
         return Entry(f"Pod:{pod_key(pod)}", Placement(index=placement_index, node=node), gpus,
-                     True, pod_priority(pod))
-    return None
+                     True, pod_priority(pod)), problems
+    return None, problems
 
 
 class SeedBook:
@@ -235,7 +250,7 @@ class SeedBook:
             ledger.remove_pod(pod_uid(pod))  # booked by its binding, not counted twice
             if not pod_is_active(pod):
                 continue
-            entry = bound_entry(pod)
+            entry = bound_entry(pod)  # unreadable annotations: its reconcile reports them
             if entry is None:
                 continue
             try:
@@ -346,6 +361,8 @@ class PodBindingReconciler:
         self.options = options or PodBindingOptions()
         self.enqueue_after: Callable[[Request, float], None] = lambda req, delay: None
         self._waiting = _Waiting()
+        #: pod key -> (UID, message) of the unreadable annotations last reported
+        self._reported: dict[str, tuple[str, str]] = {}
         book.on_wake = self._wake
 
     # ------------------------------------------------------------------ entry
@@ -357,6 +374,8 @@ class PodBindingReconciler:
         if pod is None or not self.book.owns(pod) or not pod_is_active(pod):
             self._settled(key)
             self._release(state, key)
+            with self._waiting.lock:
+                self._reported.pop(key, None)
             return None
         if _spec(pod).get("nodeName"):
             self._settled(key)
@@ -532,25 +551,48 @@ class PodBindingReconciler:
     # ---------------------------------------------------------------- holding
 
     def _adopt(self, state: PlacementState, key: str, pod: JSON) -> None:
-        """A bound pod: the ledger must know what it holds."""
-        want = bound_entry(pod)
+        """A bound pod: the ledger must know what it holds. A pod whose annotations
+        cannot be read is reported (``_report_bad``); what the ledger already books for
+        it on its node stays (surer than a guess from the rest of the pod)."""
+        want, problems = read_bound(pod)
+        conflict = ""
         with state.lock:
             have = self.book.entry(key)
-            if have is not None and want is not None and have.ledger_key == want.ledger_key \
-                    and have.placement == want.placement:
+            if have is not None and want is not None and (
+                    (have.ledger_key, have.placement) == (want.ledger_key, want.placement)
+                    or (problems and have.placement.node == want.placement.node)):
+                want = have
                 self.book.mark_bound(state.ledger, key)
+            elif want is not None:
+                try:
+                    self.book.book(state.ledger, key, want)
+                except LedgerConflict as exc:
+                    conflict = str(exc)
+        if problems:
+            self._report_bad(pod, key, problems, None if conflict else want)
+        if conflict:
+            self._conflict(pod, key, conflict)
+
+    def _report_bad(self, pod: JSON, key: str, problems: list[str], held: Entry | None) -> None:
+        """A ``BadAnnotation`` Warning Event, a log line and
+        ``gpu_orchestrator_bad_objects_total{kind="Pod"}``, once per pod (by UID) and
+        wording: the same pod read again says nothing new."""
+        if held is None:
+            holds = "it is booked nowhere: what it may hold is held by another workload"
+        elif held.counted:
+            holds = f"it is taken to hold {held.gpus} GPU(s) on {held.placement.node}, counted"
+        else:
+            holds = (f"it is taken to hold GPU devices {_devs(held.placement.devices)} on "
+                     f"{held.placement.node}")
+        message = f"{'; '.join(problems)}; {holds}"
+        seen = (pod_uid(pod), message)
+        with self._waiting.lock:
+            if self._reported.get(key) == seen:
                 return
-            if have is not None and have.bound and want is None:
-                return  # ours, and the pod does not say more than we know
-            if want is None:
-                return
-            try:
-                self.book.book(state.ledger, key, want)
-            except LedgerConflict as exc:
-                conflict = str(exc)
-            else:
-                return
-        self._conflict(pod, key, conflict)
+            self._reported[key] = seen
+        BAD_OBJECTS.labels("Pod").inc()
+        log.warning("pod.adopt.bad_annotation", pod=key, problem=message)
+        self.recorder.warning(pod, "BadAnnotation", message)
 
     def _conflict(self, pod: JSON, key: str, conflict: str) -> None:
         """Report (and, by the admin's flag, evict) a pod bound onto held devices."""

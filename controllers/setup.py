@@ -17,9 +17,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import structlog
+
 from api.v1alpha1.types import API_VERSION, DeviceExposure
 from controllers.claim_controller import setup_claims
 from controllers.claims import DraOptions
+from controllers.dra_availability import (
+    NOT_ENABLED,
+    DraUnavailableGate,
+    dra_unavailable,
+    status_submitter,
+)
 from controllers.gpuworkload import GPUWorkloadReconciler, Options
 from controllers.placement_state import PlacementState
 from controllers.status_writer import StatusWriter
@@ -34,6 +42,8 @@ from runtime.store import (
     index_by_node_name,
     index_by_owner_uid,
 )
+
+log = structlog.get_logger("setup")
 
 PLACEMENT_NODE_INDEX = "placement-node"
 COMPONENT = "gpu-orchestrator"
@@ -118,6 +128,14 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     nodes = mgr.informer_for("v1", "Node")
     gpunodes = mgr.informer_for(API_VERSION, "GPUNode")
     dra = opts.dra
+    dra_why = NOT_ENABLED if dra is None else dra_unavailable(mgr.client)
+    if dra is not None and dra_why is not None:
+        # informers of an API that is not served would never sync (the manager would
+        # stop at its cache-sync timeout): DRA goes off, said once, here
+        log.warning("dra.unavailable", reason=dra_why,
+                    effect="deviceExposure dra is refused (DRAUnavailable); ResourceSlices "
+                           "and ResourceClaims are not read")
+        dra = None
     slices = mgr.informer_for(DRA_API_VERSION, "ResourceSlice") if dra else None
     claims = mgr.informer_for(DRA_API_VERSION, "ResourceClaim") if dra else None
 
@@ -199,8 +217,15 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
                .owns("batch/v1", "Job"))
     if dra is not None:
         builder = builder.owns(DRA_API_VERSION, "ResourceClaim")  # an edited claim is seen
+    gated: Any = reconciler
+    if dra is None:
+        gated = DraUnavailableGate(
+            reconciler.reconcile, workloads.indexer, opts.default_exposure,
+            dra_why or NOT_ENABLED, recorder,
+            writer.submit if writer is not None else status_submitter(mgr.client),
+            writer.view if writer is not None else lambda raw: None)
     ctrl = builder.with_options(max_concurrent_reconciles=opts.workers).complete(
-        only_in(opts.namespaces, reconciler))
+        only_in(opts.namespaces, gated))
     holder["ctrl"] = ctrl
     if dra is not None:
         setup_claims(mgr, reconciler, recorder, dra)

@@ -104,6 +104,8 @@ class ControlPlane:
         bin_dir: Path | None = None,
         grace_cap: int = DEFAULT_GRACE_CAP,
         static_nodes: bool = False,
+        apiserver_flags: tuple[str, ...] = (),
+        api_only: bool = False,
     ):
         self.dir = Path(workdir).resolve()
         self.nodes = nodes
@@ -117,6 +119,12 @@ class ControlPlane:
         #: node-lifecycle controller, kwok without node heartbeats or leases (it still
         #: runs pods). A node that stops answering is never noticed: never for tests.
         self.static_nodes = static_nodes
+        #: more kube-apiserver flags (``--runtime-config=resource.k8s.io/v1=false``: a
+        #: cluster without DRA)
+        self.apiserver_flags = tuple(apiserver_flags)
+        #: etcd and kube-apiserver alone: no controller manager, scheduler, kwok, nodes
+        #: or check pods (a few seconds to start; for tests of the API side only)
+        self.api_only = api_only
         self.processes: dict[str, Process] = {}
         self.ports: dict[str, int] = {}
         self.kubeconfig = self.dir / "kubeconfig"
@@ -133,6 +141,8 @@ class ControlPlane:
             self._start_etcd()
             self._start_apiserver()
             self._write_kubeconfigs()
+            if self.api_only:
+                return self
             self._start_controller_manager()
             if self.with_scheduler:
                 self._start_scheduler()
@@ -220,7 +230,7 @@ class ControlPlane:
             # `kubectl logs`: reach kwok at the nodes' InternalIP (127.0.0.1), never by
             # resolving a node name through DNS.
             "--kubelet-preferred-address-types=InternalIP",
-            "--v=1",
+            "--v=1", *self.apiserver_flags,
         ]
 
     def _start_apiserver(self) -> None:

@@ -55,6 +55,20 @@ def terminate_pid(pid: int, grace: float = 10.0) -> None:
     _reap(pid)
 
 
+def stop_child(proc: subprocess.Popen | None, grace: float = 30.0) -> None:
+    """Stops a child this process started, by its own PID: SIGTERM, then SIGKILL after
+    ``grace`` seconds; returns once it is reaped (its exit code kept in ``proc``).
+    Nothing when it has exited already."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
 def _reap(pid: int) -> None:
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)

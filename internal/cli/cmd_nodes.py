@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from internal.cli.common import add_stale_flag, gpu_view
+from internal.cli.common import add_view_flags, gpu_view
 from internal.cli.kube import Kube
 from internal.cli.output import Printer, age
 
@@ -15,7 +15,7 @@ HELP = "each node's GPU devices: free or held by which workload, and health"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("node", nargs="*", help="only these nodes")
-    add_stale_flag(p)
+    add_view_flags(p)
 
 
 def _mem(used: int | None, total: int | None) -> str:
@@ -25,7 +25,7 @@ def _mem(used: int | None, total: int | None) -> str:
 
 
 def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
-    view, _ = gpu_view(kube, args.gpunode_stale_after)
+    view, _ = gpu_view(kube, args.gpunode_stale_after, args.dra_driver)
     if args.node:
         missing = sorted(set(args.node) - {n.name for n in view})
         if missing:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from internal.cli import inventory
-from internal.cli.common import add_stale_flag, gpu_view, in_scope
+from internal.cli.common import add_view_flags, gpu_view, in_scope
 from internal.cli.kube import Kube
 from internal.cli.output import Printer, age
 
@@ -14,11 +14,11 @@ HELP = "cluster GPU totals (free, allocated) and pending workloads"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_stale_flag(p)
+    add_view_flags(p)
 
 
 def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
-    view, workloads = gpu_view(kube, args.gpunode_stale_after)
+    view, workloads = gpu_view(kube, args.gpunode_stale_after, args.dra_driver)
     t = inventory.totals(view, workloads)
     scope = in_scope(args, kube, workloads)
     pending = [w for w in scope if inventory.workload_phase(w) == "Pending"]

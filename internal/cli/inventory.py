@@ -16,7 +16,14 @@ Holders:
   (children, and the seed path's StatefulSet pods);
 - GPUs held without a device index: ``device-plugin`` placements (the kubelet picks
   the devices) and other pods' ``nvidia.com/gpu`` requests. They are counted, not
-  named, and taken from the free count as the controller does.
+  named, and taken from the free count as the controller does;
+- allocated ResourceClaims of the DRA driver that no GPUWorkload controls (kube-
+  scheduler's, anybody's): held by ``namespace/claim/<name>`` until their allocation
+  is removed, located with the controller's code (``claim_holding``). Our own claims
+  are shown through their workloads' placements.
+
+With the driver's ResourceSlices, a node's devices come from them (merged with its
+GPUNode's health), as the controller reads them.
 """
 
 from __future__ import annotations
@@ -28,8 +35,21 @@ from typing import Any
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION, NODE_ANNOTATION, WORKLOAD_LABEL
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
-from internal.scheduling.pods import is_controller_pod, pod_gpu_request, pod_is_active
-from internal.scheduling.snapshot import NodeInfo, Snapshot, gpunode_name
+from internal.scheduling.pods import (
+    controller_ref,
+    is_controller_pod,
+    pod_gpu_request,
+    pod_is_active,
+)
+from internal.scheduling.resourceslices import (
+    DEFAULT_DRIVER,
+    BadClaim,
+    claim_holding,
+    claim_key,
+    inventory_of,
+    with_slices,
+)
+from internal.scheduling.snapshot import NodeInfo, Snapshot, gpunode_at, gpunode_name
 
 JSON = dict[str, Any]
 
@@ -61,7 +81,7 @@ class Device:
 @dataclass
 class NodeGPUs:
     name: str
-    source: str  # "GPUNode" or "allocatable"
+    source: str  # "GPUNode", "ResourceSlice" or "allocatable"
     devices: list[Device] = field(default_factory=list)
     counted: dict[str, int] = field(default_factory=dict)  # holder -> GPUs, no index
     heartbeat: str | None = None
@@ -138,19 +158,28 @@ def holds_devices(w: Mapping[str, Any]) -> bool:
 def node_gpus(nodes: Iterable[Mapping[str, Any]], gpunodes: Iterable[Mapping[str, Any]],
               workloads: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
               *, now: datetime | None = None,
-              stale_after: timedelta | float = DEFAULT_STALE_AFTER) -> list[NodeGPUs]:
-    """One :class:`NodeGPUs` per node that has GPUs (or a GPUNode), by name, judged
-    at ``now`` (default: the current time) with the controller's stale threshold."""
+              stale_after: timedelta | float = DEFAULT_STALE_AFTER,
+              slices: Iterable[Mapping[str, Any]] = (),
+              claims: Iterable[Mapping[str, Any]] = (),
+              driver: str = DEFAULT_DRIVER) -> list[NodeGPUs]:
+    """One :class:`NodeGPUs` per node that has GPUs (or a GPUNode, or slices of the DRA
+    ``driver``), by name, judged at ``now`` (default: the current time) with the
+    controller's stale threshold."""
     gpunodes = list(gpunodes)
     heartbeats = {gpunode_name(g): (g.get("status") or {}).get("lastHeartbeatTime")
                   for g in gpunodes}
     reporting = {gpunode_name(g) for g in gpunodes if (g.get("status") or {}).get("devices")}
-    snap = Snapshot.build_at(nodes, gpunodes, now or datetime.now(UTC), stale_after)
+    published = inventory_of(slices, driver)
+    views = with_slices([gpunode_at(g, now or datetime.now(UTC), stale_after)
+                         for g in gpunodes], published)
+    snap = Snapshot.build(nodes, views)
     out: dict[str, NodeGPUs] = {}
     for name in snap.names:
         info = snap.nodes[name]
         if info.devices or info.has_gpunode:
             out[name] = _from_snapshot(info, heartbeats.get(name), name in reporting)
+            if published.has(name):
+                out[name].source = "ResourceSlice"
 
     def hold(node: str, devices: list[int], holder: str, count: int) -> None:
         ng = out.get(node)
@@ -203,6 +232,16 @@ def node_gpus(nodes: Iterable[Mapping[str, Any]], gpunodes: Iterable[Mapping[str
             gpus = pod_gpu_request(pod)
             if gpus:
                 hold(node, [], f"{ns}/pod/{md.get('name')}", gpus)
+    for claim in claims:
+        if (controller_ref(claim) or {}).get("kind") == "GPUWorkload":
+            continue  # ours: its workload's placements show it
+        try:
+            h = claim_holding(claim, published)
+        except BadClaim:
+            continue  # the controller reports it (UnreadableClaim)
+        if h is not None:
+            ns, _, name = claim_key(claim).partition("/")
+            hold(h.node, list(h.devices), f"{ns}/claim/{name}", len(h.devices))
     return [out[k] for k in sorted(out)]
 
 

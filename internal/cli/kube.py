@@ -180,6 +180,13 @@ class Kube:
         return self._list("resource.k8s.io/v1", "ResourceClaim", namespace,
                           label_selector=label_selector)
 
+    def resource_slices(self) -> list[JSON]:
+        """ResourceSlices (the DRA drivers' device inventory), or [] where the API has
+        none."""
+        if not self.has_kind("resource.k8s.io/v1", "ResourceSlice"):
+            return []
+        return self._list("resource.k8s.io/v1", "ResourceSlice")
+
     def events_for(self, obj: JSON, limit: int = 20) -> list[JSON]:
         """Recent core/v1 Events whose involvedObject is ``obj`` (oldest first)."""
         md = obj.get("metadata") or {}

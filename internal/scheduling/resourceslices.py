@@ -244,6 +244,27 @@ class SliceInventory:
                 "status": status}
 
 
+def inventory_of(slices: Iterable[JSON], driver: str = DEFAULT_DRIVER) -> SliceInventory:
+    """A ``SliceInventory`` of ``driver`` holding ``slices``."""
+    inv = SliceInventory(driver)
+    for s in slices:
+        inv.upsert(s)
+    return inv
+
+
+def with_slices(views: Iterable[JSON], inventory: SliceInventory) -> list[JSON]:
+    """The GPUNode views the snapshot reads once the driver's slices are in: each
+    node's view merged with its slices (``SliceInventory.view``), plus a view of each
+    node that only slices describe. As the controller builds them: ``views`` already
+    judged for staleness, the slices taken as published."""
+    views = list(views)
+    named = {str((v.get("metadata") or {}).get("name")) for v in views}
+    merged = [inventory.view(str((v.get("metadata") or {}).get("name")), v) or v
+              for v in views]
+    return merged + [v for n in sorted(inventory.nodes() - named)
+                     if (v := inventory.view(n, None)) is not None]
+
+
 def _node_of(rslice: JSON | None) -> str | None:
     if rslice is None:
         return None

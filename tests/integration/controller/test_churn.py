@@ -25,6 +25,7 @@ from typing import Any
 
 from api.v1alpha1.types import API_VERSION, SchedulingStrategy
 from hack.testenv import ControlPlane
+from hack.testenv.process import stop_child
 from runtime import ApiError, Client, NotFound
 from tests.integration.controller.conftest import (
     ROOT,
@@ -76,15 +77,7 @@ class ControllerProcess:
         self.proc = None
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        stop_child(self.proc)
         self.proc = None
 
     def alive(self) -> bool:

@@ -8,6 +8,7 @@ here (kwok runs the pods)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -112,21 +113,25 @@ class ClaimLog:
                      and e != "ADDED"), None)
 
     def _run(self) -> None:
+        # Each watch goes on from the last resourceVersion seen, so no event falls
+        # between two watches; only an error (410 Gone included) lists again.
+        rv = ""
         while not self._stop.is_set():
-            listed = self.client.list(DRA, "ResourceClaim", namespace=self.ns)
-            self._ready.set()
             try:
+                if not rv:
+                    rv = self.client.list(DRA, "ResourceClaim", namespace=self.ns)[
+                        "metadata"]["resourceVersion"]
+                    self._ready.set()
                 for ev in self.client.watch(DRA, "ResourceClaim", namespace=self.ns,
-                                            resource_version=listed["metadata"][
-                                                "resourceVersion"], timeout_seconds=5):
+                                            resource_version=rv, timeout_seconds=5):
+                    obj = ev["object"]
+                    rv = obj["metadata"].get("resourceVersion") or rv
                     if ev["type"] == "BOOKMARK":
                         continue
-                    obj = ev["object"]
                     self.log.append((time.monotonic(), ev["type"], obj["metadata"]["name"],
                                      bool((obj.get("status") or {}).get("allocation"))))
-                    if self._stop.is_set():
-                        return
             except Exception:
+                rv = ""
                 time.sleep(0.2)
 
 
@@ -355,6 +360,9 @@ def _kube_scheduler_and_us(admin: Client, ns: str, group: NodeGroup, node: str) 
         theirs2 = eventually(lambda: allocated(c := admin.get(DRA, "ResourceClaim", "theirs2",
                                                               ns)) and c,
                              timeout=120, what="kube-scheduler allocates our freed GPU")
+        # the watch delivers the allocation we just read, before the log stops
+        eventually(lambda: any(n == "theirs2" and a for _, _, n, a in claim_log.log),
+                   timeout=30, what="the claim log saw theirs2 allocated")
     finally:
         claim_log.stop()
     assert allocated(theirs2) == [(node, our_dev)]
@@ -445,3 +453,47 @@ def test_a_claim_whose_workload_is_gone_is_released_and_deleted(
                           nodeSelector=dra_group.selector, template=tpl()))
     wait_phase(admin, namespace, "after", "Running", timeout=60)
     delete_workload(admin, namespace, "after")
+
+
+def test_kubectl_gpu_nodes_shows_a_foreign_claims_gpu_as_held(
+        dra_controller: Running, admin: Client, namespace: str, dra_group: NodeGroup,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A claim no GPUWorkload controls (kube-scheduler's, anybody's), allocated to
+    gpu-1: the controller's ledger holds it, and ``kubectl gpu nodes`` says by whom."""
+    node, = dra_controller.wait_nodes(dra_group.add(1, gpus=2))
+    publish(admin, dra_controller, [node], 2)
+    claim = admin.create({
+        "apiVersion": DRA, "kind": "ResourceClaim",
+        "metadata": {"name": "theirs", "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": DRIVER, "count": 1}}]}}})
+    admin.update_status({**claim, "status": {"allocation": {
+        "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": node,
+                                 "device": "gpu-1"}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}})
+
+    def ledger_holder() -> str | None:
+        state = dra_controller.reconciler.ensure_state()
+        with state.lock:
+            return state.ledger.holder(node, 1)
+    eventually(lambda: ledger_holder() == f"claim {namespace}/theirs", timeout=30,
+               what="the controller's ledger holds gpu-1 for the claim")
+
+    def plugin(*args: str) -> str:
+        capsys.readouterr()
+        assert kubectl_gpu(["nodes", node, *args, "--kubeconfig",
+                            str(dra_controller.cluster.kubeconfig)]) == 0
+        return capsys.readouterr().out
+
+    (view,) = json.loads(plugin("-o", "json"))["nodes"]
+    assert (view["source"], view["total"], view["allocated"], view["free"]) == \
+        ("ResourceSlice", 2, 1, 1)
+    assert [(d["index"], d.get("holder")) for d in view["devices"]] == \
+        [(0, None), (1, f"{namespace}/claim/theirs")]
+    table = plugin()
+    row = next(line for line in table.splitlines() if f"{namespace}/claim/theirs" in line)
+    assert row.split()[:2] == [node, "1"], table
+    admin.update_status({**admin.get(DRA, "ResourceClaim", "theirs", namespace),
+                         "status": {"allocation": None}})
+    eventually(lambda: ledger_holder() is None, timeout=30, what="gpu-1 free again")

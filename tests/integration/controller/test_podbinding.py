@@ -286,3 +286,33 @@ def test_bookings_are_rebuilt_after_a_restart(
     cond = wait_condition(admin, namespace, "gw", "Scheduled", "Unschedulable")
     assert f"held by Pod:{namespace}/kept-0" in cond["message"]
     delete_workload(admin, namespace, "gw")
+
+
+def test_a_bound_pod_with_malformed_annotations_is_reported_and_still_holds(
+        binder: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+    """Bound at creation (``spec.nodeName``, no webhook) with annotations this scheduler
+    cannot read: a BadAnnotation Warning says so and what the pod is taken to hold,
+    and that stays held (never nothing)."""
+    node, = binder.wait_nodes(group.add(1, gpus=2))
+    odd = pod("odd-0", map_text=f"0={node}:1")
+    odd["metadata"]["annotations"][DEVICES] = "0,x"
+    odd["spec"]["nodeName"] = node
+    create(admin, namespace, odd)
+    e = wait_event(admin, namespace, "odd-0", "BadAnnotation",
+                   f"annotation {DEVICES}='0,x' is not a list of device indices")
+    assert e["type"] == "Warning" and e["source"]["component"] == "gpu-scheduler"
+    assert e["message"].endswith(f"it is taken to hold GPU devices 1 on {node}")
+    broken = pod("broken-0", map_text="0=garbage")
+    broken["spec"]["nodeName"] = node
+    create(admin, namespace, broken)
+    e = wait_event(admin, namespace, "broken-0", "BadAnnotation", f"annotation {MAP}:")
+    assert e["message"].endswith(f"it is taken to hold 1 GPU(s) on {node}, counted")
+    # What a user notices: the node's two GPUs are taken, by those two pods.
+    create(admin, namespace, pod("next-0", map_text=f"0={node}:1"))
+    wait_event(admin, namespace, "next-0", "FailedScheduling",
+               f"device(s) 1 held by Pod {namespace}/odd-0")
+    create(admin, namespace, pod("last-0", map_text=f"0={node}:0"))
+    wait_event(admin, namespace, "last-0", "FailedScheduling", "0 free GPU(s), needs 1")
+    for name in ("odd-0", "broken-0"):  # reported once, not on every read
+        assert [ev.get("count") or 1 for ev in events_for(admin, namespace, name)
+                if ev["reason"] == "BadAnnotation"] == [1]

@@ -17,7 +17,8 @@ import pytest
 from hack.testenv import ControlPlane
 from runtime import Client
 from tests.integration.controller.conftest import NodeGroup, wait_phase, workload
-from tests.integration.faults.conftest import ManagerProcess, device_holders, lease_holder
+from tests.integration.faults.conftest import device_holders, lease_holder
+from tests.integration.manager_process import ManagerProcess
 from tests.waiting import eventually
 
 LEASE = "gpu-orchestrator-leader"

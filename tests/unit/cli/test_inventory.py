@@ -153,3 +153,32 @@ def test_free_unhealthy_and_stale_agree_with_the_scheduler() -> None:
     assert d.reasons["silent"] == STALE_REASON
     d = schedule(helpers.workload("w3", gpusPerReplica=3), snap, ledger, "leastLoaded")
     assert d.ok and d.placements[0].node == "sick" and 2 not in d.placements[0].devices
+
+
+def test_dra_slices_are_the_devices_and_foreign_claims_hold_them() -> None:
+    from hack.testenv.dra import DRIVER, nvidia_slice
+
+    def claim(name: str, device: str, node: str = "n1", ours: bool = False) -> dict:
+        meta: dict = {"name": name, "namespace": "ml", "uid": f"uid-{name}"}
+        if ours:
+            meta["ownerReferences"] = [{"kind": "GPUWorkload", "name": "w", "uid": "w-uid",
+                                        "controller": True}]
+        return {"metadata": meta, "status": {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": DRIVER, "pool": node, "device": device}]}}}}
+
+    claims = [claim("theirs", "gpu-1"),
+              claim("ours", "gpu-2", ours=True),  # shown by its workload's placement
+              claim("odd", "nvme-0"),  # unreadable: the controller reports it
+              claim("other-driver", "gpu-0") | {"status": {"allocation": {"devices": {
+                  "results": [{"driver": "x.example.com", "pool": "n1", "device": "gpu-0"}]}}}}]
+    wls = [workload("w", [{"index": 0, "node": "n1", "devices": [2]}])]
+    view = {n.name: n for n in inventory.node_gpus(
+        [node("n1", 0), node("sliced-only", 0)], [], wls, [],
+        slices=[nvidia_slice("n1", 4), nvidia_slice("sliced-only", 2)], claims=claims)}
+    n1 = view["n1"]
+    assert n1.source == "ResourceSlice"
+    assert [d.holder for d in n1.devices] == [None, "ml/claim/theirs", "team/w[0]", None]
+    assert (n1.total, n1.allocated, n1.free) == (4, 2, 2)
+    assert view["sliced-only"].total == 2
+    # Without the slices the same node has no GPUs to show.
+    assert inventory.node_gpus([node("n1", 0)], [], [], [], claims=claims) == []

@@ -16,6 +16,7 @@ from controllers.podbinding import (
     bound_entry,
     owner_key,
     pod_predicate,
+    read_bound,
 )
 from runtime import ApiError, Conflict, Request
 from runtime.predicates import UpdateEvent
@@ -263,6 +264,69 @@ def test_bound_entry_and_owner_key() -> None:
     e = bound_entry(pod("x-1", node_name="node2"))
     assert e is not None and (e.placement.node, e.placement.devices) == ("node2", [2])
     assert bound_entry(pod("x-1", node_name="node3")) is None  # map names another node
+
+
+@pytest.mark.parametrize("annotations, map_text, gpus, want", [
+    # the devices annotation unreadable: the map line still names node2's device 2
+    ({"gpu.orchestrator.dev/devices": "\u00b2"}, SEED_MAP, None, (STS, "node2", [2], 1)),
+    ({"gpu.orchestrator.dev/devices": "0,x"}, SEED_MAP, None, (STS, "node2", [2], 1)),
+    # nothing readable: its request, counted, and at least one GPU
+    ({"gpu.orchestrator.dev/devices": "0,x"}, None, None, (f"Pod:{NS}/x-1", "node2", [], 1)),
+    ({"gpu.orchestrator.dev/devices": "0,x"}, None, 3, (f"Pod:{NS}/x-1", "node2", [], 3)),
+    ({}, "1=node2:oops", None, (f"Pod:{NS}/x-1", "node2", [], 1)),
+])
+def test_a_bound_pod_with_unreadable_annotations_still_holds_and_says_why(
+        annotations: dict[str, str], map_text: str | None, gpus: int | None,
+        want: tuple[str, str, list[int], int]) -> None:
+    e, problems = read_bound(pod("x-1", node_name="node2", annotations=annotations,
+                                 map_text=map_text, gpus=gpus))
+    assert e is not None and (e.ledger_key, e.placement.node, e.placement.devices,
+                              e.gpus) == want
+    assert len(problems) == 1
+    assert ("gpu-scheduling-map" if "oops" in (map_text or "") else
+            "gpu.orchestrator.dev/devices") in problems[0]
+    # a readable devices annotation: the map is not read, and nothing is wrong
+    assert read_bound(pod("x-1", node_name="node2", map_text="1=node2:oops",
+                          annotations={"gpu.orchestrator.dev/devices": "1"}))[1] == []
+
+
+def test_a_bound_pod_with_a_malformed_annotation_is_reported_once_per_version() -> None:
+    from prometheus_client import REGISTRY
+
+    def bad() -> float:
+        return REGISTRY.get_sample_value("gpu_orchestrator_bad_objects_total",
+                                         {"kind": "Pod"}) or 0.0
+
+    env = Env()
+    before = bad()
+    p = pod("check-1", node_name="node2", phase="Running",
+            annotations={"gpu.orchestrator.dev/devices": "\u00b2"})
+    env.add(p)
+    for _ in range(3):  # re-reads of the same pod say nothing new
+        env.reconcile("check-1")
+    events = [(t, r, m) for n, t, r, m in env.recorder.events if n == "check-1"]
+    assert events == [("Warning", "BadAnnotation",
+                       "annotation gpu.orchestrator.dev/devices='\u00b2' is not a list of "
+                       "device indices; it is taken to hold GPU devices 2 on node2")]
+    assert env.holder("node2", 2) == STS
+    assert bad() == before + 1
+    # another wording (a new version of the pod) is reported again; what was booked stays
+    p2 = pod("check-1", node_name="node2", phase="Running", map_text=None,
+             annotations={"gpu.orchestrator.dev/devices": "0,x"})
+    env.add(p2)
+    env.reconcile("check-1")
+    assert [m for n, t, r, m in env.recorder.events if r == "BadAnnotation"][-1].endswith(
+        "it is taken to hold GPU devices 2 on node2")
+    assert env.holder("node2", 2) == STS
+    assert bad() == before + 2
+    # gone: released, and a new pod of that name is reported afresh
+    env.pods.delete(p2)
+    env.reconcile("check-1")
+    assert env.holder("node2", 2) is None
+    env.add(pod("check-1", node_name="node2", phase="Running",
+                annotations={"gpu.orchestrator.dev/devices": "0,x"}))
+    env.reconcile("check-1")
+    assert len([r for n, t, r, m in env.recorder.events if r == "BadAnnotation"]) == 3
 
 
 def test_predicate_keeps_unbound_and_lifecycle_changes_only() -> None:
