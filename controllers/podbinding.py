@@ -21,17 +21,11 @@ One reconcile of pod ``namespace/name``:
    ``FailedScheduling`` Warning Event on the pod says why, the pod stays Pending and
    is retried with exponential backoff, and at once when capacity is freed.
 
-Ledger keys. A pod's booking is held under its controlling owner
-(``StatefulSet:<ns>/<name>``; ``Pod:<ns>/<name>`` when it has none), so that one
-StatefulSet's own map may name a device for several of its pods (the seed puts
-replicas 3 and 4 both on node4:3) while a device held by any other workload is
-refused (invariant 1). The owner's allocation is the list of its pods'
-placements; booking or releasing one pod re-books the owner's list. A pod that
-requests ``nvidia.com/gpu`` and has no map is booked under its own ``Pod:`` key and
-counted (the kubelet's device plugin picks its devices). These bookings have their
-pods' own priority (never above a GPUWorkload's maximum), so a higher-priority
-workload may preempt them: the preemptor is nominated over the booking, the pods are
-evicted (``evict_holder``), and the booking stays until they are gone.
+Ledger keys and what a bound pod holds are ``controllers.seedbook``'s: a pod's
+booking is held under its controlling owner (``StatefulSet:<ns>/<name>``), with the
+pod's own priority, so a higher-priority workload may preempt it: the preemptor is
+nominated over the booking, the pods are evicted (``evict_holder``), and the booking
+stays until they are gone.
 
 A pod bound outside this scheduler (``spec.nodeName`` set at creation, or by another
 binder) onto devices another workload holds is never booked: it gets a
@@ -56,7 +50,6 @@ admission, and a pod's env cannot change after it, so such a pod either requests
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -67,7 +60,6 @@ import structlog
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION
 from api.v1alpha1.types import (
-    MAX_PRIORITY,
     SCHEDULING_MAP_ANNOTATION,
     DeviceExposure,
     GPUWorkload,
@@ -76,18 +68,26 @@ from api.v1alpha1.types import (
 )
 from controllers.gpuworkload import GPUWorkloadReconciler
 from controllers.placement_state import PlacementState
+from controllers.seedbook import (
+    DEFAULT_SCHEDULER_NAME,
+    Entry,
+    SeedBook,
+    describe_holder,
+    devs_text,
+    owner_key,
+    pod_meta,
+    pod_priority,
+    pod_spec,
+    read_bound,
+)
 from controllers.setup import only_in
 from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
-from internal.scheduling.ledger import Ledger, LedgerConflict
+from internal.scheduling.ledger import LedgerConflict
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
 from internal.scheduling.pods import (
-    BadPod,
-    is_controller_pod,
-    parse_devices,
     pod_gpu_request,
     pod_is_active,
-    pod_key,
     pod_uid,
 )
 from internal.scheduling.snapshot import tolerates, untolerated_taint
@@ -101,226 +101,9 @@ log = structlog.get_logger("podbinding")
 
 JSON = Mapping[str, Any]
 
-DEFAULT_SCHEDULER_NAME = "gpu-scheduler"
 FAILED_SCHEDULING = "FailedScheduling"
-def pod_priority(pod: JSON) -> int:
-    """A seed pod's priority in the ledger: its own ``spec.priority`` (set from its
-    PriorityClass), never above what a GPUWorkload may have, so a higher-priority
-    workload can preempt it like any other (and a tenant cannot make its pods
-    unpreemptible)."""
-    try:
-        return max(0, min(int(_spec(pod).get("priority") or 0), MAX_PRIORITY))
-    except (TypeError, ValueError):
-        return 0
 #: the taint a cordoned node carries (the node lifecycle controller adds it)
 CORDON_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
-
-
-# ------------------------------------------------------------------ pod helpers
-
-
-def _meta(pod: JSON) -> JSON:
-    return pod.get("metadata") or {}
-
-
-def _spec(pod: JSON) -> JSON:
-    return pod.get("spec") or {}
-
-
-def owner_key(pod: JSON) -> str:
-    """The ledger key of a seed-path pod: its controlling owner, else itself."""
-    meta = _meta(pod)
-    ns = meta.get("namespace") or "default"
-    for ref in meta.get("ownerReferences") or ():
-        if ref.get("controller"):
-            return f"{ref.get('kind')}:{ns}/{ref.get('name')}"
-    return f"Pod:{ns}/{meta.get('name') or ''}"
-
-
-def is_seed_key(key: str) -> bool:
-    """Is ``key`` a ledger key of this path (``Kind:ns/name``), not a GPUWorkload's
-    (``ns/name``; a namespace never contains ':')?"""
-    return ":" in key.partition("/")[0]
-
-
-def describe_holder(key: str) -> str:
-    """``StatefulSet ns/name`` for a pod book's key, ``GPUWorkload ns/name`` else."""
-    kind, sep, rest = key.partition(":")
-    return f"{kind} {rest}" if sep else f"GPUWorkload {key}"
-
-
-def _devs(devices: list[int] | tuple[int, ...]) -> str:
-    return ",".join(map(str, devices))
-
-
-# ------------------------------------------------------------------------ book
-
-
-@dataclass(slots=True)
-class Entry:
-    """What one pod holds: under ``ledger_key``, one placement."""
-
-    ledger_key: str
-    placement: Placement
-    gpus: int  # counted GPUs when the placement names no devices
-    bound: bool = False
-    priority: int = 0
-
-    @property
-    def counted(self) -> bool:
-        return not self.placement.devices
-
-
-def bound_entry(pod: JSON) -> Entry | None:
-    """What a bound pod holds (``read_bound`` without its problems)."""
-    return read_bound(pod)[0]
-
-
-def read_bound(pod: JSON) -> tuple[Entry | None, list[str]]:
-    """What a bound pod holds, as told by the pod, and what of it could not be read.
-
-    The devices annotation, else its map line (when it names the node the pod is on),
-    else its ``nvidia.com/gpu`` request, counted. None when it holds no GPU. A
-    malformed devices annotation or map is a problem (a plain sentence for the
-    user), never raised, and never makes the pod hold nothing: what can still be read
-    is held, and a pod that says nothing readable holds its request, at least one GPU
-    (what this scheduler gives a pod without a map), counted."""
-    node = _spec(pod).get("nodeName")
-    if not node:
-        return None, []
-    annotations = _meta(pod).get("annotations") or {}
-    index, _ = pod_index(pod)
-    problems: list[str] = []
-    try:
-        devices = parse_devices(annotations.get(DEVICES_ANNOTATION))
-    except BadPod as exc:
-        devices = None
-        problems.append(str(exc))
-    if devices is None and index is not None:
-        text = annotations.get(SCHEDULING_MAP_ANNOTATION)
-        if text is not None and text.strip():
-            try:
-                line = parse_scheduling_map(text).get(index)
-            except MapParseError as exc:
-                line = None
-                problems.append(f"annotation {SCHEDULING_MAP_ANNOTATION}: {exc}")
-            if line is not None and line.node == node:
-                devices = list(line.devices)
-    placement_index = index if index is not None else 0
-    if devices:
-        return Entry(owner_key(pod), Placement(index=placement_index, node=node,
-                                               devices=devices), len(devices), True,
-                     pod_priority(pod)), problems
-    gpus = pod_gpu_request(pod)
-    if problems:
-        gpus = max(gpus, 1)
-    if gpus > 0:
-        return Entry(f"Pod:{pod_key(pod)}", Placement(index=placement_index, node=node), gpus,
-                     True, pod_priority(pod)), problems
-    return None, problems
-
-
-class SeedBook:
-    """The seed path's pods in the shared ledger (a ``PodBook`` of the
-    PlacementState): pod key -> Entry, and the owner allocations they make up.
-
-    Not thread-safe on its own: every call runs under the PlacementState lock."""
-
-    def __init__(self, scheduler_name: str = DEFAULT_SCHEDULER_NAME) -> None:
-        self.scheduler_name = scheduler_name
-        self.pods: dict[str, Entry] = {}
-        self._by_key: dict[str, set[str]] = {}  # ledger key -> pod keys
-        self.on_wake: Callable[[], None] = lambda: None
-        #: asks a holder's pods to go (set to the reconciler's ``evict_holder``)
-        self.on_evict: Callable[[str, str], Any] = lambda key, message: None
-
-    # -- PodBook
-    def owns(self, pod: JSON) -> bool:
-        return _spec(pod).get("schedulerName") == self.scheduler_name and \
-            not is_controller_pod(pod)
-
-    def rebuild(self, ledger: Ledger, pods: list[JSON]) -> list[str]:
-        self.pods.clear()
-        self._by_key.clear()
-        problems: list[str] = []
-        for pod in sorted(pods, key=pod_key):
-            if not self.owns(pod):
-                continue
-            key = pod_key(pod)
-            ledger.remove_pod(pod_uid(pod))  # booked by its binding, not counted twice
-            if not pod_is_active(pod):
-                continue
-            entry = bound_entry(pod)  # unreadable annotations: its reconcile reports them
-            if entry is None:
-                continue
-            try:
-                self.book(ledger, key, entry)
-            except LedgerConflict as exc:
-                problems.append(f"pod {key}: {exc}")
-        return problems
-
-    def wake(self) -> None:
-        self.on_wake()
-
-    def owns_key(self, ledger_key: str) -> bool:
-        return ledger_key in self._by_key
-
-    def evict(self, ledger_key: str, message: str) -> None:
-        self.on_evict(ledger_key, message)
-
-    # -- bookings
-    def entry(self, key: str) -> Entry | None:
-        return self.pods.get(key)
-
-    def pod_keys(self, ledger_key: str) -> list[str]:
-        """The pods (``ns/name``) whose bookings make up ``ledger_key``."""
-        return sorted(self._by_key.get(ledger_key, ()))
-
-    def _rebook(self, ledger: Ledger, ledger_key: str, entries: list[Entry]) -> None:
-        if not entries:
-            ledger.forget(ledger_key)
-            return
-        ledger.assume(ledger_key, [e.placement for e in entries],
-                      gpus_per_replica=max(e.gpus for e in entries),
-                      priority=max(e.priority for e in entries),
-                      committed=all(e.bound for e in entries), check_capacity=False)
-
-    def book(self, ledger: Ledger, key: str, entry: Entry) -> None:
-        """Book ``entry`` for pod ``key`` with the other pods of its owner (raises
-        LedgerConflict, changing nothing, when a device is held by another key)."""
-        old = self.pods.get(key)
-        if old is not None and old.ledger_key != entry.ledger_key:
-            self.release(ledger, key)
-            old = None
-        others = [self.pods[k] for k in sorted(self._by_key.get(entry.ledger_key, ()))
-                  if k != key]
-        self._rebook(ledger, entry.ledger_key, [*others, entry])
-        self.pods[key] = entry
-        self._by_key.setdefault(entry.ledger_key, set()).add(key)
-
-    def mark_bound(self, ledger: Ledger, key: str) -> None:
-        entry = self.pods.get(key)
-        if entry is None or entry.bound:
-            return
-        entry.bound = True
-        if all(self.pods[k].bound for k in self._by_key.get(entry.ledger_key, ())):
-            with contextlib.suppress(KeyError):
-                ledger.commit(entry.ledger_key)
-
-    def release(self, ledger: Ledger, key: str) -> Entry | None:
-        """Release pod ``key``'s placement (its owner keeps the others')."""
-        entry = self.pods.pop(key, None)
-        if entry is None:
-            return None
-        keys = self._by_key.get(entry.ledger_key, set())
-        keys.discard(key)
-        if not keys:
-            self._by_key.pop(entry.ledger_key, None)
-        try:
-            self._rebook(ledger, entry.ledger_key, [self.pods[k] for k in sorted(keys)])
-        except LedgerConflict:  # cannot happen for a subset of what it held
-            ledger.forget(entry.ledger_key)
-        return entry
 
 
 # ------------------------------------------------------------------ reconciler
@@ -377,11 +160,11 @@ class PodBindingReconciler:
             with self._waiting.lock:
                 self._reported.pop(key, None)
             return None
-        if _spec(pod).get("nodeName"):
+        if pod_spec(pod).get("nodeName"):
             self._settled(key)
             self._adopt(state, key, pod)
             return None
-        if _meta(pod).get("deletionTimestamp"):
+        if pod_meta(pod).get("deletionTimestamp"):
             self._settled(key)
             self._release(state, key)
             return None
@@ -403,7 +186,7 @@ class PodBindingReconciler:
 
     def _plan(self, state: PlacementState, pod: JSON) -> tuple[Entry | None, str]:
         """Where ``pod`` goes, or why it cannot go anywhere. Under the state lock."""
-        text = (_meta(pod).get("annotations") or {}).get(SCHEDULING_MAP_ANNOTATION)
+        text = (pod_meta(pod).get("annotations") or {}).get(SCHEDULING_MAP_ANNOTATION)
         index, source = pod_index(pod)
         if text is None or not text.strip():
             return self._plan_default(state, pod, index)
@@ -420,7 +203,7 @@ class PodBindingReconciler:
                           f"{', '.join(map(str, lines))}")
         key = owner_key(pod)
         why = self._check_exact(state, key, index, line.node, line.devices,
-                                tuple(_spec(pod).get("tolerations") or ()))
+                                tuple(pod_spec(pod).get("tolerations") or ()))
         if why:
             return None, why
         return Entry(key, Placement(index=index, node=line.node, devices=list(line.devices)),
@@ -446,11 +229,11 @@ class PodBindingReconciler:
                     f"{taint.get('effect')} that the pod does not tolerate")
         missing = [d for d in devices if d not in info.devices]
         if missing:
-            return (f"{where}: device(s) {_devs(missing)} beyond the node's "
+            return (f"{where}: device(s) {devs_text(missing)} beyond the node's "
                     f"{len(info.devices)} GPU(s)")
         unhealthy = [d for d in devices if not info.devices[d].healthy]
         if unhealthy:
-            return f"{where}: device(s) {_devs(unhealthy)} unhealthy"
+            return f"{where}: device(s) {devs_text(unhealthy)} unhealthy"
         held: dict[int, str] = {}
         for d in devices:
             holder = ledger.holder(node, d)
@@ -458,7 +241,7 @@ class PodBindingReconciler:
                 held[d] = holder
         if held:
             owners = ", ".join(describe_holder(h) for h in sorted(set(held.values())))
-            return f"{where}: device(s) {_devs(sorted(held))} held by {owners}"
+            return f"{where}: device(s) {devs_text(sorted(held))} held by {owners}"
         new = [d for d in devices if ledger.holder(node, d) != key]
         free = ledger.free_count(node)
         if len(new) > free:
@@ -468,7 +251,7 @@ class PodBindingReconciler:
     def _plan_default(self, state: PlacementState, pod: JSON,
                       index: int | None) -> tuple[Entry | None, str]:
         """No map: one replica by the default strategy."""
-        meta, spec = _meta(pod), _spec(pod)
+        meta, spec = pod_meta(pod), pod_spec(pod)
         requested = pod_gpu_request(pod)
         gpus = min(max(requested, 1), 64)
         counted = requested > 0  # the device plugin picks the devices
@@ -504,7 +287,7 @@ class PodBindingReconciler:
     # ---------------------------------------------------------------- binding
 
     def _bind(self, state: PlacementState, pod: JSON, key: str, entry: Entry) -> Result | None:
-        meta = _meta(pod)
+        meta = pod_meta(pod)
         name, ns = meta["name"], meta.get("namespace") or "default"
         node, devices = entry.placement.node, entry.placement.devices
         binding: dict[str, Any] = {
@@ -514,7 +297,7 @@ class PodBindingReconciler:
         }
         if devices:
             # the API server copies a Binding's annotations onto the pod
-            binding["metadata"]["annotations"] = {DEVICES_ANNOTATION: _devs(devices)}
+            binding["metadata"]["annotations"] = {DEVICES_ANNOTATION: devs_text(devices)}
         try:
             self.client.create_subresource("v1", "Pod", name, "binding", binding, namespace=ns)
         except (NotFound, Conflict) as exc:
@@ -530,10 +313,10 @@ class PodBindingReconciler:
         with state.lock:
             self.book.mark_bound(state.ledger, key)
         self._settled(key)
-        what = f" (GPU devices {_devs(devices)})" if devices else \
+        what = f" (GPU devices {devs_text(devices)})" if devices else \
             f" ({entry.gpus} GPU(s) for the device plugin)"
         self.recorder.normal(pod, "Scheduled", f"Successfully assigned {key} to {node}{what}")
-        log.info("pod.bound", pod=key, node=node, devices=_devs(devices),
+        log.info("pod.bound", pod=key, node=node, devices=devs_text(devices),
                  holder=entry.ledger_key)
         return None
 
@@ -582,7 +365,7 @@ class PodBindingReconciler:
         elif held.counted:
             holds = f"it is taken to hold {held.gpus} GPU(s) on {held.placement.node}, counted"
         else:
-            holds = (f"it is taken to hold GPU devices {_devs(held.placement.devices)} on "
+            holds = (f"it is taken to hold GPU devices {devs_text(held.placement.devices)} on "
                      f"{held.placement.node}")
         message = f"{'; '.join(problems)}; {holds}"
         seen = (pod_uid(pod), message)
@@ -626,7 +409,7 @@ class PodBindingReconciler:
     def _evict(self, pod: JSON, key: str) -> bool:
         """POSTs an Eviction for ``pod`` (by UID); True when it was accepted or the
         pod is gone."""
-        meta = _meta(pod)
+        meta = pod_meta(pod)
         ns = meta.get("namespace") or "default"
         eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
                     "metadata": {"name": meta.get("name"), "namespace": ns},
@@ -648,7 +431,7 @@ class PodBindingReconciler:
             released = self.book.release(state.ledger, key)
         if released is not None:
             log.info("pod.released", pod=key, node=released.placement.node,
-                     devices=_devs(released.placement.devices), holder=released.ledger_key)
+                     devices=devs_text(released.placement.devices), holder=released.ledger_key)
             state.capacity_freed()
 
     # ---------------------------------------------------------------- waiting
@@ -680,12 +463,12 @@ def pod_predicate(book: SeedBook) -> Funcs:
     def update(e: UpdateEvent) -> bool:
         if not book.owns(e.new):
             return False
-        new_spec, old_spec = _spec(e.new), _spec(e.old)
+        new_spec, old_spec = pod_spec(e.new), pod_spec(e.old)
         if not new_spec.get("nodeName") or new_spec.get("nodeName") != old_spec.get("nodeName"):
             return True
         if pod_is_active(e.old) != pod_is_active(e.new):
             return True
-        return _meta(e.old).get("deletionTimestamp") != _meta(e.new).get("deletionTimestamp")
+        return pod_meta(e.old).get("deletionTimestamp") != pod_meta(e.new).get("deletionTimestamp")
 
     return Funcs(create=lambda e: book.owns(e.obj), update=update,
                  delete=lambda e: book.owns(e.obj), generic=lambda e: book.owns(e.obj))

@@ -10,7 +10,7 @@ from typing import Any
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
 from controllers.placement_state import PlacementState
-from controllers.podbinding import SeedBook
+from controllers.seedbook import SeedBook
 from internal.scheduling.framework import PREEMPT
 from internal.scheduling.ledger import Ledger
 from tests.unit.scheduling.helpers import node

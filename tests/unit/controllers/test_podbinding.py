@@ -9,15 +9,8 @@ import pytest
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
 from controllers.placement_state import PlacementState
-from controllers.podbinding import (
-    PodBindingOptions,
-    PodBindingReconciler,
-    SeedBook,
-    bound_entry,
-    owner_key,
-    pod_predicate,
-    read_bound,
-)
+from controllers.podbinding import PodBindingOptions, PodBindingReconciler, pod_predicate
+from controllers.seedbook import SeedBook, bound_entry, owner_key, read_bound
 from runtime import ApiError, Conflict, Request
 from runtime.predicates import UpdateEvent
 from runtime.store import Indexer
@@ -411,7 +404,7 @@ def test_a_pod_bound_by_someone_else_onto_held_devices(evict: bool) -> None:
 def test_evict_holder_asks_every_pod_of_a_seed_holder_to_go() -> None:
     """What preemption of a seed-path holder needs: its pods evicted (the ledger keeps
     their devices until they are gone)."""
-    from controllers.podbinding import is_seed_key
+    from controllers.seedbook import is_seed_key
 
     env = Env()
     for i in (3, 4):
