@@ -87,6 +87,7 @@ from controllers.status_writer import StatusWriter
 from internal import metrics as m
 from internal.backoff import next_delay, should_retry
 from internal.scheduling.framework import INVALID_MAP, PREEMPT, UNSCHEDULABLE
+from internal.scheduling.jobs import is_job_holder
 from internal.scheduling.pods import BadPod, controller_ref, parse_devices
 from runtime import AlreadyExists, ApiError, Conflict, NotFound, Request, Result
 from runtime.events import EventRecorder
@@ -351,6 +352,8 @@ class GPUWorkloadReconciler:
             placements = [p.model_dump(by_alias=True) for p in decision.placements]
             _, starting = aggregate({}, w.spec.replicas)
             status.placements(placements).retry(next_retry=None)
+            # a restarted controller books the nomination again from the status
+            status.nominated(decision.overlap if preempting else None)
             status.phase(Phase.SCHEDULED, starting)
             status.condition(SCHEDULED, True, "Scheduled", decision.message)
             status.condition(READY, False, "Starting", starting)
@@ -485,12 +488,11 @@ class GPUWorkloadReconciler:
             out.result = Result(requeue_after=1.0)
             return out
         if blockers:
-            n = sum(len(v) for v in blockers.values())
-            msg = (f"waiting for {n} preempted pod(s) to terminate on "
-                   f"{', '.join(sorted(blockers))}")
+            msg = _waiting_for(blockers)
             status.phase(Phase.SCHEDULED, msg).condition(SCHEDULED, True, "WaitingForPreemption",
                                                          msg)
             return out
+        status.nominated(None)  # nothing of the victims' is left on its devices
         exposure = w.spec.device_exposure or self.options.default_exposure
         if exposure is DeviceExposure.DEVICE_PLUGIN and any(p.devices for p in placements):
             # A map names devices, so the kubelet must not pick others.
@@ -625,10 +627,12 @@ class GPUWorkloadReconciler:
                         (created.get("metadata") or {}).get("uid"):
                     # (not when the informer already showed it: its event came first)
                     self.expectations.created(meta["ownerReferences"][0]["uid"], created)
-            if obj["kind"] == "Pod" and isinstance(created, Mapping):
+            if obj["kind"] in ("Pod", "Job") and isinstance(created, Mapping):
                 # it holds its devices from now on, before the cache shows it (a
-                # preemptor must see it among its victims' pods at once)
-                self.ensure_state().on_pod(created)
+                # preemptor must see it among its victims' holders at once; a Job's
+                # pod may come at any moment)
+                state = self.ensure_state()
+                (state.on_pod if obj["kind"] == "Pod" else state.on_job)(created)
             return None
         except AlreadyExists:
             if obj.get("kind") in ("Pod", "Job"):
@@ -805,10 +809,15 @@ class GPUWorkloadReconciler:
     def _delete_children(self, raw: JSON, *, keep_attempt: str | None = None,
                          only_unfinished: bool = False) -> None:
         """Asks our children to go (Jobs in the foreground, so a Job is gone only
-        when its pod is). Their devices stay held until they are."""
+        when its pod is), those created and not in the cache yet included. Their
+        devices stay held until they are gone (a Job's until the Job is)."""
         uid = raw["metadata"]["uid"]
+        made = self.expectations.pending(uid)
         for cache, api, kind in ((self.pods, "v1", "Pod"), (self.jobs, "batch/v1", "Job")):
-            for obj in cache.by_index("owner-uid", uid):
+            cached = cache.by_index("owner-uid", uid)
+            seen = {(o.get("metadata") or {}).get("uid") for o in cached}
+            for obj in [*cached, *(o for o in made if o.get("kind") == kind
+                                   and o["metadata"].get("uid") not in seen)]:
                 meta = obj.get("metadata") or {}
                 ref = controller_ref(obj)
                 if ref is None or ref.get("uid") != uid:
@@ -837,6 +846,15 @@ def _shape(placements: Any) -> list[tuple[int, str, tuple[int, ...]]]:
 
 def _describe(placements: Any) -> str:
     return "; ".join(f"{i}={n}:{','.join(map(str, d))}" for i, n, d in _shape(placements))
+
+
+def _waiting_for(blockers: Mapping[str, list[str]]) -> str:
+    """``waiting for 2 preempted pod(s) and 1 preempted Job(s) to terminate on n3``"""
+    names = [n for v in blockers.values() for n in v]
+    jobs = sum(1 for n in names if is_job_holder(n))
+    what = [f"{n} preempted {kind}(s)" for n, kind in ((len(names) - jobs, "pod"),
+                                                       (jobs, "Job")) if n]
+    return f"waiting for {' and '.join(what)} to terminate on {', '.join(sorted(blockers))}"
 
 
 def _changed_message(raw: JSON, message: str) -> bool:
