@@ -41,31 +41,48 @@ class Overlap:
 @dataclass
 class HolderWatch:
     """Watches pods (cluster-wide) on a thread; ``overlaps`` lists every moment two
-    workloads' live pods held one device; ``log`` records (time, event, pod)."""
+    workloads' live pods held one device; ``log`` records (time, event, pod). With
+    ``jobs`` it also logs the Jobs' events, named ``job:<ns>/<name>``."""
 
     client: Client
+    jobs: bool = False
     samples: int = 0
     overlaps: list[Overlap] = field(default_factory=list)
     log: list[tuple[float, str, str]] = field(default_factory=list)
     _live: dict[str, dict[str, Any]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _threads: list[threading.Thread] = field(default_factory=list)
     _ready: threading.Event = field(default_factory=threading.Event)
+    _jobs_ready: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> HolderWatch:
-        self._thread = threading.Thread(target=self._run, daemon=True, name="holder-watch")
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, daemon=True, name="holder-watch")]
+        if self.jobs:
+            self._threads.append(threading.Thread(target=self._run_jobs, daemon=True,
+                                                  name="holder-watch-jobs"))
+        for t in self._threads:
+            t.start()
         self._ready.wait(30)
+        if self.jobs:
+            self._jobs_ready.wait(30)
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
+        for t in self._threads:
+            t.join(10)
 
     def first(self, event: str, pod: str) -> float | None:
-        """Monotonic time of the first ``event`` (ADDED, DELETED) of ``ns/name``."""
-        return next((t for t, e, p in self.log if e == event and p == pod), None)
+        """Monotonic time of the first ``event`` (ADDED, DELETED) of ``ns/name``
+        (``job:ns/name`` for a Job)."""
+        with self._lock:
+            return next((t for t, e, p in self.log if e == event and p == pod), None)
+
+    def pods_named(self, prefix: str) -> list[str]:
+        """Every pod ``ns/name`` seen whose name starts with ``prefix``."""
+        with self._lock:
+            return sorted({p for _, _, p in self.log if p.startswith(prefix)})
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -83,12 +100,30 @@ class HolderWatch:
             except Exception:
                 time.sleep(0.2)
 
+    def _run_jobs(self) -> None:
+        while not self._stop.is_set():
+            rv = self.client.list("batch/v1", "Job")["metadata"]["resourceVersion"]
+            self._jobs_ready.set()
+            try:
+                for ev in self.client.watch("batch/v1", "Job", resource_version=rv,
+                                            timeout_seconds=30):
+                    if self._stop.is_set():
+                        return
+                    meta = ev["object"].get("metadata") or {}
+                    if ev["type"] != "BOOKMARK" and meta.get("uid"):
+                        with self._lock:
+                            self.log.append((time.monotonic(), ev["type"],
+                                             f"job:{meta.get('namespace')}/{meta.get('name')}"))
+            except Exception:
+                time.sleep(0.2)
+
     def _apply(self, type_: str, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata") or {}
         if type_ == "BOOKMARK" or not meta.get("uid"):
             return
         name = f"{meta.get('namespace')}/{meta.get('name')}"
-        self.log.append((time.monotonic(), type_, name))
+        with self._lock:
+            self.log.append((time.monotonic(), type_, name))
         if type_ == "DELETED":
             self._live.pop(meta["uid"], None)
         else:
