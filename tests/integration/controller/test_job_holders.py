@@ -7,6 +7,7 @@ hold at once."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator
 
@@ -155,6 +156,9 @@ def test_a_preemptor_waits_for_its_job_mode_victims_job_not_only_its_pods(
         high = wait_phase(admin, other, "high", "Running", timeout=60)
     finally:
         watch.stop()
+        with contextlib.suppress(NotFound):  # never leave the namespace stuck
+            admin.patch("batch/v1", "Job", "low-0", {"metadata": {"finalizers": None}},
+                        namespace=namespace, patch_type="merge")
     assert watch.overlaps == []
     job_gone = watch.first("DELETED", f"job:{namespace}/low-0")
     high_made = watch.first("ADDED", f"{other}/high-0")
