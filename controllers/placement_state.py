@@ -604,6 +604,7 @@ class PlacementState:
         victims = sorted(b.key for b in self.ledger.bookings()
                          if b.owner in nominated.overlap and b.key != nominated.key
                          and b.uid and b.priority < nominated.priority
+                         and _shares(b, nominated)
                          and not any(book.owns_key(b.key) for book in self.pod_books))
         message = (f"preempted by {nominated.key} (priority {nominated.priority}) to make "
                    f"room; waiting to be placed again")
@@ -685,6 +686,14 @@ class PlacementState:
 
 #: ``_written`` while a write is on its way: newer than any resourceVersion
 WRITING = 1 << 62
+
+
+def _shares(a: Any, b: Any) -> bool:
+    """Do bookings ``a`` and ``b`` hold a device in common (named), or GPUs counted
+    on a node in common?"""
+    named = {(p.node, d) for p in b.placements for d in p.devices}
+    return any((p.node, d) in named for p in a.placements for d in p.devices) or \
+        bool(set(a.counted) & set(b.counted))
 
 
 def _less(after: Any, before: Any) -> bool:

@@ -231,3 +231,37 @@ def test_a_nomination_never_displaces_a_holder_of_another_owner() -> None:
     assert env.condition("b", "Scheduled")["reason"] == "PlacementConflict"
     assert env.pod("b-0") is None and env.pod("a-0") is not None
     assert env.overlaps() == []
+
+
+def test_a_restart_does_not_evict_a_victim_placed_again_elsewhere() -> None:
+    """high preempted v1 and v2 and waits for v2's pod; v1, its pod gone, was placed
+    again on node2 (the same attempt: a preemption spends no retry, so the same
+    owner high was nominated over). A restart must not evict v1 again."""
+    env = Env(nodes=2)
+    env.foreign_pod("fill", "node2", devices="0,1,2,3")
+    for name in ("v1", "v2"):
+        env.workload(name, gpusPerReplica=2, priority="low",
+                     retryPolicy={"maxRetries": 10, "backoffSeconds": 60})
+        env.settle(name)
+        running(env, name)
+    high(env)
+    env.settle("v1")
+    env.settle("v2")
+    env.pod_gone("v1-0")
+    env.pod_gone("fill")
+    env.settle("v1")
+    running(env, "v1")
+    assert env.status("v1")["placements"][0]["node"] == "node2"
+    env.settle("high")
+    assert env.condition("high", "Scheduled")["message"] == \
+        "waiting for 1 preempted pod(s) to terminate on node1"
+
+    env.restart()
+    assert env.state.eviction(f"{NS}/v1") is None
+    env.settle("v1")
+    assert env.status("v1")["phase"] == "Running" and env.client.names("delete", "Pod") == \
+        ["v1-0", "v2-0"]
+    env.pod_gone("v2-0")
+    env.settle("high")
+    assert env.pod("high-0") is not None and env.overlaps() == []
+    assert env.status("high").get("retries", 0) == 0
