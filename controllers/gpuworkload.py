@@ -16,7 +16,7 @@ One reconcile of ``namespace/name`` observes, decides, acts, then reports:
 | preempted (told by the preemptor)         | deletes its children, back to Pending          |
 | not placed                                | decides; books; commits (below); or says why   |
 |                                           | nothing fits and applies the retry policy      |
-| placed, nominated over preempted pods     | waits for them to be gone, says so             |
+| placed, nominated over preempted holders  | waits for their pods and Jobs to be gone       |
 | placed                                    | creates missing children, aggregates phases;   |
 |                                           | a failed replica, a lost node, a child that    |
 |                                           | cannot be created end the attempt              |
