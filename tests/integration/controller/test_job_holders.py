@@ -53,6 +53,8 @@ def no_pods_quota(c: Client, ns: str) -> None:
     c.create({"apiVersion": "v1", "kind": "ResourceQuota",
               "metadata": {"name": "no-pods", "namespace": ns},
               "spec": {"hard": {"pods": "0"}}})
+    eventually(lambda: (c.get("v1", "ResourceQuota", "no-pods", ns).get("status") or {}).get(
+        "hard"), what="the quota counted")
 
 
 def lift_quota(c: Client, ns: str) -> None:
@@ -107,10 +109,11 @@ def test_an_orphaned_job_without_its_pod_yet_keeps_its_gpus(
     finally:
         watch.stop()
     assert watch.overlaps == []
+    # ordered by the API server's revisions (two watches' receipt times are not)
     w_pod, = watch.pods_named(f"{namespace}/w-0-")
-    pod_gone = watch.first("DELETED", w_pod)
-    job_gone = watch.first("DELETED", f"job:{namespace}/w-0")
-    next_made = watch.first("ADDED", f"{other}/next-0")
+    pod_gone = watch.first_rv("DELETED", w_pod)
+    job_gone = watch.first_rv("DELETED", f"job:{namespace}/w-0")
+    next_made = watch.first_rv("ADDED", f"{other}/next-0")
     assert pod_gone is not None and job_gone is not None and next_made is not None
     assert next_made > job_gone > pod_gone
 
@@ -160,8 +163,8 @@ def test_a_preemptor_waits_for_its_job_mode_victims_job_not_only_its_pods(
             admin.patch("batch/v1", "Job", "low-0", {"metadata": {"finalizers": None}},
                         namespace=namespace, patch_type="merge")
     assert watch.overlaps == []
-    job_gone = watch.first("DELETED", f"job:{namespace}/low-0")
-    high_made = watch.first("ADDED", f"{other}/high-0")
+    job_gone = watch.first_rv("DELETED", f"job:{namespace}/low-0")
+    high_made = watch.first_rv("ADDED", f"{other}/high-0")
     assert job_gone is not None and high_made is not None and high_made > job_gone
     assert high["status"].get("retries", 0) == 0
     assert not high["status"].get("nominatedOver")

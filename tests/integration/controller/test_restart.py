@@ -118,6 +118,6 @@ def test_a_restart_while_a_preemptor_waits_keeps_its_nomination_and_its_retries(
     assert w["status"].get("retries", 0) == 0
     assert not w["status"].get("nominatedOver")
     assert watch.overlaps == []
-    job_gone = watch.first("DELETED", f"job:{namespace}/low-0")
-    high_made = watch.first("ADDED", f"{namespace}/high-0")
+    job_gone = watch.first_rv("DELETED", f"job:{namespace}/low-0")
+    high_made = watch.first_rv("ADDED", f"{namespace}/high-0")
     assert job_gone is not None and high_made is not None and high_made > job_gone
