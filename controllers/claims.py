@@ -49,8 +49,10 @@ from api.v1alpha1.keys import (
     WORKLOAD_UID_LABEL,
 )
 from api.v1alpha1.types import GPUWorkload, Placement
+from controllers.child_api import PERMANENT_CREATE_ERRORS
 from controllers.children import child_name, owner_reference
-from controllers.gpuworkload import PERMANENT_CREATE_ERRORS, EndAttempt, GPUWorkloadReconciler
+from controllers.gpuworkload import GPUWorkloadReconciler
+from controllers.reconcile_outcome import EndAttempt
 from internal.scheduling.pods import controller_ref, parse_devices
 from internal.scheduling.resourceslices import (
     DEFAULT_DEVICE_CLASS,

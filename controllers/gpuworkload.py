@@ -16,7 +16,7 @@ One reconcile of ``namespace/name`` observes, decides, acts, then reports:
 | preempted (told by the preemptor)         | deletes its children, back to Pending          |
 | not placed                                | decides; books; commits (below); or says why   |
 |                                           | nothing fits and applies the retry policy      |
-| placed, nominated over preempted pods     | waits for them to be gone, says so             |
+| placed, nominated over preempted holders  | waits for their pods and Jobs to be gone       |
 | placed                                    | creates missing children, aggregates phases;   |
 |                                           | a failed replica, a lost node, a child that    |
 |                                           | cannot be created end the attempt              |
@@ -31,6 +31,10 @@ decided again).
 
 The status is built by one ``StatusBuilder`` through the reconcile and written
 once at its end, and not at all when nothing a user sees changed.
+
+Beside this flow: ``child_api.py`` sends and reads back the children (created
+once, adopted when ours, asked to go), ``finalizer.py`` holds our finalizer and
+the deletion, ``reconcile_outcome.py`` what a reconcile reports.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -65,6 +69,7 @@ from api.v1alpha1.types import (
     WorkloadKind,
 )
 from controllers import children as ch
+from controllers.child_api import ChildAPI
 from controllers.conditions import (
     FAILED,
     PREEMPTED,
@@ -74,11 +79,11 @@ from controllers.conditions import (
     child_phase,
     get_condition,
 )
-from controllers.expectations import Expectations
+from controllers.finalizer import ChildrenFinalizer
 from controllers.placement_state import PlacementState, PodBook
+from controllers.reconcile_outcome import EndAttempt, Outcome
 from controllers.status import (
     StatusBuilder,
-    add_finalizer_patch,
     fmt_time,
     parse_time,
     same_status,
@@ -87,21 +92,18 @@ from controllers.status_writer import StatusWriter
 from internal import metrics as m
 from internal.backoff import next_delay, should_retry
 from internal.scheduling.framework import INVALID_MAP, PREEMPT, UNSCHEDULABLE
-from internal.scheduling.pods import BadPod, controller_ref, parse_devices
-from runtime import AlreadyExists, ApiError, Conflict, NotFound, Request, Result
+from internal.scheduling.jobs import is_job_holder
+from internal.scheduling.pods import BadPod, parse_devices
+from runtime import Conflict, Request, Result
 from runtime.events import EventRecorder
-from runtime.store import NODE_NAME_INDEX, Indexer
+from runtime.store import Indexer
 
 log = structlog.get_logger("gpuworkload")
 
 #: a lower-priority workload waits this long for a never-tried higher one to go first
 PRIORITY_GATE_DELAY = 0.2
-#: how often a deleting workload looks again for children still going away
-FINALIZE_POLL = 1.0
 #: condition type set False when status.placements was edited by someone else
 PLACEMENT_TRUSTED = "PlacementTrusted"
-#: API answers to a create that no retry of the same request can fix
-PERMANENT_CREATE_ERRORS = (400, 403, 422)
 
 JSON = Mapping[str, Any]
 
@@ -116,33 +118,6 @@ class Options:
     default_strategy: str | None = None  # used when a spec names none (the CRD defaults it)
 
 
-@dataclass
-class Outcome:
-    """What one reconcile decided to report: the status it wants, Events, requeue."""
-
-    status: StatusBuilder
-    result: Result | None = None
-    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, msg)
-    raw: JSON | None = None  # the object as last written during the reconcile
-
-    def warn(self, reason: str, message: str) -> Outcome:
-        self.events.append(("Warning", reason, message))
-        return self
-
-    def normal(self, reason: str, message: str) -> Outcome:
-        self.events.append(("Normal", reason, message))
-        return self
-
-
-class EndAttempt(Exception):
-    """Raised inside ``_run`` when the attempt cannot go on (reason, message);
-    ``spend`` says whether it counts against ``maxRetries``."""
-
-    def __init__(self, reason: str, message: str, *, spend: bool = True) -> None:
-        super().__init__(message)
-        self.reason, self.message, self.spend = reason, message, spend
-
-
 class GPUWorkloadReconciler:
     def __init__(self, client: Any, recorder: EventRecorder, workloads: Indexer,
                  pods: Indexer, jobs: Indexer, state_factory: Callable[[], PlacementState],
@@ -153,8 +128,12 @@ class GPUWorkloadReconciler:
         #: writes every status but a gang's commit, off the workers' client (None:
         #: written synchronously by the worker, on ``client``)
         self.status_writer = status_writer
+        #: the children in the API: listed, created, asked to go
+        self.children = ChildAPI(client, pods, jobs, self.ensure_state)
         #: children created and not yet seen by the informer
-        self.expectations = Expectations()
+        self.expectations = self.children.expectations
+        self.finalizer = ChildrenFinalizer(client, self.children, status_writer,
+                                           self._release, self._wrote)
         self.recorder = recorder
         self.workloads = workloads
         self.pods = pods
@@ -185,6 +164,15 @@ class GPUWorkloadReconciler:
                 self.state = self._state_factory()
             return self.state
 
+    def _release(self, key: str) -> None:
+        """Releases ``key``'s booking (its pods keep what they hold)."""
+        self.ensure_state().forget(key)
+        self._bound_observed.discard(key)
+
+    def _wrote(self, obj: JSON) -> None:
+        if self.state is not None:
+            self.state.wrote(obj)
+
     def reconcile(self, req: Request) -> Result | None:
         state = self.ensure_state()
         key = f"{req.namespace}/{req.name}"
@@ -197,7 +185,7 @@ class GPUWorkloadReconciler:
             return None
         state.claim(key, raw["metadata"].get("uid"))
         if raw["metadata"].get("deletionTimestamp"):
-            return self._finalize(raw)
+            return self.finalizer.finalize(raw)
         view = self.status_writer.view(raw) if self.status_writer is not None else None
         if view is not None:
             raw = view  # the status we last asked for, not yet in the cache
@@ -302,14 +290,14 @@ class GPUWorkloadReconciler:
         names are the new ones', and their devices stay theirs until then. Waiting
         for our own pods spends no retry; their deletion wakes the workload."""
         kind = "Job" if w.spec.workload_kind is WorkloadKind.JOB else "Pod"
-        mine, stale = self._children(raw, kind, str(w.status.retries))
+        mine, stale = self.children.by_attempt(raw, kind, str(w.status.retries))
         # Preempted and not placed again: any child of its own is one its eviction
         # missed (made by a reconcile in flight when it was chosen as a victim).
         preempted = (get_condition(raw.get("status") or {}, PREEMPTED) or {}).get(
             "status") == "True"
         if not stale and not (preempted and mine):
             return None
-        self._delete_children(raw, keep_attempt=None if preempted else str(w.status.retries))
+        self.children.delete(raw, keep_attempt=None if preempted else str(w.status.retries))
         self.ensure_state().block(w.key)
         msg = "waiting for the previous attempt's pods to terminate"
         # no retry is spent here; the ended attempt's nextRetryTime still holds
@@ -351,6 +339,8 @@ class GPUWorkloadReconciler:
             placements = [p.model_dump(by_alias=True) for p in decision.placements]
             _, starting = aggregate({}, w.spec.replicas)
             status.placements(placements).retry(next_retry=None)
+            # a restarted controller books the nomination again from the status
+            status.nominated(decision.overlap if preempting else None)
             status.phase(Phase.SCHEDULED, starting)
             status.condition(SCHEDULED, True, "Scheduled", decision.message)
             status.condition(READY, False, "Starting", starting)
@@ -433,7 +423,7 @@ class GPUWorkloadReconciler:
         """The victim's side of a preemption: its booking was released by the
         preemptor; its children are asked to go (their devices stay nominated to the
         preemptor until they are gone); back to Pending."""
-        self._delete_children(raw)
+        self.children.delete(raw)
         self.ensure_state().evicted(_key(raw))
         status.placements(None).retry(next_retry=None).phase(Phase.PENDING, msg)
         status.condition(SCHEDULED, False, "Preempted", msg)
@@ -469,7 +459,7 @@ class GPUWorkloadReconciler:
         attempt = w.status.retries
         lost = sorted({p.node for p in placements if not state.has_node(p.node)})
         if lost:
-            self._force_delete_on(raw, lost)
+            self.children.force_delete_on(raw, lost)
             raise EndAttempt("NodeLost", f"node(s) {', '.join(lost)} disappeared")
         changed = self._spec_change(w, placements, raw)
         if changed:
@@ -485,26 +475,25 @@ class GPUWorkloadReconciler:
             out.result = Result(requeue_after=1.0)
             return out
         if blockers:
-            n = sum(len(v) for v in blockers.values())
-            msg = (f"waiting for {n} preempted pod(s) to terminate on "
-                   f"{', '.join(sorted(blockers))}")
+            msg = _waiting_for(blockers)
             status.phase(Phase.SCHEDULED, msg).condition(SCHEDULED, True, "WaitingForPreemption",
                                                          msg)
             return out
+        status.nominated(None)  # nothing of the victims' is left on its devices
         exposure = w.spec.device_exposure or self.options.default_exposure
         if exposure is DeviceExposure.DEVICE_PLUGIN and any(p.devices for p in placements):
             # A map names devices, so the kubelet must not pick others.
             exposure = DeviceExposure.CUDA_VISIBLE_DEVICES
         kind = "Job" if w.spec.workload_kind is WorkloadKind.JOB else "Pod"
-        mine, stale = self._children(raw, kind, str(attempt))
+        mine, stale = self.children.by_attempt(raw, kind, str(attempt))
         if stale:
             # A previous attempt's children still go away; their names are ours to
             # reuse only once they are gone (and their devices stay theirs till then).
-            self._delete_children(raw, keep_attempt=str(attempt))
+            self.children.delete(raw, keep_attempt=str(attempt))
             out.result = Result(requeue_after=0.5)
             return out
         if w.spec.replicas > 1:
-            self._create(ch.build_service(w, raw), kind_word="headless Service")
+            self.children.create(ch.build_service(w, raw), kind_word="headless Service")
         claims = self._claims(w, raw, placements, attempt, mine) \
             if exposure is DeviceExposure.DRA else {}
         if claims is None:
@@ -522,7 +511,7 @@ class GPUWorkloadReconciler:
             child = ch.build_child(w, raw, p, exposure, state.uuids, attempt)
             if p.index in claims:
                 child = self.claims.bind(child, claims[p.index])
-            existing = self._create(child, kind_word=kind)
+            existing = self.children.create(child, kind_word=kind)
             if existing is None:
                 created_now = True
                 if fresh:
@@ -574,7 +563,7 @@ class GPUWorkloadReconciler:
             return f"replicas {len(placements)} -> {w.spec.replicas}"
         want = ch.spec_hash(w)
         kind = "Job" if w.spec.workload_kind is WorkloadKind.JOB else "Pod"
-        mine, _ = self._children(raw, kind, str(w.status.retries))
+        mine, _ = self.children.by_attempt(raw, kind, str(w.status.retries))
         for child in mine.values():
             have = ((child.get("metadata") or {}).get("annotations") or {}).get(
                 SPEC_HASH_ANNOTATION)
@@ -582,91 +571,14 @@ class GPUWorkloadReconciler:
                 return "template"
         return ""
 
-    def _children(self, raw: JSON, kind: str, attempt: str) -> tuple[dict[int, JSON], bool]:
-        """Our children of this attempt by index, and whether older ones remain."""
-        cache = self.jobs if kind == "Job" else self.pods
-        mine: dict[int, JSON] = {}
-        stale = False
-        uid = raw["metadata"]["uid"]
-        cached = cache.by_index("owner-uid", uid)
-        seen = {(o.get("metadata") or {}).get("uid") for o in cached}
-        # created by us, not in the cache yet: there all the same (no second create)
-        made = [o for o in self.expectations.pending(uid)
-                if o.get("kind") == kind and o["metadata"].get("uid") not in seen]
-        for obj in [*cached, *made]:
-            ref = controller_ref(obj)
-            if ref is None or ref.get("uid") != uid:
-                continue
-            meta = obj.get("metadata") or {}
-            labels = meta.get("labels") or {}
-            try:
-                idx = int(labels.get(ch.INDEX_LABEL, ""))
-            except ValueError:
-                continue
-            if labels.get(ATTEMPT_LABEL, "0") == attempt and not meta.get("deletionTimestamp"):
-                mine[idx] = obj
-            else:
-                stale = True
-        return mine, stale
-
-    def _create(self, obj: dict[str, Any], *, kind_word: str) -> JSON | None:
-        """Creates ``obj``: None when created now; the existing object when one of
-        ours (this workload, this attempt) is already there. Anything else ends the
-        attempt with a reason a user can act on."""
-        meta = obj["metadata"]
-        try:
-            # a retried create that already went through answers AlreadyExists: handled
-            created = self.client.create(obj, handles_already_exists=True)
-            if obj.get("kind") in ("Pod", "Job") and isinstance(created, Mapping):
-                m.CHILD_CREATES.labels("created").inc()
-                cache = self.pods if obj["kind"] == "Pod" else self.jobs
-                seen = cache.get_by_name(meta["name"], meta["namespace"])
-                if (seen or {}).get("metadata", {}).get("uid") != \
-                        (created.get("metadata") or {}).get("uid"):
-                    # (not when the informer already showed it: its event came first)
-                    self.expectations.created(meta["ownerReferences"][0]["uid"], created)
-            if obj["kind"] == "Pod" and isinstance(created, Mapping):
-                # it holds its devices from now on, before the cache shows it (a
-                # preemptor must see it among its victims' pods at once)
-                self.ensure_state().on_pod(created)
-            return None
-        except AlreadyExists:
-            if obj.get("kind") in ("Pod", "Job"):
-                m.CHILD_CREATES.labels("already_exists").inc()
-            existing = self._get_existing(obj)
-            ours = obj["metadata"]["ownerReferences"][0]["uid"]
-            ref = controller_ref(existing) if existing is not None else None
-            if existing is None or ref is None or ref.get("uid") != ours:
-                raise EndAttempt(
-                    "ChildNameTaken",
-                    f"{kind_word} {meta['name']} already exists and is not owned by this "
-                    f"workload; delete or rename it") from None
-            return existing
-        except ApiError as exc:
-            if exc.status in PERMANENT_CREATE_ERRORS:
-                raise EndAttempt("ChildCreateFailed",
-                                 f"cannot create {kind_word} {meta['name']}: "
-                                 f"{exc.message or exc}") from None
-            raise
-
-    def _get_existing(self, obj: JSON) -> JSON | None:
-        meta = obj["metadata"]
-        try:
-            return self.client.get(obj["apiVersion"], obj["kind"], meta["name"],
-                                   namespace=meta["namespace"])
-        except NotFound:
-            return None
-
     def _end_attempt(self, w: GPUWorkload, raw: JSON, status: StatusBuilder, reason: str,
                      message: str, *, spend: bool = True) -> Outcome:
         """A replica failed, its node vanished, its child could not be made: ask its
         children to go (their devices stay held until they are gone), release the
         booking, then retry or fail. Without ``spend`` (a spec change, a replica
         deleted by someone else) it is placed again at once and no retry is spent."""
-        state = self.ensure_state()
-        self._delete_children(raw, only_unfinished=True)
-        state.forget(w.key)
-        self._bound_observed.discard(w.key)
+        self.children.delete(raw, only_unfinished=True)
+        self._release(w.key)
         if not spend:
             status.placements(None).retry(next_retry=None).phase(Phase.PENDING, message)
             status.condition(SCHEDULED, False, reason, message)
@@ -694,53 +606,6 @@ class GPUWorkloadReconciler:
         status.condition(FAILED, True, reason, message).condition(READY, False, reason, message)
         return Outcome(status).warn(reason, message)
 
-    # --------------------------------------------------------------- deleting
-
-    def _finalize(self, raw: JSON) -> Result | None:
-        """Being deleted: release the booking, ask every child to go, and let the
-        object go once none is left, so that ``kubectl delete`` returns when the
-        pods are gone and whatever waits for their GPUs is placed right after."""
-        self.ensure_state().forget(_key(raw))
-        self._bound_observed.discard(_key(raw))
-        meta = raw["metadata"]
-        finalizers = meta.get("finalizers") or ()
-        if CHILDREN_FINALIZER not in finalizers:
-            return None
-        uid = meta["uid"]
-        if "orphan" in finalizers:
-            # ``--cascade=orphan``: the user keeps the children (and they keep their
-            # GPUs: pods hold devices whoever owns them).
-            left = []
-        else:
-            self._delete_children(raw)
-            left = [o for cache in (self.pods, self.jobs) for o in cache.by_index("owner-uid", uid)]
-        if left:
-            return Result(requeue_after=FINALIZE_POLL)
-        if self.status_writer is not None:
-            # nothing of ours may be written once the object can go
-            self.status_writer.settle(_key(raw))
-            self.status_writer.forget(_key(raw))
-        rest = [f for f in meta.get("finalizers") or () if f != CHILDREN_FINALIZER]
-        with contextlib.suppress(NotFound):
-            self.client.patch(API_VERSION, "GPUWorkload", meta["name"],
-                              {"metadata": {"finalizers": rest or None,
-                                            "resourceVersion": meta["resourceVersion"]}},
-                              namespace=meta["namespace"], patch_type="merge")
-        return None
-
-    def _ensure_finalizer(self, raw: JSON) -> JSON:
-        meta = raw["metadata"]
-        finalizers = list(meta.get("finalizers") or ())
-        if CHILDREN_FINALIZER in finalizers:
-            return raw
-        written = self.client.patch(
-            API_VERSION, "GPUWorkload", meta["name"],
-            add_finalizer_patch(meta, CHILDREN_FINALIZER),
-            namespace=meta["namespace"], patch_type="merge")
-        if self.state is not None:
-            self.state.wrote(written)
-        return written
-
     # ---------------------------------------------------------------- writing
 
     def _report(self, raw: JSON, out: Outcome) -> Result | None:
@@ -760,7 +625,7 @@ class GPUWorkloadReconciler:
         else:
             if finalize:
                 try:
-                    raw = self._ensure_finalizer(raw)
+                    raw = self.finalizer.ensure(raw)
                 except Conflict:
                     return Result(requeue_after=0.1)
             if not same_status(out.status.old, status):
@@ -783,47 +648,8 @@ class GPUWorkloadReconciler:
         written = self.client.patch(API_VERSION, "GPUWorkload", meta["name"], body,
                                     namespace=meta["namespace"], patch_type="merge",
                                     subresource="status")
-        if self.state is not None:
-            self.state.wrote(written)
+        self._wrote(written)
         return written
-
-    def _force_delete_on(self, raw: JSON, nodes: list[str]) -> None:
-        """Our pods on nodes that are gone: no kubelet will ever confirm their graceful
-        deletion, so delete them at once (as the pod GC would, later), freeing their
-        deterministic names for the next attempt."""
-        uid = raw["metadata"]["uid"]
-        for node in nodes:
-            for pod in self.pods.by_index(NODE_NAME_INDEX, node):
-                meta = pod.get("metadata") or {}
-                ref = controller_ref(pod)
-                if ref is None or ref.get("uid") != uid:
-                    continue
-                with contextlib.suppress(NotFound):
-                    self.client.delete("v1", "Pod", meta["name"], namespace=meta["namespace"],
-                                       grace_period_seconds=0)
-
-    def _delete_children(self, raw: JSON, *, keep_attempt: str | None = None,
-                         only_unfinished: bool = False) -> None:
-        """Asks our children to go (Jobs in the foreground, so a Job is gone only
-        when its pod is). Their devices stay held until they are."""
-        uid = raw["metadata"]["uid"]
-        for cache, api, kind in ((self.pods, "v1", "Pod"), (self.jobs, "batch/v1", "Job")):
-            for obj in cache.by_index("owner-uid", uid):
-                meta = obj.get("metadata") or {}
-                ref = controller_ref(obj)
-                if ref is None or ref.get("uid") != uid:
-                    continue
-                if keep_attempt is not None and \
-                        (meta.get("labels") or {}).get(ATTEMPT_LABEL, "0") == keep_attempt:
-                    continue
-                if only_unfinished and child_phase(obj) in ("Succeeded", "Failed"):
-                    continue
-                if meta.get("deletionTimestamp"):
-                    continue
-                with contextlib.suppress(NotFound, Conflict):
-                    self.client.delete(api, kind, meta["name"], namespace=meta["namespace"],
-                                       propagation_policy="Foreground" if kind == "Job"
-                                       else "Background")
 
 
 def _key(raw: JSON) -> str:
@@ -837,6 +663,15 @@ def _shape(placements: Any) -> list[tuple[int, str, tuple[int, ...]]]:
 
 def _describe(placements: Any) -> str:
     return "; ".join(f"{i}={n}:{','.join(map(str, d))}" for i, n, d in _shape(placements))
+
+
+def _waiting_for(blockers: Mapping[str, list[str]]) -> str:
+    """``waiting for 2 preempted pod(s) and 1 preempted Job(s) to terminate on n3``"""
+    names = [n for v in blockers.values() for n in v]
+    jobs = sum(1 for n in names if is_job_holder(n))
+    what = [f"{n} preempted {kind}(s)" for n, kind in ((len(names) - jobs, "pod"),
+                                                       (jobs, "Job")) if n]
+    return f"waiting for {' and '.join(what)} to terminate on {', '.join(sorted(blockers))}"
 
 
 def _changed_message(raw: JSON, message: str) -> bool:

@@ -28,6 +28,7 @@ from controllers.pending import PendingSet, is_placed, is_terminal
 from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
 from internal.scheduling.framework import PREEMPT, Decision
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER, is_stale, stale_view
+from internal.scheduling.jobs import job_uid
 from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner
 from internal.scheduling.pods import pod_uid
 from internal.scheduling.resourceslices import (
@@ -139,23 +140,31 @@ class PlacementState:
     # ------------------------------------------------------------------ rebuild
 
     def rebuild(self, read: Callable[[], Sources],
-                read_dra: Callable[[], DraSources] | None = None) -> list[str]:
-        """The ledger from the caches: pods first, then committed placements.
+                read_dra: Callable[[], DraSources] | None = None, *,
+                read_jobs: Callable[[], list[JSON]] | None = None) -> list[str]:
+        """The ledger from the caches: pods and our Jobs first, then committed
+        placements, claims, the pod books' pods, and last the nominations of
+        preemptors still waiting for their victims (``status.nominatedOver``), whose
+        preemption goes on: a victim whose eviction a previous run decided but
+        never told it is evicted again.
 
-        ``read`` lists the caches; it runs under the lock, so an event whose handler
-        waits on the lock meanwhile is applied after the rebuild (events are
-        idempotent, so one the rebuild already saw changes nothing)."""
+        ``read`` lists the caches (``read_jobs`` the Jobs); it runs under the lock,
+        so an event whose handler waits on the lock meanwhile is applied after the
+        rebuild (events are idempotent, so one the rebuild already saw changes
+        nothing)."""
         with self.lock:
             nodes, gpunodes, workloads, pods = read()
+            jobs = read_jobs() if read_jobs is not None else []
             ours = [p for p in pods if not self._owned(p)]
             slices, claims = read_dra() if read_dra is not None and self.slices else ([], [])
             for sl in slices:
                 self.slices.upsert(sl)  # type: ignore[union-attr]
-            ledger, problems = Ledger.rebuild(workloads, ours)
+            ledger, problems = Ledger.rebuild(workloads, ours, jobs=jobs, nominations=False)
             for c in claims:
                 problems += self._sync_claim(ledger, c)
             for book in self.pod_books:
                 problems += book.rebuild(ledger, pods)
+            problems += ledger.book_nominations(workloads)
             self.ledger = ledger
             views = [self._view(g) for g in gpunodes]
             if self.slices is not None:
@@ -170,7 +179,11 @@ class PlacementState:
                 self._track_pending(w)
             self._gpunodes = {str(g["metadata"]["name"]): g for g in gpunodes}
             self._blocked = {a.key for a in ledger.bookings() if a.overlap}
+            victims = [v for a in ledger.bookings() if a.overlap
+                       for v in self._continue_preemption(a)]
             self.ready = True
+        if victims:
+            self._enqueue_waiting(victims)
         for p in problems:
             BAD_OBJECTS.labels("rebuild").inc()
             log.warning("ledger.rebuild.problem", problem=p)
@@ -472,12 +485,35 @@ class PlacementState:
         if self._owned(pod):
             return
         uid = pod_uid(pod)
+        self._sync_holder(pod, "Pod", uid, lambda led: led.pod(uid),
+                          lambda led: led.sync_pod(pod))
+
+    def on_pod_deleted(self, pod: Any) -> None:
+        uid = pod_uid(getattr(pod, "obj", pod) or {})
+        self._holder_gone(uid, lambda led: led.remove_pod(uid))
+
+    def on_job(self, job: JSON) -> None:
+        """An unfinished Job of ours holds what its template names until it is gone
+        (``internal/scheduling/jobs.py``): the Job controller may still make a pod."""
+        uid = job_uid(job)
+        self._sync_holder(job, "Job", uid, lambda led: led.job(uid),
+                          lambda led: led.sync_job(job))
+
+    def on_job_deleted(self, job: Any) -> None:
+        uid = job_uid(getattr(job, "obj", job) or {})
+        self._holder_gone(uid, lambda led: led.remove_job(uid))
+
+    def _sync_holder(self, obj: JSON, kind: str, uid: str,
+                     held: Callable[[Ledger], Any],
+                     sync: Callable[[Ledger], list[str]]) -> None:
+        """Records what ``obj`` (a pod, a Job) holds now; reports its problems once;
+        wakes the waiting workloads when it holds less than before."""
         with self.lock:
             if not self.ready:
                 return
-            before = self.ledger.pod(uid)
-            problems = self.ledger.sync_pod(pod)
-            after = self.ledger.pod(uid)
+            before = held(self.ledger)
+            problems = sync(self.ledger)
+            after = held(self.ledger)
             freed = before is not None and (after is None or _less(after, before))
             waiting = list(self.pending.waiting) if freed else []
             report = bool(problems) and uid not in self._reported
@@ -486,29 +522,27 @@ class PlacementState:
             elif not problems:
                 self._reported.discard(uid)
         if report:
-            self._report(pod, problems)
+            self._report(obj, kind, problems)
         if freed:
             self._wake(waiting)
 
-    def _report(self, pod: JSON, problems: list[str]) -> None:
-        for p in problems:
-            bad = "also held by" not in p
-            if bad:
-                BAD_OBJECTS.labels("Pod").inc()
-            else:
-                DEVICE_CONFLICTS.labels("reported").inc()
-            log.warning("ledger.pod.problem", problem=p)
-            self._on_problem(pod, "BadAnnotation" if bad else "DeviceConflict", p)
-
-    def on_pod_deleted(self, pod: Any) -> None:
-        obj = getattr(pod, "obj", pod) or {}
-        uid = pod_uid(obj)
+    def _holder_gone(self, uid: str, remove: Callable[[Ledger], bool]) -> None:
         with self.lock:
             self._reported.discard(uid)
-            if not self.ready or not self.ledger.remove_pod(uid):
+            if not self.ready or not remove(self.ledger):
                 return
             waiting = list(self.pending.waiting)
         self._wake(waiting)
+
+    def _report(self, obj: JSON, kind: str, problems: list[str]) -> None:
+        for p in problems:
+            bad = "also held by" not in p
+            if bad:
+                BAD_OBJECTS.labels(kind).inc()
+            else:
+                DEVICE_CONFLICTS.labels("reported").inc()
+            log.warning("ledger.pod.problem", problem=p)
+            self._on_problem(obj, "BadAnnotation" if bad else "DeviceConflict", p)
 
     def _track_pending(self, obj: JSON) -> None:
         key = _key(obj)
@@ -544,17 +578,43 @@ class PlacementState:
             return True
         try:
             w = GPUWorkload.model_validate(obj)
-            self.ledger.assume(key, w.status.placements, gpus_per_replica=w.spec.gpus,
-                               priority=w.spec.priority, committed=True,
-                               check_capacity=False, owner=booking_owner(w),
-                               uid=w.metadata.uid or "")
-            log.info("ledger.adopted", workload=key)
+            a = self.ledger.assume(key, w.status.placements, gpus_per_replica=w.spec.gpus,
+                                   priority=w.spec.priority, committed=True,
+                                   check_capacity=False, owner=booking_owner(w),
+                                   uid=w.metadata.uid or "", overlap=w.status.nominated_over)
+            log.info("ledger.adopted", workload=key, nominated_over=w.status.nominated_over)
+            if a.overlap:
+                self._blocked.add(key)
+                self._enqueue_waiting(self._continue_preemption(a))
             return True
         except (ValueError, LedgerConflict) as exc:
             log.warning("ledger.adopt.failed", workload=key, error=str(exc))
             return False
 
     # ------------------------------------------------------- preemption
+
+    def _continue_preemption(self, nominated: Any) -> list[str]:
+        """A nomination booked from a workload's status (a rebuild, an adopted
+        placement): the GPUWorkload bookings it was nominated over that are still
+        booked, of lower priority, lost the eviction that a previous run decided
+        (the victim's own reconcile had not taken it in): release them and evict
+        them again. Returns their keys, to be enqueued (unlocked). Seed-path
+        bookings stay booked until their pods are gone (their pods were asked to go
+        before the nomination could be written)."""
+        victims = sorted(b.key for b in self.ledger.bookings()
+                         if b.owner in nominated.overlap and b.key != nominated.key
+                         and b.uid and b.priority < nominated.priority
+                         and _shares(b, nominated)
+                         and not any(book.owns_key(b.key) for book in self.pod_books))
+        message = (f"preempted by {nominated.key} (priority {nominated.priority}) to make "
+                   f"room; waiting to be placed again")
+        for v in victims:
+            self.ledger.forget(v)
+            self._evicting[v] = message
+            log.info("preemption.continued", preemptor=nominated.key, victim=v)
+        if victims:
+            self._victims.setdefault(nominated.key, set()).update(victims)
+        return victims
 
     def eviction(self, key: str) -> str | None:
         with self.lock:
@@ -626,6 +686,14 @@ class PlacementState:
 
 #: ``_written`` while a write is on its way: newer than any resourceVersion
 WRITING = 1 << 62
+
+
+def _shares(a: Any, b: Any) -> bool:
+    """Do bookings ``a`` and ``b`` hold a device in common (named), or GPUs counted
+    on a node in common?"""
+    named = {(p.node, d) for p in b.placements for d in p.devices}
+    return any((p.node, d) in named for p in a.placements for d in p.devices) or \
+        bool(set(a.counted) & set(b.counted))
 
 
 def _less(after: Any, before: Any) -> bool:

@@ -162,7 +162,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         state.rebuild(lambda: (nodes.indexer.list(), gpunodes.indexer.list(),
                                workloads.indexer.list(), pods.indexer.list()),
                       (lambda: (slices.indexer.list(), claims.indexer.list()))
-                      if slices is not None and claims is not None else None)
+                      if slices is not None and claims is not None else None,
+                      read_jobs=jobs.indexer.list)
         return state
 
     status_client = second_client(mgr) if opts.async_status else None
@@ -197,6 +198,7 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     gpunodes.add_event_handler(
         FuncHandler(on("on_gpunode"), on("on_gpunode"), on("on_gpunode_deleted")))
     pods.add_event_handler(FuncHandler(on("on_pod"), on("on_pod"), on("on_pod_deleted")))
+    jobs.add_event_handler(FuncHandler(on("on_job"), on("on_job"), on("on_job_deleted")))
     if writer is not None:
         workloads.add_event_handler(
             FuncHandler(writer.observed, lambda old, new: writer.observed(new), None))

@@ -45,6 +45,7 @@ class StatusBuilder:
             "retries": old.get("retries", 0),
             "placements": old.get("placements") or None,
             "nextRetryTime": old.get("nextRetryTime"),
+            "nominatedOver": old.get("nominatedOver") or None,
         }
 
     def phase(self, phase: Phase, message: str) -> StatusBuilder:
@@ -58,7 +59,16 @@ class StatusBuilder:
         return self
 
     def placements(self, placements: list[dict[str, Any]] | None) -> StatusBuilder:
+        """The attempt's placements; None (not placed) also ends any nomination."""
         self.status["placements"] = placements or None
+        if not placements:
+            self.status["nominatedOver"] = None
+        return self
+
+    def nominated(self, owners: list[str] | None) -> StatusBuilder:
+        """The owners a preemptor's placement is nominated over while it waits for
+        them (``status.nominatedOver``); None once its children are made."""
+        self.status["nominatedOver"] = sorted(owners) if owners else None
         return self
 
     def retry(self, retries: int | None = None, next_retry: str | None = None) -> StatusBuilder:

@@ -493,6 +493,19 @@ class GPUWorkloadStatus(_Base):
             "x-kubernetes-list-map-keys": ["type"],
         },
     )
+    nominated_over: list[str] = Field(
+        default_factory=list,
+        alias="nominatedOver",
+        description=(
+            "Set while a placement made by preemption waits for what its victims "
+            "still hold on its devices: the holders it was nominated over (each "
+            "victim's attempt as <workload uid>#<attempt>, or a seed-path owner "
+            "such as StatefulSet:<namespace>/<name>). Its children are created once "
+            "none of theirs is left there; a restarted controller books the "
+            "nomination again from it. Cleared when the children are created."
+        ),
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
     retries: int = Field(0, ge=0, description="Scheduling retries made so far.")
     next_retry_time: datetime | None = Field(
         None,
@@ -535,7 +548,7 @@ class GPUWorkloadStatus(_Base):
     def _ser_time(self, v: datetime | None) -> str | None:
         return None if v is None else format_time(v)
 
-    @field_validator("placements", "conditions", mode="before")
+    @field_validator("placements", "conditions", "nominated_over", mode="before")
     @classmethod
     def _none_to_empty(cls, v: Any) -> Any:
         return [] if v is None else v

@@ -12,6 +12,9 @@ Holders, each an ``Allocation`` under a key:
   device with another owner is reported as a conflict.
 - *claims* (``claim:<uid>``): allocated ResourceClaims of the DRA driver, whoever
   allocated them (kube-scheduler, us), recorded like pods (``set_pod``).
+- *Jobs* (``job:<uid>``): every unfinished Job of a GPUWorkload (Job mode), for what
+  its bound pod template names, until the Job is gone from the API (see
+  ``jobs.job_holding``): the Job controller may still make a pod of it.
 - *bookings* (the workload's ``namespace/name``, or a pod book's key): a decision
   assumed before its pods exist, or committed in ``status.placements``.
 
@@ -31,8 +34,9 @@ Invariants (DESIGN.md):
    every conflict), then committed placements, before any new placement is made.
 
 ``free_count(node) = |usable - named-held| - counted``, where each owner's counted
-GPUs on a node are the larger of what its bookings and what its pods count (a
-device-plugin workload's booking and its pod are the same GPUs, not twice as many).
+GPUs on a node are the largest of what its bookings, its pods and its Jobs count (a
+device-plugin workload's booking, its Job and its pod are the same GPUs, not three
+times as many).
 Free capacity is indexed by free count (``FreeIndex``).
 
 Not thread-safe: callers serialize schedule + assume (one lock in the controller).
@@ -48,6 +52,7 @@ from pydantic import ValidationError
 
 from api.v1alpha1.types import GPUWorkload, Phase, Placement
 from internal.scheduling.freeindex import FreeIndex
+from internal.scheduling.jobs import JobHolding, job_holder_key, job_holding, job_uid
 from internal.scheduling.pods import (
     BadPod,
     PodHolding,
@@ -82,6 +87,7 @@ class Allocation:
     name: str = ""  # what messages call it: a workload key, or a pod's namespace/name
     uid: str = ""  # the workload UID of a booking
     overlap: frozenset[str] = frozenset()  # owners a nomination was booked over
+    job: bool = False  # a Job's holding (counted apart from its pods')
 
     def __post_init__(self) -> None:
         self.owner = self.owner or self.key
@@ -156,11 +162,13 @@ class Ledger:
     def _counted_by_owner(self, node: str) -> dict[str, int]:
         booked: dict[str, int] = {}
         pods: dict[str, int] = {}
+        jobs: dict[str, int] = {}
         for key, n in self._counted.get(node, {}).items():
             a = self._allocs[key]
-            side = pods if a.pod else booked
+            side = jobs if a.job else pods if a.pod else booked
             side[a.owner] = side.get(a.owner, 0) + n
-        return {o: max(booked.get(o, 0), pods.get(o, 0)) for o in booked.keys() | pods.keys()}
+        return {o: max(booked.get(o, 0), pods.get(o, 0), jobs.get(o, 0))
+                for o in booked.keys() | pods.keys() | jobs.keys()}
 
     def counted_total(self, node: str) -> int:
         return sum(self._counted_by_owner(node).values())
@@ -292,7 +300,7 @@ class Ledger:
         self.remove_holder(h.key)
         placements = (Placement(index=0, node=h.node, devices=list(h.devices)),)
         alloc = Allocation(h.key, placements if h.devices else (), {}, priority, True, 0,
-                           h.owner, pod=True, name=h.name)
+                           h.owner, pod=True, name=h.name, job=isinstance(h, JobHolding))
         if h.counted:
             alloc.counted[h.node] = h.counted
         held = self._holders.get(h.node, {})
@@ -333,6 +341,33 @@ class Ledger:
             return False
         self._release(a)
         return True
+
+    def job(self, uid: str) -> Allocation | None:
+        return self._allocs.get(job_holder_key(uid))
+
+    def remove_job(self, uid: str) -> bool:
+        """The Job is gone or finished. True if it held something."""
+        a = self._allocs.get(job_holder_key(uid))
+        if a is None:
+            return False
+        self._release(a)
+        return True
+
+    def sync_job(self, job: Mapping[str, Any]) -> list[str]:
+        """Brings the ledger in line with one Job as the API has it now (never
+        refused). Returns problems: a malformed annotation (the Job then holds
+        nothing: its pod, once made, is counted by its request), or the conflicts it
+        makes with other owners."""
+        uid = job_uid(job)
+        try:
+            h = job_holding(job)
+        except BadPod as exc:
+            self.remove_job(uid)
+            return [f"job {pod_key(job)}: {exc}"]
+        if h is None:
+            self.remove_job(uid)
+            return []
+        return [f"{h.name}: {c}" for c in self.set_pod(h)]
 
     # ---------------------------------------------------------------- internals
 
@@ -414,9 +449,15 @@ class Ledger:
         workloads: Iterable[GPUWorkload | Mapping[str, Any]],
         pods: Iterable[Mapping[str, Any]] = (),
         node_devices: Mapping[str, Iterable[int]] | None = None,
+        *,
+        jobs: Iterable[Mapping[str, Any]] = (),
+        nominations: bool = True,
     ) -> tuple[Ledger, list[str]]:
-        """A ledger from the cache: first every pod that holds GPUs (what runs wins),
-        then the committed placements of workloads that still hold devices.
+        """A ledger from the cache: first every pod and every Job of ours that holds
+        GPUs (what runs wins), then the committed placements of workloads that still
+        hold devices, then (with ``nominations``) those placed by preemption, nominated
+        again over the holders they wait for (``book_nominations``; a caller that
+        rebuilds more holders first, the seed path's, passes False and calls it then).
 
         Returns the ledger and the problems found: unreadable pods (skipped, their
         request still counted where it can be read), placements that collide with
@@ -429,6 +470,8 @@ class Ledger:
         problems: list[str] = []
         for pod in pods:
             problems += ledger.sync_pod(pod)
+        for job in jobs:
+            problems += ledger.sync_job(job)
         parsed: list[GPUWorkload] = []
         for raw in workloads:
             w, problem = _parse_workload(raw)
@@ -436,8 +479,8 @@ class Ledger:
                 problems.append(problem)
             if w is not None:
                 parsed.append(w)
-        for w in sorted(parsed, key=lambda w: (w.metadata.creation_timestamp or "", w.key)):
-            if not holds_devices(w):
+        for w in _by_age(parsed):
+            if not holds_devices(w) or w.status.nominated_over:
                 continue
             try:
                 ledger.assume(w.key, w.status.placements, gpus_per_replica=w.spec.gpus,
@@ -445,7 +488,31 @@ class Ledger:
                               owner=booking_owner(w), uid=w.metadata.uid or "")
             except LedgerConflict as e:
                 problems.append(f"{w.key}: placement not booked: {e}")
+        if nominations:
+            problems += ledger.book_nominations(parsed)
         return ledger, problems
+
+    def book_nominations(
+        self, workloads: Iterable[GPUWorkload | Mapping[str, Any]],
+    ) -> list[str]:
+        """Books, after every other holder, the placements of ``workloads`` that
+        wait for what they preempted (``status.nominatedOver``): nominated over those
+        owners again, so that a restart neither ends their attempt nor lets anybody
+        else take the devices. Booked last, a nomination never displaces a holder:
+        one that collides with another owner is not booked (a problem)."""
+        problems: list[str] = []
+        parsed = [w for w in (_parse_workload(raw)[0] for raw in workloads) if w is not None]
+        for w in _by_age(parsed):
+            if not holds_devices(w) or not w.status.nominated_over or w.key in self._allocs:
+                continue
+            try:
+                self.assume(w.key, w.status.placements, gpus_per_replica=w.spec.gpus,
+                            priority=w.spec.priority, committed=True, check_capacity=False,
+                            owner=booking_owner(w), uid=w.metadata.uid or "",
+                            overlap=w.status.nominated_over)
+            except LedgerConflict as e:
+                problems.append(f"{w.key}: nominated placement not booked: {e}")
+        return problems
 
     def sync_pod(self, pod: Mapping[str, Any], priority: int = 0) -> list[str]:
         """Brings the ledger in line with one pod as the API has it now. Returns
@@ -505,12 +572,17 @@ def _parse_workload(
                         "phase": status.get("phase") or "Pending",
                         "placements": status.get("placements") or [],
                         "retries": status.get("retries") or 0,
+                        "nominatedOver": status.get("nominatedOver") or [],
                     },
                 }
             )
         except (ValidationError, TypeError, ValueError):
             return None, f"{key}: unreadable, ignored: {why}"
         return w, f"{key}: invalid spec, placements kept: {why}"
+
+
+def _by_age(workloads: Iterable[GPUWorkload]) -> list[GPUWorkload]:
+    return sorted(workloads, key=lambda w: (w.metadata.creation_timestamp or "", w.key))
 
 
 def holds_devices(w: GPUWorkload) -> bool:

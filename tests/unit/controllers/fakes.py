@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from api.v1alpha1.keys import DEVICES_ANNOTATION
+from api.v1alpha1.keys import DEVICES_ANNOTATION, WORKLOAD_UID_LABEL
 from api.v1alpha1.types import API_VERSION, DeviceExposure
 from controllers.gpuworkload import GPUWorkloadReconciler
 from controllers.placement_state import PlacementState
@@ -140,7 +140,10 @@ class FakeClient:
             else:
                 self.env.put_pod(made)
         elif kind == "Job":
-            self.env.jobs.add(made)
+            if self.lag:
+                self.lagging[(kind, name)] = made
+            else:
+                self.env.put_job(made)
         else:
             self.others[(kind, name)] = made
         return made
@@ -184,6 +187,12 @@ class FakeClient:
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None,
                **opts: Any) -> None:
         self.calls.append(Call("delete", kind, name, opts=opts))
+        if kind not in ("Pod", "Job"):
+            raise AssertionError(f"unexpected delete of {kind} {name}")
+        lagging = self.lagging.get((kind, name))
+        if lagging is not None:  # in the API, not in the cache yet
+            lagging["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
+            return
         if kind == "Pod":
             pod = self.env.pods.get_by_name(name, NS)
             if pod is None:
@@ -194,11 +203,18 @@ class FakeClient:
             pod = thaw(pod)
             pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
             self.env.put_pod(pod)  # terminating: still holds its devices
-        elif kind == "Job":
-            if self.env.jobs.delete(f"{NS}/{name}") is None:
-                raise NotFound(404, "NotFound", f'jobs "{name}" not found')
         else:
-            raise AssertionError(f"unexpected delete of {kind} {name}")
+            job = self.env.jobs.get_by_name(name, NS)
+            if job is None:
+                raise NotFound(404, "NotFound", f'jobs "{name}" not found')
+            if opts.get("propagation_policy") != "Foreground":
+                self.env.job_gone(name)
+                return
+            # in the foreground: the Job stays until its pods are gone (the test
+            # says when: ``Env.job_gone``)
+            job = thaw(job)
+            job["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
+            self.env.put_job(job)
 
 
 class Env:
@@ -240,7 +256,8 @@ class Env:
             return decide(w)
         state.decide = counting  # type: ignore[method-assign]
         self.rebuild_problems = state.rebuild(
-            lambda: (self.nodes, [], self.workloads.list(), self.pods.list()))
+            lambda: (self.nodes, [], self.workloads.list(), self.pods.list()),
+            read_jobs=self.jobs.list)
         return state
 
     def restart(self) -> None:
@@ -271,15 +288,54 @@ class Env:
         self.state.on_pod_deleted(pod)
         self.rec.expectations.observed(pod)
 
+    def put_job(self, job: dict[str, Any]) -> None:
+        self.jobs.add(job)
+        self.state.on_job(job)
+        if hasattr(self, "rec"):
+            self.rec.expectations.observed(job)
+
+    def job_gone(self, name: str) -> None:
+        """The Job is deleted from the API (in the foreground: once its pods are)."""
+        job = self.jobs.delete(f"{NS}/{name}")
+        assert job is not None, f"no job {name}"
+        self.state.on_job_deleted(job)
+        self.rec.expectations.observed(job)
+
+    def job_pod(self, job_name: str, *, lagging: bool = False) -> dict[str, Any]:
+        """What the Job controller does, at a moment of its own: the Job's pod, from
+        its template (bound, with the devices annotation). ``lagging``: the Job
+        controller acts on a copy of the Job the API has already deleted."""
+        job = self.jobs.get_by_name(job_name, NS) or \
+            self.client.lagging.get(("Job", job_name))
+        assert job is not None, f"no job {job_name}"
+        assert lagging or not job["metadata"].get("deletionTimestamp"), \
+            "the Job controller makes no pod for a Job it knows is being deleted"
+        tpl = thaw(job["spec"]["template"])
+        meta = tpl["metadata"]
+        meta.update(name=f"{job_name}-x", namespace=NS, uid=f"pod-of-{job['metadata']['uid']}",
+                    ownerReferences=[{"apiVersion": "batch/v1", "kind": "Job",
+                                      "name": job_name, "uid": job["metadata"]["uid"],
+                                      "controller": True}])
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": tpl["spec"],
+               "status": {"phase": "Running"}}
+        self.put_pod(pod)
+        return pod
+
+    def set_job_condition(self, name: str, type_: str) -> None:
+        """The Job finished (``Complete`` or ``Failed``)."""
+        job = thaw(self.jobs.get_by_name(name, NS))
+        job["status"] = {"conditions": [{"type": type_, "status": "True"}]}
+        self.put_job(job)
+
     def set_phase(self, name: str, phase: str) -> None:
         pod = thaw(self.pods.get_by_name(name, NS))
         pod["status"] = {"phase": phase}
         self.put_pod(pod)
 
     def catch_up(self) -> None:
-        """The pods cache sees what was created while it lagged."""
-        for (_, _name), pod in sorted(self.client.lagging.items()):
-            self.put_pod(pod)
+        """The caches see what was created while they lagged."""
+        for (kind, _name), obj in sorted(self.client.lagging.items()):
+            (self.put_pod if kind == "Pod" else self.put_job)(obj)
         self.client.lagging.clear()
 
     def put_workload(self, obj: dict[str, Any]) -> None:
@@ -392,13 +448,17 @@ class Env:
         """(node, device, pods) where live pods of different workloads share a
         device (what HolderWatch checks on a real cluster), pods the cache has not
         seen yet included."""
-        live = [*self.pods.list(), *self.client.lagging.values()]
+        live = [*self.pods.list(),
+                *(o for (kind, _), o in self.client.lagging.items() if kind == "Pod")]
         held: dict[tuple[str, int], dict[str, str]] = {}
         for pod in live:
             if pod["status"].get("phase") in ("Succeeded", "Failed"):
                 continue
-            owner = pod["metadata"]["ownerReferences"][0]["uid"] \
-                if pod["metadata"].get("ownerReferences") else pod["metadata"]["uid"]
+            meta = pod["metadata"]
+            ref = (meta.get("ownerReferences") or [{}])[0]
+            # a Job's pod belongs to the workload its labels name
+            owner = (meta.get("labels") or {}).get(WORKLOAD_UID_LABEL) \
+                if ref.get("kind") == "Job" else ref.get("uid") or meta["uid"]
             value = (pod["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION) or ""
             for d in (int(t) for t in value.split(",") if t.strip().isdigit()):
                 held.setdefault((pod["spec"]["nodeName"], d), {})[owner] = \

@@ -355,13 +355,15 @@ def test_a_victim_chosen_while_its_own_gang_is_being_created_is_waited_for() -> 
     env.settle("high")  # low's pods hold (as made, before the cache shows them)
     assert env.condition("high", "Scheduled")["message"] == \
         "waiting for 2 preempted pod(s) to terminate on node1"
-    env.settle("low")  # takes in its eviction; its pods are not in the cache yet
+    env.settle("low")  # takes in its eviction; its pods are not in the cache yet,
+    # but it made them: they are asked to go all the same
     assert env.condition("low", "Preempted")["status"] == "True"
+    assert sorted(env.client.names("delete", "Pod")) == ["low-0", "low-1"]
     env.settle("high")
     assert env.pod("high-0") is None and env.overlaps() == []
     env.client.lag = False
     env.catch_up()
-    env.settle("low")  # its eviction missed them: now they are asked to go
+    env.settle("low")  # nothing more to ask: they terminate
     assert sorted(env.client.names("delete", "Pod")) == ["low-0", "low-1"]
     env.settle("high")
     assert env.pod("high-0") is None and env.overlaps() == []

@@ -227,3 +227,45 @@ def test_a_preemptor_that_goes_gives_its_nomination_back() -> None:
     w.state.on_pod_deleted(low_pod)
     assert w.owners().keys() == {2, 3}
     assert w.state.decide(gw("mid", gpusPerReplica=2, priority="medium")).ok
+
+
+def test_a_restored_nomination_over_seed_pods_is_booked_after_their_book() -> None:
+    """After a restart, a preemptor nominated over a seed-path pod (its booking stays
+    until the pod is gone) is booked after the seed book has booked that pod: the
+    pod keeps its booking, and the preemptor waits for it."""
+    seed = pod("check-0", "node1", devices="0,1,2,3", scheduler="gpu-scheduler",
+               terminating=True)
+    high = placed("high", [0, 1, 2, 3], priority="high")
+    high["status"].update(phase="Scheduled", nominatedOver=["Pod:ns/check-0"])
+    w = World(pods=[seed], workloads=[high], books=(SeedBook(),))
+    assert w.rebuilt == []
+    assert w.state.booking("ns/check-0") is None  # booked under its owner key
+    assert w.state.booking("Pod:ns/check-0") is not None
+    assert w.state.blockers("ns/high") == {"node1": ["Pod:ns/check-0"]}
+    assert w.state.eviction("Pod:ns/check-0") is None  # its pod was asked already
+
+
+def test_a_jobs_holding_lasts_until_it_is_gone_or_finished() -> None:
+    ref = {"apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUWorkload",
+           "name": "w", "uid": "uid-w", "controller": True}
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "w-0", "namespace": "ns", "uid": "uid-job",
+                        "labels": {"gpu.orchestrator.dev/attempt": "1"},
+                        "ownerReferences": [ref]},
+           "spec": {"template": {"metadata": {"annotations": {
+               "gpu.orchestrator.dev/devices": "1,2"}},
+               "spec": {"nodeName": "node1", "containers": [{"name": "c"}]}}}}
+    w = World()
+    w.state.on_job(job)
+    assert w.owners() == {1: {"uid-w#1"}, 2: {"uid-w#1"}}
+    foreign = {**job, "metadata": {**job["metadata"], "uid": "uid-other",
+                                   "ownerReferences": [{**ref, "kind": "CronJob"}]}}
+    w.state.on_job(foreign)  # not ours: its pods hold for it
+    assert w.owners() == {1: {"uid-w#1"}, 2: {"uid-w#1"}}
+    w.woken.clear()
+    w.state.pending.waiting.add("ns/waiter")
+    w.state.on_job({**job, "status": {"conditions": [{"type": "Failed", "status": "True"}]}})
+    assert w.owners() == {} and "ns/waiter" in w.woken
+    w.state.on_job(job)
+    w.state.on_job_deleted(job)
+    assert w.owners() == {}

@@ -1,0 +1,85 @@
+"""Our finalizer ``gpu.orchestrator.dev/children`` on a GPUWorkload.
+
+Added with the first status that places the workload; on deletion the controller
+asks every child to go itself (instead of waiting for the garbage collector) and
+removes the finalizer once the cache shows none left, so ``kubectl delete gw x``
+returns when its pods (and Jobs) are gone and whatever waits for their GPUs is
+placed right after. With ``--cascade=orphan`` (the API server's ``orphan``
+finalizer) the children stay, and keep their GPUs: pods and Jobs hold devices
+whoever owns them. Nothing of ours is written once the object may go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from api.v1alpha1.keys import CHILDREN_FINALIZER
+from api.v1alpha1.types import API_VERSION
+from controllers.child_api import ChildAPI
+from controllers.status import add_finalizer_patch
+from controllers.status_writer import StatusWriter
+from runtime import NotFound, Result
+
+JSON = Mapping[str, Any]
+
+#: how often a deleting workload looks again for children still going away
+FINALIZE_POLL = 1.0
+
+
+def _key(raw: JSON) -> str:
+    meta = raw.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+
+
+class ChildrenFinalizer:
+    def __init__(self, client: Any, children: ChildAPI, status_writer: StatusWriter | None,
+                 release: Callable[[str], None], wrote: Callable[[JSON], None]) -> None:
+        self.client = client
+        self.children = children
+        self.status_writer = status_writer
+        self._release = release  # the workload's booking goes (its pods keep theirs)
+        self._wrote = wrote  # records our own write of the object
+
+    def finalize(self, raw: JSON) -> Result | None:
+        """Being deleted: release the booking, ask every child to go, and let the
+        object go once none is left."""
+        key = _key(raw)
+        self._release(key)
+        meta = raw["metadata"]
+        finalizers = meta.get("finalizers") or ()
+        if CHILDREN_FINALIZER not in finalizers:
+            return None
+        if "orphan" in finalizers:
+            # ``--cascade=orphan``: the user keeps the children
+            left = []
+        else:
+            self.children.delete(raw)
+            left = self.children.left(meta["uid"])
+        if left:
+            return Result(requeue_after=FINALIZE_POLL)
+        if self.status_writer is not None:
+            # nothing of ours may be written once the object can go
+            self.status_writer.settle(key)
+            self.status_writer.forget(key)
+        rest = [f for f in meta.get("finalizers") or () if f != CHILDREN_FINALIZER]
+        with contextlib.suppress(NotFound):
+            self.client.patch(API_VERSION, "GPUWorkload", meta["name"],
+                              {"metadata": {"finalizers": rest or None,
+                                            "resourceVersion": meta["resourceVersion"]}},
+                              namespace=meta["namespace"], patch_type="merge")
+        return None
+
+    def ensure(self, raw: JSON) -> JSON:
+        """Adds our finalizer (only to this version of the object, else Conflict);
+        returns the object as written."""
+        meta = raw["metadata"]
+        if CHILDREN_FINALIZER in (meta.get("finalizers") or ()):
+            return raw
+        written = self.client.patch(
+            API_VERSION, "GPUWorkload", meta["name"],
+            add_finalizer_patch(meta, CHILDREN_FINALIZER),
+            namespace=meta["namespace"], patch_type="merge")
+        self._wrote(written)
+        return written
