@@ -348,6 +348,9 @@ class Bench:
         argv = [sys.executable, str(ROOT / "main.py"), "manager",
                 f"--kubeconfig={self.cp.kubeconfig}",
                 f"--metrics-bind-address=127.0.0.1:{metrics}",
+                # the benchmark reads the status writer's series over plain HTTP on
+                # loopback (the secure default needs a token it does not have)
+                "--no-metrics-secure",
                 f"--health-probe-bind-address=127.0.0.1:{health}",
                 "--log-format=console",
                 # as kube-scheduler here: one instance, and a kill -9 restart must not
@@ -573,7 +576,8 @@ class Bench:
         try:
             conn.request("GET", "/metrics")
             text = conn.getresponse().read().decode()
-        except OSError:
+        except OSError as exc:
+            self.progress(f"  could not read the controller's /metrics: {exc}")
             return {}
         finally:
             conn.close()
