@@ -2,10 +2,18 @@
 ledger of who holds which device, and the scheduler over both, behind one lock.
 
 It is rebuilt from the informers' caches before the first placement after a start
-(DESIGN.md invariant 6) and then kept current by their events. Every update is
-idempotent, so an event that the rebuild already saw and then delivers again
-changes nothing. Only the leader's reconciler uses it: it is created when the
-controller starts leading.
+(DESIGN.md invariant 6) and then kept current by their events
+(``placement_events.CacheEvents``, which ``PlacementState`` inherits). Every
+update is idempotent, so an event that the rebuild already saw and then delivers
+again changes nothing. Only the leader's reconciler uses it: it is created when
+the controller starts leading.
+
+One lock (``PlacementState.lock``, re-entrant) guards all of it, and the parts it
+owns rely on it: ``NodeViews`` (what the scheduler sees of each node's GPUs),
+``Evictions`` (victims to tell, preemptors waiting) and ``WriteTracker`` (our own
+writes, so an older cached copy is not taken for news). Every public method here
+takes the lock for what it reads and changes and calls out (the queue, the pod
+books) only after releasing it; ``decide`` books a preemption under it in one go.
 
 Every pod event goes to the ledger (``Ledger.sync_pod``): pods are the holders, so
 a device comes back only when the last pod holding it is deleted or finishes, and
@@ -24,22 +32,18 @@ from typing import Any, Protocol
 import structlog
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
-from controllers.pending import PendingSet, is_placed, is_terminal
-from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
+from controllers.evictions import Evictions, preempted_message
+from controllers.node_views import NodeViews
+from controllers.pending import PendingSet
+from controllers.placement_events import CacheEvents
+from controllers.write_tracker import WriteTracker
+from internal.metrics.domain import BAD_OBJECTS
 from internal.scheduling.framework import PREEMPT, Decision
-from internal.scheduling.inventory import DEFAULT_STALE_AFTER, is_stale, stale_view
-from internal.scheduling.jobs import job_uid
-from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner
-from internal.scheduling.pods import pod_uid
-from internal.scheduling.resourceslices import (
-    BadClaim,
-    SliceInventory,
-    claim_holder_key,
-    claim_holding,
-)
+from internal.scheduling.inventory import DEFAULT_STALE_AFTER
+from internal.scheduling.ledger import Ledger
+from internal.scheduling.resourceslices import SliceInventory
 from internal.scheduling.scheduler import Scheduler
 from internal.scheduling.snapshot import Snapshot
-from runtime.store import thaw
 
 log = structlog.get_logger("placement")
 
@@ -48,31 +52,6 @@ JSON = Mapping[str, Any]
 Sources = tuple[list[JSON], list[JSON], list[JSON], list[JSON]]
 #: (resourceslices, resourceclaims) as listed from the caches (DRA on)
 DraSources = tuple[list[JSON], list[JSON]]
-
-
-def _key(obj: JSON) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
-
-
-def _rv(obj: JSON) -> int:
-    """etcd's resourceVersions are increasing integers (opaque by contract, but
-    kube-apiserver's are revisions); 0 when unknown."""
-    try:
-        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
-def _more_room(before: Any, after: Any) -> bool:
-    """Could this node change let a waiting workload fit where it did not before?
-    (Heartbeats and status churn must not wake every waiting workload.)"""
-    if after is None or not after.ready or after.unschedulable:
-        return False
-    if before is None or not before.ready or before.unschedulable:
-        return True
-    return bool(after.usable - before.usable) or after.labels != before.labels or \
-        after.taints != before.taints or after.devices != before.devices
 
 
 class PodBook(Protocol):
@@ -102,7 +81,10 @@ class PodBook(Protocol):
         ...
 
 
-class PlacementState:
+class PlacementState(CacheEvents):
+    """The snapshot, the ledger and the scheduler, kept by the informers' events
+    (``CacheEvents``) and asked by the reconcilers; every method takes ``lock``."""
+
     def __init__(self, default_exposure: DeviceExposure, rng: random.Random | None = None,
                  enqueue_waiting: Callable[[Iterable[str]], None] | None = None,
                  enqueue_on_node: Callable[[str], None] | None = None,
@@ -111,19 +93,12 @@ class PlacementState:
                  pod_books: Sequence[PodBook] = (),
                  on_problem: Callable[[JSON, str, str], None] | None = None,
                  dra_driver: str | None = None) -> None:
-        self.stale_after = stale_after
-        #: ResourceSlices of the DRA driver (None: DRA off); see resourceslices.py
-        self.slices = SliceInventory(dra_driver) if dra_driver else None
-        self.clock = clock
-        self._gpunodes: dict[str, JSON] = {}
-        self._written: dict[str, int] = {}  # workload key -> rv of our last write
-        self._evicting: dict[str, str] = {}  # preempted key -> why, until it is told
-        self._blocked: set[str] = set()  # nominated keys waiting for victims' pods
-        #: preemptor key -> victims whose own reconcile has not yet taken in their
-        #: eviction (until it has, a reconcile of theirs may still be creating pods)
-        self._victims: dict[str, set[str]] = {}
-        self._reported: set[str] = set()  # pod UIDs whose conflict was reported
         self.lock = threading.RLock()
+        self.nodes = NodeViews(stale_after, clock,
+                               SliceInventory(dra_driver) if dra_driver else None)
+        self.evictions = Evictions()
+        self.writes = WriteTracker(self.lock)
+        self._reported: set[str] = set()  # pod/Job UIDs whose problem was reported
         self.default_exposure = default_exposure
         self.rng = rng or random.Random()
         self.ledger = Ledger()
@@ -136,6 +111,11 @@ class PlacementState:
         self._enqueue_on_node = enqueue_on_node or (lambda node: None)
         self._on_problem = on_problem or (lambda obj, reason, message: None)
         self.pod_books = tuple(pod_books)
+
+    @property
+    def slices(self) -> SliceInventory | None:
+        """ResourceSlices of the DRA driver (None: DRA off); see resourceslices.py."""
+        return self.nodes.slices
 
     # ------------------------------------------------------------------ rebuild
 
@@ -166,21 +146,15 @@ class PlacementState:
                 problems += book.rebuild(ledger, pods)
             problems += ledger.book_nominations(workloads)
             self.ledger = ledger
-            views = [self._view(g) for g in gpunodes]
-            if self.slices is not None:
-                named = {str(g["metadata"]["name"]) for g in gpunodes}
-                views += [v for n in sorted(self.slices.nodes() - named)
-                          if (v := self.slices.view(n, None)) is not None]
-            self.snapshot = Snapshot.build(nodes, views, ledger)
+            self.snapshot = Snapshot.build(nodes, self.nodes.reset(gpunodes), ledger)
             self.scheduler = Scheduler(self.snapshot, ledger, rng=self.rng,
                                        default_exposure=self.default_exposure)
             self.pending = PendingSet()
             for w in workloads:
                 self._track_pending(w)
-            self._gpunodes = {str(g["metadata"]["name"]): g for g in gpunodes}
-            self._blocked = {a.key for a in ledger.bookings() if a.overlap}
+            self.evictions.reset_blocked(a.key for a in ledger.bookings() if a.overlap)
             victims = [v for a in ledger.bookings() if a.overlap
-                       for v in self._continue_preemption(a)]
+                       for v in self.evictions.resume(ledger, a, self._booked_elsewhere)]
             self.ready = True
         if victims:
             self._enqueue_waiting(victims)
@@ -190,24 +164,13 @@ class PlacementState:
         log.info("ledger.rebuilt", nodes=len(self.snapshot), holders=len(ledger.allocations()))
         return problems
 
-    def _view(self, gpunode: JSON) -> JSON:
-        """What the scheduler sees of a GPUNode: nothing offered once its agent's
-        heartbeat is stale (existing placements stay in the ledger)."""
-        view = gpunode
-        if is_stale(gpunode, self.clock(), self.stale_after):
-            view = stale_view(thaw(gpunode))
-        if self.slices is not None:
-            name = str((gpunode.get("metadata") or {}).get("name"))
-            return self.slices.view(name, view) or view
-        return view
-
     def refresh_stale(self) -> None:
         """Re-judges heartbeats (time passes without events); call periodically."""
         with self.lock:
             if not self.ready:
                 return
-            for g in self._gpunodes.values():
-                self.snapshot.upsert_gpunode(self._view(g))
+            for view in self.nodes.views():
+                self.snapshot.upsert_gpunode(view)
 
     # ------------------------------------------------------------- placing
 
@@ -223,22 +186,19 @@ class PlacementState:
             decision = self.scheduler.schedule(w)
             if decision.ok:
                 decision.assume(self.ledger, w)
-                self._blocked.discard(w.key)
+                self.evictions.unblock(w.key)
             elif decision.outcome == PREEMPT:
-                message = (f"preempted by {w.key} (priority {w.spec.priority}) to make room; "
-                           f"waiting to be placed again")
                 for v in decision.victims:
                     book = next((b for b in self.pod_books if b.owns_key(v)), None)
                     if book is not None:
                         booked.append((book, v))  # its booking stays till its pods go
                         continue
                     self.ledger.forget(v)
-                    self._evicting[v] = message
                     victims.append(v)
                 # workload victims acknowledge their eviction in their own reconcile
-                self._victims[w.key] = set(victims)
+                self.evictions.evict(w.key, victims, preempted_message(w.key, w.spec.priority))
                 decision.assume(self.ledger, w)
-                self._blocked.add(w.key)
+                self.evictions.block(w.key)
             if decision.ok or decision.outcome == PREEMPT:
                 self.pending.discard(w.key)
         if victims:
@@ -257,8 +217,8 @@ class PlacementState:
         waiting for capacity."""
         with self.lock:
             released = self.ledger.forget(key)
-            self._blocked.discard(key)
-            self._victims.pop(key, None)
+            self.evictions.unblock(key)
+            self.evictions.stop_waiting(key)
             waiting = list(self.pending.waiting) if released is not None else []
         if released is not None:
             self._wake(waiting)
@@ -280,14 +240,16 @@ class PlacementState:
         self._wake(waiting)
 
     def _wake(self, waiting: list[str]) -> None:
+        """Unlocked: enqueue ``waiting`` and the blocked preemptors; wake the books."""
         with self.lock:
-            waiting = waiting + sorted(self._blocked)
+            waiting = waiting + self.evictions.blocked()
         if waiting:
             self._enqueue_waiting(waiting)
         for book in self.pod_books:
             book.wake()
 
     def _owned(self, pod: JSON) -> bool:
+        """Is ``pod`` booked by one of the pod books (not by the pod events)?"""
         return any(book.owns(pod) for book in self.pod_books)
 
     def is_committed(self, key: str) -> bool:
@@ -308,15 +270,15 @@ class PlacementState:
         with self.lock:
             out = self.ledger.blockers(key)
             if out:
-                self._blocked.add(key)
+                self.evictions.block(key)
             else:
-                self._blocked.discard(key)
+                self.evictions.unblock(key)
             return out
 
     def block(self, key: str) -> None:
         """``key`` waits for pods to go: any pod's deletion wakes it."""
         with self.lock:
-            self._blocked.add(key)
+            self.evictions.block(key)
 
     def has_node(self, node: str) -> bool:
         with self.lock:
@@ -344,360 +306,43 @@ class PlacementState:
                 used[name] = max(0, t - self.ledger.free_count(name))
             return total, used
 
-    # --------------------------------------------------------------- events
-
-    def on_node(self, node: JSON) -> None:
-        name = str((node.get("metadata") or {}).get("name"))
-        with self.lock:
-            if not self.ready:
-                return
-            before = self.snapshot.get(name)
-            self.snapshot.upsert_node(node)
-            more = _more_room(before, self.snapshot.get(name))
-            waiting = list(self.pending.waiting) if more else []
-        if more:
-            self._wake(waiting)
-
-    def on_node_deleted(self, node: Any) -> None:
-        name = str(((getattr(node, "obj", node) or {}).get("metadata") or {}).get("name"))
-        with self.lock:
-            if not self.ready:
-                return
-            self.snapshot.remove_node(name)
-        self._enqueue_on_node(name)
-
-    def on_gpunode(self, gpunode: JSON) -> None:
-        name = str((gpunode.get("metadata") or {}).get("name"))
-        with self.lock:
-            if not self.ready:
-                return
-            before = self.snapshot.get(name)
-            self._gpunodes[name] = gpunode
-            self.snapshot.upsert_gpunode(self._view(gpunode))
-            more = _more_room(before, self.snapshot.get(name))
-            waiting = list(self.pending.waiting) if more else []
-        if more:
-            self._wake(waiting)
-
-    def on_gpunode_deleted(self, gpunode: Any) -> None:
-        obj = getattr(gpunode, "obj", gpunode) or {}
-        with self.lock:
-            if self.ready:
-                name = str((obj.get("metadata") or {}).get("name"))
-                self._gpunodes.pop(name, None)
-                self._refresh_node(name)
-
-    def _refresh_node(self, name: str) -> None:
-        """Re-derives ``name``'s devices from its GPUNode and its ResourceSlices."""
-        g = self._gpunodes.get(name)
-        view = self._view(g) if g is not None else (
-            self.slices.view(name, None) if self.slices is not None else None)
-        if view is not None:
-            self.snapshot.upsert_gpunode(view)
-        else:
-            self.snapshot.remove_gpunode(name)
-
-    # ------------------------------------------------------------------- DRA
-
-    def on_resourceslice(self, rslice: JSON) -> None:
-        """A ResourceSlice of the driver: the node's devices come from its slices."""
-        if self.slices is None:
-            return
-        with self.lock:
-            node = self.slices.upsert(rslice)
-            if not self.ready or node is None:
-                return
-            before = self.snapshot.get(node)
-            self._refresh_node(node)
-            more = _more_room(before, self.snapshot.get(node))
-            waiting = list(self.pending.waiting) if more else []
-        if more:
-            self._wake(waiting)
-
-    def on_resourceslice_deleted(self, rslice: Any) -> None:
-        obj = getattr(rslice, "obj", rslice) or {}
-        if self.slices is None:
-            return
-        with self.lock:
-            node = self.slices.remove(obj)
-            if self.ready and node is not None:
-                self._refresh_node(node)
-
-    def on_claim(self, claim: JSON) -> None:
-        """An allocated ResourceClaim holds its devices, whoever allocated it (DESIGN.md
-        invariant 2): kube-scheduler's claims keep ours off their GPUs."""
-        if self.slices is None:
-            return
-        key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
-        with self.lock:
-            if not self.ready:
-                return
-            before = self.ledger.holding(key)
-            problems = self._sync_claim(self.ledger, claim)
-            after = self.ledger.holding(key)
-            freed = before is not None and (after is None or _less(after, before))
-            waiting = list(self.pending.waiting) if freed else []
-        for p in problems:
-            conflict = "also held by" in p
-            if conflict:
-                DEVICE_CONFLICTS.inc()
-            else:
-                BAD_OBJECTS.labels("ResourceClaim").inc()
-            log.warning("ledger.claim.problem", problem=p)
-            self._on_problem(claim, "DeviceConflict" if conflict else "UnreadableClaim", p)
-        if freed:
-            self._wake(waiting)
-
-    def on_claim_deleted(self, claim: Any) -> None:
-        obj = getattr(claim, "obj", claim) or {}
-        key = claim_holder_key(str((obj.get("metadata") or {}).get("uid") or ""))
-        with self.lock:
-            if not self.ready or not self.ledger.remove_holder(key):
-                return
-            waiting = list(self.pending.waiting)
-        self._wake(waiting)
-
-    def _sync_claim(self, ledger: Ledger, claim: JSON) -> list[str]:
-        key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
-        assert self.slices is not None
-        try:
-            h = claim_holding(claim, self.slices)
-        except BadClaim as exc:
-            ledger.remove_holder(key)
-            return [f"{key}: {exc}"]
-        if h is None:
-            ledger.remove_holder(key)
-            return []
-        return [f"{h.name}: {c}" for c in ledger.set_pod(h)]
-
-    def claim_holds(self, claim: JSON) -> tuple[str, tuple[int, ...]] | None:
-        """(node, devices) the ledger records for an allocated claim, or None."""
-        key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
-        with self.lock:
-            a = self.ledger.holding(key)
-            if a is None or not a.placements:
-                return None
-            return a.placements[0].node, tuple(a.placements[0].devices)
-
-    def on_pod(self, pod: JSON) -> None:
-        """Every pod holds what it holds (DESIGN.md invariants 2-3), whoever made it;
-        pod books' pods are booked by their book."""
-        if self._owned(pod):
-            return
-        uid = pod_uid(pod)
-        self._sync_holder(pod, "Pod", uid, lambda led: led.pod(uid),
-                          lambda led: led.sync_pod(pod))
-
-    def on_pod_deleted(self, pod: Any) -> None:
-        uid = pod_uid(getattr(pod, "obj", pod) or {})
-        self._holder_gone(uid, lambda led: led.remove_pod(uid))
-
-    def on_job(self, job: JSON) -> None:
-        """An unfinished Job of ours holds what its template names until it is gone
-        (``internal/scheduling/jobs.py``): the Job controller may still make a pod."""
-        uid = job_uid(job)
-        self._sync_holder(job, "Job", uid, lambda led: led.job(uid),
-                          lambda led: led.sync_job(job))
-
-    def on_job_deleted(self, job: Any) -> None:
-        uid = job_uid(getattr(job, "obj", job) or {})
-        self._holder_gone(uid, lambda led: led.remove_job(uid))
-
-    def _sync_holder(self, obj: JSON, kind: str, uid: str,
-                     held: Callable[[Ledger], Any],
-                     sync: Callable[[Ledger], list[str]]) -> None:
-        """Records what ``obj`` (a pod, a Job) holds now; reports its problems once;
-        wakes the waiting workloads when it holds less than before."""
-        with self.lock:
-            if not self.ready:
-                return
-            before = held(self.ledger)
-            problems = sync(self.ledger)
-            after = held(self.ledger)
-            freed = before is not None and (after is None or _less(after, before))
-            waiting = list(self.pending.waiting) if freed else []
-            report = bool(problems) and uid not in self._reported
-            if report:
-                self._reported.add(uid)
-            elif not problems:
-                self._reported.discard(uid)
-        if report:
-            self._report(obj, kind, problems)
-        if freed:
-            self._wake(waiting)
-
-    def _holder_gone(self, uid: str, remove: Callable[[Ledger], bool]) -> None:
-        with self.lock:
-            self._reported.discard(uid)
-            if not self.ready or not remove(self.ledger):
-                return
-            waiting = list(self.pending.waiting)
-        self._wake(waiting)
-
-    def _report(self, obj: JSON, kind: str, problems: list[str]) -> None:
-        for p in problems:
-            bad = "also held by" not in p
-            if bad:
-                BAD_OBJECTS.labels(kind).inc()
-            else:
-                DEVICE_CONFLICTS.labels("reported").inc()
-            log.warning("ledger.pod.problem", problem=p)
-            self._on_problem(obj, "BadAnnotation" if bad else "DeviceConflict", p)
-
-    def _track_pending(self, obj: JSON) -> None:
-        key = _key(obj)
-        if self.ledger.allocation(key) is not None:
-            self.pending.discard(key)
-        else:
-            self.pending.update(obj)
-
-    def on_workload(self, obj: JSON) -> None:
-        """Keeps the pending set current, and adopts a committed placement that this
-        ledger does not know (written by a previous leader). Objects older than this
-        controller's own last write of them are skipped: they would undo it."""
-        with self.lock:
-            if not self.ready:
-                return
-            if not self.is_behind(obj):
-                self._adopt(obj)
-            self._track_pending(obj)
-
-    def adopt(self, obj: JSON) -> bool:
-        """Books the committed placement of ``obj`` if this ledger does not hold it.
-        False when it conflicts with what the ledger holds for other owners (running
-        pods win)."""
-        with self.lock:
-            return self._adopt(obj)
-
-    def _adopt(self, obj: JSON) -> bool:
-        status = obj.get("status") or {}
-        key = _key(obj)
-        meta = obj.get("metadata") or {}
-        if not is_placed(status) or is_terminal(status) or self.ledger.allocation(key) or \
-                key in self._evicting or meta.get("deletionTimestamp"):
-            return True
-        try:
-            w = GPUWorkload.model_validate(obj)
-            a = self.ledger.assume(key, w.status.placements, gpus_per_replica=w.spec.gpus,
-                                   priority=w.spec.priority, committed=True,
-                                   check_capacity=False, owner=booking_owner(w),
-                                   uid=w.metadata.uid or "", overlap=w.status.nominated_over)
-            log.info("ledger.adopted", workload=key, nominated_over=w.status.nominated_over)
-            if a.overlap:
-                self._blocked.add(key)
-                self._enqueue_waiting(self._continue_preemption(a))
-            return True
-        except (ValueError, LedgerConflict) as exc:
-            log.warning("ledger.adopt.failed", workload=key, error=str(exc))
-            return False
-
     # ------------------------------------------------------- preemption
 
-    def _continue_preemption(self, nominated: Any) -> list[str]:
-        """A nomination booked from a workload's status (a rebuild, an adopted
-        placement): the GPUWorkload bookings it was nominated over that are still
-        booked, of lower priority, lost the eviction that a previous run decided
-        (the victim's own reconcile had not taken it in): release them and evict
-        them again. Returns their keys, to be enqueued (unlocked). Seed-path
-        bookings stay booked until their pods are gone (their pods were asked to go
-        before the nomination could be written)."""
-        victims = sorted(b.key for b in self.ledger.bookings()
-                         if b.owner in nominated.overlap and b.key != nominated.key
-                         and b.uid and b.priority < nominated.priority
-                         and _shares(b, nominated)
-                         and not any(book.owns_key(b.key) for book in self.pod_books))
-        message = (f"preempted by {nominated.key} (priority {nominated.priority}) to make "
-                   f"room; waiting to be placed again")
-        for v in victims:
-            self.ledger.forget(v)
-            self._evicting[v] = message
-            log.info("preemption.continued", preemptor=nominated.key, victim=v)
-        if victims:
-            self._victims.setdefault(nominated.key, set()).update(victims)
-        return victims
-
     def eviction(self, key: str) -> str | None:
+        """The eviction ``key``'s reconcile is to take in (its message), or None."""
         with self.lock:
-            return self._evicting.get(key)
+            return self.evictions.message(key)
 
     def evicted(self, key: str) -> None:
         """The victim's own reconcile took in its eviction (and asked its children
         to go): its preemptors wait only for its pods from now on."""
         with self.lock:
-            self._evicting.pop(key, None)
-            waiting = self._acknowledged(key)
+            waiting = self.evictions.acknowledge(key)
         if waiting:
             self._enqueue_waiting(waiting)
-
-    def _acknowledged(self, victim: str) -> list[str]:
-        """Preemptors that were waiting for ``victim`` to take in its eviction."""
-        out = []
-        for preemptor, victims in self._victims.items():
-            if victim in victims:
-                victims.discard(victim)
-                out.append(preemptor)
-        return sorted(out)
 
     def unacknowledged(self, key: str) -> list[str]:
         """Victims of ``key``'s preemption whose reconcile has not yet taken in the
         eviction: one of theirs may still be creating pods on the nominated devices
         (a victim chosen while its own placement was being committed)."""
         with self.lock:
-            return sorted(v for v in self._victims.get(key, ()) if v in self._evicting)
+            return self.evictions.unacknowledged(key)
+
+    def _booked_elsewhere(self, ledger_key: str) -> bool:
+        """Is ``ledger_key`` a pod book's booking (evicted through its book)?"""
+        return any(book.owns_key(ledger_key) for book in self.pod_books)
 
     # ------------------------------------------------------- own writes
 
     def wrote(self, obj: JSON) -> None:
         """Records the resourceVersion of this controller's latest write of ``obj``."""
-        rv = _rv(obj)
-        if rv:
-            with self.lock:
-                self._written[_key(obj)] = rv
+        self.writes.wrote(obj)
 
     def writing(self, key: str) -> None:
         """A write of ``key`` is on its way (the status writer): until ``wrote`` says
         where it landed, every cached copy is older than it."""
-        with self.lock:
-            self._written[key] = WRITING
+        self.writes.writing(key)
 
     def is_behind(self, obj: JSON) -> bool:
-        """Is ``obj`` (from the cache) older than this controller's last write of it?
-        (The cache lags the API; acting on an older copy would undo the write.)"""
-        rv = _rv(obj)
-        with self.lock:
-            return bool(rv) and rv < self._written.get(_key(obj), 0)
-
-    def on_workload_deleted(self, obj: Any) -> None:
-        raw = getattr(obj, "obj", obj) or {}
-        key = _key(raw) if raw else str(getattr(obj, "key", ""))
-        with self.lock:
-            if not self.ready:
-                return
-            self.pending.discard(key)
-            self._evicting.pop(key, None)
-            self._written.pop(key, None)
-            waiting = self._acknowledged(key)
-        if waiting:
-            self._enqueue_waiting(waiting)
-        with self.lock:
-            self._victims.pop(key, None)
-        self.forget(key)
-
-
-#: ``_written`` while a write is on its way: newer than any resourceVersion
-WRITING = 1 << 62
-
-
-def _shares(a: Any, b: Any) -> bool:
-    """Do bookings ``a`` and ``b`` hold a device in common (named), or GPUs counted
-    on a node in common?"""
-    named = {(p.node, d) for p in b.placements for d in p.devices}
-    return any((p.node, d) in named for p in a.placements for d in p.devices) or \
-        bool(set(a.counted) & set(b.counted))
-
-
-def _less(after: Any, before: Any) -> bool:
-    """Does the pod hold less now than before?"""
-    def size(a: Any) -> int:
-        return sum(len(p.devices) for p in a.placements) + sum(a.counted.values())
-    return size(after) < size(before) or after.nodes != before.nodes
+        """Is ``obj`` (from the cache) older than this controller's last write of it?"""
+        return self.writes.is_behind(obj)

@@ -1,0 +1,79 @@
+"""What the scheduler sees of each node's GPUs: the node's GPUNode judged for
+staleness, merged with the DRA driver's ResourceSlices where DRA is on.
+
+Guarantees:
+
+- A GPUNode whose agent's heartbeat is older than ``stale_after`` offers nothing
+  (every device unhealthy; ``inventory.stale_view``); the placements on it stay in
+  the ledger. ``views`` re-judges every GPUNode against the clock.
+- With DRA on, a node's device list is the driver's (``SliceInventory.view``),
+  with the agent's health where its GPUNode reports the same index; a node that
+  only slices describe has a view too (``resourceslices.with_slices``).
+- ``view(name)`` is None when neither a GPUNode nor a slice describes ``name``:
+  the snapshot then removes its GPUNode view.
+
+Not thread-safe: the placement state's lock guards every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from internal.scheduling.inventory import is_stale, stale_view
+from internal.scheduling.resourceslices import SliceInventory, with_slices
+from runtime.store import thaw
+
+JSON = Mapping[str, Any]
+
+
+class NodeViews:
+    """The GPUNodes seen last (by name) and the driver's slices, as snapshot views."""
+
+    def __init__(self, stale_after: float, clock: Callable[[], datetime],
+                 slices: SliceInventory | None) -> None:
+        self.stale_after = stale_after
+        self.clock = clock
+        #: ResourceSlices of the DRA driver (None: DRA off); see resourceslices.py
+        self.slices = slices
+        self._gpunodes: dict[str, JSON] = {}
+
+    def reset(self, gpunodes: list[JSON]) -> list[JSON]:
+        """Takes ``gpunodes`` as the whole set (a rebuild); returns the views of
+        every node, slice-only nodes last, by name."""
+        self._gpunodes = {str(g["metadata"]["name"]): g for g in gpunodes}
+        judged = [self._judged(g) for g in gpunodes]
+        return with_slices(judged, self.slices) if self.slices is not None else judged
+
+    def set_gpunode(self, gpunode: JSON) -> JSON:
+        """Records ``gpunode``; returns its view."""
+        self._gpunodes[str((gpunode.get("metadata") or {}).get("name"))] = gpunode
+        return self._view(gpunode)
+
+    def drop_gpunode(self, name: str) -> None:
+        self._gpunodes.pop(name, None)
+
+    def view(self, name: str) -> JSON | None:
+        """``name``'s view from its GPUNode and its slices; None: neither is there."""
+        g = self._gpunodes.get(name)
+        if g is not None:
+            return self._view(g)
+        return self.slices.view(name, None) if self.slices is not None else None
+
+    def views(self) -> list[JSON]:
+        """Every GPUNode's view, re-judged against the clock now."""
+        return [self._view(g) for g in self._gpunodes.values()]
+
+    def _view(self, gpunode: JSON) -> JSON:
+        view = self._judged(gpunode)
+        if self.slices is not None:
+            name = str((gpunode.get("metadata") or {}).get("name"))
+            return self.slices.view(name, view) or view
+        return view
+
+    def _judged(self, gpunode: JSON) -> JSON:
+        """Nothing offered once the agent's heartbeat is stale."""
+        if is_stale(gpunode, self.clock(), self.stale_after):
+            return stale_view(thaw(gpunode))
+        return gpunode
