@@ -42,7 +42,7 @@ from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
 from internal.scheduling.jobs import job_uid
 from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner
 from internal.scheduling.pods import pod_uid
-from internal.scheduling.resourceslices import BadClaim, claim_holder_key, claim_holding
+from internal.scheduling.resourceslices import claim_holder_key, claim_holding
 from internal.scheduling.snapshot import Snapshot
 
 log = structlog.get_logger("placement")
@@ -221,16 +221,9 @@ class CacheEvents:
     def _sync_claim(self, ledger: Ledger, claim: JSON) -> list[str]:
         """Records in ``ledger`` what ``claim`` holds now (under the lock)."""
         key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
-        assert self.nodes.slices is not None
-        try:
-            h = claim_holding(claim, self.nodes.slices)
-        except BadClaim as exc:
-            ledger.remove_holder(key)
-            return [f"{key}: {exc}"]
-        if h is None:
-            ledger.remove_holder(key)
-            return []
-        return [f"{h.name}: {c}" for c in ledger.set_pod(h)]
+        slices = self.nodes.slices
+        assert slices is not None
+        return ledger.sync(key, lambda: claim_holding(claim, slices), key)
 
     # ----------------------------------------------------------- pods, Jobs
 

@@ -44,7 +44,7 @@ Not thread-safe: callers serialize schedule + assume (one lock in the controller
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -354,18 +354,25 @@ class Ledger:
         return True
 
     def sync_job(self, job: Mapping[str, Any]) -> list[str]:
-        """Brings the ledger in line with one Job as the API has it now (never
-        refused). Returns problems: a malformed annotation (the Job then holds
-        nothing: its pod, once made, is counted by its request), or the conflicts it
-        makes with other owners."""
-        uid = job_uid(job)
+        """Brings the ledger in line with one Job as the API has it now (``sync``; a
+        Job with a malformed annotation holds nothing: its pod, once made, is counted
+        by its request)."""
+        return self.sync(job_holder_key(job_uid(job)), lambda: job_holding(job),
+                         f"job {pod_key(job)}")
+
+    def sync(self, key: str, read: Callable[[], PodHolding | None], what: str) -> list[str]:
+        """Brings the ledger in line with one holder (a Job, an allocated claim) as
+        the API has it now; never refused. ``read`` says what it holds (None:
+        nothing), or raises ValueError when that cannot be read; it then holds
+        nothing here. Returns problems for a report: what could not be read (as
+        ``what: error``), or the conflicts it makes with other owners."""
         try:
-            h = job_holding(job)
-        except BadPod as exc:
-            self.remove_job(uid)
-            return [f"job {pod_key(job)}: {exc}"]
+            h = read()
+        except ValueError as exc:
+            self.remove_holder(key)
+            return [f"{what}: {exc}"]
         if h is None:
-            self.remove_job(uid)
+            self.remove_holder(key)
             return []
         return [f"{h.name}: {c}" for c in self.set_pod(h)]
 
