@@ -316,7 +316,7 @@ class Ledger:
         return a is not None and owner in a.overlap
 
     def remove_holder(self, key: str) -> bool:
-        """A pod's or a claim's holding is gone. True if it held something."""
+        """A pod's, a Job's or a claim's holding is gone. True if it held something."""
         a = self._allocs.get(key)
         if a is None or not a.pod:
             return False
@@ -336,22 +336,14 @@ class Ledger:
 
     def remove_pod(self, uid: str) -> bool:
         """The pod is gone or finished. True if it held something."""
-        a = self._allocs.get(pod_holder_key(uid))
-        if a is None:
-            return False
-        self._release(a)
-        return True
+        return self.remove_holder(pod_holder_key(uid))
 
     def job(self, uid: str) -> Allocation | None:
         return self._allocs.get(job_holder_key(uid))
 
     def remove_job(self, uid: str) -> bool:
         """The Job is gone or finished. True if it held something."""
-        a = self._allocs.get(job_holder_key(uid))
-        if a is None:
-            return False
-        self._release(a)
-        return True
+        return self.remove_holder(job_holder_key(uid))
 
     def sync_job(self, job: Mapping[str, Any]) -> list[str]:
         """Brings the ledger in line with one Job as the API has it now (``sync``; a
