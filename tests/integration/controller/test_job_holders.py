@@ -7,7 +7,6 @@ hold at once."""
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import Iterator
 
@@ -19,6 +18,7 @@ from runtime import Client, NotFound
 from tests.integration.controller.conftest import (
     NodeGroup,
     Running,
+    drop_finalizers,
     get_workload,
     pods_of,
     wait_condition,
@@ -154,14 +154,11 @@ def test_a_preemptor_waits_for_its_job_mode_victims_job_not_only_its_pods(
         assert high["status"]["nominatedOver"] == [f"{low_uid}#0"]
         assert pods_of(admin, other, "high") == []
 
-        admin.patch("batch/v1", "Job", "low-0", {"metadata": {"finalizers": None}},
-                    namespace=namespace, patch_type="merge")
+        drop_finalizers(admin, "batch/v1", "Job", "low-0", namespace)
         high = wait_phase(admin, other, "high", "Running", timeout=60)
     finally:
         watch.stop()
-        with contextlib.suppress(NotFound):  # never leave the namespace stuck
-            admin.patch("batch/v1", "Job", "low-0", {"metadata": {"finalizers": None}},
-                        namespace=namespace, patch_type="merge")
+        drop_finalizers(admin, "batch/v1", "Job", "low-0", namespace, missing_ok=True)
     assert watch.overlaps == []
     job_gone = watch.first_rv("DELETED", f"job:{namespace}/low-0")
     high_made = watch.first_rv("ADDED", f"{other}/high-0")

@@ -4,13 +4,12 @@ election prevents)."""
 
 from __future__ import annotations
 
-import contextlib
-
 from hack.testenv import ControlPlane
-from runtime import Client, NotFound
+from runtime import Client
 from tests.integration.controller.conftest import (
     NodeGroup,
     Running,
+    drop_finalizers,
     env_of,
     get_workload,
     pods_of,
@@ -106,15 +105,12 @@ def test_a_restart_while_a_preemptor_waits_keeps_its_nomination_and_its_retries(
                               retryPolicy={"maxRetries": 10, "backoffSeconds": 60}))
         wait_condition(admin, namespace, "mid", "Scheduled", "Unschedulable")
         assert pods_of(admin, namespace, "high") == []
-        admin.patch("batch/v1", "Job", "low-0", {"metadata": {"finalizers": None}},
-                    namespace=namespace, patch_type="merge")
+        drop_finalizers(admin, "batch/v1", "Job", "low-0", namespace)
         w = wait_phase(admin, namespace, "high", "Running", timeout=60)
     finally:
         run.stop()
         watch.stop()
-        with contextlib.suppress(NotFound):  # never leave the namespace stuck
-            admin.patch("batch/v1", "Job", "low-0", {"metadata": {"finalizers": None}},
-                        namespace=namespace, patch_type="merge")
+        drop_finalizers(admin, "batch/v1", "Job", "low-0", namespace, missing_ok=True)
     assert w["status"].get("retries", 0) == 0
     assert not w["status"].get("nominatedOver")
     assert watch.overlaps == []
