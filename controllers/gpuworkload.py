@@ -466,26 +466,15 @@ class GPUWorkloadReconciler:
             raise EndAttempt(SPEC_CHANGED_REASON, f"spec changed ({changed}); restarting "
                              f"onto a new placement", spend=False)
         status.placements([p.model_dump(by_alias=True) for p in placements])
-        blockers = state.blockers(key)
-        victims = state.unacknowledged(key)
-        if victims and not blockers:
-            msg = f"waiting for preempted {', '.join(victims)} to stop"
-            status.phase(Phase.SCHEDULED, msg).condition(SCHEDULED, True, "WaitingForPreemption",
-                                                         msg)
-            out.result = Result(requeue_after=1.0)
-            return out
-        if blockers:
-            msg = _waiting_for(blockers)
-            status.phase(Phase.SCHEDULED, msg).condition(SCHEDULED, True, "WaitingForPreemption",
-                                                         msg)
+        kind = "Job" if w.spec.workload_kind is WorkloadKind.JOB else "Pod"
+        mine, stale = self.children.by_attempt(raw, kind, str(attempt))
+        if self._wait_for_devices(key, placements, mine, out):
             return out
         status.nominated(None)  # nothing of the victims' is left on its devices
         exposure = w.spec.device_exposure or self.options.default_exposure
         if exposure is DeviceExposure.DEVICE_PLUGIN and any(p.devices for p in placements):
             # A map names devices, so the kubelet must not pick others.
             exposure = DeviceExposure.CUDA_VISIBLE_DEVICES
-        kind = "Job" if w.spec.workload_kind is WorkloadKind.JOB else "Pod"
-        mine, stale = self.children.by_attempt(raw, kind, str(attempt))
         if stale:
             # A previous attempt's children still go away; their names are ours to
             # reuse only once they are gone (and their devices stay theirs till then).
@@ -540,6 +529,31 @@ class GPUWorkloadReconciler:
         else:
             status.condition(READY, False, "Starting", message)
         return out
+
+    def _wait_for_devices(self, key: str, placements: list[Placement],
+                          mine: Mapping[int, JSON], out: Outcome) -> bool:
+        """Before a child is made on a device, every other holder of that device is
+        gone (docs/architecture.md, invariants 2 and 3: devices, not workloads, are
+        waited for): a preemptor's victims' pods and Jobs, whoever owns them now (an
+        orphaned victim's pods are their own), and any pod that came to name the
+        device after it was booked. True: wait (the condition says for what; a
+        release of devices wakes it). Once every child exists nothing is waited for."""
+        state = self.ensure_state()
+        if all(p.index in mine for p in placements):
+            return False
+        victims = state.unacknowledged(key)
+        blockers = state.blockers(key)
+        if not victims and not blockers:
+            return False
+        booking = state.booking(key)
+        nominated = bool(victims) or (booking is not None and bool(booking.overlap))
+        reason = "WaitingForPreemption" if nominated else "WaitingForDevices"
+        msg = _waiting_for(blockers, preempted=nominated) if blockers else \
+            f"waiting for preempted {', '.join(victims)} to stop"
+        out.status.phase(Phase.SCHEDULED, msg).condition(SCHEDULED, True, reason, msg)
+        if not blockers:
+            out.result = Result(requeue_after=1.0)  # an acknowledgement wakes nobody
+        return True
 
     def _claims(self, w: GPUWorkload, raw: JSON, placements: list[Placement], attempt: int,
                 mine: Mapping[int, JSON]) -> dict[int, str] | None:
@@ -665,13 +679,17 @@ def _describe(placements: Any) -> str:
     return "; ".join(f"{i}={n}:{','.join(map(str, d))}" for i, n, d in _shape(placements))
 
 
-def _waiting_for(blockers: Mapping[str, list[str]]) -> str:
-    """``waiting for 2 preempted pod(s) and 1 preempted Job(s) to terminate on n3``"""
+def _waiting_for(blockers: Mapping[str, list[str]], *, preempted: bool = True) -> str:
+    """``waiting for 2 preempted pod(s) and 1 preempted Job(s) to terminate on n3``;
+    not ``preempted``: ``waiting for 1 pod(s) holding its devices to terminate on n3``"""
     names = [n for v in blockers.values() for n in v]
     jobs = sum(1 for n in names if is_job_holder(n))
-    what = [f"{n} preempted {kind}(s)" for n, kind in ((len(names) - jobs, "pod"),
-                                                       (jobs, "Job")) if n]
-    return f"waiting for {' and '.join(what)} to terminate on {', '.join(sorted(blockers))}"
+    word = "preempted " if preempted else ""
+    what = [f"{n} {word}{kind}(s)" for n, kind in ((len(names) - jobs, "pod"),
+                                                   (jobs, "Job")) if n]
+    held = "" if preempted else " holding its devices"
+    return (f"waiting for {' and '.join(what)}{held} to terminate on "
+            f"{', '.join(sorted(blockers))}")
 
 
 def _changed_message(raw: JSON, message: str) -> bool:

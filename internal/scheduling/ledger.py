@@ -216,23 +216,37 @@ class Ledger:
         return {k for k in keys if k in self._allocs and not self._allocs[k].pod}
 
     def blockers(self, key: str) -> dict[str, list[str]]:
-        """node -> names of the holders a nominated booking ``key`` still waits for:
-        whatever the owners it was booked over (its victims: their pods, a pod
-        book's booking) still hold of its devices (named), or on its nodes (counted)."""
+        """node -> names of the holders the booking ``key`` still waits for before
+        its children may be made: whatever another owner still holds of its devices
+        (named), and, where its nodes lack the GPUs it counts, the other owners'
+        counted holdings there; for a nomination also every holding of the owners it
+        was booked over (its victims: their pods, a pod book's booking).
+
+        Devices, not owners, decide: a victim's pod that changed owner while it
+        terminates (its workload deleted with ``--cascade=orphan``, so the garbage
+        collector took its ownerReference away) still holds the device, and so does
+        any pod that came to name it after the booking was made."""
         a = self._allocs.get(key)
-        if a is None or not a.overlap:
+        if a is None:
             return {}
+        mine = a.owner
+
+        def waits_for(k: str, owner: str) -> bool:
+            return k != key and (owner != mine or owner in a.overlap)
+
         out: dict[str, set[str]] = {}
         for p in a.placements:
             held = self._holders.get(p.node, {})
             for d in p.devices:
                 for k, owner in held.get(d, {}).items():
-                    if owner in a.overlap and k != key:
+                    if waits_for(k, owner):
                         out.setdefault(p.node, set()).add(self._allocs[k].name)
-        for node in a.counted:
+        for node, need in a.counted.items():
+            short = self.free_count_without(node, frozenset({mine})) < need + sum(
+                len(p.devices) for p in a.placements if p.node == node)
             for k in self._counted.get(node, {}):
                 other = self._allocs[k]
-                if other.owner in a.overlap and k != key:
+                if waits_for(k, other.owner) and (short or other.owner in a.overlap):
                     out.setdefault(node, set()).add(other.name)
         return {n: sorted(v) for n, v in out.items()}
 

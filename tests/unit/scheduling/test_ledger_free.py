@@ -272,6 +272,34 @@ def test_a_booking_waits_for_nothing_unless_nominated() -> None:
     assert led.blockers("ns/w") == {"n1": ["team/w-0"]}
 
 
+def test_a_nomination_waits_for_its_victims_pods_after_they_change_owner() -> None:
+    """Orphaned (``--cascade=orphan``): the victim's pods lose their ownerReference
+    and become their own owners; they still hold the devices, and the nomination
+    still waits for them."""
+    led = ledger(n1=4)
+    led.sync_pod(pod("v-0", devices="0,1", workload_uid="v"))
+    led.assume("ns/pre", [P("n1", 0, 1)], owner="pre#0", overlap=["v#0"])
+    assert led.blockers("ns/pre") == {"n1": ["team/v-0"]}
+    conflicts = led.sync_pod(pod("v-0", devices="0,1"))  # the orphan: owner pod:u-v-0
+    assert conflicts and "also held by ns/pre" in conflicts[0]
+    assert led.blockers("ns/pre") == {"n1": ["team/v-0"]}
+    led.remove_pod("u-v-0")
+    assert led.blockers("ns/pre") == {}
+
+
+def test_a_booking_waits_for_a_pod_that_came_to_hold_its_devices() -> None:
+    led = ledger(n1=4)
+    led.assume("ns/w", [P("n1", 0), P("n1", i=1)], gpus_per_replica=2, owner="w#0")
+    assert led.blockers("ns/w") == {}
+    led.sync_pod(pod("bare", devices="0"))
+    assert led.blockers("ns/w") == {"n1": ["team/bare"]}
+    led.remove_pod("u-bare")
+    led.sync_pod(pod("counted", gpus=1))  # 1 named + 2 counted + 1 other: room
+    assert led.blockers("ns/w") == {}
+    led.sync_pod(pod("counted2", gpus=1))  # now the node lacks one of its GPUs
+    assert led.blockers("ns/w") == {"n1": ["team/counted", "team/counted2"]}
+
+
 # --------------------------------------------------------------------- rebuild
 
 
