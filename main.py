@@ -116,6 +116,11 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                    help="seconds between two tries to acquire or renew")
     p.add_argument("--workers", type=int, default=16,
                    help="concurrent reconciles (kube-scheduler binds 16 pods at once)")
+    p.add_argument("--resync-unsettled-period", type=_seconds, default=60.0, metavar="SECONDS",
+                   help="reconcile again every Pending, Scheduled or deleting GPUWorkload "
+                        "that no reconcile looked at for this long (0: never); "
+                        "gpu_orchestrator_backstop_reconciles_total{outcome=\"acted\"} "
+                        "counts those that were owed and should stay 0")
     p.add_argument("--gpunode-stale-after", type=float, default=90.0,
                    help="seconds without an agent heartbeat before a GPUNode's devices are "
                         "no longer offered")
@@ -141,6 +146,17 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                         "status writer's (as kube-scheduler's main and events clients)")
     p.add_argument("--burst", type=int, default=100, help="client-side API burst, of each "
                                                           "client")
+
+
+def _seconds(v: str) -> float:
+    """A number of seconds, zero or more."""
+    try:
+        out = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {v!r}") from None
+    if not out >= 0 or out == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {v!r}")
+    return out
 
 
 def _bool(v: str) -> bool:
@@ -184,7 +200,7 @@ def run_manager(args: argparse.Namespace) -> int:
     _, reconciler = setup_gpuworkload_controller(mgr, ControllerOptions(
         workers=args.workers, default_exposure=DeviceExposure(args.device_exposure),
         stale_after=args.gpunode_stale_after, default_strategy=args.default_strategy,
-        namespaces=namespaces,
+        namespaces=namespaces, resync_unsettled=args.resync_unsettled_period,
         dra=DraOptions(driver=args.dra_driver, device_class=args.dra_device_class)
         if args.enable_dra or args.device_exposure == DeviceExposure.DRA.value else None))
     if args.enable_pod_binding:

@@ -69,6 +69,7 @@ from api.v1alpha1.types import (
     WorkloadKind,
 )
 from controllers import children as ch
+from controllers.backstop import Backstop
 from controllers.child_api import ChildAPI
 from controllers.conditions import (
     FAILED,
@@ -123,8 +124,12 @@ class GPUWorkloadReconciler:
                  pods: Indexer, jobs: Indexer, state_factory: Callable[[], PlacementState],
                  options: Options | None = None, clock: Callable[[], datetime] = _now,
                  rng: random.Random | None = None,
-                 status_writer: StatusWriter | None = None) -> None:
+                 status_writer: StatusWriter | None = None,
+                 backstop: Backstop | None = None) -> None:
         self.client = client
+        #: reconciles unsettled workloads nobody looked at for a while, and counts
+        #: those that were owed (a lost requeue); None: no backstop
+        self.backstop = backstop
         #: writes every status but a gang's commit, off the workers' client (None:
         #: written synchronously by the worker, on ``client``)
         self.status_writer = status_writer
@@ -182,6 +187,8 @@ class GPUWorkloadReconciler:
             self._bound_observed.discard(key)
             if self.status_writer is not None:
                 self.status_writer.forget(key)
+            if self.backstop is not None:
+                self.backstop.forget(key)
             return None
         state.claim(key, raw["metadata"].get("uid"))
         if raw["metadata"].get("deletionTimestamp"):
@@ -634,7 +641,11 @@ class GPUWorkloadReconciler:
             CHILDREN_FINALIZER not in (raw["metadata"].get("finalizers") or ())
         if self.status_writer is not None:
             finalize = finalize and not self.status_writer.has_finalizer(raw)
-            if finalize or not same_status(out.status.old, status):
+        acted = finalize or not same_status(out.status.old, status)
+        if self.backstop is not None:
+            self.backstop.reconciled(_key(raw), acted)
+        if self.status_writer is not None:
+            if acted:
                 self.status_writer.submit(raw, status, finalizer=finalize)
         else:
             if finalize:

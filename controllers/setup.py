@@ -20,6 +20,7 @@ from typing import Any
 import structlog
 
 from api.v1alpha1.types import API_VERSION, DeviceExposure
+from controllers.backstop import DEFAULT_PERIOD, Backstop
 from controllers.claim_controller import setup_claims
 from controllers.claims import DraOptions
 from controllers.dra_availability import (
@@ -67,6 +68,9 @@ class ControllerOptions:
     #: Dynamic Resource Allocation (``deviceExposure: dra``, ResourceSlice inventory,
     #: claims as holders); None: off (the API may not serve resource.k8s.io/v1)
     dra: DraOptions | None = None
+    #: seconds after which an unsettled workload nobody reconciled is reconciled
+    #: again (controllers/backstop.py); 0: no backstop
+    resync_unsettled: float = DEFAULT_PERIOD
     async_status: bool = True  # status written by the StatusWriter, off the workers' client
     status_writers: int = 4  # writer threads (each waits on one write at a time)
 
@@ -180,12 +184,16 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
             on_pending=lambda key: reconciler.state.writing(key) if reconciler.state else None,
             on_written=lambda obj: reconciler.state.wrote(obj) if reconciler.state else None)
         mgr.add(writer)
+    backstop = Backstop(workloads.indexer.list, lambda key: enqueue([key]),
+                        opts.resync_unsettled) if opts.resync_unsettled > 0 else None
     reconciler = GPUWorkloadReconciler(
         mgr.client, recorder, workloads.indexer, pods.indexer,
         jobs.indexer, state_factory=make_state,
         options=Options(default_exposure=opts.default_exposure,
                         default_strategy=opts.default_strategy),
-        status_writer=writer)
+        status_writer=writer, backstop=backstop)
+    if backstop is not None:
+        mgr.add(backstop)
 
     def on(method: str):
         def call(*args: Any) -> None:

@@ -120,6 +120,10 @@ class StatusWriter:
         key = _key(raw)
         uid = meta.get("uid") or ""
         now = self.clock()
+        # Before a writer thread can see it: a mark made after the write landed
+        # (and after ``on_written``) would say "a write is on its way" for ever, and
+        # every cached copy would be taken as older than it.
+        self.on_pending(key)
         with self._cv:
             self._seen[key] = _Seen(uid, status)
             old = self._pending.get(key)
@@ -134,7 +138,6 @@ class StatusWriter:
                 self._order.append(key)
             QUEUED.set(len(self._pending))
             self._cv.notify()
-        self.on_pending(key)
 
     def view(self, raw: JSON) -> JSON | None:
         """``raw`` with the status we last asked for, while the cache does not show it

@@ -114,6 +114,13 @@ STATUS_QUEUED = Gauge(
     "written yet.", registry=REGISTRY)
 
 
+BACKSTOP_RECONCILES = Counter(
+    "gpu_orchestrator_backstop_reconciles", "Reconciles of unsettled GPUWorkloads that the "
+    "backstop started because no reconcile looked at them for a whole period, by outcome: "
+    "idle (nothing changed), acted (the status changed: a requeue was lost; should stay 0).",
+    ["outcome"], registry=REGISTRY)
+
+
 def series_names(collectors: Iterable[Collector]) -> frozenset[str]:
     """The series names ``collectors`` export, read from the metrics themselves (a
     counter's gain ``_total``; a histogram's is its base name), labelled or not."""
