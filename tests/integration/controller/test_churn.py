@@ -1,11 +1,15 @@
 """Churn with grace periods on: the product's first promise under ordinary chaos.
 
-Workloads of every strategy, gangs, Job mode, a preemption, deleted replicas and
-kill -9 of the controller: created, deleted and failed at random (seeded) for a
-bounded time, while ``HolderWatch`` samples every live pod on every pod event.
-Across the whole run no (node, device) is held by two live pods of different
-workloads. The controller runs as its own process (``python main.py manager``), so
-it can be killed with SIGKILL and started again, as a crashed pod would be.
+Workloads of every strategy, gangs, Job mode, preemptions (one of them a gang)
+whose victims are deleted with ``--cascade=orphan`` at several delays into the
+preemptor's wait, deleted replicas and kill -9 of the controller: created, deleted
+and failed at random (seeded) for a bounded time, while ``HolderWatch`` samples
+every live pod on every pod event. Across the whole run no (node, device) is held
+by two live pods of different workloads, and at its end no workload is left
+unplaced while its retry is due and the group has room for it, nor Scheduled while
+its pods run (``churn_checks.stuck``: a lost requeue). The controller runs as its
+own process (``python main.py manager``), so it can be killed with SIGKILL and
+started again, as a crashed pod would be.
 
 ``CHURN_SEED`` and ``CHURN_SECONDS`` change the seed and the duration.
 """
@@ -27,6 +31,7 @@ from api.v1alpha1.types import API_VERSION, SchedulingStrategy
 from hack.testenv import ControlPlane
 from hack.testenv.process import stop_child
 from runtime import ApiError, Client, NotFound
+from tests.integration.controller.churn_checks import Orphaner, settled
 from tests.integration.controller.conftest import (
     ROOT,
     NodeGroup,
@@ -148,15 +153,17 @@ class Churn:
         self.live.append(name)
         self.done["created"] += 1
 
-    def preempt(self) -> None:
-        """A whole node for a high-priority workload of the priority strategy, once
-        the group is full of lower-priority work: it preempts and waits."""
+    def preempt(self, replicas: int = 1) -> str:
+        """Whole nodes for a high-priority workload (a gang with ``replicas`` > 1) of
+        the priority strategy, once the group is full of lower-priority work: it
+        preempts and waits."""
         name = self._name("vip")
-        self.admin.create(workload(name, self.ns, gpusPerReplica=GPUS, priority=100,
-                                   schedulingStrategy="priority", template=tpl(self.rng),
-                                   nodeSelector=self.group.selector))
+        self.admin.create(workload(name, self.ns, replicas=replicas, gpusPerReplica=GPUS,
+                                   priority=100, schedulingStrategy="priority",
+                                   template=tpl(self.rng), nodeSelector=self.group.selector))
         self.live.append(name)
         self.done["preemptor created"] += 1
+        return name
 
     def delete(self) -> None:
         if not self.live:
@@ -230,7 +237,9 @@ def test_churn_never_gives_a_device_to_two_workloads(
     watch = HolderWatch(admin).start()
     churn = Churn(admin, installed, namespace, group, nodes, rng)
     kills = [SECONDS * 0.35, SECONDS * 0.7]  # kill -9 at these points of the run
-    preempt_at = SECONDS * 0.5
+    # preemptions: (when, replicas, delay of the victims' orphan delete into the wait)
+    preemptions = [(SECONDS * 0.25, 1, 0.2), (SECONDS * 0.5, 2, 1.0), (SECONDS * 0.8, 1, 2.0)]
+    orphaner = Orphaner(admin, namespace)
     try:
         ctl.start()
         started = time.monotonic()
@@ -241,11 +250,16 @@ def test_churn_never_gives_a_device_to_two_workloads(
                 ctl.kill9()
                 churn.done["controller kill -9"] += 1
                 ctl.start()
-            if preempt_at is not None and elapsed >= preempt_at:
-                preempt_at = None
-                churn.preempt()
+            if preemptions and elapsed >= preemptions[0][0]:
+                _, replicas, delay = preemptions.pop(0)
+                orphaner.watch(churn.preempt(replicas), delay)
+            orphaner.step(churn.live)
             churn.step()
             time.sleep(rng.uniform(0.1, 0.5))
+
+        # No requeue lost: once the actions stop, nothing is left behind.
+        left = settled(admin, namespace, nodes, GPUS, timeout=60)
+        assert not left, f"left behind: {left}\n{ctl.tail()}"
 
         # Everything goes; the controller (our finalizer) sees every child gone.
         for name in churn.live:
@@ -269,6 +283,7 @@ def test_churn_never_gives_a_device_to_two_workloads(
         watch.stop()
         ctl.stop()
         release_finalizers(admin, namespace)
+    churn.done["victims orphan-deleted while their preemptor waited"] = len(orphaner.orphaned)
     summary = ", ".join(f"{k}: {v}" for k, v in sorted(churn.done.items()))
     print(f"\nchurn (seed {SEED}, {SECONDS:.0f}s, {NODES}x{GPUS} GPUs): {watch.samples} "
           f"samples, {len(watch.overlaps)} overlaps; {summary}")

@@ -1,0 +1,127 @@
+"""What the churn test does and checks beside its random actions.
+
+- ``Orphaner``: once a preemptor is nominated (``status.nominatedOver``), its
+  victims are deleted with ``--cascade=orphan`` at a chosen delay into the wait: the
+  garbage collector takes their terminating pods' ownerReference away, so they are
+  their own owners from then on, and the preemptor must still wait for them.
+- ``stuck``: at the end, a workload left unplaced although its retry time has passed
+  and the group has room for it, or left Scheduled while all its pods run: a
+  requeue was lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from api.v1alpha1.keys import DEVICES_ANNOTATION, WORKLOAD_LABEL
+from api.v1alpha1.types import API_VERSION
+from runtime import Client, NotFound
+
+
+class Orphaner:
+    """Orphan-deletes the victims of nominated preemptors, each at its delay."""
+
+    def __init__(self, admin: Client, ns: str) -> None:
+        self.admin, self.ns = admin, ns
+        self.watching: dict[str, float] = {}  # preemptor -> delay into its wait
+        self.due: list[tuple[float, str]] = []  # (when, victim)
+        self.orphaned: list[tuple[str, str, float]] = []  # (preemptor, victim, delay)
+
+    def watch(self, preemptor: str, delay: float) -> None:
+        self.watching[preemptor] = delay
+
+    def step(self, live: list[str]) -> None:
+        """Looks for new nominations and sends the deletes that are due; removes the
+        victims from ``live``."""
+        now = time.monotonic()
+        if self.watching:
+            by_uid = {w["metadata"]["uid"]: w for w in self.admin.list(
+                API_VERSION, "GPUWorkload", namespace=self.ns)["items"]}
+            for name, delay in list(self.watching.items()):
+                w = next((o for o in by_uid.values() if o["metadata"]["name"] == name), None)
+                over = ((w or {}).get("status") or {}).get("nominatedOver") or []
+                if w is None:
+                    del self.watching[name]
+                    continue
+                victims = sorted({by_uid[o.split("#")[0]]["metadata"]["name"] for o in over
+                                  if o.split("#")[0] in by_uid})
+                if victims:
+                    del self.watching[name]
+                    self.due += [(now + delay, v) for v in victims]
+                    self.orphaned += [(name, v, delay) for v in victims]
+        for when, victim in [d for d in self.due if d[0] <= now]:
+            self.due.remove((when, victim))
+            with contextlib.suppress(NotFound):
+                self.admin.delete(API_VERSION, "GPUWorkload", victim, namespace=self.ns,
+                                  propagation_policy="Orphan")
+            if victim in live:
+                live.remove(victim)
+
+
+def _free(admin: Client, ns: str, nodes: Iterable[str], gpus: int) -> dict[str, int]:
+    """Free devices per node of the group, counted from the live pods."""
+    held: dict[str, set[int]] = {n: set() for n in nodes}
+    for p in admin.list("v1", "Pod", namespace=ns)["items"]:
+        node = (p.get("spec") or {}).get("nodeName")
+        if node not in held or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        value = (p["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION) or ""
+        held[node] |= {int(t) for t in value.split(",") if t.strip().isdigit()}
+    return {n: gpus - len(d) for n, d in held.items()}
+
+
+def _fits(spec: dict[str, Any], free: dict[str, int]) -> bool:
+    """Could this workload be placed on the free devices (one replica per node
+    at most for a gang that needs whole nodes; annotation maps are not judged)?"""
+    if spec.get("schedulingStrategy") == "annotationMap":
+        return False
+    need, replicas = int(spec.get("gpusPerReplica") or 1), int(spec.get("replicas") or 1)
+    slots = sum(f // need for f in free.values())
+    return slots >= replicas
+
+
+def stuck(admin: Client, ns: str, nodes: Iterable[str], gpus: int,
+          slack: float = 5.0) -> list[str]:
+    """Workloads a lost requeue left behind, in words (empty: none)."""
+    nodes = list(nodes)
+    free = _free(admin, ns, nodes, gpus)
+    now = datetime.now(UTC)
+    pods: dict[str, list[dict[str, Any]]] = {}
+    for p in admin.list("v1", "Pod", namespace=ns)["items"]:
+        owner = (p["metadata"].get("labels") or {}).get(WORKLOAD_LABEL)
+        if owner and not p["metadata"].get("deletionTimestamp"):
+            pods.setdefault(owner, []).append(p)
+    out = []
+    for w in admin.list(API_VERSION, "GPUWorkload", namespace=ns)["items"]:
+        name, status = w["metadata"]["name"], w.get("status") or {}
+        phase = status.get("phase") or "Pending"
+        if w["metadata"].get("deletionTimestamp"):
+            continue
+        due = status.get("nextRetryTime")
+        overdue = due is None or (now - datetime.fromisoformat(
+            due.replace("Z", "+00:00"))).total_seconds() > slack
+        if phase == "Pending" and overdue and _fits(w["spec"], free):
+            out.append(f"{name}: Pending, retry due {due}, room {free}: "
+                       f"{status.get('message')!r}")
+        mine = pods.get(name, [])
+        replicas = int(w["spec"].get("replicas") or 1)
+        if phase == "Scheduled" and len(mine) >= replicas and \
+                all((p.get("status") or {}).get("phase") == "Running" for p in mine):
+            out.append(f"{name}: Scheduled with all {len(mine)} pod(s) Running: "
+                       f"{status.get('message')!r}")
+    return out
+
+
+def settled(admin: Client, ns: str, nodes: Iterable[str], gpus: int,
+            timeout: float) -> list[str]:
+    """Waits up to ``timeout`` for nothing to be ``stuck``; returns what still is."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = stuck(admin, ns, nodes, gpus)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(1.0)
