@@ -18,7 +18,7 @@ CONTAINER_TOOL ?= docker
 CHECKOV_VENV ?= .venv-checkov
 CHECKOV_VERSION := $(shell sed -n 's/.*"checkov==\([^"]*\)".*/\1/p' pyproject.toml)
 
-.PHONY: help venv tools testenv test unit integration lint fmt cluster-up cluster-down demo run manifests charts bench clean docker-build docker-push deploy undeploy mutation
+.PHONY: help venv tools testenv test unit integration soak lint fmt cluster-up cluster-down demo run manifests charts bench clean docker-build docker-push deploy undeploy mutation
 
 help:
 	@echo "make demo          local control plane + config/ installed, prints the GPU nodes"
@@ -30,6 +30,7 @@ help:
 	@echo "make manifests     regenerates config/crd from api/v1alpha1 (and the charts' copies)"
 	@echo "make docker-build  builds IMG (and CHECK_IMG); make docker-push pushes them"
 	@echo "make deploy        kubectl apply -k config with IMG (WEBHOOK=1: the webhook too); make undeploy"
+	@echo "make soak          the churn test at 100 nodes x 8 GPUs for SOAK_SECONDS (600) with kill -9s (SEED=)"
 	@echo "make mutation      mutation score of the placement core (slow; MUTANTS='internal.scheduling.snapshot*' for one module)"
 
 $(STAMP): pyproject.toml
@@ -55,6 +56,17 @@ unit: venv
 
 integration: venv testenv
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+
+# The churn test as a soak (not in CI): 100 nodes x 8 GPUs, SOAK_SECONDS (600), nine
+# kill -9s, seed SEED (1); prints overlaps and stuck workloads at the end.
+SOAK_SECONDS ?= 600
+SEED ?= 1
+soak: venv testenv
+	@mkdir -p $(TESTENV_DIR)
+	CHURN_SEED=$(SEED) CHURN_SECONDS=$(SOAK_SECONDS) CHURN_NODES=100 CHURN_GPUS=8 \
+	  CHURN_LIVE=300 CHURN_KILLS=9 CHURN_PACE=0.2 CHURN_LOG=$(TESTENV_DIR)/soak-$(SEED).log \
+	  $(BIN)/pytest -s -q --timeout=$$(( $(SOAK_SECONDS) + 900 )) \
+	  tests/integration/controller/test_churn.py
 
 $(CHECKOV_VENV)/.stamp-$(CHECKOV_VERSION):
 	$(PYTHON) -m venv $(CHECKOV_VENV)

@@ -11,7 +11,9 @@ its pods run (``churn_checks.stuck``: a lost requeue). The controller runs as it
 own process (``python main.py manager``), so it can be killed with SIGKILL and
 started again, as a crashed pod would be.
 
-``CHURN_SEED`` and ``CHURN_SECONDS`` change the seed and the duration.
+``CHURN_SEED`` and ``CHURN_SECONDS`` change the seed and the duration; ``CHURN_NODES``,
+``CHURN_GPUS``, ``CHURN_LIVE``, ``CHURN_KILLS`` and ``CHURN_PACE`` its size (``make
+soak`` runs 100 x 8 for ten minutes with nine kill -9s).
 """
 
 from __future__ import annotations
@@ -45,8 +47,14 @@ SEED = int(os.environ.get("CHURN_SEED") or 11)
 SECONDS = float(os.environ.get("CHURN_SECONDS") or 45)
 #: where the controller's log is kept (default: the test's tmp_path)
 LOG = os.environ.get("CHURN_LOG")
-NODES, GPUS = 3, 4
-LIVE_MAX = 10  # workloads alive at once, at most
+#: the node group, and the workloads alive at once at most (``make soak``: 100 x 8)
+NODES = int(os.environ.get("CHURN_NODES") or 3)
+GPUS = int(os.environ.get("CHURN_GPUS") or 4)
+LIVE_MAX = int(os.environ.get("CHURN_LIVE") or 10)
+#: kill -9s of the controller, spread evenly over the run
+KILLS = int(os.environ.get("CHURN_KILLS") or 2)
+#: the pause between two random actions is 0.1-0.5 s times this
+PACE = float(os.environ.get("CHURN_PACE") or 1.0)
 
 
 class ControllerProcess:
@@ -236,9 +244,14 @@ def test_churn_never_gives_a_device_to_two_workloads(
     ctl = ControllerProcess(installed, Path(LOG) if LOG else tmp_path / "controller.log")
     watch = HolderWatch(admin).start()
     churn = Churn(admin, installed, namespace, group, nodes, rng)
-    kills = [SECONDS * 0.35, SECONDS * 0.7]  # kill -9 at these points of the run
-    # preemptions: (when, replicas, delay of the victims' orphan delete into the wait)
-    preemptions = [(SECONDS * 0.25, 1, 0.2), (SECONDS * 0.5, 2, 1.0), (SECONDS * 0.8, 1, 2.0)]
+    # kill -9 at these points of the run (two: at 35% and 70%)
+    kills = [SECONDS * (0.35 * (i + 1) if KILLS == 2 else (i + 1) / (KILLS + 1))
+             for i in range(KILLS)]
+    # preemptions: (when, replicas, delay of the victims' orphan delete into the wait),
+    # three per 45 s
+    delays = [(1, 0.2), (2, 1.0), (1, 2.0)]
+    count = max(3, round(3 * SECONDS / 45))
+    preemptions = [(SECONDS * (0.25 + 0.6 * i / count), *delays[i % 3]) for i in range(count)]
     orphaner = Orphaner(admin, namespace)
     try:
         ctl.start()
@@ -255,7 +268,7 @@ def test_churn_never_gives_a_device_to_two_workloads(
                 orphaner.watch(churn.preempt(replicas), delay)
             orphaner.step(churn.live)
             churn.step()
-            time.sleep(rng.uniform(0.1, 0.5))
+            time.sleep(rng.uniform(0.1, 0.5) * PACE)
 
         # No requeue lost: once the actions stop, nothing is left behind.
         left = settled(admin, namespace, nodes, GPUS, timeout=60)
@@ -286,7 +299,7 @@ def test_churn_never_gives_a_device_to_two_workloads(
     churn.done["victims orphan-deleted while their preemptor waited"] = len(orphaner.orphaned)
     summary = ", ".join(f"{k}: {v}" for k, v in sorted(churn.done.items()))
     print(f"\nchurn (seed {SEED}, {SECONDS:.0f}s, {NODES}x{GPUS} GPUs): {watch.samples} "
-          f"samples, {len(watch.overlaps)} overlaps; {summary}")
+          f"samples, {len(watch.overlaps)} overlaps, {len(left)} workloads stuck; {summary}")
     assert watch.overlaps == [], (
         f"{len(watch.overlaps)} overlaps, first: {watch.overlaps[:5]}\n{ctl.tail()}")
-    assert churn.done["created"] >= 10 and churn.done["controller kill -9"] == 2
+    assert churn.done["created"] >= 10 and churn.done["controller kill -9"] == KILLS
