@@ -24,18 +24,19 @@ def add_view_flags(p: argparse.ArgumentParser) -> None:
 
 
 def gpu_view(kube: Kube, stale_after: float | None = None, driver: str = DEFAULT_DRIVER
-             ) -> tuple[list[inventory.NodeGPUs], list[JSON]]:
+             ) -> tuple[inventory.Picture, list[JSON]]:
     """Devices per node and every GPUWorkload of the cluster (holders come from all
-    namespaces, whatever ``-n`` says: a device is held cluster-wide). Free, unhealthy
-    and stale devices are judged by the controller's code (see inventory)."""
+    namespaces, whatever ``-n`` says: a device is held cluster-wide), as the
+    controller's ledger has them (see inventory)."""
     workloads = kube.workloads(all_namespaces=True)
     slices, claims = _dra_objects(kube)
-    view = inventory.node_gpus(kube.nodes(), kube.gpunodes(), workloads,
-                               kube.pods(field_selector="status.phase!=Succeeded,"
-                                                        "status.phase!=Failed"),
-                               stale_after=DEFAULT_STALE_AFTER if stale_after is None
-                               else stale_after, slices=slices, claims=claims, driver=driver)
-    return view, workloads
+    pic = inventory.picture(kube.nodes(), kube.gpunodes(), workloads,
+                            kube.pods(field_selector="status.phase!=Succeeded,"
+                                                     "status.phase!=Failed"),
+                            stale_after=DEFAULT_STALE_AFTER if stale_after is None
+                            else stale_after, jobs=kube.workload_jobs(),
+                            slices=slices, claims=claims, driver=driver)
+    return pic, workloads
 
 
 def _dra_objects(kube: Kube) -> tuple[list[JSON], list[JSON]]:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from api.v1alpha1.keys import WORKLOAD_UID_LABEL
 from api.v1alpha1.types import API_VERSION, GROUP
 from runtime import Client, RestConfig, errors
 
@@ -171,6 +172,14 @@ class Kube:
              field_selector: str | None = None) -> list[JSON]:
         return self._list("v1", "Pod", namespace, label_selector=label_selector,
                           field_selector=field_selector)
+
+    def workload_jobs(self) -> list[JSON]:
+        """Every namespace's Jobs of GPUWorkloads (Job mode: an unfinished one holds
+        what its pod template names), or [] where the user may not list Jobs."""
+        try:
+            return self._list("batch/v1", "Job", label_selector=WORKLOAD_UID_LABEL)
+        except CliError:
+            return []
 
     def claims(self, namespace: str | None = None, label_selector: str | None = None
                ) -> list[JSON]:
