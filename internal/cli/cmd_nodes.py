@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from internal.cli import validate
 from internal.cli.common import add_view_flags, gpu_view
 from internal.cli.inventory import Device
 from internal.cli.kube import Kube
@@ -15,7 +16,8 @@ HELP = "each node's GPU devices: free or held by which workload, and health"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("node", nargs="*", help="only these nodes")
+    p.add_argument("node", nargs="*", help="only these nodes",
+                   type=validate.dns_subdomain("node"))
     add_view_flags(p)
 
 

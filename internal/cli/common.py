@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from internal.cli import inventory
+from internal.cli import inventory, validate
 from internal.cli.kube import JSON, CliError, Kube
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.resourceslices import DEFAULT_DRIVER
@@ -12,12 +12,13 @@ from internal.scheduling.resourceslices import DEFAULT_DRIVER
 
 def add_view_flags(p: argparse.ArgumentParser) -> None:
     """The manager's flags that change what it counts: match them here."""
-    p.add_argument("--gpunode-stale-after", type=float,
-                   default=DEFAULT_STALE_AFTER.total_seconds(), metavar="SECONDS",
-                   help="seconds without an agent heartbeat before a node's GPUs count as "
-                        "stale (not free); match the manager's flag of the same name "
-                        "(default %(default)s)")
+    p.add_argument("--gpunode-stale-after", type=validate.positive_duration,
+                   default=DEFAULT_STALE_AFTER.total_seconds(), metavar="DURATION",
+                   help="how long without an agent heartbeat before a node's GPUs count as "
+                        "stale (not free): seconds, or 90s, 2m; more than 0; match the "
+                        "manager's flag of the same name (default %(default)s seconds)")
     p.add_argument("--dra-driver", default=DEFAULT_DRIVER, metavar="DRIVER",
+                   type=validate.nonempty("--dra-driver"),
                    help="the DRA driver whose ResourceSlices publish the GPUs and whose "
                         "allocated ResourceClaims hold them; match the manager's flag of "
                         "the same name (default %(default)s)")

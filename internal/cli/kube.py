@@ -12,6 +12,8 @@ from typing import Any
 from api.v1alpha1.keys import WORKLOAD_UID_LABEL
 from api.v1alpha1.types import API_VERSION, GROUP
 from runtime import Client, RestConfig, errors
+from runtime.kubeconfig import context_namespace as kubeconfig_namespace
+from runtime.retry import RetryPolicy
 
 JSON = dict[str, Any]
 
@@ -33,16 +35,6 @@ class CliError(Exception):
         self.code = code
 
 
-def _kubeconfig_namespace(path: str | None) -> str | None:
-    from kubernetes import config as kconfig
-
-    try:
-        _, active = kconfig.list_kube_config_contexts(config_file=path)
-    except Exception:
-        return None
-    return ((active or {}).get("context") or {}).get("namespace")
-
-
 @dataclass
 class Kube:
     """A client plus the namespace the user asked for."""
@@ -53,14 +45,22 @@ class Kube:
 
     @classmethod
     def connect(cls, kubeconfig: str | None, namespace: str | None,
-                all_namespaces: bool = False, timeout: float = 15.0) -> Kube:
+                all_namespaces: bool = False, timeout: float | None = 15.0, *,
+                context: str | None = None, as_user: str | None = None,
+                as_groups: list[str] | None = None) -> Kube:
+        """A client from the kubeconfig (``context``; None: its current-context),
+        acting as ``as_user``/``as_groups`` when given, with ``timeout`` seconds per
+        request (None: none). The client retries once: a user waits for one answer."""
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         try:
-            cfg = RestConfig.load(kubeconfig, timeout=timeout, user_agent="kubectl-gpu/0.1")
-        except Exception as e:  # kubernetes.config.ConfigException, OSError, yaml errors
-            where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+            cfg = RestConfig.load(kubeconfig, context=context, timeout=timeout,
+                                  user_agent="kubectl-gpu/0.1")
+            ns = namespace or kubeconfig_namespace(kubeconfig, context) or "default"
+        except Exception as e:  # KubeconfigError, ConfigException, OSError, yaml errors
             raise CliError(f"cannot load kubeconfig {where}: {e}", EXIT_UNREACHABLE) from e
-        ns = namespace or _kubeconfig_namespace(kubeconfig) or "default"
-        return cls(Client(cfg), ns, all_namespaces)
+        if as_user:
+            cfg = cfg.impersonating(as_user, as_groups or [])
+        return cls(Client(cfg, retry=RetryPolicy(attempts=2)), ns, all_namespaces)
 
     @property
     def host(self) -> str:
@@ -75,7 +75,7 @@ class Kube:
         """An API error as the message a user reads."""
         if e.status == 0:
             return CliError(
-                f"cannot reach the Kubernetes API server at {self.host}: {e.message}\n"
+                f"cannot reach the Kubernetes API server at {self.host}: {e.message}; "
                 "is the cluster running, and does your kubeconfig point at it?",
                 EXIT_UNREACHABLE)
         if isinstance(e, errors.Unauthorized):
@@ -197,7 +197,10 @@ class Kube:
         return self._list("resource.k8s.io/v1", "ResourceSlice")
 
     def events_for(self, obj: JSON, limit: int = 20) -> list[JSON]:
-        """Recent core/v1 Events whose involvedObject is ``obj`` (oldest first)."""
+        """Recent core/v1 Events whose involvedObject is ``obj`` (oldest first; none
+        when ``limit`` is 0)."""
+        if limit <= 0:
+            return []
         md = obj.get("metadata") or {}
         sel = f"involvedObject.name={md.get('name')},involvedObject.kind={obj.get('kind')}"
         if md.get("uid"):
