@@ -72,8 +72,13 @@ def load(path: str) -> list[dict]:
     return out
 
 
+def check(args: argparse.Namespace) -> None:
+    """The file is read and checked before any request."""
+    args.docs = load(args.file)
+
+
 def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
-    docs = load(args.file)
+    docs = args.docs if getattr(args, "docs", None) is not None else load(args.file)
     kube.require_crds()
     created = []
     for d in docs:

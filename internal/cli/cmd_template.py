@@ -63,7 +63,7 @@ metadata:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", default="my-gpu-workload",
-                   type=validate.dns_label("--name", validate.MAX_NAME),
+                   type=validate.dns_label("name", validate.MAX_NAME),
                    help=f"metadata.name: a DNS-1123 label of at most {validate.MAX_NAME} "
                         "characters (its pods are <name>-<index>) (default %(default)s)")
     p.add_argument("--replicas", type=validate.int_range(1, validate.MAX_REPLICAS), default=1,

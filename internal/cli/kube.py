@@ -12,6 +12,7 @@ from typing import Any
 from api.v1alpha1.keys import WORKLOAD_UID_LABEL
 from api.v1alpha1.types import API_VERSION, GROUP
 from runtime import Client, RestConfig, errors
+from runtime.kubeconfig import KubeconfigError
 from runtime.kubeconfig import context_namespace as kubeconfig_namespace
 from runtime.retry import RetryPolicy
 
@@ -56,7 +57,9 @@ class Kube:
             cfg = RestConfig.load(kubeconfig, context=context, timeout=timeout,
                                   user_agent="kubectl-gpu/0.1")
             ns = namespace or kubeconfig_namespace(kubeconfig, context) or "default"
-        except Exception as e:  # KubeconfigError, ConfigException, OSError, yaml errors
+        except KubeconfigError as e:  # names the file
+            raise CliError(f"cannot load kubeconfig: {e}", EXIT_UNREACHABLE) from e
+        except Exception as e:  # the kubernetes package's ConfigException, OSError
             raise CliError(f"cannot load kubeconfig {where}: {e}", EXIT_UNREACHABLE) from e
         if as_user:
             cfg = cfg.impersonating(as_user, as_groups or [])
