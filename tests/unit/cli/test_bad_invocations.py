@@ -159,3 +159,12 @@ def test_an_unreachable_cluster_is_one_line(capsys: pytest.CaptureFixture[str]) 
     assert out == "" and err.count("\n") == 1, err
     assert err.startswith("error: cannot reach the Kubernetes API server at https://127.0.0.1:")
     assert err.rstrip().endswith("is the cluster running, and does your kubeconfig point at it?")
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("0", 0.0), ("20", 20.0), ("1.5", 1.5), ("30s", 30.0), ("1m", 60.0), ("1h30m", 5400.0),
+    ("500ms", 0.5), ("2m30s", 150.0)])
+def test_durations_as_kubectl_reads_them(text: str, seconds: float) -> None:
+    from internal.cli.validate import duration
+
+    assert duration(text) == seconds
