@@ -130,18 +130,17 @@ class Client:
         self.host = urlsplit(config.host).netloc or config.host
         kw: dict[str, Any] = {"maxsize": config.pool_maxsize, "block": False}
         if config.host.startswith("https"):
-            if config.verify:
-                kw["cert_reqs"] = ssl.CERT_REQUIRED
-                if config.ca_file:
-                    kw["ca_certs"] = config.ca_file
-                if config.tls_server_name:
-                    kw["server_hostname"] = config.tls_server_name
-            else:
-                kw["cert_reqs"] = ssl.CERT_NONE
-            if config.cert_file:
-                kw["cert_file"] = config.cert_file
-                kw["key_file"] = config.key_file
-        self._pool = urllib3.PoolManager(num_pools=4, **kw)
+            # credentials from memory (RestConfig.ssl_context), never from temp files
+            kw["ssl_context"] = config.ssl_context()
+            kw["cert_reqs"] = ssl.CERT_REQUIRED if config.verify else ssl.CERT_NONE
+            if config.verify and config.tls_server_name:
+                kw["server_hostname"] = config.tls_server_name
+        if config.proxy_url:
+            # the cluster's proxy-url: plain HTTP forwarded, HTTPS through CONNECT
+            self._pool: urllib3.PoolManager = urllib3.ProxyManager(
+                config.proxy_url, num_pools=4, **kw)
+        else:
+            self._pool = urllib3.PoolManager(num_pools=4, **kw)
         self._disco_lock = threading.Lock()
         self._disco: dict[str, dict[str, ResourceInfo]] = {}  # groupVersion -> kind -> info
 
@@ -267,13 +266,15 @@ class Client:
             if wait > 0:
                 time.sleep(wait)
         if deadline is not None:
-            timeout = min(timeout, deadline - time.monotonic())
+            left = deadline - time.monotonic()
+            timeout = left if timeout is None else min(timeout, left)
             if timeout <= 0:
                 raise errors.ApiError(0, "ClientDeadline", "deadline passed before the request")
         if self.write_guard is not None and method in MUTATING:
             allowed_for = self.write_guard()  # raises NotLeader
             if allowed_for is not None:
-                timeout = max(0.001, min(timeout, allowed_for))
+                timeout = max(0.001, allowed_for if timeout is None
+                              else min(timeout, allowed_for))
         headers = _multi_header(self._headers(content_type if data is not None else None))
         t0 = time.monotonic()
         try:

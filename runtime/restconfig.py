@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import ssl
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +18,13 @@ class RestConfig:
     ca_file: str | None = None
     cert_file: str | None = None
     key_file: str | None = None
+    #: PEM bytes from a kubeconfig's ``*-data`` fields (or an exec plugin), kept in
+    #: memory: see ``ssl_context``
+    ca_data: bytes | None = None
+    cert_data: bytes | None = None
+    key_data: bytes | None = None
+    #: the cluster's ``proxy-url`` (http:// or https://)
+    proxy_url: str | None = None
     token: str | None = None  # the bearer token, without the "Bearer " prefix
     verify: bool = True
     tls_server_name: str | None = None
@@ -24,7 +33,7 @@ class RestConfig:
     impersonate_extra: dict[str, list[str]] = field(default_factory=dict)
     qps: float = 50.0
     burst: int = 100
-    timeout: float = 30.0
+    timeout: float | None = 30.0  # seconds per request; None: no timeout
     pool_maxsize: int = 32
     user_agent: str = "runtime-client/0.1"
     token_file: str | None = None  # re-read when it changes (a projected SA token)
@@ -46,7 +55,10 @@ class RestConfig:
         from kubernetes import config as kconfig
 
         cfg = kclient.Configuration()
-        kconfig.load_kube_config(config_file=path, context=context, client_configuration=cfg)
+        # $KUBECONFIG as it is now (the kubernetes package reads it once, at import)
+        env = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
+        kconfig.load_kube_config(config_file=path or env or None, context=context,
+                                 client_configuration=cfg)
         return cls._from_k8s(cfg, **kw)
 
     @classmethod
@@ -67,17 +79,18 @@ class RestConfig:
         return cls._from_k8s(cfg, **kw)
 
     @classmethod
-    def load(cls, kubeconfig: str | None = None, **kw: Any) -> RestConfig:
-        """In-cluster config when running in a pod and no kubeconfig is given, else kubeconfig."""
+    def load(cls, kubeconfig: str | None = None, context: str | None = None,
+             **kw: Any) -> RestConfig:
+        """In-cluster config when running in a pod and no kubeconfig (nor context) is
+        given, else the kubeconfig (``$KUBECONFIG``'s files merged)."""
         if (
             kubeconfig is None
+            and context is None
             and os.environ.get("KUBERNETES_SERVICE_HOST")
             and not os.environ.get("KUBECONFIG")
         ):
             return cls.in_cluster(**kw)
-        # $KUBECONFIG as it is now (the kubernetes package reads it once, at import)
-        env = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
-        return cls.from_kubeconfig(kubeconfig or env or None, **kw)
+        return cls.from_kubeconfig(kubeconfig, context, **kw)
 
     @classmethod
     def _from_k8s(cls, cfg: Any, **kw: Any) -> RestConfig:
@@ -92,6 +105,34 @@ class RestConfig:
         )
         rc._k8s_config = cfg
         return rc
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS settings of this config, credentials loaded from memory.
+
+        The CA (``ca_data``) goes in through ``load_verify_locations(cadata=...)``.
+        Python's ``ssl`` reads a client certificate and key only from a path, so
+        ``cert_data``/``key_data`` are handed over through an anonymous memory file
+        (``os.memfd_create``, read back as ``/proc/self/fd/N``): never on a disk,
+        gone when closed, right after ``load_cert_chain``. Where memfd is missing
+        (not Linux), a file of mode 0600 in a fresh private directory (0700) is used
+        and deleted right after the load."""
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        if not self.verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        elif self.ca_file or self.ca_data:
+            ctx.load_verify_locations(
+                cafile=self.ca_file,
+                cadata=self.ca_data.decode("ascii", "replace") if self.ca_data else None)
+        else:
+            ctx.load_default_certs()
+        if self.cert_data is not None or self.key_data is not None:
+            cert = self.cert_data or (_read_bytes(self.cert_file) if self.cert_file else b"")
+            key = self.key_data or (_read_bytes(self.key_file) if self.key_file else b"")
+            _load_chain_from_memory(ctx, cert, key)
+        elif self.cert_file:
+            ctx.load_cert_chain(self.cert_file, self.key_file)
+        return ctx
 
     def bearer(self) -> str | None:
         if self.token_file:
@@ -114,6 +155,42 @@ class RestConfig:
         c.impersonate_groups = list(groups or [])
         c.impersonate_extra = {k: list(v) for k, v in (extra or {}).items()}
         return c
+
+
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _load_chain_from_memory(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
+    """``ctx.load_cert_chain`` from PEM bytes, without leaving them on a disk."""
+    pem = cert.rstrip(b"\n") + b"\n" + key
+    memfd = getattr(os, "memfd_create", None)
+    if memfd is not None and os.path.isdir("/proc/self/fd"):
+        fd = memfd("kubeconfig-client-credentials", getattr(os, "MFD_CLOEXEC", 0))
+        try:
+            _write_all(fd, pem)
+            ctx.load_cert_chain(f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
+        return
+    with tempfile.TemporaryDirectory(prefix="kubeconfig-") as folder:  # mode 0700
+        path = os.path.join(folder, "client.pem")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            _write_all(fd, pem)
+        finally:
+            os.close(fd)
+        try:
+            ctx.load_cert_chain(path)
+        finally:
+            os.unlink(path)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 _TOKENS: dict[str, tuple[float, str]] = {}

@@ -522,7 +522,10 @@ class GPUWorkloadStatus(_Base):
     gpus: int | None = Field(
         None,
         ge=0,
-        description="Total GPUs held by the workload (replicas x gpusPerReplica once placed).",
+        description="GPU devices the placements hold: the distinct devices named (an "
+        "annotationMap line may name one device for two replicas: counted once), plus "
+        "gpusPerReplica per device-plugin replica. replicas x gpusPerReplica unless a map "
+        "shares a device.",
     )
     nodes: str | None = Field(
         None,

@@ -8,23 +8,26 @@ from __future__ import annotations
 import argparse
 
 from api.v1alpha1.keys import ATTEMPT_LABEL, INDEX_LABEL, WORKLOAD_LABEL
-from internal.cli import inventory
+from internal.cli import inventory, validate
 from internal.cli.kube import Kube, event_time
 from internal.cli.output import Printer, age
 
 HELP = "placement, conditions, why it is pending, and recent events of one workload"
+#: one workload of one namespace: -A is refused
+ALL_NAMESPACES = False
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("workload", help="GPUWorkload name")
-    p.add_argument("--events", type=int, default=20, help="how many recent events (20)")
+    p.add_argument("workload", help="GPUWorkload name", type=validate.dns_subdomain("workload"))
+    p.add_argument("--events", type=validate.int_range(0), default=20,
+                   help="how many recent events; 0 shows none (default 20)")
 
 
 def gather(kube: Kube, name: str, n_events: int = 20) -> dict:
     w = kube.workload(name)
     w.setdefault("kind", "GPUWorkload")
     pods = kube.pods(kube.namespace, label_selector=f"{WORKLOAD_LABEL}={name}")
-    events = kube.events_for(w, n_events)
+    events = kube.events_for(w, n_events) if n_events > 0 else []
     claims = kube.claims(kube.namespace, label_selector=f"{WORKLOAD_LABEL}={name}")
     return {"workload": w, "pods": pods, "events": events, "claims": claims}
 
@@ -148,6 +151,8 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
                     e.get("count") or 1, e.get("message") or e.get("note")]
                    for e in events], title="Events:",
                   styles=["yellow" if e.get("type") == "Warning" else None for e in events])
+    elif args.events == 0:
+        out.line("Events:  not shown (--events 0)")
     else:
         out.line("Events:  none")
     return 0

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 
+from internal.cli import validate
 from internal.cli.common import add_view_flags, gpu_view
+from internal.cli.inventory import Device
 from internal.cli.kube import Kube
 from internal.cli.output import Printer, age
 
@@ -14,7 +16,8 @@ HELP = "each node's GPU devices: free or held by which workload, and health"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("node", nargs="*", help="only these nodes")
+    p.add_argument("node", nargs="*", help="only these nodes",
+                   type=validate.dns_subdomain("node"))
     add_view_flags(p)
 
 
@@ -25,7 +28,8 @@ def _mem(used: int | None, total: int | None) -> str:
 
 
 def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
-    view, _ = gpu_view(kube, args.gpunode_stale_after, args.dra_driver)
+    pic, _ = gpu_view(kube, args.gpunode_stale_after, args.dra_driver)
+    view = pic.nodes
     if args.node:
         missing = sorted(set(args.node) - {n.name for n in view})
         if missing:
@@ -34,7 +38,7 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
             raise CliError(f"no GPU node named {', '.join(missing)}", EXIT_NOT_FOUND)
         view = [n for n in view if n.name in args.node]
     if out.structured:
-        out.data({"nodes": [n.to_dict() for n in view]})
+        out.data({"nodes": [n.to_dict() for n in view], "problems": pic.problems})
         return 0
     if not view:
         out.line("No nodes with GPUs (no nvidia.com/gpu allocatable and no GPUNode).")
@@ -42,13 +46,13 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
     rows, styles = [], []
     for n in view:
         for d in n.devices:
-            rows.append([n.name, d.index, d.holder or "free", d.health, d.model,
+            rows.append([n.name, d.index, _holder_text(d), d.health, d.model,
                          _mem(d.memory_used_mib, d.memory_total_mib),
                          "-" if d.utilization is None else f"{d.utilization}%"])
             styles.append("red" if d.health in ("Unhealthy", "Stale") else
                           ("green" if d.free and d.offered else None))
         for holder, count in sorted(n.counted.items()):
-            rows.append([n.name, "?", f"{holder} ({count} GPU, index picked by the kubelet)",
+            rows.append([n.name, "?", f"{holder} ({count} GPU, no device index)",
                          "-", "", "-", "-"])
             styles.append("yellow")
     out.table(["node", "gpu", "workload", "health", "model", "memory", "util"], rows,
@@ -59,5 +63,18 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
               [[n.name, n.state, n.source, n.total, n.allocated, n.free, n.unhealthy, n.stale,
                 f"{age(n.heartbeat)} ago" if n.heartbeat else "-"] for n in view])
     out.line("free: devices the controller would offer now (healthy, agent reporting, "
-             "not held)")
+             "not held); '?': GPUs held without a device index, taken from FREE")
+    if pic.problems:
+        out.line()
+        out.heading("Problems the controller reports (what it cannot book or read):")
+        for p in pic.problems:
+            out.line(f"  {p}")
     return 0
+
+
+def _holder_text(d: Device) -> str:
+    """Who holds ``d``; ``free`` only when the controller would offer it, and
+    ``-`` for an unheld device it would not (unhealthy, stale, absent)."""
+    if d.holder is not None:
+        return d.holder
+    return "free" if d.offered else "-"

@@ -18,7 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
-    view, workloads = gpu_view(kube, args.gpunode_stale_after, args.dra_driver)
+    pic, workloads = gpu_view(kube, args.gpunode_stale_after, args.dra_driver)
+    view = pic.nodes
     t = inventory.totals(view, workloads)
     scope = in_scope(args, kube, workloads)
     pending = [w for w in scope if inventory.workload_phase(w) == "Pending"]

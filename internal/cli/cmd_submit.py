@@ -16,11 +16,21 @@ from internal.cli.kube import EXIT_ERROR, CliError, Kube
 from internal.cli.output import Printer
 
 HELP = "create the GPUWorkload(s) of a YAML file ('-' reads stdin)"
+#: objects go to one namespace: -A is refused
+ALL_NAMESPACES = False
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="YAML or JSON file with one or more GPUWorkloads; - for stdin")
     p.add_argument("--dry-run", action="store_true", help="server-side dry run")
+
+
+def yaml_problem(e: yaml.YAMLError) -> str:
+    """One line: ``line 3, column 7: mapping values are not allowed here``."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}{problem}"
 
 
 def load(path: str) -> list[dict]:
@@ -31,7 +41,7 @@ def load(path: str) -> list[dict]:
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as e:
-        raise CliError(f"{path} is not valid YAML: {e}", EXIT_ERROR) from e
+        raise CliError(f"{path} is not valid YAML: {yaml_problem(e)}", EXIT_ERROR) from e
     out: list[dict] = []
     for d in docs:
         if isinstance(d, dict) and d.get("kind") == "List":
@@ -62,8 +72,13 @@ def load(path: str) -> list[dict]:
     return out
 
 
+def check(args: argparse.Namespace) -> None:
+    """The file is read and checked before any request."""
+    args.docs = load(args.file)
+
+
 def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
-    docs = load(args.file)
+    docs = args.docs if getattr(args, "docs", None) is not None else load(args.file)
     kube.require_crds()
     created = []
     for d in docs:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 
 from api.v1alpha1.types import API_VERSION, SchedulingStrategy
-from internal.cli.kube import Kube
+from internal.cli import validate
+from internal.cli.kube import EXIT_USAGE, CliError, Kube
 from internal.cli.output import Printer
+from internal.scheduling.mapparser import MapParseError, check_map_against, parse_scheduling_map
 
 HELP = "print a commented GPUWorkload manifest to start from"
 NEEDS_CLUSTER = False
+#: prints one object (-n sets its namespace): -A is refused
+ALL_NAMESPACES = False
 
 TEMPLATE = """\
 # A GPUWorkload: the controller picks nodes and GPU devices for each replica,
@@ -31,10 +35,7 @@ metadata:
   priority: medium
   # {strategies}
   schedulingStrategy: {strategy}
-  # For annotationMap: one replica per line, '<index>=<node>:<dev>,<dev>'.
-  # schedulingMap: |
-  #   0=node1:0,1
-  # Only nodes with all these labels.
+{map_block}  # Only nodes with all these labels.
   # nodeSelector:
   #   gpu.orchestrator.dev/class: a100
   # None, Preferred or Required NVLink between a replica's devices.
@@ -61,21 +62,58 @@ metadata:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--name", default="my-gpu-workload", help="metadata.name")
-    p.add_argument("--replicas", type=int, default=1)
-    p.add_argument("--gpus", type=int, default=1, help="GPUs per replica")
+    p.add_argument("--name", default="my-gpu-workload",
+                   type=validate.dns_label("name", validate.MAX_NAME),
+                   help=f"metadata.name: a DNS-1123 label of at most {validate.MAX_NAME} "
+                        "characters (its pods are <name>-<index>) (default %(default)s)")
+    p.add_argument("--replicas", type=validate.int_range(1, validate.MAX_REPLICAS), default=1,
+                   help=f"replicas, 1 to {validate.MAX_REPLICAS} (default %(default)s)")
+    p.add_argument("--gpus", type=validate.int_range(1, validate.MAX_GPUS), default=1,
+                   help=f"GPUs per replica, 1 to {validate.MAX_GPUS} (the CRD's bound) "
+                        "(default %(default)s)")
     p.add_argument("--strategy", default="leastLoaded",
                    choices=[s.value for s in SchedulingStrategy])
-    p.add_argument("--image", default="nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04")
+    p.add_argument("--map", dest="scheduling_map", default=None, metavar="MAP",
+                   help="spec.schedulingMap for --strategy annotationMap: one replica per "
+                        "line, '<index>=<node>:<dev>,<dev>' (lines joined by ';' or newlines)")
+    p.add_argument("--image", default="nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+                   type=validate.image, help="the container image (default %(default)s)")
+
+
+def check(args: argparse.Namespace) -> None:
+    """annotationMap needs a map naming every replica; a map needs annotationMap."""
+    if args.scheduling_map is None:
+        if args.strategy == SchedulingStrategy.ANNOTATION_MAP:
+            raise CliError("--strategy annotationMap needs --map with one line per replica, "
+                           "e.g. --map '0=node1:0,1'", EXIT_USAGE)
+        return
+    if args.strategy != SchedulingStrategy.ANNOTATION_MAP:
+        raise CliError("--map is only read by --strategy annotationMap", EXIT_USAGE)
+    args.scheduling_map = "\n".join(
+        ln.strip() for ln in args.scheduling_map.replace(";", "\n").splitlines() if ln.strip())
+    try:
+        entries = parse_scheduling_map(args.scheduling_map)
+    except MapParseError as e:
+        raise CliError(f"--map: {e}", EXIT_USAGE) from e
+    problems = check_map_against(entries, args.replicas)
+    if problems:
+        raise CliError(f"--map: {'; '.join(problems)}", EXIT_USAGE)
 
 
 def render(args: argparse.Namespace) -> str:
     ns = getattr(args, "namespace", None)
+    smap = getattr(args, "scheduling_map", None)
+    if smap:
+        map_block = ("  # One replica per line, '<index>=<node>:<dev>,<dev>'.\n"
+                     "  schedulingMap: |\n" + "".join(f"    {ln}\n" for ln in smap.splitlines()))
+    else:
+        map_block = ("  # For annotationMap: one replica per line, '<index>=<node>:<dev>,<dev>'.\n"
+                     "  # schedulingMap: |\n  #   0=node1:0,1\n")
     return TEMPLATE.format(
         api_version=API_VERSION, name=args.name,
         namespace_line=f"  namespace: {ns}\n" if ns else "",
         replicas=args.replicas, gpus=args.gpus, strategy=args.strategy, image=args.image,
-        strategies=" | ".join(s.value for s in SchedulingStrategy))
+        strategies=" | ".join(s.value for s in SchedulingStrategy), map_block=map_block)
 
 
 def run(args: argparse.Namespace, kube: Kube | None, out: Printer) -> int:

@@ -9,7 +9,7 @@ import json
 import time
 from datetime import UTC, datetime
 
-from internal.cli import inventory
+from internal.cli import inventory, validate
 from internal.cli.kube import Kube
 from internal.cli.output import Printer
 
@@ -17,8 +17,9 @@ HELP = "stream GPUWorkload changes: phase, placements, why pending"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--timeout", type=float, default=0,
-                   help="stop after this many seconds (default: run until Ctrl-C)")
+    p.add_argument("--timeout", type=validate.duration, default=0, metavar="DURATION",
+                   help="stop after this long: seconds, or 30s, 5m; 0 runs until Ctrl-C "
+                        "(default 0)")
     p.add_argument("--no-initial", action="store_true",
                    help="skip the current state; print changes only")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from internal.cli import inventory
+from internal.cli import inventory, validate
 from internal.cli.kube import Kube
 from internal.cli.output import Printer, age
 
@@ -13,7 +13,8 @@ HELP = "GPUWorkloads with phase, strategy, GPUs and placements"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", nargs="*", help="only these workloads")
+    p.add_argument("name", nargs="*", help="only these workloads",
+                   type=validate.dns_subdomain("workload"))
 
 
 def row(w: dict, all_ns: bool) -> list:

@@ -1,29 +1,24 @@
 """The GPU picture of a cluster, computed from raw API objects (pure, no I/O):
-which device of which node is free or held by which workload, and the totals.
+which device of which node is free or held by whom, and the totals.
 
-One inventory, one truth: the devices of a node, their health and whether the node's
-GPU agent is stale come from the controller's own code
-(``internal.scheduling.snapshot.Snapshot.build_at``: the GPUNode's
-``status.devices`` when its agent reports, else ``0..n-1`` from the node's
-``nvidia.com/gpu`` allocatable; a GPUNode whose heartbeat is older than the stale
-threshold offers nothing). A device counts as free exactly when the controller would
-offer it: healthy, on a node whose agent is not stale, and not held.
+One inventory, one truth: the plugin does not count holders itself. Capacity and
+holders are the controller's own ledger, rebuilt from the same objects by the same
+code (``internal.cli.holders``): devices, health and staleness from the snapshot
+(the GPUNode's ``status.devices`` while its agent reports, else ``0..n-1`` from
+``nvidia.com/gpu`` allocatable; a stale GPUNode offers nothing; ResourceSlices when
+the DRA driver publishes them), holders from pods, our Jobs, committed placements,
+allocated ResourceClaims and the seed path's pods. So:
 
-Holders:
-
-- workloads' ``status.placements`` (while the workload is not finished), and bound,
-  unfinished pods that carry the ``gpu.orchestrator.dev/devices`` annotation
-  (children, and the seed path's StatefulSet pods);
-- GPUs held without a device index: ``device-plugin`` placements (the kubelet picks
-  the devices) and other pods' ``nvidia.com/gpu`` requests. They are counted, not
-  named, and taken from the free count as the controller does;
-- allocated ResourceClaims of the DRA driver that no GPUWorkload controls (kube-
-  scheduler's, anybody's): held by ``namespace/claim/<name>`` until their allocation
-  is removed, located with the controller's code (``claim_holding``). Our own claims
-  are shown through their workloads' placements.
-
-With the driver's ResourceSlices, a node's devices come from them (merged with its
-GPUNode's health), as the controller reads them.
+- a device is *free* exactly when the controller would offer it: healthy, on a node
+  whose agent is not stale, and held by nobody; an unhealthy or stale device is
+  never free, held or not;
+- GPUs held without a device index are *counted*, not named: device-plugin
+  placements, other pods' ``nvidia.com/gpu`` requests, and a pod whose devices
+  annotation cannot be read (the controller then counts its request, not the
+  devices it seems to name); the node's free count is the ledger's ``free_count``;
+- every allocated claim of the driver holds its devices (ours show as their
+  workload's replicas);
+- what the controller cannot book or read is listed as a problem, in its words.
 """
 
 from __future__ import annotations
@@ -33,23 +28,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from api.v1alpha1.keys import DEVICES_ANNOTATION, NODE_ANNOTATION, WORKLOAD_LABEL
+from api.v1alpha1.keys import DEVICES_ANNOTATION
+from internal.cli.holders import Holdings, controller_holdings
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
-from internal.scheduling.pods import (
-    controller_ref,
-    is_controller_pod,
-    pod_gpu_request,
-    pod_is_active,
-)
-from internal.scheduling.resourceslices import (
-    DEFAULT_DRIVER,
-    BadClaim,
-    claim_holding,
-    claim_key,
-    inventory_of,
-    with_slices,
-)
-from internal.scheduling.snapshot import NodeInfo, Snapshot, gpunode_at, gpunode_name
+from internal.scheduling.resourceslices import DEFAULT_DRIVER
+from internal.scheduling.snapshot import NodeInfo, gpunode_name
+
+__all__ = ["DEVICES_ANNOTATION", "Device", "NodeGPUs", "Totals", "node_gpus", "totals"]
 
 JSON = dict[str, Any]
 
@@ -62,9 +47,12 @@ HEALTHY, UNHEALTHY, STALE, UNKNOWN = "Healthy", "Unhealthy", "Stale", "Unknown"
 @dataclass
 class Device:
     index: int
-    holder: str | None = None  # "namespace/workload[replica]"
+    #: who holds it: "ns/workload[replica]", "ns/pod/name", "ns/claim/name", ...;
+    #: two names joined by ", " are a conflict the controller reports
+    holder: str | None = None
     #: Healthy; Unhealthy (reported by the agent); Stale (the agent stopped
-    #: reporting); Unknown (no GPUNode: from allocatable, offered as healthy)
+    #: reporting); Unknown (no GPUNode: from allocatable, offered as healthy; or a
+    #: device a holder names that the node does not have)
     health: str = UNKNOWN
     #: the controller offers this device to new placements (healthy, agent not stale)
     offered: bool = False
@@ -74,8 +62,13 @@ class Device:
     utilization: int | None = None
 
     @property
+    def held(self) -> bool:
+        return self.holder is not None
+
+    @property
     def free(self) -> bool:
-        return self.holder is None
+        """The controller would offer it now: not held, healthy, agent reporting."""
+        return self.holder is None and self.offered
 
 
 @dataclass
@@ -87,6 +80,9 @@ class NodeGPUs:
     heartbeat: str | None = None
     #: Ready, NotReady or cordoned: the node's state as the controller's filters see it
     state: str = "Ready"
+    #: GPUs the controller would offer: the ledger's ``free_count`` (offered devices
+    #: nobody holds, less the GPUs held without an index)
+    free: int = 0
 
     @property
     def total(self) -> int:
@@ -94,15 +90,8 @@ class NodeGPUs:
 
     @property
     def allocated(self) -> int:
-        named = sum(1 for d in self.devices if not d.free)
+        named = sum(1 for d in self.devices if d.held)
         return min(self.total, named + sum(self.counted.values()))
-
-    @property
-    def free(self) -> int:
-        """Devices the controller would offer: healthy, agent not stale, not held,
-        less the GPUs held without an index (the scheduler's ``free_count``)."""
-        offered = sum(1 for d in self.devices if d.free and d.offered)
-        return max(0, offered - sum(self.counted.values()))
 
     @property
     def unhealthy(self) -> int:
@@ -126,16 +115,6 @@ class NodeGPUs:
         }
 
 
-def parse_devices(text: str | None) -> list[int]:
-    """``"0,1"`` (or ``"0, 1"``) to ``[0, 1]``; anything unparsable is skipped."""
-    out: list[int] = []
-    for tok in (text or "").split(","):
-        tok = tok.strip()
-        if tok.isdigit():
-            out.append(int(tok))
-    return out
-
-
 def workload_key(obj: Mapping[str, Any]) -> str:
     md = obj.get("metadata") or {}
     return f"{md.get('namespace') or 'default'}/{md.get('name')}"
@@ -143,114 +122,61 @@ def workload_key(obj: Mapping[str, Any]) -> str:
 
 def gpus_per_replica(w: Mapping[str, Any]) -> int:
     spec = w.get("spec") or {}
-    return int(spec.get("gpusPerReplica") or spec.get("gpuCount") or 1)
+    try:
+        return int(spec.get("gpusPerReplica") or spec.get("gpuCount") or 1)
+    except (TypeError, ValueError):
+        return 1
 
 
 def workload_phase(w: Mapping[str, Any]) -> str:
     return (w.get("status") or {}).get("phase") or "Pending"
 
 
-def holds_devices(w: Mapping[str, Any]) -> bool:
-    st = w.get("status") or {}
-    return bool(st.get("placements")) and workload_phase(w) not in FINISHED_PHASES
+@dataclass
+class Picture:
+    """Every node's GPUs and the problems the controller finds in the objects."""
+
+    nodes: list[NodeGPUs]
+    problems: list[str]
 
 
-def node_gpus(nodes: Iterable[Mapping[str, Any]], gpunodes: Iterable[Mapping[str, Any]],
-              workloads: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
-              *, now: datetime | None = None,
-              stale_after: timedelta | float = DEFAULT_STALE_AFTER,
-              slices: Iterable[Mapping[str, Any]] = (),
-              claims: Iterable[Mapping[str, Any]] = (),
-              driver: str = DEFAULT_DRIVER) -> list[NodeGPUs]:
+def picture(nodes: Iterable[Mapping[str, Any]], gpunodes: Iterable[Mapping[str, Any]],
+            workloads: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
+            *, now: datetime | None = None,
+            stale_after: timedelta | float = DEFAULT_STALE_AFTER,
+            jobs: Iterable[Mapping[str, Any]] = (),
+            slices: Iterable[Mapping[str, Any]] = (),
+            claims: Iterable[Mapping[str, Any]] = (),
+            driver: str = DEFAULT_DRIVER) -> Picture:
     """One :class:`NodeGPUs` per node that has GPUs (or a GPUNode, or slices of the DRA
     ``driver``), by name, judged at ``now`` (default: the current time) with the
-    controller's stale threshold."""
+    controller's stale threshold, holders as the controller's ledger has them."""
     gpunodes = list(gpunodes)
     heartbeats = {gpunode_name(g): (g.get("status") or {}).get("lastHeartbeatTime")
                   for g in gpunodes}
     reporting = {gpunode_name(g) for g in gpunodes if (g.get("status") or {}).get("devices")}
-    published = inventory_of(slices, driver)
-    views = with_slices([gpunode_at(g, now or datetime.now(UTC), stale_after)
-                         for g in gpunodes], published)
-    snap = Snapshot.build(nodes, views)
-    out: dict[str, NodeGPUs] = {}
-    for name in snap.names:
-        info = snap.nodes[name]
-        if info.devices or info.has_gpunode:
-            out[name] = _from_snapshot(info, heartbeats.get(name), name in reporting)
-            if published.has(name):
-                out[name].source = "ResourceSlice"
-
-    def hold(node: str, devices: list[int], holder: str, count: int) -> None:
-        ng = out.get(node)
-        if ng is None:
-            return
-        if not devices:
-            ng.counted[holder] = ng.counted.get(holder, 0) + count
-            return
-        by_index = {d.index: d for d in ng.devices}
-        for i in devices:
-            d = by_index.get(i)
-            if d is None:
-                d = Device(i)
-                ng.devices.append(d)
-                ng.devices.sort(key=lambda x: x.index)
-                by_index[i] = d
-            if d.holder is None:
-                d.holder = holder
-            elif not d.holder.startswith(holder.split("[")[0] + "["):
-                d.holder += f", {holder}"  # a conflict: show both, never hide one
-
-    placed: set[tuple[str, int]] = set()  # (workload key, replica index)
-    for w in workloads:
-        if not holds_devices(w):
+    h = controller_holdings(nodes, gpunodes, list(workloads), pods,
+                            now=now or datetime.now(UTC), stale_after=stale_after, jobs=jobs,
+                            slices=slices, claims=claims, driver=driver)
+    out: list[NodeGPUs] = []
+    for name in h.snapshot.names:
+        info = h.snapshot.nodes[name]
+        if not (info.devices or info.has_gpunode):
             continue
-        key = workload_key(w)
-        for p in (w.get("status") or {}).get("placements") or ():
-            placed.add((key, int(p.get("index", 0))))
-            hold(p["node"], [int(d) for d in p.get("devices") or ()],
-                 f"{key}[{p.get('index', 0)}]", gpus_per_replica(w))
-    for pod in pods:
-        if not pod_is_active(pod):
-            continue
-        md = pod.get("metadata") or {}
-        ann = md.get("annotations") or {}
-        node = (pod.get("spec") or {}).get("nodeName") or ann.get(NODE_ANNOTATION)
-        if not node:
-            continue
-        devices = parse_devices(ann.get(DEVICES_ANNOTATION))
-        ns = md.get("namespace") or "default"
-        if DEVICES_ANNOTATION in ann and devices:
-            owner = (md.get("labels") or {}).get(WORKLOAD_LABEL)
-            index = _pod_index(md.get("name") or "")
-            if owner is not None and (f"{ns}/{owner}", index) in placed:
-                continue  # already counted from the workload's placements
-            holder = (f"{ns}/{owner}[{index}]" if owner is not None
-                      else f"{ns}/pod/{md.get('name')}")
-            hold(node, devices, holder, len(devices))
-        elif not is_controller_pod(pod):
-            gpus = pod_gpu_request(pod)
-            if gpus:
-                hold(node, [], f"{ns}/pod/{md.get('name')}", gpus)
-    for claim in claims:
-        if (controller_ref(claim) or {}).get("kind") == "GPUWorkload":
-            continue  # ours: its workload's placements show it
-        try:
-            h = claim_holding(claim, published)
-        except BadClaim:
-            continue  # the controller reports it (UnreadableClaim)
-        if h is not None:
-            ns, _, name = claim_key(claim).partition("/")
-            hold(h.node, list(h.devices), f"{ns}/claim/{name}", len(h.devices))
-    return [out[k] for k in sorted(out)]
+        ng = _from_snapshot(info, heartbeats.get(name), name in reporting, h)
+        if h.published.has(name):
+            ng.source = "ResourceSlice"
+        out.append(ng)
+    return Picture(out, list(h.problems))
 
 
-def _pod_index(name: str) -> int:
-    tail = name.rsplit("-", 1)[-1]
-    return int(tail) if tail.isdigit() else 0
+def node_gpus(*args: Any, **kw: Any) -> list[NodeGPUs]:
+    """:func:`picture`'s nodes."""
+    return picture(*args, **kw).nodes
 
 
-def _from_snapshot(info: NodeInfo, heartbeat: str | None, reported: bool) -> NodeGPUs:
+def _from_snapshot(info: NodeInfo, heartbeat: str | None, reported: bool,
+                   h: Holdings) -> NodeGPUs:
     """``reported``: the devices come from the node's GPUNode (else allocatable)."""
     devs = []
     for i in sorted(info.devices):
@@ -267,9 +193,17 @@ def _from_snapshot(info: NodeInfo, heartbeat: str | None, reported: bool) -> Nod
             memory_used_mib=d.memory_used_mib if reported else None,
             utilization=d.utilization if reported else None,
         ))
+    # a device a holder names that the node does not have is shown too
+    known = {d.index for d in devs}
+    devs += [Device(i) for i in sorted(set(h.ledger.holders(info.name)) - known)]
+    devs.sort(key=lambda d: d.index)
+    for d in devs:
+        names = h.device_holders(info.name, d.index)
+        d.holder = ", ".join(names) if names else None
     source = "GPUNode" if reported else "allocatable"
     state = "NotReady" if not info.ready else ("cordoned" if info.unschedulable else "Ready")
-    return NodeGPUs(info.name, source, devs, heartbeat=heartbeat, state=state)
+    return NodeGPUs(info.name, source, devs, h.counted(info.name), heartbeat=heartbeat,
+                    state=state, free=h.ledger.free_count(info.name))
 
 
 @dataclass

@@ -9,8 +9,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from api.v1alpha1.keys import WORKLOAD_UID_LABEL
 from api.v1alpha1.types import API_VERSION, GROUP
 from runtime import Client, RestConfig, errors
+from runtime.kubeconfig import KubeconfigError
+from runtime.kubeconfig import context_namespace as kubeconfig_namespace
+from runtime.retry import RetryPolicy
 
 JSON = dict[str, Any]
 
@@ -32,16 +36,6 @@ class CliError(Exception):
         self.code = code
 
 
-def _kubeconfig_namespace(path: str | None) -> str | None:
-    from kubernetes import config as kconfig
-
-    try:
-        _, active = kconfig.list_kube_config_contexts(config_file=path)
-    except Exception:
-        return None
-    return ((active or {}).get("context") or {}).get("namespace")
-
-
 @dataclass
 class Kube:
     """A client plus the namespace the user asked for."""
@@ -52,14 +46,24 @@ class Kube:
 
     @classmethod
     def connect(cls, kubeconfig: str | None, namespace: str | None,
-                all_namespaces: bool = False, timeout: float = 15.0) -> Kube:
+                all_namespaces: bool = False, timeout: float | None = 15.0, *,
+                context: str | None = None, as_user: str | None = None,
+                as_groups: list[str] | None = None) -> Kube:
+        """A client from the kubeconfig (``context``; None: its current-context),
+        acting as ``as_user``/``as_groups`` when given, with ``timeout`` seconds per
+        request (None: none). The client retries once: a user waits for one answer."""
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         try:
-            cfg = RestConfig.load(kubeconfig, timeout=timeout, user_agent="kubectl-gpu/0.1")
-        except Exception as e:  # kubernetes.config.ConfigException, OSError, yaml errors
-            where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+            cfg = RestConfig.load(kubeconfig, context=context, timeout=timeout,
+                                  user_agent="kubectl-gpu/0.1")
+            ns = namespace or kubeconfig_namespace(kubeconfig, context) or "default"
+        except KubeconfigError as e:  # names the file
+            raise CliError(f"cannot load kubeconfig: {e}", EXIT_UNREACHABLE) from e
+        except Exception as e:  # the kubernetes package's ConfigException, OSError
             raise CliError(f"cannot load kubeconfig {where}: {e}", EXIT_UNREACHABLE) from e
-        ns = namespace or _kubeconfig_namespace(kubeconfig) or "default"
-        return cls(Client(cfg), ns, all_namespaces)
+        if as_user:
+            cfg = cfg.impersonating(as_user, as_groups or [])
+        return cls(Client(cfg, retry=RetryPolicy(attempts=2)), ns, all_namespaces)
 
     @property
     def host(self) -> str:
@@ -74,7 +78,7 @@ class Kube:
         """An API error as the message a user reads."""
         if e.status == 0:
             return CliError(
-                f"cannot reach the Kubernetes API server at {self.host}: {e.message}\n"
+                f"cannot reach the Kubernetes API server at {self.host}: {e.message}; "
                 "is the cluster running, and does your kubeconfig point at it?",
                 EXIT_UNREACHABLE)
         if isinstance(e, errors.Unauthorized):
@@ -172,6 +176,14 @@ class Kube:
         return self._list("v1", "Pod", namespace, label_selector=label_selector,
                           field_selector=field_selector)
 
+    def workload_jobs(self) -> list[JSON]:
+        """Every namespace's Jobs of GPUWorkloads (Job mode: an unfinished one holds
+        what its pod template names), or [] where the user may not list Jobs."""
+        try:
+            return self._list("batch/v1", "Job", label_selector=WORKLOAD_UID_LABEL)
+        except CliError:
+            return []
+
     def claims(self, namespace: str | None = None, label_selector: str | None = None
                ) -> list[JSON]:
         """ResourceClaims (``deviceExposure: dra``), or [] where the API has none."""
@@ -188,7 +200,10 @@ class Kube:
         return self._list("resource.k8s.io/v1", "ResourceSlice")
 
     def events_for(self, obj: JSON, limit: int = 20) -> list[JSON]:
-        """Recent core/v1 Events whose involvedObject is ``obj`` (oldest first)."""
+        """Recent core/v1 Events whose involvedObject is ``obj`` (oldest first; none
+        when ``limit`` is 0)."""
+        if limit <= 0:
+            return []
         md = obj.get("metadata") or {}
         sel = f"involvedObject.name={md.get('name')},involvedObject.kind={obj.get('kind')}"
         if md.get("uid"):

@@ -23,7 +23,7 @@ def pod_index(pod: Mapping[str, Any], request_name: str = "") -> tuple[int | Non
     md = pod.get("metadata") or {}
     label = (md.get("labels") or {}).get(POD_INDEX_LABEL)
     if label is not None:
-        if str(label).isdigit():
+        if str(label).isascii() and str(label).isdigit():
             return int(label), f"label {POD_INDEX_LABEL}"
         return None, f"label {POD_INDEX_LABEL}={label!r} is not a non-negative integer"
     name = md.get("name") or request_name or ""

@@ -81,6 +81,13 @@ def nodes(installed: ControlPlane) -> Iterator[tuple[NodeGroup, str, str]]:
         group.delete()
 
 
+@pytest.fixture
+def group(installed: ControlPlane) -> Iterator[NodeGroup]:
+    g = NodeGroup(installed)
+    yield g
+    g.delete()
+
+
 def gpu_nodes(cluster: ControlPlane, capsys: pytest.CaptureFixture[str],
               *names: str) -> dict[str, dict]:
     capsys.readouterr()
@@ -143,3 +150,49 @@ def test_submit_into_a_missing_namespace_says_so(installed: ControlPlane, tmp_pa
     assert code == 5
     assert err == (f"error: namespace {ns} not found; create it with: "
                    f"kubectl create namespace {ns}\n")
+
+
+def test_a_bad_devices_annotation_is_counted_as_the_controller_counts_it(
+        placing: Running, group: NodeGroup, namespace: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A pod bound with devices annotation '0,x' and one requested GPU: the controller
+    cannot tell which device it uses, so it counts one GPU of the node, unnamed. The
+    plugin shows exactly that (never device 0 as held by it, never FREE 3) and names
+    the problem; the controller then refuses 3 GPUs and places 2."""
+    admin = Client(RestConfig.from_kubeconfig(str(placing.cluster.kubeconfig)))
+    (node,) = group.add(1, 4)
+    placing.wait_nodes([node])
+    admin.create({"apiVersion": "v1", "kind": "Pod",
+                  "metadata": {"name": "bad", "namespace": namespace,
+                               "annotations": {"gpu.orchestrator.dev/devices": "0,x"}},
+                  "spec": {"nodeName": node, "containers": [{
+                      "name": "main", "image": "x",
+                      "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+    capsys.readouterr()
+    code = main(["nodes", node, "-o", "json", "--kubeconfig", str(placing.cluster.kubeconfig)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    data = json.loads(out)
+    (view,) = data["nodes"]
+    assert view["counted"] == {f"{namespace}/pod/bad": 1} and view["free"] == 3
+    assert all("holder" not in d and d["free"] for d in view["devices"])
+    assert any(f"pod {namespace}/bad: annotation gpu.orchestrator.dev/devices='0,x'" in p
+               for p in data["problems"])
+
+    admin.create(workload("four", namespace, gpusPerReplica=4, nodeSelector=group.selector))
+
+    def why() -> str | None:
+        for c in (get_workload(admin, namespace, "four").get("status") or {}).get(
+                "conditions") or ():
+            if c["type"] == "Scheduled" and c["status"] == "False" and node in c["message"]:
+                return c["message"]
+        return None
+
+    assert f"{node}: 3 free GPUs, needs 4" in eventually(why, timeout=60, what="four waits")
+    admin.create(workload("three", namespace, gpusPerReplica=3, nodeSelector=group.selector))
+    wait_phase(admin, namespace, "three", "Scheduled", "Running", timeout=60)
+    capsys.readouterr()
+    assert main(["nodes", node, "-o", "json",
+                 "--kubeconfig", str(placing.cluster.kubeconfig)]) == 0
+    (after,) = json.loads(capsys.readouterr()[0])["nodes"]
+    assert after["free"] == 0 and after["counted"] == {f"{namespace}/pod/bad": 1}

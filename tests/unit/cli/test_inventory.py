@@ -23,7 +23,7 @@ def node(name: str, gpus: int) -> dict:
 
 def workload(name: str, placements: list[dict], phase: str = "Running", gpus: int = 1,
              ns: str = "team") -> dict:
-    return {"metadata": {"name": name, "namespace": ns},
+    return {"metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}"},
             "spec": {"gpusPerReplica": gpus, "replicas": len(placements) or 1},
             "status": {"phase": phase, "placements": placements}}
 
@@ -48,9 +48,12 @@ def test_devices_free_or_held_and_totals() -> None:
         {"metadata": {"name": "sts-0", "namespace": "seed",
                       "annotations": {"gpu.orchestrator.dev/devices": "3"}},
          "spec": {"nodeName": "n1", "containers": [{}]}, "status": {"phase": "Running"}},
-        # a child of `a` already counted from its placement
-        {"metadata": {"name": "a-0", "namespace": "team",
-                      "labels": {"gpu.orchestrator.dev/workload": "a"},
+        # a child of `a`: the same owner as its placement (one holder, not two)
+        {"metadata": {"name": "a-0", "namespace": "team", "uid": "pod-a-0",
+                      "ownerReferences": [{"kind": "GPUWorkload", "name": "a",
+                                           "uid": "uid-a", "controller": True}],
+                      "labels": {"gpu.orchestrator.dev/workload": "a",
+                                 "gpu.orchestrator.dev/attempt": "0"},
                       "annotations": {"gpu.orchestrator.dev/devices": "0,1"}},
          "spec": {"nodeName": "n1", "containers": [{}]}, "status": {"phase": "Running"}},
     ]
@@ -80,11 +83,21 @@ def test_gpunode_devices_and_health_win_over_allocatable() -> None:
     assert n1.to_dict()["devices"][0]["memory_total_mib"] == 80
 
 
-def test_two_workloads_on_one_device_both_show() -> None:
+def test_a_second_claim_on_a_device_is_a_problem_and_two_pods_both_show() -> None:
+    """Two placements naming one device: the controller books the older and refuses
+    the other (its attempt ends); two running pods on one device both hold it."""
     wls = [workload("a", [{"index": 0, "node": "n1", "devices": [0]}]),
            workload("b", [{"index": 0, "node": "n1", "devices": [0]}])]
-    (n1,) = inventory.node_gpus([node("n1", 1)], [], wls, [])
-    assert n1.devices[0].holder == "team/a[0], team/b[0]"
+    pic = inventory.picture([node("n1", 1)], [], wls, [])
+    (n1,) = pic.nodes
+    assert n1.devices[0].holder == "team/a[0]"
+    assert pic.problems == ["team/b: placement not booked: n1: device(s) 0 held by team/a"]
+    pods = [{"metadata": {"name": n, "namespace": "x", "uid": n,
+                          "annotations": {"gpu.orchestrator.dev/devices": "0"}},
+             "spec": {"nodeName": "n1", "containers": [{}]}, "status": {"phase": "Running"}}
+            for n in ("p", "q")]
+    (n1,) = inventory.node_gpus([node("n1", 1)], [], [], pods)
+    assert n1.devices[0].holder == "x/pod/p, x/pod/q" and n1.free == 0
 
 
 def test_pending_reason_and_placements_text() -> None:
@@ -161,7 +174,7 @@ def test_dra_slices_are_the_devices_and_foreign_claims_hold_them() -> None:
     def claim(name: str, device: str, node: str = "n1", ours: bool = False) -> dict:
         meta: dict = {"name": name, "namespace": "ml", "uid": f"uid-{name}"}
         if ours:
-            meta["ownerReferences"] = [{"kind": "GPUWorkload", "name": "w", "uid": "w-uid",
+            meta["ownerReferences"] = [{"kind": "GPUWorkload", "name": "w", "uid": "uid-w",
                                         "controller": True}]
         return {"metadata": meta, "status": {"allocation": {"devices": {"results": [
             {"request": "gpu", "driver": DRIVER, "pool": node, "device": device}]}}}}

@@ -7,6 +7,7 @@ import base64
 import os
 from pathlib import Path
 
+import pytest
 import yaml
 
 from runtime import RestConfig, kubeconfig
@@ -41,17 +42,19 @@ def test_inline_data_and_a_token(tmp_path: Path) -> None:
                   base64.b64encode(pem).decode(), "tls-server-name": "kubernetes"})
     got = kubeconfig.load(str(path))
     assert got is not None
-    assert Path(got["ca_file"]).read_bytes() == pem
-    assert oct(os.stat(got["ca_file"]).st_mode & 0o777) == "0o600"
+    assert got["ca_data"] == pem and got["ca_file"] is None, "kept in memory, no file"
     assert got["tls_server_name"] == "kubernetes"
     assert RestConfig(**got).bearer() == "Bearer s3cret"
 
 
-def test_what_it_cannot_read_falls_back(tmp_path: Path) -> None:
-    exec_user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "x"}}
-    assert kubeconfig.load(str(write(tmp_path, exec_user))) is None
-    assert kubeconfig.load(str(write(tmp_path, {"token": "t"})), context="other") is None
-    assert kubeconfig.load(str(write(tmp_path, {"token": "t"})), context="missing") is None
+def test_what_it_cannot_read_falls_back_and_what_is_wrong_says_so(tmp_path: Path) -> None:
+    provider = {"auth-provider": {"name": "oidc"}}
+    assert kubeconfig.load(str(write(tmp_path, provider))) is None
+    # a context whose user is not defined: no credentials, as kubectl
+    got = kubeconfig.load(str(write(tmp_path, {"token": "t"})), context="other")
+    assert got is not None and got["token"] is None
+    with pytest.raises(kubeconfig.KubeconfigError, match="context 'missing' not found"):
+        kubeconfig.load(str(write(tmp_path, {"token": "t"})), context="missing")
 
 
 def test_a_token_file_is_read_again_when_it_changes(tmp_path: Path) -> None:

@@ -82,3 +82,9 @@ def test_only_the_last_dash_counts() -> None:
     assert pod_index({"metadata": {"name": "web-12-34"}})[0] == 34
     assert pod_index({"metadata": {"name": "web-0"}})[0] == 0
     assert pod_index({"metadata": {"name": "web-10"}})[0] == 10
+
+
+def test_a_non_ascii_digit_label_is_no_index_not_a_crash() -> None:
+    """``"²".isdigit()`` is True and ``int("²")`` raises: the label is refused."""
+    index, why = pod_index({"metadata": {"labels": {"apps.kubernetes.io/pod-index": "\u00b2"}}})
+    assert index is None and "is not a non-negative integer" in why
