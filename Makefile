@@ -64,7 +64,7 @@ SEED ?= 1
 soak: venv testenv
 	@mkdir -p $(TESTENV_DIR)
 	CHURN_SEED=$(SEED) CHURN_SECONDS=$(SOAK_SECONDS) CHURN_NODES=100 CHURN_GPUS=8 \
-	  CHURN_LIVE=300 CHURN_KILLS=9 CHURN_PACE=0.2 CHURN_LOG=$(TESTENV_DIR)/soak-$(SEED).log \
+	  CHURN_LIVE=450 CHURN_KILLS=9 CHURN_PACE=0.2 CHURN_LOG=$(TESTENV_DIR)/soak-$(SEED).log \
 	  $(BIN)/pytest -s -q --timeout=$$(( $(SOAK_SECONDS) + 900 )) \
 	  tests/integration/controller/test_churn.py
 
