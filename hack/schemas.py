@@ -131,6 +131,14 @@ def builtin(bin_dir: Path) -> Path:
         staging = Path(tmp) / "schemas"
         n = from_openapi_v2(body, staging)
         (staging / ".complete").write_text(f"{n} kinds\n")
-        shutil.rmtree(out, ignore_errors=True)
-        shutil.copytree(staging, out)
+        # Into place in one rename: a concurrent run (lint beside the tests) sees the
+        # whole directory or none, and the loser of the race drops its copy.
+        part = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=bin_dir))
+        shutil.copytree(staging, part, dirs_exist_ok=True)
+        if out.exists() and not (out / ".complete").exists():
+            shutil.rmtree(out, ignore_errors=True)  # a leftover of an interrupted run
+        try:
+            part.rename(out)
+        except OSError:
+            shutil.rmtree(part, ignore_errors=True)
     return out
