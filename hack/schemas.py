@@ -32,20 +32,33 @@ def _path(out: Path, group: str, version: str, kind: str) -> Path:
     return out / (group or version) / f"{kind.lower()}-{version}.json"
 
 
+MAPS = ("properties", "patternProperties", "definitions")  # name -> schema
+ONE = ("items", "additionalProperties", "not")  # schema (or bool)
+MANY = ("allOf", "anyOf", "oneOf", "items")  # [schema]
+
+
 def _strict(node: Any) -> Any:
     """The schema with int-or-string made explicit, nullable spelt as JSON schema
     does, and ``additionalProperties: false`` on every object with properties (not
-    where unknown fields are kept on purpose)."""
-    if isinstance(node, list):
-        return [_strict(x) for x in node]
+    where unknown fields are kept on purpose). Walks schemas only: a property's name
+    (JSONSchemaProps has one called ``x-kubernetes-int-or-string``) is no keyword."""
     if not isinstance(node, dict):
         return node
-    out = {k: _strict(v) for k, v in node.items()}
-    if out.get("format") == "int-or-string" or out.pop("x-kubernetes-int-or-string", False):
+    out: dict[str, Any] = {}
+    for k, v in node.items():
+        if k in MAPS and isinstance(v, dict):
+            out[k] = {name: _strict(s) for name, s in v.items()}
+        elif k in MANY and isinstance(v, list):
+            out[k] = [_strict(s) for s in v]
+        elif k in ONE and isinstance(v, dict):
+            out[k] = _strict(v)
+        else:
+            out[k] = v
+    if out.get("format") == "int-or-string" or out.pop("x-kubernetes-int-or-string", None) is True:
         out.pop("type", None)
         out.pop("format", None)
         out.update(INT_OR_STRING)
-    if out.pop("nullable", False) and isinstance(out.get("type"), str):
+    if out.pop("nullable", None) is True and isinstance(out.get("type"), str):
         out["type"] = [out["type"], "null"]
     if ("properties" in out and "additionalProperties" not in out
             and not out.get("x-kubernetes-preserve-unknown-fields")):
