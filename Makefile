@@ -20,18 +20,10 @@ CHECKOV_VERSION := $(shell sed -n 's/.*"checkov==\([^"]*\)".*/\1/p' pyproject.to
 
 .PHONY: help venv tools testenv test unit integration soak lint fmt cluster-up cluster-down demo run manifests charts bench clean docker-build docker-push deploy undeploy mutation
 
-help:
-	@echo "make demo          local control plane + config/ installed, prints the GPU nodes"
-	@echo "make test          every test (unit + integration on a real local control plane)"
-	@echo "make lint          ruff, chart copies in step with config/, checkov on config/ and the charts"
-	@echo "make cluster-up    the local control plane alone (NODES=, GPUS=); kubeconfig $(KUBECONFIG_LOCAL)"
-	@echo "make cluster-down  stops what cluster-up started"
-	@echo "make run           the controller against the current kubeconfig"
-	@echo "make manifests     regenerates config/crd from api/v1alpha1 (and the charts' copies)"
-	@echo "make docker-build  builds IMG (and CHECK_IMG); make docker-push pushes them"
-	@echo "make deploy        kubectl apply -k config with IMG (WEBHOOK=1: the webhook too); make undeploy"
-	@echo "make soak          the churn test at 100 nodes x 8 GPUs for SOAK_SECONDS (600) with kill -9s (SEED=)"
-	@echo "make mutation      mutation score of the placement core (slow; MUTANTS='internal.scheduling.snapshot*' for one module)"
+# `make help` prints every target with the text after its `##`
+# (tests/unit/install/test_make_help.py fails on a target without one).
+help: ## this list
+	@awk -F ':[^#]*## ' '/^[a-z][a-z0-9_-]*:[^=]*## / {printf "make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,29 +31,29 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $@
 
-venv: $(STAMP)
+venv: $(STAMP) ## the virtualenv .venv with the project and its dev tools (on first use of most targets)
 
-testenv:
+testenv: ## builds the pinned control-plane binaries and helm into ~/.cache/gpu-orchestrator/testenv
 	@bash hack/testenv/build.sh >/dev/null
 
 # promtool (Debian's prometheus package), for the alert rule tests
-tools:
+tools: ## installs promtool (Debian's prometheus package) for the alert rule tests
 	@bash hack/install-tools.sh
 
-test: venv tools testenv
+test: venv tools testenv ## every test (unit + integration on a real local control plane)
 	$(BIN)/pytest tests $(PYTEST_ARGS)
 
-unit: venv
+unit: venv ## the unit tests only (no control plane)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-integration: venv testenv
+integration: venv testenv ## the integration tests only (local control plane)
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
 # The churn test as a soak (not in CI): 100 nodes x 8 GPUs, SOAK_SECONDS (600), nine
 # kill -9s, seed SEED (1); prints overlaps and stuck workloads at the end.
 SOAK_SECONDS ?= 600
 SEED ?= 1
-soak: venv testenv
+soak: venv testenv ## the churn test at 100 nodes x 8 GPUs for SOAK_SECONDS (600) with nine kill -9s (SEED=, not in CI)
 	@mkdir -p $(TESTENV_DIR)
 	CHURN_SEED=$(SEED) CHURN_SECONDS=$(SOAK_SECONDS) CHURN_NODES=100 CHURN_GPUS=8 \
 	  CHURN_LIVE=450 CHURN_KILLS=9 CHURN_PACE=0.2 CHURN_LOG=$(TESTENV_DIR)/soak-$(SEED).log \
@@ -75,25 +67,29 @@ $(CHECKOV_VENV)/.stamp-$(CHECKOV_VERSION):
 	@touch $@
 
 # checkov lives in its own venv: its packaging<24 pin conflicts with pytest's.
-lint: venv testenv $(CHECKOV_VENV)/.stamp-$(CHECKOV_VERSION)
+# kubeconform (hack/testenv/kubeconform.sh builds the pinned version into the cache)
+# validates against schemas made from the pinned kube-apiserver and config/crd.
+lint: venv testenv $(CHECKOV_VENV)/.stamp-$(CHECKOV_VERSION) ## ruff, chart copies in step with config/, checkov and kubeconform on config/ and the charts
 	$(BIN)/ruff check .
 	$(BIN)/python -m hack.charts --check
-	$(BIN)/python -m hack.checkmanifests --checkov $(CHECKOV_VENV)/bin/checkov \
-	  --helm "$$(bash hack/testenv/build.sh 2>/dev/null | tail -1)/helm"
+	@bins="$$(bash hack/testenv/build.sh 2>/dev/null | tail -1)" && set -x && \
+	$(BIN)/python -m hack.checkmanifests --checkov $(CHECKOV_VENV)/bin/checkov --helm "$$bins/helm" && \
+	$(BIN)/python -m hack.kubeconform --kubeconform "$$(bash hack/testenv/kubeconform.sh | tail -1)" \
+	  --testenv "$$bins" --helm "$$bins/helm"
 
-fmt: venv
+fmt: venv ## ruff --fix
 	$(BIN)/ruff check --fix .
 
-cluster-up: venv testenv
+cluster-up: venv testenv ## the local control plane alone (NODES=, GPUS=); kubeconfig .testenv/kubeconfig
 	$(BIN)/python -m hack.testenv up --dir $(TESTENV_DIR) --nodes $(NODES) --gpus $(GPUS)
 
-cluster-down: venv
+cluster-down: venv ## stops what cluster-up started
 	$(BIN)/python -m hack.testenv down --dir $(TESTENV_DIR)
 
 # The demo brings the control plane up, installs config/, runs the controller and the
 # webhook, applies the samples and the seed StatefulSet, prints what a user would
 # look at, and stops everything again (KEEP=1 leaves it all running).
-demo: cluster-up
+demo: cluster-up ## local control plane + config/ installed, prints the GPU nodes (KEEP=1 leaves it running)
 	@trap '[ "$(KEEP)" = 1 ] || $(MAKE) --no-print-directory cluster-down' EXIT; set -e; \
 	echo; echo "== kubectl get nodes (GPU capacity)"; \
 	$(KUBECTL) get nodes -o custom-columns='NAME:.metadata.name,STATUS:.status.conditions[?(@.type=="Ready")].type,GPUS:.status.capacity.nvidia\.com/gpu,ALLOCATABLE:.status.allocatable.nvidia\.com/gpu,INTERNAL-IP:.status.addresses[?(@.type=="InternalIP")].address'; \
@@ -103,38 +99,38 @@ demo: cluster-up
 # Leader election is on (the Lease gpu-orchestrator-system/gpu-orchestrator-leader), so a
 # `make run` beside the demo's controller or an installed Deployment stands by instead of
 # placing too; RUN_ARGS=--leader-elect=false still refuses while another leader is live.
-run: venv
+run: venv ## the controller against the current kubeconfig (RUN_ARGS=)
 	$(BIN)/python main.py manager $(RUN_ARGS)
 
-manifests: venv
+manifests: venv ## regenerates config/crd from api/v1alpha1 (and the charts' copies)
 	$(BIN)/python -m api.v1alpha1.crd
 	$(BIN)/python -m hack.charts
 
 # Copies config/'s CRDs, RBAC, alert rules and dashboard into charts/gpu-orchestrator/files.
-charts: venv
+charts: venv ## copies config/ into charts/gpu-orchestrator/files (python -m hack.charts)
 	$(BIN)/python -m hack.charts
 
 # As kubebuilder projects do: build and push the images, then install config/ with
 # them. `make deploy` writes a kustomize overlay (.deploy/, git-ignored) whose
 # images: entries point gpu-orchestrator and gpu-scheduler-check at IMG and CHECK_IMG,
 # and applies it to the current kubeconfig's cluster. Nothing under config/ changes.
-docker-build:
+docker-build: ## builds IMG and CHECK_IMG
 	$(CONTAINER_TOOL) build -t $(IMG) -f Dockerfile .
 	$(CONTAINER_TOOL) build -t $(CHECK_IMG) -f Dockerfile.check .
 
-docker-push:
+docker-push: ## pushes IMG and CHECK_IMG
 	$(CONTAINER_TOOL) push $(IMG)
 	$(CONTAINER_TOOL) push $(CHECK_IMG)
 
-deploy: venv
+deploy: venv ## kubectl apply -k config with IMG (WEBHOOK=1: the webhook too)
 	$(BIN)/python -m hack.deploy --img '$(IMG)' --check-img '$(CHECK_IMG)' $(if $(filter 1,$(WEBHOOK)),--webhook) --out .deploy
 	kubectl apply -k .deploy
 
-undeploy: venv
+undeploy: venv ## kubectl delete what deploy applied
 	$(BIN)/python -m hack.deploy --img '$(IMG)' --check-img '$(CHECK_IMG)' $(if $(filter 1,$(WEBHOOK)),--webhook) --out .deploy
 	kubectl delete --ignore-not-found -k .deploy
 
-bench: venv testenv
+bench: venv testenv ## the placement benchmark on a local control plane (BENCH_ARGS=)
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
@@ -145,7 +141,7 @@ bench: venv testenv
 # the other results; without it the run starts afresh. Log: mutants/run.log.
 MUTANTS ?=
 MUTATION_JOBS ?= 2
-mutation: venv
+mutation: venv ## mutation score of the placement core (slow; MUTANTS='internal.scheduling.snapshot*')
 	$(BIN)/pip install -q -e '.[dev,mutation]'
 	@if [ -z "$(MUTANTS)" ]; then rm -rf mutants; fi; mkdir -p mutants
 	@echo "mutmut run $(MUTANTS) (log: mutants/run.log)"
@@ -153,5 +149,5 @@ mutation: venv
 		|| { tail -30 mutants/run.log; exit 1; }
 	@$(BIN)/python -m hack.mutation $(if $(MUTANTS),--only '$(subst *,,$(firstword $(MUTANTS)))')
 
-clean: cluster-down
+clean: cluster-down ## stops the cluster and removes the venvs, .testenv, .deploy and caches
 	rm -rf $(VENV) $(CHECKOV_VENV) $(TESTENV_DIR) .deploy .pytest_cache .ruff_cache .hypothesis mutants

@@ -1,10 +1,15 @@
-{{/* Labels every object of the release carries (selectors never use them). */}}
+{{/* The standard labels every object of the release carries (selectors never use
+them): pass (dict "root" $ "component" "manager"), and "name" where it is not
+gpu-orchestrator (the agent's objects: gpu-orchestrator-agent). config/ sets the same
+name, component and part-of (its kustomizations' labels:). */}}
 {{- define "gpu-orchestrator.labels" -}}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/name: {{ .name | default "gpu-orchestrator" }}
+app.kubernetes.io/component: {{ required "gpu-orchestrator.labels: component" .component }}
 app.kubernetes.io/part-of: gpu-orchestrator
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{/* repository:tag, or repository@digest when a digest is given. */}}
@@ -33,6 +38,10 @@ affinity:
 {{- with .c.priorityClassName }}
 priorityClassName: {{ . }}
 {{- end }}
+{{- with .c.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- with .root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
@@ -58,8 +67,9 @@ they are but for the release's labels and namespace: namespaced objects, the
 ServiceAccount subjects of bindings and the service-account user names of the
 admission policies' CEL (system:serviceaccount:gpu-orchestrator-system:...) move to
 the release's namespace.
-Pass (dict "root" $ "glob" "files/config/rbac/*.yaml"), and optionally "skip": a
-list of kinds ("Job") or kind/name ("ClusterRoleBinding/x") left out.
+Pass (dict "root" $ "glob" "files/config/rbac/*.yaml" "component" "rbac"), "name"
+where the labels' name is not gpu-orchestrator, and optionally "skip": a list of
+kinds ("Job") or kind/name ("ClusterRoleBinding/x") left out.
 */}}
 {{- define "gpu-orchestrator.copied" -}}
 {{- $root := .root -}}
@@ -72,7 +82,7 @@ list of kinds ("Job") or kind/name ("ClusterRoleBinding/x") left out.
 {{- if and $obj $obj.kind }}
 {{- if not (or (has $obj.kind $skip) (has (printf "%s/%s" $obj.kind $obj.metadata.name) $skip)) }}
 {{- $meta := $obj.metadata }}
-{{- $_ := set $meta "labels" (merge (dict) ($meta.labels | default dict) (include "gpu-orchestrator.labels" $root | fromYaml)) }}
+{{- $_ := set $meta "labels" (merge (dict) ($meta.labels | default dict) (include "gpu-orchestrator.labels" (dict "root" $root "component" $.component "name" $.name) | fromYaml)) }}
 {{- if hasKey $meta "namespace" }}
 {{- $_ := set $meta "namespace" $root.Release.Namespace }}
 {{- end }}
@@ -102,7 +112,8 @@ spec:
   restartPolicy: OnFailure
   securityContext:
     {{- toYaml $w.podSecurityContext | nindent 4 }}
-  {{- with include "gpu-orchestrator.podPlacement" (dict "root" . "c" $w) | trim }}{{ . | nindent 2 }}{{- end }}
+  {{- /* Not the webhook's priority class or spread: a Job that runs once a day. */}}
+  {{- with include "gpu-orchestrator.podPlacement" (dict "root" . "c" (omit $w "priorityClassName" "topologySpreadConstraints")) | trim }}{{ . | nindent 2 }}{{- end }}
   containers:
   - name: certs
     image: {{ include "gpu-orchestrator.image" . }}

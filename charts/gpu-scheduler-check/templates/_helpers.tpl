@@ -1,4 +1,7 @@
 {{- define "gpu-scheduler-check.labels" -}}
+app.kubernetes.io/name: gpu-scheduler-check
+app.kubernetes.io/component: check
+app.kubernetes.io/part-of: gpu-orchestrator
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}

@@ -107,7 +107,7 @@ def test_prometheusrule_carries_the_same_rules() -> None:
 def test_kustomization_lists_the_monitoring_objects() -> None:
     k = yaml.safe_load((PROM / "kustomization.yaml").read_text())
     kinds = {yaml.safe_load((PROM / r).read_text())["kind"] for r in k["resources"]}
-    assert kinds == {"Service", "ServiceMonitor", "PrometheusRule"}
+    assert kinds == {"Service", "ServiceMonitor", "PodMonitor", "PrometheusRule"}
     top = yaml.safe_load((ROOT / "config" / "kustomization.yaml").read_text())
     assert "prometheus" not in (top.get("resources") or []), (
         "config/prometheus needs the Prometheus Operator CRDs: keep it out of config/")
@@ -134,3 +134,17 @@ def test_metric_name_parser() -> None:
     ) == {"workqueue_queue_duration_seconds_bucket", "workqueue_depth"}
     assert metric_names('absent(up{job="a"} == 1)') == {"up"}
     assert metric_names("sum(x{node=~\"$node\"}[$__rate_interval]) / ignoring(a) y") == {"x", "y"}
+
+
+def test_the_pod_monitor_scrapes_the_agents() -> None:
+    """The dashboard's per-device panels plot the agents' series: the PodMonitor must
+    select the agent's pods, in its namespace, on the port that serves /metrics."""
+    pm = yaml.safe_load((PROM / "podmonitor.yaml").read_text())
+    ds = yaml.safe_load((ROOT / "config" / "agent" / "daemonset.yaml").read_text())
+    pod = ds["spec"]["template"]
+    assert pm["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert pm["spec"]["namespaceSelector"]["matchNames"] == [ds["metadata"]["namespace"]]
+    ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+    (endpoint,) = pm["spec"]["podMetricsEndpoints"]
+    assert endpoint["path"] == "/metrics" and endpoint["port"] in ports
+    assert str(ports[endpoint["port"]]) == pod["metadata"]["annotations"]["prometheus.io/port"]
