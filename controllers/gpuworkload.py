@@ -69,6 +69,7 @@ from api.v1alpha1.types import (
     WorkloadKind,
 )
 from controllers import children as ch
+from controllers import unmanaged
 from controllers.child_api import ChildAPI
 from controllers.conditions import (
     FAILED,
@@ -79,6 +80,7 @@ from controllers.conditions import (
     child_phase,
     get_condition,
 )
+from controllers.dra_availability import NOT_ENABLED
 from controllers.finalizer import ChildrenFinalizer
 from controllers.placement_state import PlacementState, PodBook
 from controllers.reconcile_outcome import EndAttempt, Outcome
@@ -151,6 +153,8 @@ class GPUWorkloadReconciler:
         #: ``deviceExposure: dra``: the ResourceClaims of replicas (controllers/claims.py);
         #: None while DRA is off
         self.claims: Any = None
+        #: why DRA is off (a sentence), while ``claims`` is None
+        self.dra_why = NOT_ENABLED
 
     # ------------------------------------------------------------------ entry
 
@@ -213,6 +217,8 @@ class GPUWorkloadReconciler:
             w.spec.scheduling_strategy = SchedulingStrategy(self.options.default_strategy)
         if w.spec.device_exposure is None:
             w.spec.device_exposure = self.options.default_exposure  # the filters read it
+        if self.claims is not None or w.spec.device_exposure is not DeviceExposure.DRA:
+            unmanaged.managed_again(raw, status)
         if w.status.phase in (Phase.SUCCEEDED, Phase.FAILED):
             state.forget(key)
             return Outcome(status)
@@ -468,10 +474,13 @@ class GPUWorkloadReconciler:
         status.placements([p.model_dump(by_alias=True) for p in placements])
         kind = "Job" if w.spec.workload_kind is WorkloadKind.JOB else "Pod"
         mine, stale = self.children.by_attempt(raw, kind, str(attempt))
+        exposure = unmanaged.attempt_exposure(
+            mine, w.spec.device_exposure or self.options.default_exposure)
+        if exposure is DeviceExposure.DRA and self.claims is None:
+            return self._unmanaged(w, raw, out, mine)
         if self._wait_for_devices(key, placements, mine, out):
             return out
         status.nominated(None)  # nothing of the victims' is left on its devices
-        exposure = w.spec.device_exposure or self.options.default_exposure
         if exposure is DeviceExposure.DEVICE_PLUGIN and any(p.devices for p in placements):
             # A map names devices, so the kubelet must not pick others.
             exposure = DeviceExposure.CUDA_VISIBLE_DEVICES
@@ -555,13 +564,28 @@ class GPUWorkloadReconciler:
             out.result = Result(requeue_after=1.0)  # an acknowledgement wakes nobody
         return True
 
+    def _unmanaged(self, w: GPUWorkload, raw: JSON, out: Outcome,
+                   mine: Mapping[int, JSON]) -> Outcome:
+        """A ``dra`` attempt in a manager without DRA: never torn down
+        (controllers/unmanaged.py). No retry is spent, nothing is requeued: its
+        children's events, or a restart with DRA, wake it."""
+        if not mine:
+            self._release(w.key)
+            ended = unmanaged.back_to_pending(out.status, self.dra_why)
+            ended.events[:0] = out.events
+            return ended
+        report, done = unmanaged.leave_running(raw, out.status, w.spec.replicas, mine,
+                                               self.dra_why)
+        if done:
+            self.ensure_state().forget(w.key)
+        report.events[:0] = out.events
+        report.raw = out.raw
+        return report
+
     def _claims(self, w: GPUWorkload, raw: JSON, placements: list[Placement], attempt: int,
                 mine: Mapping[int, JSON]) -> dict[int, str] | None:
         """``deviceExposure: dra``: each replica's claim, allocated to its devices
         before its pod exists (controllers/claims.py). None: wait and come back."""
-        if self.claims is None:
-            raise EndAttempt("DRADisabled", "deviceExposure dra needs the controller "
-                             "started with --enable-dra")
         out: dict[int, str] = {}
         for p in placements:
             name = self.claims.ensure(w, raw, p, attempt, p.index in mine)

@@ -22,6 +22,7 @@ import structlog
 from api.v1alpha1.types import API_VERSION, DeviceExposure
 from controllers.claim_controller import setup_claims
 from controllers.claims import DraOptions
+from controllers.conditions import MANAGED, get_condition
 from controllers.dra_availability import (
     NOT_ENABLED,
     DraUnavailableGate,
@@ -186,6 +187,7 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         options=Options(default_exposure=opts.default_exposure,
                         default_strategy=opts.default_strategy),
         status_writer=writer)
+    reconciler.dra_why = dra_why or NOT_ENABLED
 
     def on(method: str):
         def call(*args: Any) -> None:
@@ -244,6 +246,15 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         state = reconciler.state
         return state.node_gpus() if state is not None and state.ready else ({}, {})
 
+    def unmanaged() -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for w in workloads.indexer.list():
+            cond = get_condition(w.get("status") or {}, MANAGED) or {}
+            if cond.get("status") == "False":
+                reason = str(cond.get("reason") or "")
+                counts[reason] = counts.get(reason, 0) + 1
+        return counts
+
     def heartbeats() -> dict[str, float]:
         now = datetime.now(UTC)
         out = {}
@@ -253,5 +264,5 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
                 out[g["metadata"]["name"]] = max(0.0, (now - beat).total_seconds())
         return out
 
-    STATE.set_sources(phases, node_gpus, heartbeats)
+    STATE.set_sources(phases, node_gpus, heartbeats, unmanaged)
     return ctrl, reconciler

@@ -1,0 +1,105 @@
+"""A restart, a flag change or a disabled feature never deletes running work
+(controllers/unmanaged.py): a ``deviceExposure: dra`` workload that runs when the
+manager restarts without DRA is left running, its booking kept, reported once, and
+managed again when DRA is back."""
+
+from __future__ import annotations
+
+from api.v1alpha1.keys import EXPOSURE_ANNOTATION
+from api.v1alpha1.types import DeviceExposure
+from tests.unit.controllers.fakes import NS, Env
+
+
+def running_dra_gang(env: Env) -> None:
+    env.with_dra()
+    env.workload("train", replicas=2, gpusPerReplica=2, deviceExposure="dra")
+    env.settle("train")
+    for i in (0, 1):
+        env.set_phase(f"train-{i}", "Running")
+    env.settle("train")
+    assert env.status("train")["phase"] == "Running", env.status("train")
+    assert env.pod("train-0")["metadata"]["annotations"][EXPOSURE_ANNOTATION] == "dra"
+
+
+def test_a_restart_without_dra_leaves_a_running_dra_workload_running() -> None:
+    env = Env(gpus=4)
+    running_dra_gang(env)
+    held = env.holders("node1")
+    env.restart(dra=False)
+    env.settle("train")
+    env.settle("train")
+
+    # nothing deleted, nothing created, no retry spent, the booking kept
+    assert env.client.of("delete", "Pod") == []
+    assert env.pod("train-0") is not None and env.pod("train-1") is not None
+    st = env.status("train")
+    assert st["phase"] == "Running" and st["retries"] == 0 and st["placements"]
+    assert env.state.booking(f"{NS}/train") is not None
+    assert env.holders("node1") == held
+    managed = env.condition("train", "Managed")
+    assert (managed["status"], managed["reason"]) == ("False", "DRAUnavailable")
+    assert "--enable-dra" in managed["message"] and "left running" in managed["message"]
+    assert env.condition("train", "Ready")["status"] == "True"
+    # said once, not on every reconcile
+    assert [r for r, _ in env.warnings("train")] == ["DRAUnavailable"]
+
+    # back with DRA: managed as before, the condition says so
+    env.restart(dra=True)
+    env.settle("train")
+    managed = env.condition("train", "Managed")
+    assert (managed["status"], managed["reason"]) == ("True", "ManagedAgain")
+    assert env.client.of("delete", "Pod") == []
+    assert env.status("train")["phase"] == "Running"
+
+
+def test_a_dra_workload_that_finishes_while_dra_is_off_says_its_claims_stay() -> None:
+    env = Env(gpus=4)
+    running_dra_gang(env)
+    env.restart(dra=False)
+    for i in (0, 1):
+        env.set_phase(f"train-{i}", "Succeeded")
+    env.settle("train")
+    st = env.status("train")
+    assert st["phase"] == "Succeeded"
+    assert env.state.booking(f"{NS}/train") is None
+    managed = env.condition("train", "Managed")
+    assert managed["status"] == "False"
+    assert "ResourceClaims stay allocated" in managed["message"]
+    env.settle("train")  # a Succeeded workload keeps saying so while DRA is off
+    assert env.condition("train", "Managed")["status"] == "False"
+    env.restart(dra=True)
+    env.settle("train")
+    assert env.condition("train", "Managed")["status"] == "True"
+
+
+def test_a_placed_dra_gang_without_children_goes_back_to_pending_spending_no_retry() -> None:
+    env = Env(gpus=4)
+    env.workload("gang", replicas=2, gpusPerReplica=1, deviceExposure="dra")
+    # committed by a manager with DRA that stopped before making any pod
+    env.edit("gang", lambda o: o.update(status={"phase": "Scheduled", "placements": [
+        {"index": 0, "node": "node1", "devices": [0]},
+        {"index": 1, "node": "node1", "devices": [1]}]}))
+    env.restart(dra=False)
+    env.settle("gang")
+    st = env.status("gang")
+    assert st["phase"] == "Pending" and not st.get("placements") and st["retries"] == 0
+    cond = env.condition("gang", "Scheduled")
+    assert (cond["status"], cond["reason"]) == ("False", "DRAUnavailable")
+    assert env.client.of("create", "Pod") == []
+    assert env.state.booking(f"{NS}/gang") is None and env.free() == 4
+
+
+def test_a_changed_device_exposure_default_does_not_touch_a_running_attempt() -> None:
+    env = Env(gpus=4)
+    env.workload("w", gpusPerReplica=1)
+    env.settle("w")
+    env.set_phase("w-0", "Running")
+    env.settle("w")
+    # restarted with --device-exposure=dra (and DRA): the pod made with
+    # CUDA_VISIBLE_DEVICES is this attempt's; no claim is made for it
+    env.restart(dra=True)
+    env.rec.options.default_exposure = DeviceExposure.DRA
+    env.settle("w")
+    assert env.rec.claims.ensured == []
+    assert env.client.of("delete", "Pod") == []
+    assert env.status("w")["phase"] == "Running"
