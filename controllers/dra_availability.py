@@ -18,8 +18,9 @@ Guarantees:
   one Warning Event per new message, instead of waiting forever for ResourceSlices.
   It stays Pending until its spec changes (a spec edit is an event that reconciles
   it again) or the controller restarts with DRA available. Everything else goes to
-  the reconciler unchanged: a placed workload, one being deleted, a finished one, an
-  invalid spec (its ``InvalidSpec`` says more).
+  the reconciler unchanged: a placed workload (left running as it is:
+  controllers/unmanaged.py), one being deleted, a finished one, an invalid spec (its
+  ``InvalidSpec`` says more).
 """
 
 from __future__ import annotations

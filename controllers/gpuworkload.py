@@ -20,6 +20,8 @@ One reconcile of ``namespace/name`` observes, decides, acts, then reports:
 | placed                                    | creates missing children, aggregates phases;   |
 |                                           | a failed replica, a lost node, a child that    |
 |                                           | cannot be created end the attempt              |
+| placed, ``dra``, manager without DRA      | left running as it is, ``Managed=False``       |
+|                                           | (controllers/unmanaged.py)                     |
 
 Commit points. One replica in Pod mode: the bound pod itself (its ``nodeName`` and
 env cannot change after creation) — the status write that follows only reports.
