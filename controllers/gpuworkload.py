@@ -483,6 +483,7 @@ class GPUWorkloadReconciler:
         if self._wait_for_devices(key, placements, mine, out):
             return out
         status.nominated(None)  # nothing of the victims' is left on its devices
+        _placed(status, placements)  # a waiting reason no longer describes the present
         if exposure is DeviceExposure.DEVICE_PLUGIN and any(p.devices for p in placements):
             # A map names devices, so the kubelet must not pick others.
             exposure = DeviceExposure.CUDA_VISIBLE_DEVICES
@@ -639,12 +640,17 @@ class GPUWorkloadReconciler:
 
     def _fail(self, raw: JSON, status: StatusBuilder, reason: str, message: str,
               retries: int | None = None) -> Outcome:
+        """Failed for good: ``Failed=True`` and ``Scheduled=False`` with the reason
+        (``kubectl wait --for=condition=Scheduled=false`` finds it); an unschedulable
+        workload's Event is ``FailedScheduling``, as every try before it."""
         self.ensure_state().forget(_key(raw))
         m.FAILURES.labels(reason).inc()
         log.info("workload.failed", workload=_key(raw), reason=reason, message=message)
         status.retry(retries, None).phase(Phase.FAILED, message)
         status.condition(FAILED, True, reason, message).condition(READY, False, reason, message)
-        return Outcome(status).warn(reason, message)
+        status.condition(SCHEDULED, False, reason, message)
+        return Outcome(status).warn("FailedScheduling" if reason == UNSCHEDULABLE else reason,
+                                    message)
 
     # ---------------------------------------------------------------- writing
 
@@ -716,6 +722,21 @@ def _waiting_for(blockers: Mapping[str, list[str]], *, preempted: bool = True) -
     held = "" if preempted else " holding its devices"
     return (f"waiting for {' and '.join(what)}{held} to terminate on "
             f"{', '.join(sorted(blockers))}")
+
+
+#: Scheduled=True reasons that describe a wait before the children are made
+WAITING_REASONS = ("WaitingForPreemption", "WaitingForDevices")
+
+
+def _placed(status: StatusBuilder, placements: list[Placement]) -> None:
+    """Nothing is waited for any more: a ``Scheduled`` condition still saying what
+    was waited for becomes the placement's (reason ``Scheduled``, as a placement
+    that waited for nothing has it, and the same message naming the nodes)."""
+    current = get_condition(status.status, SCHEDULED) or {}
+    if current.get("reason") in WAITING_REASONS:
+        nodes = ", ".join(sorted({p.node for p in placements}))
+        status.condition(SCHEDULED, True, "Scheduled",
+                         f"placed {len(placements)} replica(s) on {nodes}")
 
 
 def _changed_message(raw: JSON, message: str) -> bool:
