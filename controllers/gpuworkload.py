@@ -119,7 +119,7 @@ def _now() -> datetime:
 @dataclass
 class Options:
     default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES
-    default_strategy: str | None = None  # used when a spec names none (the CRD defaults it)
+    default_strategy: str | None = None  # used when a spec names none (else leastLoaded)
 
 
 class GPUWorkloadReconciler:
@@ -215,8 +215,10 @@ class GPUWorkloadReconciler:
                                                            message)
             out = Outcome(status)
             return out.warn("InvalidSpec", message) if _changed_message(raw, message) else out
-        if self.options.default_strategy and "schedulingStrategy" not in (raw.get("spec") or {}):
-            w.spec.scheduling_strategy = SchedulingStrategy(self.options.default_strategy)
+        if w.spec.scheduling_strategy is None:  # the manager's --default-strategy
+            w.spec.scheduling_strategy = SchedulingStrategy(
+                self.options.default_strategy or SchedulingStrategy.LEAST_LOADED.value)
+        status.strategy(w.spec.scheduling_strategy.value)
         if w.spec.device_exposure is None:
             w.spec.device_exposure = self.options.default_exposure  # the filters read it
         if self.claims is not None or w.spec.device_exposure is not DeviceExposure.DRA:
@@ -356,6 +358,9 @@ class GPUWorkloadReconciler:
                 status.condition(PREEMPTED, False, "PlacedAgain", decision.message)
             out = Outcome(status).normal("Preempting" if preempting else "Scheduled",
                                          decision.message)
+            if not ((w.spec.template or {}).get("spec") or {}).get("containers"):
+                out.normal("DefaultTemplate", f"spec.template names no container: each "
+                           f"replica runs one container main, image {ch.DEFAULT_IMAGE}")
             if self._pod_is_commit_point(w):
                 if preempting:
                     state.commit(key)  # nominated: reported, its pod created later

@@ -97,6 +97,17 @@ def _model_rules(model: type[BaseModel]) -> list[dict[str, str]]:
     return rules
 
 
+def _columns_section() -> list[str]:
+    """What ``kubectl get gw`` prints, from the CRD's printer columns."""
+    cols = crd.workload_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
+    rows = [f"| {c['name'].upper()} | `{c['jsonPath']}` | {_cell(c.get('description', ''))} |"
+            for c in cols if not c.get("priority")]
+    wide = [f"| {c['name'].upper()} (`-o wide`) | `{c['jsonPath']}` | "
+            f"{_cell(c.get('description', ''))} |" for c in cols if c.get("priority")]
+    return ["## `kubectl get gw`", "",
+            "| column | from | what |", "| --- | --- | --- |", *rows, *wide, ""]
+
+
 def _changes_section() -> list[str]:
     """'Changing a workload', from the table in changes.py."""
     out = [
@@ -219,8 +230,18 @@ def render_markdown() -> str:
         "    4=node4:3",
         "```",
         "",
+        "It names no `template`, so each replica runs the default: one container `main`, "
+        "image `busybox:1.36`, with the image's own command (a shell that exits at once, "
+        "so on a real node the workload soon turns `Succeeded`); a `DefaultTemplate` Event "
+        "says so when it is placed. Give a `template` with your container for real work. "
+        "The default is kept, not refused at admission, because a spec without a template "
+        "is how placements are tried (the samples, `kubectl gpu template`, the seed's "
+        "maps), and refusing it would break every such manifest already applied. It holds "
+        "7 GPUs (`status.gpus`: distinct devices; replicas 3 and 4 share node4's device "
+        "3, and replica 2 has three).",
+        "",
     ]
-    out += _changes_section() + _failure_section()
+    out += _columns_section() + _changes_section() + _failure_section()
     for kind in (GPUWorkload, GPUNode):
         out += [f"## {kind.__name__}", ""]
         models: list[type[BaseModel]] = []

@@ -292,11 +292,13 @@ class GPUWorkloadSpec(_Base):
             ],
         },
     )
-    scheduling_strategy: SchedulingStrategy = Field(
-        SchedulingStrategy.LEAST_LOADED,
+    scheduling_strategy: SchedulingStrategy | None = Field(
+        None,
         alias="schedulingStrategy",
         description=(
-            "Placement strategy. leastLoaded: lowest GPU utilization (from GPUNode), "
+            "Placement strategy; unset: the manager's --default-strategy (leastLoaded "
+            "unless the manager says otherwise), shown in status.strategy. leastLoaded: "
+            "lowest GPU utilization (from GPUNode), "
             "then most free GPUs. bestFit: smallest GPUs that meet minGPUMemoryMiB "
             "when nodes report memory, then the fullest node that still fits. "
             "priority: like leastLoaded, may preempt "
@@ -343,7 +345,10 @@ class GPUWorkloadSpec(_Base):
         None,
         description=(
             "Pod template (a PodTemplateSpec) for each replica. The controller sets "
-            "nodeName, the device environment, labels and owner references."
+            "nodeName, the device environment, labels and owner references. Unset (or "
+            "without containers): one container main running busybox:1.36 with the "
+            "image's own command, for trying a placement (a DefaultTemplate Event says "
+            "so)."
         ),
         json_schema_extra={
             "crd_schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
@@ -522,7 +527,19 @@ class GPUWorkloadStatus(_Base):
     gpus: int | None = Field(
         None,
         ge=0,
-        description="Total GPUs held by the workload (replicas x gpusPerReplica once placed).",
+        description=(
+            "GPUs the workload's placement holds: the distinct devices its placements "
+            "name (a schedulingMap may give replicas different counts, or one device to "
+            "several replicas), plus gpusPerReplica for each device-plugin replica; 0 "
+            "while it is not placed."
+        ),
+    )
+    strategy: str | None = Field(
+        None,
+        description=(
+            "The placement strategy the controller uses for it: spec.schedulingStrategy, "
+            "else the manager's --default-strategy."
+        ),
     )
     nodes: str | None = Field(
         None,
