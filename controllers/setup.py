@@ -227,7 +227,10 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
             reconciler.reconcile, workloads.indexer, opts.default_exposure,
             dra_why or NOT_ENABLED, recorder,
             writer.submit if writer is not None else status_submitter(mgr.client),
-            writer.view if writer is not None else lambda raw: None)
+            writer.view if writer is not None else lambda raw: None,
+            has_children=lambda raw: any(
+                informer.indexer.by_index(OWNER_UID_INDEX, raw["metadata"].get("uid"))
+                for informer in (pods, jobs)))
     ctrl = builder.with_options(max_concurrent_reconciles=opts.workers).complete(
         only_in(opts.namespaces, gated))
     holder["ctrl"] = ctrl

@@ -103,3 +103,19 @@ def test_a_changed_device_exposure_default_does_not_touch_a_running_attempt() ->
     assert env.rec.claims.ensured == []
     assert env.client.of("delete", "Pod") == []
     assert env.status("w")["phase"] == "Running"
+
+
+def test_a_dra_pod_whose_status_write_was_lost_is_read_back_and_left_running() -> None:
+    env = Env(gpus=4)
+    env.with_dra()
+    env.workload("one", gpusPerReplica=2, deviceExposure="dra")
+    env.settle("one")
+    env.set_phase("one-0", "Running")
+    env.edit("one", lambda o: o.update(status={}))  # the write after the pod was lost
+    env.restart(dra=False)
+    env.settle("one")
+    assert env.client.of("delete", "Pod") == []
+    st = env.status("one")
+    assert st["phase"] == "Running" and st["placements"][0]["devices"] == [0, 1]
+    assert env.condition("one", "Managed")["status"] == "False"
+    assert env.free() == 2
