@@ -181,7 +181,14 @@ def _failure_section() -> list[str]:
         "",
         "A single-replica workload follows the same rules (its one replica is its "
         "gang). A workload whose replicas all succeeded is `Succeeded` and is not "
-        "restarted.",
+        "restarted. A workload that gave up is `Failed` with `Failed=True` and "
+        "`Scheduled=False`, both with the reason (`Unschedulable`, `ReplicaFailed`, ...); "
+        "an unschedulable one's last Event is a `FailedScheduling` like every try before.",
+        "",
+        "A `deviceExposure: dra` workload whose manager runs without DRA is left running as "
+        "it is, none of the above applies to it (a failed or deleted replica is reported, "
+        "not acted on): `Managed=False DRAUnavailable` until the manager runs with DRA "
+        "([dra.md](dra.md#a-restart-without-dra-never-tears-down-running-work)).",
         "",
     ]
 
