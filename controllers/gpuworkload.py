@@ -474,17 +474,18 @@ class GPUWorkloadReconciler:
         if lost:
             self.children.force_delete_on(raw, lost)
             raise EndAttempt("NodeLost", f"node(s) {', '.join(lost)} disappeared")
-        changed = self._spec_change(w, placements, raw)
-        if changed:
-            raise EndAttempt(SPEC_CHANGED_REASON, f"spec changed ({changed}); restarting "
-                             f"onto a new placement", spend=False)
         status.placements([p.model_dump(by_alias=True) for p in placements])
         kind = "Job" if w.spec.workload_kind is WorkloadKind.JOB else "Pod"
         mine, stale = self.children.by_attempt(raw, kind, str(attempt))
         exposure = unmanaged.attempt_exposure(
             mine, w.spec.device_exposure or self.options.default_exposure)
         if exposure is DeviceExposure.DRA and self.claims is None:
-            return self._unmanaged(w, raw, out, mine)
+            # before a spec change restarts it: its new pods could not be made
+            return self._unmanaged(w, raw, out, mine, self._spec_change(w, placements, raw))
+        changed = self._spec_change(w, placements, raw)
+        if changed:
+            raise EndAttempt(SPEC_CHANGED_REASON, f"spec changed ({changed}); restarting "
+                             f"onto a new placement", spend=False)
         if self._wait_for_devices(key, placements, mine, out):
             return out
         status.nominated(None)  # nothing of the victims' is left on its devices
@@ -573,7 +574,7 @@ class GPUWorkloadReconciler:
         return True
 
     def _unmanaged(self, w: GPUWorkload, raw: JSON, out: Outcome,
-                   mine: Mapping[int, JSON]) -> Outcome:
+                   mine: Mapping[int, JSON], changed: str) -> Outcome:
         """A ``dra`` attempt in a manager without DRA: never torn down
         (controllers/unmanaged.py). No retry is spent, nothing is requeued: its
         children's events, or a restart with DRA, wake it."""
@@ -583,7 +584,7 @@ class GPUWorkloadReconciler:
             ended.events[:0] = out.events
             return ended
         report, done = unmanaged.leave_running(raw, out.status, w.spec.replicas, mine,
-                                               self.dra_why)
+                                               self.dra_why, changed)
         if done:
             self.ensure_state().forget(w.key)
         report.events[:0] = out.events

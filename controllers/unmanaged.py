@@ -10,7 +10,9 @@ API server that does not serve ``resource.k8s.io/v1``). Such a workload:
 | children of this attempt exist    | left alone: none created, none deleted, no retry   |
 |                                   | spent; its booking kept (its pods hold their       |
 |                                   | devices anyway); phase follows its children;       |
-|                                   | ``Managed=False DRAUnavailable``, one Warning       |
+|                                   | ``Managed=False DRAUnavailable``, one Warning;      |
+|                                   | a spec edit waits for DRA too (its restart would   |
+|                                   | delete pods it could not make again)               |
 | its children all succeeded        | ``Succeeded`` as usual; ``Managed=False`` says its |
 |                                   | claims stay allocated until DRA is back            |
 | placed, no child made yet         | booking released, back to ``Pending`` with         |
@@ -79,7 +81,8 @@ def managed_again(raw: JSON, status: StatusBuilder) -> None:
 
 
 def leave_running(raw: JSON, status: StatusBuilder, replicas: int,
-                  children: Mapping[int, JSON], why: str) -> tuple[Outcome, bool]:
+                  children: Mapping[int, JSON], why: str,
+                  changed: str = "") -> tuple[Outcome, bool]:
     """The report of a placed workload whose children exist and that this
     configuration cannot manage (the module's table). Returns the outcome and
     whether all its replicas succeeded (the caller releases its booking then)."""
@@ -94,6 +97,8 @@ def leave_running(raw: JSON, status: StatusBuilder, replicas: int,
         msg = (f"deviceExposure dra is unavailable ({why}): its {len(children)} "
                f"child(ren) are left running as they are (none created or deleted, "
                f"{claims}) until the controller runs with DRA again")
+        if changed:
+            msg += f"; its spec changed ({changed}), applied then"
         if phase is Phase.FAILED:
             message = f"{message}; left as is, not retried: {msg}"
         else:

@@ -119,3 +119,20 @@ def test_a_dra_pod_whose_status_write_was_lost_is_read_back_and_left_running() -
     assert st["phase"] == "Running" and st["placements"][0]["devices"] == [0, 1]
     assert env.condition("one", "Managed")["status"] == "False"
     assert env.free() == 2
+
+
+def test_a_spec_edit_while_dra_is_off_waits_for_dra_instead_of_deleting_the_pods() -> None:
+    env = Env(gpus=4)
+    running_dra_gang(env)
+    env.restart(dra=False)
+    env.edit("train", lambda o: o["spec"]["template"]["spec"]["containers"][0].update(
+        image="busybox:1.37"))
+    env.settle("train")
+    assert env.client.of("delete", "Pod") == []
+    managed = env.condition("train", "Managed")
+    assert managed["status"] == "False" and "spec changed (template), applied then" in \
+        managed["message"]
+    env.restart(dra=True)
+    env.settle("train")  # with DRA: the edit restarts the gang, as any spec change
+    assert env.condition("train", "Scheduled")["reason"] == "SpecChanged"
+    assert sorted(env.client.names("delete", "Pod")) == ["train-0", "train-1"]
