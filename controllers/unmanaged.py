@@ -10,7 +10,7 @@ API server that does not serve ``resource.k8s.io/v1``). Such a workload:
 | children of this attempt exist    | left alone: none created, none deleted, no retry   |
 |                                   | spent; its booking kept (its pods hold their       |
 |                                   | devices anyway); phase follows its children;       |
-|                                   | ``Managed=False DRAUnavailable``, one Warning;      |
+|                                   | ``Managed=False DRAUnavailable``, one Warning;     |
 |                                   | a spec edit waits for DRA too (its restart would   |
 |                                   | delete pods it could not make again)               |
 | its children all succeeded        | ``Succeeded`` as usual; ``Managed=False`` says its |
