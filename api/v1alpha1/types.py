@@ -492,7 +492,11 @@ class GPUWorkloadStatus(_Base):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Conditions: Scheduled, Ready, Unschedulable, Preempted, ...",
+        description=(
+            "Conditions: Scheduled (False: why it is not placed, or why it failed), "
+            "Ready, Failed, Preempted, PlacementTrusted, and Managed (False while the "
+            "controller's configuration leaves it running as it is)."
+        ),
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["type"],
