@@ -1,8 +1,9 @@
 """A restart without ``--enable-dra`` (a values change) never tears down a running
 ``deviceExposure: dra`` workload: its pods stay, no retry is spent, its claims stay
 allocated and reserved for them, and it says so (``Managed=False DRAUnavailable``, a
-Warning Event, ``gpu_orchestrator_unmanaged_workloads``). Restarted with DRA it is
-managed as before, and a claim whose workload went meanwhile is released then."""
+Warning Event, ``gpu_orchestrator_unmanaged_workloads``); one deleted meanwhile
+releases its claims once its pods are gone. Restarted with DRA it is managed as
+before."""
 
 from __future__ import annotations
 
@@ -70,19 +71,23 @@ def test_a_restart_without_dra_leaves_running_dra_work_alone_and_dra_picks_it_up
             "DRAUnavailable") == 1
         assert REGISTRY.get_sample_value("gpu_orchestrator_unmanaged_workloads",
                                          {"reason": "DRAUnavailable"}) == 2
-        # deleted while DRA is off: its pods go, its claims are kept (allocated)
+        # deleted while DRA is off: its pods go, then its claims (no claim controller
+        # runs, so its deletion releases them); the running one's stay reserved
         delete_workload(admin, namespace, "gone")
-        assert sorted(reserved_for(admin, namespace)) == sorted(want)
+        eventually(lambda: sorted(c["metadata"]["name"] for c in claims_in(admin, namespace))
+                   == ["train-0-gpus-0", "train-1-gpus-0"], timeout=30,
+                   what="the deleted workload's claims released and deleted")
+        assert reserved_for(admin, namespace) == {k: v for k, v in want.items()
+                                                  if k.startswith("train-")}
     finally:
         plain.stop()
 
-    # back with DRA: managed again, nothing replaced; the deleted one's claims released
+    # back with DRA: managed again, nothing replaced, its claims kept
     dra_controller.start()
     cond = wait_condition(admin, namespace, "train", "Managed", "ManagedAgain", timeout=60)
     assert cond["status"] == "True"
-    eventually(lambda: sorted(c["metadata"]["name"] for c in claims_in(admin, namespace))
-               == ["train-0-gpus-0", "train-1-gpus-0"], timeout=60,
-               what="the deleted workload's claims released and deleted")
+    assert sorted(c["metadata"]["name"] for c in claims_in(admin, namespace)) == \
+        ["train-0-gpus-0", "train-1-gpus-0"]
     assert {p["metadata"]["uid"] for p in pods_of(admin, namespace, "train")} == \
         {uids["train-0"], uids["train-1"]}
     w = admin.get("gpu.orchestrator.dev/v1alpha1", "GPUWorkload", "train", namespace)

@@ -5,9 +5,9 @@ managed again when DRA is back."""
 
 from __future__ import annotations
 
-from api.v1alpha1.keys import EXPOSURE_ANNOTATION
+from api.v1alpha1.keys import CHILDREN_FINALIZER, EXPOSURE_ANNOTATION
 from api.v1alpha1.types import DeviceExposure
-from tests.unit.controllers.fakes import NS, Env
+from tests.unit.controllers.fakes import NS, Env, forbidden
 
 
 def running_dra_gang(env: Env) -> None:
@@ -136,3 +136,23 @@ def test_a_spec_edit_while_dra_is_off_waits_for_dra_instead_of_deleting_the_pods
     env.settle("train")  # with DRA: the edit restarts the gang, as any spec change
     assert env.condition("train", "Scheduled")["reason"] == "SpecChanged"
     assert sorted(env.client.names("delete", "Pod")) == ["train-0", "train-1"]
+
+
+def test_deleted_without_dra_by_a_manager_that_may_not_touch_claims_it_still_goes() -> None:
+    env = Env(gpus=4)
+    running_dra_gang(env)
+    env.restart(dra=False)
+
+    def refused(*args: object, **kw: object) -> None:
+        raise forbidden('resourceclaims.resource.k8s.io is forbidden: User "manager" '
+                        'cannot list resource "resourceclaims"')
+    env.client.list_all = refused  # type: ignore[attr-defined]
+    assert env.get("train")["metadata"]["finalizers"] == [CHILDREN_FINALIZER]
+    env.delete_workload("train")
+    env.settle("train")
+    for i in (0, 1):
+        env.pod_gone(f"train-{i}")
+    env.settle("train")
+    assert env.get("train") is None or not env.get("train")["metadata"].get("finalizers")
+    (_, message), = [w for w in env.warnings("train") if w[0] == "ClaimsKept"]
+    assert "(403 Forbidden)" in message and "--enable-dra releases them" in message
