@@ -73,7 +73,6 @@ from api.v1alpha1.types import (
 from controllers import children as ch
 from controllers import unmanaged
 from controllers.child_api import ChildAPI
-from controllers.claim_release import release_workload_claims
 from controllers.conditions import (
     FAILED,
     PREEMPTED,
@@ -99,7 +98,7 @@ from internal.backoff import next_delay, should_retry
 from internal.scheduling.framework import INVALID_MAP, PREEMPT, UNSCHEDULABLE
 from internal.scheduling.jobs import is_job_holder
 from internal.scheduling.pods import BadPod, parse_devices
-from runtime import ApiError, Conflict, Request, Result
+from runtime import Conflict, Request, Result
 from runtime.events import EventRecorder
 from runtime.store import Indexer
 
@@ -594,28 +593,11 @@ class GPUWorkloadReconciler:
         return report
 
     def _claims_left(self, raw: JSON) -> None:
-        """A dra workload deleted while this manager runs without DRA: no claim
-        controller releases its claims, so its deletion does, once its pods are gone
-        (controllers/claim_release.py). Best effort: a manager that may not touch
-        ResourceClaims says so and lets the object go (a manager with DRA releases
-        them later)."""
-        exposure = (raw.get("spec") or {}).get("deviceExposure") or \
-            self.options.default_exposure.value
-        if self.claims is not None or exposure != DeviceExposure.DRA.value or \
-                self.dra_why != NOT_ENABLED:
-            return
-        try:
-            names = release_workload_claims(self.client, raw)
-        except ApiError as exc:
-            if exc.status not in (403, 404):
-                raise  # the API failed for a moment: the deletion is tried again
-            msg = (f"its ResourceClaims stay allocated ({exc.status} {exc.reason}): a "
-                   f"manager with --enable-dra releases them")
-            log.warning("claims.kept", workload=_key(raw), error=str(exc))
-            self.recorder.warning(raw, "ClaimsKept", msg)
-            return
-        if names:
-            log.info("claims.released", workload=_key(raw), claims=names)
+        """A dra workload deleted while this manager runs without DRA releases its
+        claims once its pods are gone (controllers/unmanaged.py)."""
+        if self.claims is None and self.dra_why == NOT_ENABLED:
+            unmanaged.release_claims_of_deleted(self.client, self.recorder, raw,
+                                                self.options.default_exposure)
 
     def _claims(self, w: GPUWorkload, raw: JSON, placements: list[Placement], attempt: int,
                 mine: Mapping[int, JSON]) -> dict[int, str] | None:

@@ -23,6 +23,9 @@ reserved (a claim whose pod went meanwhile is released by the claim controller o
 the manager runs with DRA again, as any claim no booking wants). Restarted with DRA,
 the next reconcile manages the workload as before and ``Managed`` turns ``True``.
 
+Deleted while DRA is off, its claims are released by its deletion once its pods are
+gone (``release_claims_of_deleted``): no claim controller runs to do it.
+
 Which exposure an attempt uses is read from its children (their
 ``gpu.orchestrator.dev/exposure`` annotation), not from today's flags: a changed
 ``--device-exposure`` applies to new attempts only.
@@ -33,8 +36,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import structlog
+
 from api.v1alpha1.keys import EXPOSURE_ANNOTATION
 from api.v1alpha1.types import DeviceExposure, Phase
+from controllers.claim_release import release_workload_claims
 from controllers.conditions import (
     MANAGED,
     READY,
@@ -46,6 +52,10 @@ from controllers.conditions import (
 from controllers.dra_availability import REASON
 from controllers.reconcile_outcome import Outcome
 from controllers.status import StatusBuilder
+from runtime import ApiError
+from runtime.events import EventRecorder
+
+log = structlog.get_logger("gpuworkload")
 
 JSON = Mapping[str, Any]
 
@@ -121,3 +131,31 @@ def back_to_pending(status: StatusBuilder, why: str) -> Outcome:
     status.placements(None).phase(Phase.PENDING, msg)
     status.condition(SCHEDULED, False, REASON, msg).condition(READY, False, REASON, msg)
     return Outcome(status).warn(REASON, msg)
+
+
+def release_claims_of_deleted(client: Any, recorder: EventRecorder, raw: JSON,
+                              default_exposure: DeviceExposure) -> None:
+    """A dra workload deleted while the manager runs without DRA (the API served):
+    no claim controller releases its claims, so its deletion does, once its pods are
+    gone (controllers/claim_release.py). A manager that may not touch ResourceClaims
+    (403), or an API that does not serve them (404), says so and lets the object go
+    (a manager with DRA releases them later); other errors are retried."""
+    exposure = (raw.get("spec") or {}).get("deviceExposure") or default_exposure.value
+    if exposure != DeviceExposure.DRA.value:
+        return
+    try:
+        names = release_workload_claims(client, raw)
+    except ApiError as exc:
+        if exc.status not in (403, 404):
+            raise  # the API failed for a moment: the deletion is tried again
+        meta = raw.get("metadata") or {}
+        log.warning("claims.kept", workload=f"{meta.get('namespace')}/{meta.get('name')}",
+                    error=str(exc))
+        recorder.warning(raw, "ClaimsKept", f"its ResourceClaims stay allocated "
+                         f"({exc.status} {exc.reason}): a manager with --enable-dra "
+                         f"releases them")
+        return
+    if names:
+        meta = raw.get("metadata") or {}
+        log.info("claims.released", workload=f"{meta.get('namespace')}/{meta.get('name')}",
+                 claims=names)
