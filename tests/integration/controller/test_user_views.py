@@ -7,6 +7,8 @@ preemptor that runs says where it was placed, not what it waited for; the manage
 
 from __future__ import annotations
 
+import json
+
 from hack.testenv import ControlPlane
 from runtime import Client
 from tests.integration.controller.conftest import (
@@ -53,10 +55,25 @@ def test_kubectl_get_gw_says_why_it_is_pending_and_a_failed_one_keeps_scheduled_
     assert (cond["status"], cond["reason"]) == ("False", "Unschedulable"), cond
     assert f"{node}: 1 free GPU, needs 2" in cond["message"]
     wait_events(admin, namespace, "hopeless", "FailedScheduling")
-    found = admin.list("v1", "Event", namespace=namespace,
-                       field_selector="reason=FailedScheduling")["items"]
-    assert "hopeless" in {e["involvedObject"]["name"] for e in found}
+    # the commands of docs/usage.md and docs/alerts.md find it
+    for cond in ("Scheduled=false", "Failed"):
+        done = installed.kubectl("wait", "gw/hopeless", "-n", namespace,
+                                 f"--for=condition={cond}", "--timeout=10s")
+        assert "condition met" in done.stdout
+    events = installed.kubectl("get", "events", "-n", namespace, "--field-selector",
+                               "reason=FailedScheduling,involvedObject.name=hopeless").stdout
+    assert "FailedScheduling" in events, events
+    listed = installed.kubectl("get", "events", "-A", "--field-selector",
+                               "reason=FailedScheduling", "-o", "json").stdout
+    assert any(e["involvedObject"]["name"] == "hopeless" and
+               "unschedulable and maxRetries is 0" in e["message"]
+               for e in json.loads(listed)["items"])
     assert get_gw(installed, namespace)["hopeless"]["Reason"] == "Unschedulable"
+    wide = installed.kubectl("get", "gw", "-n", namespace, "-o", "wide").stdout
+    header, *rows = wide.splitlines()
+    assert header.split()[:3] == ["NAME", "PHASE", "REASON"] and "MESSAGE" in header
+    assert any(r.split()[:3] == ["big", "Pending", "Unschedulable"] and
+               f"{node}: 1 free GPU, needs 2" in r for r in rows), wide
     delete_workload(admin, namespace, "big")
     delete_workload(admin, namespace, "hopeless")
 
