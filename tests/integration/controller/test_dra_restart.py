@@ -59,7 +59,12 @@ def test_a_restart_without_dra_leaves_running_dra_work_alone_and_dra_picks_it_up
     try:
         for name in ("train", "gone"):
             cond = wait_condition(admin, namespace, name, "Managed", "DRAUnavailable")
-            assert cond["status"] == "False" and "--enable-dra" in cond["message"], cond
+            # as docs/dra.md shows it
+            assert (cond["status"], cond["message"]) == ("False", (
+                "deviceExposure dra is unavailable (the controller runs without "
+                "--enable-dra): its 2 child(ren) are left running as they are (none "
+                "created or deleted, its ResourceClaims stay allocated) until the "
+                "controller runs with DRA again")), cond
         w = admin.get("gpu.orchestrator.dev/v1alpha1", "GPUWorkload", "train", namespace)
         assert w["status"]["phase"] == "Running" and w["status"]["retries"] == 0, w["status"]
         assert {p["metadata"]["name"]: p["metadata"]["uid"] for name in ("train", "gone")
