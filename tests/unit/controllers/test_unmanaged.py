@@ -156,3 +156,16 @@ def test_deleted_without_dra_by_a_manager_that_may_not_touch_claims_it_still_goe
     assert env.get("train") is None or not env.get("train")["metadata"].get("finalizers")
     (_, message), = [w for w in env.warnings("train") if w[0] == "ClaimsKept"]
     assert "(403 Forbidden)" in message and "--enable-dra releases them" in message
+
+
+def test_a_running_dra_job_is_left_running_too() -> None:
+    env = Env(gpus=4)
+    env.with_dra()
+    env.workload("job", gpusPerReplica=1, deviceExposure="dra", workloadKind="Job")
+    env.settle("job")
+    assert env.jobs.get_by_name("job-0", NS) is not None
+    env.restart(dra=False)
+    env.settle("job")
+    assert env.client.of("delete", "Job") == []
+    assert env.condition("job", "Managed")["status"] == "False"
+    assert env.status("job")["retries"] == 0
