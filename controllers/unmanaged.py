@@ -110,7 +110,9 @@ def leave_running(raw: JSON, status: StatusBuilder, replicas: int,
         if changed:
             msg += f"; its spec changed ({changed}), applied then"
         if phase is Phase.FAILED:
-            message = f"{message}; left as is, not retried: {msg}"
+            # not acted on: the phase stays, the message says what happened
+            message = f"{message}; left as is, not retried"
+            status.phase(Phase(status.status["phase"]), message)
         else:
             status.phase(phase, message)
         status.condition(READY, phase is Phase.RUNNING, "Running" if phase is Phase.RUNNING

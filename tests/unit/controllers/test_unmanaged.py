@@ -169,3 +169,20 @@ def test_a_running_dra_job_is_left_running_too() -> None:
     assert env.client.of("delete", "Job") == []
     assert env.condition("job", "Managed")["status"] == "False"
     assert env.status("job")["retries"] == 0
+
+
+def test_a_replica_that_fails_while_dra_is_off_is_reported_not_acted_on() -> None:
+    env = Env(gpus=4)
+    running_dra_gang(env)
+    env.restart(dra=False)
+    env.set_phase("train-1", "Failed")
+    env.settle("train")
+    assert env.client.of("delete", "Pod") == [] and env.status("train")["retries"] == 0
+    assert env.status("train")["message"] == "replica(s) 1 failed; left as is, not retried"
+    ready = env.condition("train", "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ReplicaFailed")
+    # back with DRA: the failure is acted on as always (the attempt ends, a retry)
+    env.restart(dra=True)
+    env.settle("train")
+    assert env.status("train")["retries"] == 1
+    assert env.condition("train", "Scheduled")["reason"] == "ReplicaFailed"
