@@ -19,6 +19,7 @@ import structlog
 
 from api.v1alpha1.keys import ATTEMPT_LABEL, CLAIM_FINALIZER, INDEX_LABEL, WORKLOAD_UID_LABEL
 from api.v1alpha1.types import API_VERSION
+from controllers.claim_release import release_claim
 from controllers.claims import (
     POD_CLAIM_INDEX,
     ClaimManager,
@@ -127,24 +128,7 @@ class ClaimReconciler:
                    for p in pods.get("items") or ())
 
     def _release(self, claim: JSON) -> None:
-        meta = claim["metadata"]
-        ns, name = meta["namespace"], meta["name"]
-        with contextlib.suppress(NotFound):
-            status = claim.get("status") or {}
-            if status.get("allocation") or status.get("reservedFor"):
-                claim = self.client.update_status(
-                    {**claim, "status": {**status, "allocation": None, "reservedFor": None}})
-                log.info("claim.deallocated", claim=f"{ns}/{name}")
-            rest = [f for f in claim["metadata"].get("finalizers") or () if f != CLAIM_FINALIZER]
-            if CLAIM_FINALIZER in (claim["metadata"].get("finalizers") or ()):
-                claim = self.client.patch(
-                    DRA_API_VERSION, "ResourceClaim", name,
-                    {"metadata": {"finalizers": rest or None,
-                                  "resourceVersion": claim["metadata"]["resourceVersion"]}},
-                    namespace=ns, patch_type="merge")
-            if not claim["metadata"].get("deletionTimestamp"):
-                self.client.delete(DRA_API_VERSION, "ResourceClaim", name, namespace=ns)
-            log.info("claim.released", claim=f"{ns}/{name}")
+        release_claim(self.client, claim)
 
 
 def _key(obj: JSON) -> str:

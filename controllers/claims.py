@@ -18,7 +18,9 @@ stops the one before it; none is ever done twice):
 5. and, once a claim is no longer wanted (its workload's booking no longer holds
    that replica's placement: deleted, finished, another attempt, a crash before
    the pod existed) and no pod uses it, removes its allocation, then our
-   finalizer, then the claim. Claims nobody owns any more go the same way.
+   finalizer, then the claim (controllers/claim_release.py). Claims nobody owns any
+   more go the same way; a workload deleted while the manager runs without DRA
+   releases its own once its pods are gone.
 
 A claim whose allocation no longer matches its placement (edited by hand) is
 reported; before its pod exists it is repaired, afterwards the attempt ends (the

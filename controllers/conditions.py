@@ -13,6 +13,9 @@ SCHEDULED = "Scheduled"
 READY = "Ready"
 FAILED = "Failed"
 PREEMPTED = "Preempted"
+#: False while this controller's configuration cannot manage a workload that already
+#: runs (``deviceExposure: dra`` without ``--enable-dra``): its children are left alone
+MANAGED = "Managed"
 
 
 def set_condition(conditions: list[dict[str, Any]], type_: str, status: bool, reason: str,

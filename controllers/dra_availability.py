@@ -18,8 +18,9 @@ Guarantees:
   one Warning Event per new message, instead of waiting forever for ResourceSlices.
   It stays Pending until its spec changes (a spec edit is an event that reconciles
   it again) or the controller restarts with DRA available. Everything else goes to
-  the reconciler unchanged: a placed workload, one being deleted, a finished one, an
-  invalid spec (its ``InvalidSpec`` says more).
+  the reconciler unchanged: a placed workload, or one with children (left running
+  as it is: controllers/unmanaged.py), one being deleted, a finished one, an invalid spec (its
+  ``InvalidSpec`` says more).
 """
 
 from __future__ import annotations
@@ -82,9 +83,13 @@ class DraUnavailableGate:
                  default_exposure: DeviceExposure, why: str, recorder: EventRecorder,
                  submit: Callable[[JSON, dict[str, Any]], None],
                  pending: Callable[[JSON], JSON | None] = lambda raw: None,
-                 clock: Callable[[], datetime] = _now) -> None:
+                 clock: Callable[[], datetime] = _now,
+                 has_children: Callable[[JSON], bool] = lambda raw: False) -> None:
         self.inner, self.workloads, self.default_exposure = reconcile, workloads, \
             default_exposure
+        #: whether a workload has children (a pod whose status write was lost is
+        #: still its placement: the reconciler leaves it running, it is not refused)
+        self.has_children = has_children
         self.message = f"deviceExposure dra is unavailable: {why}"
         self.recorder, self.submit, self.pending, self.clock = recorder, submit, pending, clock
 
@@ -119,7 +124,7 @@ class DraUnavailableGate:
             GPUWorkload.model_validate(raw)
         except ValidationError:
             return False
-        return True
+        return not self.has_children(raw)
 
 
 def status_submitter(client: Any) -> Callable[[JSON, dict[str, Any]], None]:

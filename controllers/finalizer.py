@@ -35,8 +35,12 @@ def _key(raw: JSON) -> str:
 
 class ChildrenFinalizer:
     def __init__(self, client: Any, children: ChildAPI, status_writer: StatusWriter | None,
-                 release: Callable[[str], None], wrote: Callable[[JSON], None]) -> None:
+                 release: Callable[[str], None], wrote: Callable[[JSON], None],
+                 children_gone: Callable[[JSON], None] = lambda raw: None) -> None:
         self.client = client
+        #: called once none of the children is left, before the object may go (not
+        #: with ``--cascade=orphan``: the children run on, with what they use)
+        self.children_gone = children_gone
         self.children = children
         self.status_writer = status_writer
         self._release = release  # the workload's booking goes (its pods keep theirs)
@@ -59,6 +63,8 @@ class ChildrenFinalizer:
             left = self.children.left(meta["uid"])
         if left:
             return Result(requeue_after=FINALIZE_POLL)
+        if "orphan" not in finalizers:
+            self.children_gone(raw)
         if self.status_writer is not None:
             # nothing of ours may be written once the object can go
             self.status_writer.settle(key)

@@ -20,6 +20,8 @@ One reconcile of ``namespace/name`` observes, decides, acts, then reports:
 | placed                                    | creates missing children, aggregates phases;   |
 |                                           | a failed replica, a lost node, a child that    |
 |                                           | cannot be created end the attempt              |
+| placed, ``dra``, manager without DRA      | left running as it is, ``Managed=False``       |
+|                                           | (controllers/unmanaged.py)                     |
 
 Commit points. One replica in Pod mode: the bound pod itself (its ``nodeName`` and
 env cannot change after creation) — the status write that follows only reports.
@@ -69,6 +71,7 @@ from api.v1alpha1.types import (
     WorkloadKind,
 )
 from controllers import children as ch
+from controllers import unmanaged
 from controllers.backstop import Backstop
 from controllers.child_api import ChildAPI
 from controllers.conditions import (
@@ -80,6 +83,7 @@ from controllers.conditions import (
     child_phase,
     get_condition,
 )
+from controllers.dra_availability import NOT_ENABLED
 from controllers.finalizer import ChildrenFinalizer
 from controllers.placement_state import PlacementState, PodBook
 from controllers.reconcile_outcome import EndAttempt, Outcome
@@ -116,7 +120,7 @@ def _now() -> datetime:
 @dataclass
 class Options:
     default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES
-    default_strategy: str | None = None  # used when a spec names none (the CRD defaults it)
+    default_strategy: str | None = None  # used when a spec names none (else leastLoaded)
 
 
 class GPUWorkloadReconciler:
@@ -138,7 +142,8 @@ class GPUWorkloadReconciler:
         #: children created and not yet seen by the informer
         self.expectations = self.children.expectations
         self.finalizer = ChildrenFinalizer(client, self.children, status_writer,
-                                           self._release, self._wrote)
+                                           self._release, self._wrote,
+                                           children_gone=self._claims_left)
         self.recorder = recorder
         self.workloads = workloads
         self.pods = pods
@@ -156,6 +161,8 @@ class GPUWorkloadReconciler:
         #: ``deviceExposure: dra``: the ResourceClaims of replicas (controllers/claims.py);
         #: None while DRA is off
         self.claims: Any = None
+        #: why DRA is off (a sentence), while ``claims`` is None
+        self.dra_why = NOT_ENABLED
 
     # ------------------------------------------------------------------ entry
 
@@ -216,10 +223,14 @@ class GPUWorkloadReconciler:
                                                            message)
             out = Outcome(status)
             return out.warn("InvalidSpec", message) if _changed_message(raw, message) else out
-        if self.options.default_strategy and "schedulingStrategy" not in (raw.get("spec") or {}):
-            w.spec.scheduling_strategy = SchedulingStrategy(self.options.default_strategy)
+        if w.spec.scheduling_strategy is None:  # the manager's --default-strategy
+            w.spec.scheduling_strategy = SchedulingStrategy(
+                self.options.default_strategy or SchedulingStrategy.LEAST_LOADED.value)
+        status.strategy(w.spec.scheduling_strategy.value)
         if w.spec.device_exposure is None:
             w.spec.device_exposure = self.options.default_exposure  # the filters read it
+        if self.claims is not None or w.spec.device_exposure is not DeviceExposure.DRA:
+            unmanaged.managed_again(raw, status)
         if w.status.phase in (Phase.SUCCEEDED, Phase.FAILED):
             state.forget(key)
             return Outcome(status)
@@ -355,6 +366,9 @@ class GPUWorkloadReconciler:
                 status.condition(PREEMPTED, False, "PlacedAgain", decision.message)
             out = Outcome(status).normal("Preempting" if preempting else "Scheduled",
                                          decision.message)
+            if not ((w.spec.template or {}).get("spec") or {}).get("containers"):
+                out.normal("DefaultTemplate", f"spec.template names no container: each "
+                           f"replica runs one container main, image {ch.DEFAULT_IMAGE}")
             if self._pod_is_commit_point(w):
                 if preempting:
                     state.commit(key)  # nominated: reported, its pod created later
@@ -468,17 +482,22 @@ class GPUWorkloadReconciler:
         if lost:
             self.children.force_delete_on(raw, lost)
             raise EndAttempt("NodeLost", f"node(s) {', '.join(lost)} disappeared")
+        status.placements([p.model_dump(by_alias=True) for p in placements])
+        kind = "Job" if w.spec.workload_kind is WorkloadKind.JOB else "Pod"
+        mine, stale = self.children.by_attempt(raw, kind, str(attempt))
+        exposure = unmanaged.attempt_exposure(
+            mine, w.spec.device_exposure or self.options.default_exposure)
+        if exposure is DeviceExposure.DRA and self.claims is None:
+            # before a spec change restarts it: its new pods could not be made
+            return self._unmanaged(w, raw, out, mine, self._spec_change(w, placements, raw))
         changed = self._spec_change(w, placements, raw)
         if changed:
             raise EndAttempt(SPEC_CHANGED_REASON, f"spec changed ({changed}); restarting "
                              f"onto a new placement", spend=False)
-        status.placements([p.model_dump(by_alias=True) for p in placements])
-        kind = "Job" if w.spec.workload_kind is WorkloadKind.JOB else "Pod"
-        mine, stale = self.children.by_attempt(raw, kind, str(attempt))
         if self._wait_for_devices(key, placements, mine, out):
             return out
         status.nominated(None)  # nothing of the victims' is left on its devices
-        exposure = w.spec.device_exposure or self.options.default_exposure
+        _placed(status, placements)  # a waiting reason no longer describes the present
         if exposure is DeviceExposure.DEVICE_PLUGIN and any(p.devices for p in placements):
             # A map names devices, so the kubelet must not pick others.
             exposure = DeviceExposure.CUDA_VISIBLE_DEVICES
@@ -562,13 +581,35 @@ class GPUWorkloadReconciler:
             out.result = Result(requeue_after=1.0)  # an acknowledgement wakes nobody
         return True
 
+    def _unmanaged(self, w: GPUWorkload, raw: JSON, out: Outcome,
+                   mine: Mapping[int, JSON], changed: str) -> Outcome:
+        """A ``dra`` attempt in a manager without DRA: never torn down
+        (controllers/unmanaged.py). No retry is spent, nothing is requeued: its
+        children's events, or a restart with DRA, wake it."""
+        if not mine:
+            self._release(w.key)
+            ended = unmanaged.back_to_pending(out.status, self.dra_why)
+            ended.events[:0] = out.events
+            return ended
+        report, done = unmanaged.leave_running(raw, out.status, w.spec.replicas, mine,
+                                               self.dra_why, changed)
+        if done:
+            self.ensure_state().forget(w.key)
+        report.events[:0] = out.events
+        report.raw = out.raw
+        return report
+
+    def _claims_left(self, raw: JSON) -> None:
+        """A dra workload deleted while this manager runs without DRA releases its
+        claims once its pods are gone (controllers/unmanaged.py)."""
+        if self.claims is None and self.dra_why == NOT_ENABLED:
+            unmanaged.release_claims_of_deleted(self.client, self.recorder, raw,
+                                                self.options.default_exposure)
+
     def _claims(self, w: GPUWorkload, raw: JSON, placements: list[Placement], attempt: int,
                 mine: Mapping[int, JSON]) -> dict[int, str] | None:
         """``deviceExposure: dra``: each replica's claim, allocated to its devices
         before its pod exists (controllers/claims.py). None: wait and come back."""
-        if self.claims is None:
-            raise EndAttempt("DRADisabled", "deviceExposure dra needs the controller "
-                             "started with --enable-dra")
         out: dict[int, str] = {}
         for p in placements:
             name = self.claims.ensure(w, raw, p, attempt, p.index in mine)
@@ -620,12 +661,17 @@ class GPUWorkloadReconciler:
 
     def _fail(self, raw: JSON, status: StatusBuilder, reason: str, message: str,
               retries: int | None = None) -> Outcome:
+        """Failed for good: ``Failed=True`` and ``Scheduled=False`` with the reason
+        (``kubectl wait --for=condition=Scheduled=false`` finds it); an unschedulable
+        workload's Event is ``FailedScheduling``, as every try before it."""
         self.ensure_state().forget(_key(raw))
         m.FAILURES.labels(reason).inc()
         log.info("workload.failed", workload=_key(raw), reason=reason, message=message)
         status.retry(retries, None).phase(Phase.FAILED, message)
         status.condition(FAILED, True, reason, message).condition(READY, False, reason, message)
-        return Outcome(status).warn(reason, message)
+        status.condition(SCHEDULED, False, reason, message)
+        return Outcome(status).warn("FailedScheduling" if reason == UNSCHEDULABLE else reason,
+                                    message)
 
     # ---------------------------------------------------------------- writing
 
@@ -701,6 +747,21 @@ def _waiting_for(blockers: Mapping[str, list[str]], *, preempted: bool = True) -
     held = "" if preempted else " holding its devices"
     return (f"waiting for {' and '.join(what)}{held} to terminate on "
             f"{', '.join(sorted(blockers))}")
+
+
+#: Scheduled=True reasons that describe a wait before the children are made
+WAITING_REASONS = ("WaitingForPreemption", "WaitingForDevices")
+
+
+def _placed(status: StatusBuilder, placements: list[Placement]) -> None:
+    """Nothing is waited for any more: a ``Scheduled`` condition still saying what
+    was waited for becomes the placement's (reason ``Scheduled``, as a placement
+    that waited for nothing has it, and the same message naming the nodes)."""
+    current = get_condition(status.status, SCHEDULED) or {}
+    if current.get("reason") in WAITING_REASONS:
+        nodes = ", ".join(sorted({p.node for p in placements}))
+        status.condition(SCHEDULED, True, "Scheduled",
+                         f"placed {len(placements)} replica(s) on {nodes}")
 
 
 def _changed_message(raw: JSON, message: str) -> bool:

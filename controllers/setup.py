@@ -23,6 +23,7 @@ from api.v1alpha1.types import API_VERSION, DeviceExposure
 from controllers.backstop import DEFAULT_PERIOD, Backstop
 from controllers.claim_controller import setup_claims
 from controllers.claims import DraOptions
+from controllers.conditions import MANAGED, get_condition
 from controllers.dra_availability import (
     NOT_ENABLED,
     DraUnavailableGate,
@@ -192,6 +193,7 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         options=Options(default_exposure=opts.default_exposure,
                         default_strategy=opts.default_strategy),
         status_writer=writer, backstop=backstop)
+    reconciler.dra_why = dra_why or NOT_ENABLED
     if backstop is not None:
         mgr.add(backstop)
 
@@ -233,7 +235,10 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
             reconciler.reconcile, workloads.indexer, opts.default_exposure,
             dra_why or NOT_ENABLED, recorder,
             writer.submit if writer is not None else status_submitter(mgr.client),
-            writer.view if writer is not None else lambda raw: None)
+            writer.view if writer is not None else lambda raw: None,
+            has_children=lambda raw: any(
+                informer.indexer.by_index(OWNER_UID_INDEX, raw["metadata"].get("uid"))
+                for informer in (pods, jobs)))
     ctrl = builder.with_options(max_concurrent_reconciles=opts.workers).complete(
         only_in(opts.namespaces, gated))
     holder["ctrl"] = ctrl
@@ -252,6 +257,15 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         state = reconciler.state
         return state.node_gpus() if state is not None and state.ready else ({}, {})
 
+    def unmanaged() -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for w in workloads.indexer.list():
+            cond = get_condition(w.get("status") or {}, MANAGED) or {}
+            if cond.get("status") == "False":
+                reason = str(cond.get("reason") or "")
+                counts[reason] = counts.get(reason, 0) + 1
+        return counts
+
     def heartbeats() -> dict[str, float]:
         now = datetime.now(UTC)
         out = {}
@@ -261,5 +275,5 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
                 out[g["metadata"]["name"]] = max(0.0, (now - beat).total_seconds())
         return out
 
-    STATE.set_sources(phases, node_gpus, heartbeats)
+    STATE.set_sources(phases, node_gpus, heartbeats, unmanaged)
     return ctrl, reconciler

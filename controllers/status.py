@@ -46,6 +46,7 @@ class StatusBuilder:
             "placements": old.get("placements") or None,
             "nextRetryTime": old.get("nextRetryTime"),
             "nominatedOver": old.get("nominatedOver") or None,
+            "strategy": old.get("strategy") or None,
         }
 
     def phase(self, phase: Phase, message: str) -> StatusBuilder:
@@ -71,6 +72,11 @@ class StatusBuilder:
         self.status["nominatedOver"] = sorted(owners) if owners else None
         return self
 
+    def strategy(self, name: str) -> StatusBuilder:
+        """The strategy the controller places it with (the spec's, else the default)."""
+        self.status["strategy"] = name
+        return self
+
     def retry(self, retries: int | None = None, next_retry: str | None = None) -> StatusBuilder:
         if retries is not None:
             self.status["retries"] = retries
@@ -80,7 +86,7 @@ class StatusBuilder:
     def build(self) -> dict[str, Any]:
         out = dict(self.status)
         pls = out.get("placements") or ()
-        out["gpus"] = gpus_held(pls, self.spec) or None
+        out["gpus"] = gpus_held(pls, self.spec)  # 0 while not placed
         out["nodes"] = ",".join(sorted({p["node"] for p in pls})) or None
         # the scale subresource's view: replicas holding a placement (never more
         # than the spec asks for) and the selector of their pods

@@ -311,16 +311,25 @@ def workload_crd() -> dict[str, Any]:
                 "description": "Lifecycle phase.",
             },
             {
+                "name": "Reason",
+                "type": "string",
+                "jsonPath": '.status.conditions[?(@.type=="Scheduled")].reason',
+                "description": "Reason of the Scheduled condition (why it waits, or how "
+                "it was placed).",
+            },
+            {
                 "name": "Strategy",
                 "type": "string",
-                "jsonPath": ".spec.schedulingStrategy",
-                "description": "Placement strategy.",
+                "jsonPath": ".status.strategy",
+                "description": "Placement strategy used: the spec's, else the manager's "
+                "--default-strategy.",
             },
             {
                 "name": "GPUs",
                 "type": "integer",
                 "jsonPath": ".status.gpus",
-                "description": "GPUs held by the workload.",
+                "description": "GPUs the placement holds (distinct devices; 0 while not "
+                "placed).",
             },
             {
                 "name": "Nodes",
@@ -343,6 +352,13 @@ def workload_crd() -> dict[str, Any]:
                 "priority": 1,
             },
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+            {
+                "name": "Message",
+                "type": "string",
+                "jsonPath": ".status.message",
+                "description": "Summary of the state (why it is pending, replicas running).",
+                "priority": 1,
+            },
         ],
     )
 

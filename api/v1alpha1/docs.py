@@ -97,6 +97,17 @@ def _model_rules(model: type[BaseModel]) -> list[dict[str, str]]:
     return rules
 
 
+def _columns_section() -> list[str]:
+    """What ``kubectl get gw`` prints, from the CRD's printer columns."""
+    cols = crd.workload_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
+    rows = [f"| {c['name'].upper()} | `{c['jsonPath']}` | {_cell(c.get('description', ''))} |"
+            for c in cols if not c.get("priority")]
+    wide = [f"| {c['name'].upper()} (`-o wide`) | `{c['jsonPath']}` | "
+            f"{_cell(c.get('description', ''))} |" for c in cols if c.get("priority")]
+    return ["## `kubectl get gw`", "",
+            "| column | from | what |", "| --- | --- | --- |", *rows, *wide, ""]
+
+
 def _changes_section() -> list[str]:
     """'Changing a workload', from the table in changes.py."""
     out = [
@@ -170,7 +181,14 @@ def _failure_section() -> list[str]:
         "",
         "A single-replica workload follows the same rules (its one replica is its "
         "gang). A workload whose replicas all succeeded is `Succeeded` and is not "
-        "restarted.",
+        "restarted. A workload that gave up is `Failed` with `Failed=True` and "
+        "`Scheduled=False`, both with the reason (`Unschedulable`, `ReplicaFailed`, ...); "
+        "an unschedulable one's last Event is a `FailedScheduling` like every try before.",
+        "",
+        "A `deviceExposure: dra` workload whose manager runs without DRA is left running as "
+        "it is, none of the above applies to it (a failed or deleted replica is reported, "
+        "not acted on): `Managed=False DRAUnavailable` until the manager runs with DRA "
+        "([dra.md](dra.md#a-restart-without-dra-never-tears-down-running-work)).",
         "",
     ]
 
@@ -219,8 +237,18 @@ def render_markdown() -> str:
         "    4=node4:3",
         "```",
         "",
+        "It names no `template`, so each replica runs the default: one container `main`, "
+        "image `busybox:1.36`, with the image's own command (a shell that exits at once, "
+        "so on a real node the workload soon turns `Succeeded`); a `DefaultTemplate` Event "
+        "says so when it is placed. Give a `template` with your container for real work. "
+        "The default is kept, not refused at admission, because a spec without a template "
+        "is how placements are tried (the samples, `kubectl gpu template`, the seed's "
+        "maps), and refusing it would break every such manifest already applied. It holds "
+        "7 GPUs (`status.gpus`: distinct devices; replicas 3 and 4 share node4's device "
+        "3, and replica 2 has three).",
+        "",
     ]
-    out += _changes_section() + _failure_section()
+    out += _columns_section() + _changes_section() + _failure_section()
     for kind in (GPUWorkload, GPUNode):
         out += [f"## {kind.__name__}", ""]
         models: list[type[BaseModel]] = []

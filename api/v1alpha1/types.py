@@ -292,11 +292,13 @@ class GPUWorkloadSpec(_Base):
             ],
         },
     )
-    scheduling_strategy: SchedulingStrategy = Field(
-        SchedulingStrategy.LEAST_LOADED,
+    scheduling_strategy: SchedulingStrategy | None = Field(
+        None,
         alias="schedulingStrategy",
         description=(
-            "Placement strategy. leastLoaded: lowest GPU utilization (from GPUNode), "
+            "Placement strategy; unset: the manager's --default-strategy (leastLoaded "
+            "unless the manager says otherwise), shown in status.strategy. leastLoaded: "
+            "lowest GPU utilization (from GPUNode), "
             "then most free GPUs. bestFit: smallest GPUs that meet minGPUMemoryMiB "
             "when nodes report memory, then the fullest node that still fits. "
             "priority: like leastLoaded, may preempt "
@@ -343,7 +345,10 @@ class GPUWorkloadSpec(_Base):
         None,
         description=(
             "Pod template (a PodTemplateSpec) for each replica. The controller sets "
-            "nodeName, the device environment, labels and owner references."
+            "nodeName, the device environment, labels and owner references. Unset (or "
+            "without containers): one container main running busybox:1.36 with the "
+            "image's own command, for trying a placement (a DefaultTemplate Event says "
+            "so)."
         ),
         json_schema_extra={
             "crd_schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
@@ -487,7 +492,11 @@ class GPUWorkloadStatus(_Base):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Conditions: Scheduled, Ready, Unschedulable, Preempted, ...",
+        description=(
+            "Conditions: Scheduled (False: why it is not placed, or why it failed), "
+            "Ready, Failed, Preempted, PlacementTrusted, and Managed (False while the "
+            "controller's configuration leaves it running as it is)."
+        ),
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["type"],
@@ -522,10 +531,19 @@ class GPUWorkloadStatus(_Base):
     gpus: int | None = Field(
         None,
         ge=0,
-        description="GPU devices the placements hold: the distinct devices named (an "
-        "annotationMap line may name one device for two replicas: counted once), plus "
-        "gpusPerReplica per device-plugin replica. replicas x gpusPerReplica unless a map "
-        "shares a device.",
+        description=(
+            "GPUs the workload's placement holds: the distinct devices its placements "
+            "name (a schedulingMap may give replicas different counts, or one device to "
+            "several replicas), plus gpusPerReplica for each device-plugin replica; 0 "
+            "while it is not placed."
+        ),
+    )
+    strategy: str | None = Field(
+        None,
+        description=(
+            "The placement strategy the controller uses for it: spec.schedulingStrategy, "
+            "else the manager's --default-strategy."
+        ),
     )
     nodes: str | None = Field(
         None,

@@ -92,7 +92,8 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
         ("Name", md["name"]),
         ("Namespace", md.get("namespace")),
         ("Created", f"{md.get('creationTimestamp')} ({age(md.get('creationTimestamp'))} ago)"),
-        ("Strategy", spec.get("schedulingStrategy") or "leastLoaded"),
+        ("Strategy", spec.get("schedulingStrategy") or st.get("strategy")
+         or "the manager's --default-strategy"),
         ("Replicas", reps),
         ("GPUs", f"{per} per replica, {reps * per} in all"),
         ("Priority", spec.get("priority", 0)),

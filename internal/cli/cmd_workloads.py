@@ -22,7 +22,8 @@ def row(w: dict, all_ns: bool) -> list:
     reps = int(spec.get("replicas") or 1)
     per = inventory.gpus_per_replica(w)
     r = [w["metadata"]["name"], inventory.workload_phase(w),
-         spec.get("schedulingStrategy") or "leastLoaded", reps, reps * per,
+         spec.get("schedulingStrategy") or (w.get("status") or {}).get("strategy") or "-",
+         reps, reps * per,
          inventory.placements_text(w), age(w["metadata"].get("creationTimestamp"))]
     return [w["metadata"].get("namespace"), *r] if all_ns else r
 

@@ -24,11 +24,14 @@ class StateCollector(Collector):
         self._phases: Callable[[], dict[str, int]] = dict
         self._gpus: Callable[[], tuple[dict[str, int], dict[str, int]]] = lambda: ({}, {})
         self._heartbeats: Callable[[], dict[str, float]] = dict
+        self._unmanaged: Callable[[], dict[str, int]] = dict
 
     def set_sources(self, phases: Callable[[], dict[str, int]],
                     gpus: Callable[[], tuple[dict[str, int], dict[str, int]]],
-                    heartbeats: Callable[[], dict[str, float]] = dict) -> None:
+                    heartbeats: Callable[[], dict[str, float]] = dict,
+                    unmanaged: Callable[[], dict[str, int]] = dict) -> None:
         self._phases, self._gpus, self._heartbeats = phases, gpus, heartbeats
+        self._unmanaged = unmanaged
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         workloads = GaugeMetricFamily("gpu_orchestrator_workloads", "GPUWorkloads by phase.",
@@ -55,6 +58,13 @@ class StateCollector(Collector):
         for node, seconds in sorted(self._heartbeats().items()):
             age.add_metric([node], seconds)
         yield age
+        left = GaugeMetricFamily(
+            "gpu_orchestrator_unmanaged_workloads", "Placed GPUWorkloads left running "
+            "as they are because this controller's configuration cannot manage them "
+            "(condition Managed=False), by reason.", labels=["reason"])
+        for reason, n in sorted(self._unmanaged().items()):
+            left.add_metric([reason], n)
+        yield left
 
 
 PHASES = ("Pending", "Scheduled", "Running", "Succeeded", "Failed")

@@ -37,7 +37,8 @@ class Scheduler:
 
     def schedule(self, workload: GPUWorkload, strategy: str | None = None) -> Decision:
         """Decide for ``workload`` with ``strategy`` (default: its spec's). Pure."""
-        strat = self.strategy(strategy or workload.spec.scheduling_strategy)
+        strat = self.strategy(strategy or workload.spec.scheduling_strategy
+                              or SchedulingStrategy.LEAST_LOADED)
         return schedule(
             workload,
             self.snapshot,

@@ -9,7 +9,7 @@ import random
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
+from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement, SchedulingStrategy
 from internal.scheduling import mapparser
 from internal.scheduling.filters import filter_node, gpus_word
 from internal.scheduling.ledger import Ledger, booking_owner
@@ -26,7 +26,8 @@ EXPLAIN_ALL_BELOW = 16
 def _resolve_strategy(workload: GPUWorkload, strategy: Strategy | str | None) -> Strategy:
     if isinstance(strategy, Strategy):
         return strategy
-    return registry.create(strategy or workload.spec.scheduling_strategy.value)
+    return registry.create(strategy or (workload.spec.scheduling_strategy
+                                       or SchedulingStrategy.LEAST_LOADED).value)
 
 
 def _exposure(workload: GPUWorkload, default: DeviceExposure) -> DeviceExposure:

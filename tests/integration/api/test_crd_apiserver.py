@@ -63,7 +63,8 @@ def test_seed_spellings_accepted_and_defaulted(crds, namespace) -> None:
     assert w.scheduling_map_text() == SEED
     r = _create(crds, namespace, "empty", {})
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["spec"]["schedulingStrategy"] == "leastLoaded"
+    # no default: the manager's --default-strategy applies (status.strategy shows it)
+    assert "schedulingStrategy" not in json.loads(r.stdout)["spec"]
 
 
 @pytest.mark.parametrize(
@@ -116,9 +117,14 @@ def test_status_subresource_and_printer_columns(crds, namespace) -> None:
     status = {
         "status": {
             "phase": "Running",
+            "message": "1 of 1 replica(s) running",
             "gpus": 2,
             "nodes": "node1",
+            "strategy": "leastLoaded",
             "placements": [{"index": 0, "node": "node1", "devices": [0, 1]}],
+            "conditions": [{"type": "Scheduled", "status": "True", "reason": "Scheduled",
+                            "message": "placed 1 replica(s) on node1",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z"}],
         }
     }
     crds.kubectl(
@@ -134,7 +140,11 @@ def test_status_subresource_and_printer_columns(crds, namespace) -> None:
     )
     out = crds.kubectl("get", "-n", namespace, "gw", "w").stdout
     header, row = out.splitlines()[:2]
-    assert header.split() == ["NAME", "PHASE", "STRATEGY", "GPUS", "NODES", "AGE"]
-    assert row.split()[:5] == ["w", "Running", "leastLoaded", "2", "node1"]
+    assert header.split() == ["NAME", "PHASE", "REASON", "STRATEGY", "GPUS", "NODES", "AGE"]
+    assert row.split()[:6] == ["w", "Running", "Scheduled", "leastLoaded", "2", "node1"]
+    wide = crds.kubectl("get", "-n", namespace, "gw", "w", "-o", "wide").stdout
+    header, row = wide.splitlines()[:2]
+    assert header.split()[-4:] == ["REPLICAS", "MODEL", "AGE", "MESSAGE"], wide
+    assert row.endswith("1 of 1 replica(s) running"), row
     explain = crds.kubectl("explain", "gpuworkload.spec.gpusPerReplica").stdout
     assert "GPU devices per replica" in explain

@@ -142,7 +142,7 @@ def _scenario(cluster: ControlPlane, ns: str) -> dict:
                        {"index": 1, "node": "node2", "devices": [2, 3]}],
         "conditions": [{"type": "Scheduled", "status": "True", "reason": "Placed",
                         "message": "placed by leastLoaded", "lastTransitionTime": t}],
-        "gpus": 4, "nodes": "node1,node2"})
+        "gpus": 4, "nodes": "node1,node2", "strategy": "leastLoaded"})
     create_child(cluster, ns, "train", 0, "node1", [0, 1])
     create_child(cluster, ns, "train", 1, "node2", [2, 3])
     create_event(cluster, ns, train, "Scheduled", "placed 0=node1:0,1 1=node2:2,3")

@@ -150,4 +150,10 @@ def test_unschedulable_workload_fails_after_max_retries(
     assert failed["reason"] == "Unschedulable"
     assert "gave up after 2 retries" in failed["message"]
     assert f"{node}: 1 free GPU, needs 2" in failed["message"]
-    wait_events(admin, namespace, "hopeless", "FailedScheduling", "Unschedulable")
+    # it keeps Scheduled=False with the reasons, and its giving up is a FailedScheduling
+    # Event too (what docs/alerts.md's field selector finds)
+    scheduled = next(c for c in w["status"]["conditions"] if c["type"] == "Scheduled")
+    assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
+    assert scheduled["message"] == failed["message"]
+    eventually(lambda: any("gave up after 2 retries" in e["message"] for e in wait_events(
+        admin, namespace, "hopeless", "FailedScheduling")), what="the giving up's Event")

@@ -43,11 +43,14 @@ def test_workload_crd_shape() -> None:
         "labelSelectorPath": ".status.selector",
     }
     cols = [c["name"] for c in v["additionalPrinterColumns"] if c.get("priority", 0) == 0]
-    assert cols == ["Phase", "Strategy", "GPUs", "Nodes", "Age"]
+    assert cols == ["Phase", "Reason", "Strategy", "GPUs", "Nodes", "Age"]
+    wide = [c["name"] for c in v["additionalPrinterColumns"] if c.get("priority")]
+    assert wide == ["Replicas", "Model", "Message"]
     spec = v["schema"]["openAPIV3Schema"]["properties"]["spec"]
     props = spec["properties"]
     assert props["schedulingStrategy"]["enum"] == [s.value for s in SchedulingStrategy]
-    assert props["schedulingStrategy"]["default"] == "leastLoaded"
+    # no CRD default: the manager's --default-strategy applies (status.strategy shows it)
+    assert "default" not in props["schedulingStrategy"]
     assert props["replicas"]["minimum"] == 1 and props["replicas"]["default"] == 1
     assert props["priority"]["x-kubernetes-int-or-string"] is True
     assert "type" not in props["priority"]

@@ -10,7 +10,6 @@ from api.v1alpha1.types import (
     GPUWorkloadSpec,
     Phase,
     Placement,
-    SchedulingStrategy,
     Topology,
     WorkloadKind,
 )
@@ -39,7 +38,7 @@ def test_defaults_applied_to_empty_spec() -> None:
     s = w.spec
     assert s.replicas == 1
     assert s.gpus == 1
-    assert s.scheduling_strategy is SchedulingStrategy.LEAST_LOADED
+    assert s.scheduling_strategy is None  # the manager's --default-strategy applies
     assert s.topology is Topology.NONE
     assert s.workload_kind is WorkloadKind.POD
     assert s.device_exposure is None

@@ -21,6 +21,8 @@ from typing import Any
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION, WORKLOAD_UID_LABEL
 from api.v1alpha1.types import API_VERSION, DeviceExposure
+from controllers.claims import bind as bind_claim
+from controllers.claims import claim_name
 from controllers.gpuworkload import GPUWorkloadReconciler
 from controllers.placement_state import PlacementState
 from runtime import AlreadyExists, ApiError, Conflict, NotFound, Request, Result
@@ -33,7 +35,7 @@ from runtime.store import (
     index_by_owner_uid,
     thaw,
 )
-from tests.unit.scheduling.helpers import node
+from tests.unit.scheduling.helpers import DRA_DRIVER, dra_slice, node
 
 NS = "ns"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -71,6 +73,20 @@ class Call:
     name: str
     body: Any = None
     opts: dict[str, Any] = field(default_factory=dict)
+
+
+class FakeClaims:
+    """The claim manager of a manager with DRA: each replica's claim is there and
+    allocated (``ensured`` lists the replicas asked for)."""
+
+    bind = staticmethod(bind_claim)
+
+    def __init__(self) -> None:
+        self.ensured: list[tuple[str, int, int]] = []
+
+    def ensure(self, w: Any, raw: Any, p: Any, attempt: int, pod_exists: bool) -> str:
+        self.ensured.append((w.metadata.name, p.index, attempt))
+        return claim_name(w.metadata.name, p.index, attempt)
 
 
 class FakeRecorder:
@@ -223,6 +239,7 @@ class Env:
 
     def __init__(self, nodes: int = 1, gpus: int = 4,
                  exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES) -> None:
+        self.gpus = gpus
         self.nodes = [node(f"node{i}", gpus) for i in range(1, nodes + 1)]
         owner = {OWNER_UID_INDEX: index_by_owner_uid}
         self.workloads = Indexer()
@@ -235,6 +252,9 @@ class Env:
         self.decisions = 0
         self.now = NOW  # the reconciler's clock; tests move it
         self._uids = itertools.count(1)
+        #: ResourceSlices of the DRA driver (``with_dra``); None: the manager runs
+        #: without DRA
+        self.slices: list[dict[str, Any]] | None = None
         self.state = self.new_state()
         self.rec = GPUWorkloadReconciler(
             self.client, self.recorder, self.workloads, self.pods, self.jobs,
@@ -246,6 +266,7 @@ class Env:
     def new_state(self) -> PlacementState:
         """A placement state rebuilt from the caches (as after a restart)."""
         state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, rng=random.Random(1),
+                               dra_driver=DRA_DRIVER if self.slices is not None else None,
                                enqueue_waiting=self.woken.extend,
                                on_problem=lambda obj, reason, msg: self.problems.append(
                                    (obj["metadata"]["name"], reason, msg)))
@@ -257,18 +278,35 @@ class Env:
         state.decide = counting  # type: ignore[method-assign]
         self.rebuild_problems = state.rebuild(
             lambda: (self.nodes, [], self.workloads.list(), self.pods.list()),
+            (lambda: (self.slices or [], [])) if self.slices is not None else None,
             read_jobs=self.jobs.list)
         return state
 
-    def restart(self) -> None:
+    def with_dra(self) -> Env:
+        """The manager runs with DRA: every node publishes its GPUs in ResourceSlices,
+        and each replica's claim is ``FakeClaims``' (allocated at once)."""
+        self.slices = [dra_slice(n["metadata"]["name"], self.gpus) for n in self.nodes]
+        self.state = self.new_state()
+        self.rec.state = self.state
+        self.rec.claims = FakeClaims()
+        return self
+
+    def restart(self, *, dra: bool | None = None) -> None:
         """A new controller: a new ledger rebuilt from the caches (``decisions``
-        counts the new one's)."""
+        counts the new one's). ``dra``: with or without DRA (None: as before)."""
+        if dra is not None:
+            if dra and self.slices is None:
+                self.slices = [dra_slice(n["metadata"]["name"], self.gpus) for n in self.nodes]
+            elif not dra:
+                self.slices = None
         self.decisions = 0
         self.state = self.new_state()
         self.rec = GPUWorkloadReconciler(
             self.client, self.recorder, self.workloads, self.pods, self.jobs,
             state_factory=lambda: self.state, clock=lambda: self.now, rng=random.Random(1))
         self.rec.state = self.state
+        if self.slices is not None:
+            self.rec.claims = FakeClaims()
 
     # --------------------------------------------------------------- caches
 

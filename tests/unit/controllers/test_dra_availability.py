@@ -109,3 +109,16 @@ def test_the_default_exposure_counts_and_placed_or_invalid_workloads_pass() -> N
     assert g.passed == ["placed", "done", "invalid"]
     assert [e[0] for e in g.events] == ["by-default"]
     assert g.events[0][2].endswith("does not serve resource.k8s.io/v1")
+
+
+def test_a_dra_workload_whose_pod_exists_goes_to_the_reconciler_to_be_left_running() -> None:
+    # its one pod was made, the status write after it was lost: the pod is its
+    # placement, and the reconciler leaves it running (controllers/unmanaged.py)
+    g = Gate()
+    g.gate.has_children = lambda raw: raw["metadata"]["name"] == "has-pod"
+    g.add("has-pod", deviceExposure="dra")
+    g.add("no-pod", deviceExposure="dra")
+    g.run("has-pod")
+    g.run("no-pod")
+    assert g.passed == ["has-pod"]
+    assert [e[0] for e in g.events] == ["no-pod"]

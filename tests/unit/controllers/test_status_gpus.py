@@ -24,7 +24,7 @@ def test_the_seed_example_holds_seven_devices() -> None:
                   for i, e in entries.items()]
     assert len(placements) == 5
     assert gpus_held(placements, {"gpusPerReplica": 1}) == 7
-    assert "counted once" in (ROOT / "docs" / "api.md").read_text()
+    assert "the distinct devices its placements name" in (ROOT / "docs" / "api.md").read_text()
 
 
 def test_without_a_shared_device_replicas_times_gpus() -> None:

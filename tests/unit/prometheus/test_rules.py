@@ -60,7 +60,8 @@ def test_the_alerts_the_platform_team_needs() -> None:
         "GPUWorkloadsPendingTooLong", "GPUPlacementFailuresRising",
         "GPUOrchestratorReconcileErrors", "GPUOrchestratorWorkQueueBackingUp",
         "GPUsExhaustedOnAllNodes", "GPUNodeHeartbeatStale", "GPUOrchestratorDown",
-        "GPUOrchestratorNoLeader"}
+        "GPUOrchestratorNoLeader", "GPUWorkloadsUnmanaged",
+        "GPUOrchestratorLostRequeue"}
 
 
 def test_every_alert_is_tested_firing_and_not_firing() -> None:
