@@ -337,8 +337,25 @@ class CacheEvents:
             return False
 
     def on_workload_deleted(self, obj: Any) -> None:
+        """The workload is gone: its booking, pending entry and write record go.
+        Identity is the UID: a late delete of an older object of the same name (the
+        reconciler reads the cache, which shows the new object before this handler
+        runs) releases nothing of the new object's; only the old one's eviction is
+        taken in (its preemptors stop waiting for it)."""
         raw = getattr(obj, "obj", obj) or {}
         key = object_key(raw) if raw else str(getattr(obj, "key", ""))
+        uid = str((raw.get("metadata") or {}).get("uid") or "")
+        with self.lock:
+            if not self.ready:
+                return
+            booked = self.ledger.allocation(key)
+            late = bool(uid) and booked is not None and bool(booked.uid) and booked.uid != uid
+            waiting = self.evictions.acknowledge(key) if late else []
+        if late:
+            log.info("workload.delete.stale", workload=key, uid=uid, booked_uid=booked.uid)
+            if waiting:
+                self._enqueue_waiting(waiting)
+            return
         with self.lock:
             if not self.ready:
                 return

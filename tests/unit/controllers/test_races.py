@@ -1,0 +1,51 @@
+"""The races of issue 21, each shown on the real placement state and reconciler with
+the fakes of ``fakes.py`` (no server): a late delete of an old object, an own write
+overtaken by a later one, a status write still in flight at a gang's commit, the
+state lock held while the queue is called, an adoption that collides."""
+
+from __future__ import annotations
+
+from runtime.store import thaw
+from tests.unit.controllers.fakes import NS, Env
+
+
+def running(env: Env, name: str) -> None:
+    for pod in env.pods.list():
+        if pod["metadata"]["name"].startswith(f"{name}-"):
+            env.set_phase(pod["metadata"]["name"], "Running")
+    env.settle(name)
+
+
+# ------------------------------------------------- a late delete of an old object
+
+
+def test_a_late_delete_of_an_old_object_keeps_the_new_objects_booking() -> None:
+    env = Env()
+    env.workload("w", gpusPerReplica=2, uid="uid-old")
+    env.settle("w")
+    running(env, "w")
+    old = thaw(env.get("w"))
+    # The old object goes and a new one of that name is placed before the
+    # workload informer's handler is told of the deletion (the reconciler reads
+    # the cache, which the informer updates before it calls its handlers).
+    env.workloads.delete(f"{NS}/w")
+    env.pod_gone("w-0")
+    env.workload("w", gpusPerReplica=2, uid="uid-new")
+    env.settle("w")
+    booked = env.state.booking(f"{NS}/w")
+    assert booked is not None and booked.uid == "uid-new"
+
+    env.state.on_workload_deleted(old)  # the late delete of uid-old
+
+    booked = env.state.booking(f"{NS}/w")
+    assert booked is not None and booked.uid == "uid-new" and booked.committed
+
+
+def test_the_delete_of_the_booked_object_itself_still_releases_it() -> None:
+    env = Env()
+    env.workload("w", gpusPerReplica=2, uid="uid-1")
+    env.settle("w")
+    obj = thaw(env.get("w"))
+    env.workloads.delete(f"{NS}/w")
+    env.state.on_workload_deleted(obj)
+    assert env.state.booking(f"{NS}/w") is None
