@@ -39,7 +39,6 @@ the deletion, ``reconcile_outcome.py`` what a reconcile reports.
 
 from __future__ import annotations
 
-import contextlib
 import random
 import threading
 import time
@@ -219,7 +218,10 @@ class GPUWorkloadReconciler:
         eviction = state.eviction(key)
         if eviction is not None:
             return self._evicted(raw, status, eviction)
-        placements = self._placements(w, raw)
+        try:
+            placements = self._placements(w, raw)
+        except EndAttempt as end:
+            return self._end_attempt(w, raw, status, end.reason, end.message)
         if placements is None:
             waiting = self._previous_attempt(w, raw, status)
             return waiting if waiting is not None else self._place(w, raw, status)
@@ -243,7 +245,9 @@ class GPUWorkloadReconciler:
     def _placements(self, w: GPUWorkload, raw: JSON) -> list[Placement] | None:
         """This attempt's placement: committed in status; else our committed booking
         (the pod was created, the cache has not caught up); else read back from our
-        own pods of this attempt (a one-replica pod is its own commit point)."""
+        own pods of this attempt (a one-replica pod is its own commit point). A pod
+        read back onto devices other owners hold raises ``EndAttempt`` (what runs
+        wins, as for a committed status that collides)."""
         if w.status.placements:
             return list(w.status.placements)
         state = self.ensure_state()
@@ -252,10 +256,11 @@ class GPUWorkloadReconciler:
             return list(booking.placements)
         adopted = self._placements_from_pods(w, raw)
         if adopted:
-            with contextlib.suppress(Exception):
-                state.adopt({**raw, "status": {**(raw.get("status") or {}),
-                                               "placements": [p.model_dump(by_alias=True)
-                                                              for p in adopted]}})
+            if not state.adopt({**raw, "status": {**(raw.get("status") or {}),
+                                                  "placements": [p.model_dump(by_alias=True)
+                                                                 for p in adopted]}}):
+                raise EndAttempt("PlacementConflict",
+                                 "its devices are held by another workload's pods")
             return adopted
         return None
 

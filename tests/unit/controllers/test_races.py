@@ -49,3 +49,25 @@ def test_the_delete_of_the_booked_object_itself_still_releases_it() -> None:
     env.workloads.delete(f"{NS}/w")
     env.state.on_workload_deleted(obj)
     assert env.state.booking(f"{NS}/w") is None
+
+
+# ------------------------------------------- an adoption read back from a pod
+
+
+def test_a_pod_read_back_onto_devices_another_workload_holds_ends_the_attempt() -> None:
+    env = Env(gpus=2)
+    env.workload("b", gpusPerReplica=2)
+    env.settle("b")
+    running(env, "b")
+    # a's pod (its status write lost) names devices b's pods hold: the ledger
+    # reports it and does not count it, and a's placement cannot be adopted
+    a = env.workload("a", gpusPerReplica=2)
+    ref = {"apiVersion": a["apiVersion"], "kind": "GPUWorkload", "name": "a",
+           "uid": a["metadata"]["uid"], "controller": True}
+    env.foreign_pod("a-0", "node1", devices="0,1", owner=ref)
+    env.settle("a")
+    cond = env.condition("a", "Scheduled")
+    assert (cond["status"], cond["reason"]) == ("False", "PlacementConflict"), cond
+    assert "a-0" in env.client.names("delete", "Pod")
+    assert env.state.booking(f"{NS}/a") is None
+    assert env.state.booking(f"{NS}/b") is not None
