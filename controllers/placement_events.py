@@ -299,27 +299,35 @@ class CacheEvents:
         """Keeps the pending set current, and adopts a committed placement that this
         ledger does not know (written by a previous leader). Objects older than this
         controller's own last write of them are skipped: they would undo it."""
+        victims: list[str] = []
         with self.lock:
             if not self.ready:
                 return
             if not self.writes.is_behind(obj):
-                self._adopt(obj)
+                _, victims = self._adopt(obj)
             self._track_pending(obj)
+        if victims:
+            self._enqueue_waiting(victims)
 
     def adopt(self, obj: JSON) -> bool:
         """Books the committed placement of ``obj`` if this ledger does not hold it.
         False when it conflicts with what the ledger holds for other owners (running
         pods win)."""
         with self.lock:
-            return self._adopt(obj)
+            ok, victims = self._adopt(obj)
+        if victims:
+            self._enqueue_waiting(victims)
+        return ok
 
-    def _adopt(self, obj: JSON) -> bool:
+    def _adopt(self, obj: JSON) -> tuple[bool, list[str]]:
+        """Under the lock: (adopted or nothing to adopt, the victims of its
+        nomination to enqueue once the lock is released)."""
         status = obj.get("status") or {}
         key = object_key(obj)
         meta = obj.get("metadata") or {}
         if not is_placed(status) or is_terminal(status) or self.ledger.allocation(key) or \
                 self.evictions.is_evicting(key) or meta.get("deletionTimestamp"):
-            return True
+            return True, []
         try:
             w = GPUWorkload.model_validate(obj)
             a = self.ledger.assume(key, w.status.placements, gpus_per_replica=w.spec.gpus,
@@ -327,14 +335,13 @@ class CacheEvents:
                                    check_capacity=False, owner=booking_owner(w),
                                    uid=w.metadata.uid or "", overlap=w.status.nominated_over)
             log.info("ledger.adopted", workload=key, nominated_over=w.status.nominated_over)
-            if a.overlap:
-                self.evictions.block(key)
-                self._enqueue_waiting(self.evictions.resume(self.ledger, a,
-                                                            self._booked_elsewhere))
-            return True
+            if not a.overlap:
+                return True, []
+            self.evictions.block(key)
+            return True, self.evictions.resume(self.ledger, a, self._booked_elsewhere)
         except (ValueError, LedgerConflict) as exc:
             log.warning("ledger.adopt.failed", workload=key, error=str(exc))
-            return False
+            return False, []
 
     def on_workload_deleted(self, obj: Any) -> None:
         """The workload is gone: its booking, pending entry and write record go.

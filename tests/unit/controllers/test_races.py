@@ -5,8 +5,15 @@ state lock held while the queue is called, an adoption that collides."""
 
 from __future__ import annotations
 
+import random
+import threading
+from typing import Any
+
+from api.v1alpha1.types import DeviceExposure
+from controllers.placement_state import PlacementState
 from runtime.store import thaw
 from tests.unit.controllers.fakes import NS, Env
+from tests.unit.controllers.test_placement_state import NODES, child, placed
 
 
 def running(env: Env, name: str) -> None:
@@ -71,3 +78,35 @@ def test_a_pod_read_back_onto_devices_another_workload_holds_ends_the_attempt() 
     assert "a-0" in env.client.names("delete", "Pod")
     assert env.state.booking(f"{NS}/a") is None
     assert env.state.booking(f"{NS}/b") is not None
+
+
+# ------------------------------------------------ the queue is called unlocked
+
+
+def test_an_adopted_nomination_enqueues_its_victims_after_releasing_the_lock() -> None:
+    """A preemptor's placement adopted from its status (``on_workload``) goes on
+    with its preemption: the victims it finds still booked are enqueued, and the
+    queue is called with the state lock free (another thread can take it)."""
+    calls: list[tuple[list[str], bool]] = []
+
+    def enqueue(keys: Any) -> None:
+        got: list[bool] = []
+
+        def other_thread() -> None:
+            got.append(state.lock.acquire(timeout=0.5))
+            if got[0]:
+                state.lock.release()
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+        calls.append((list(keys), got[0]))
+
+    state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, rng=random.Random(3),
+                           enqueue_waiting=enqueue)
+    state.rebuild(lambda: (NODES, [], [placed("low", [0, 1, 2, 3])],
+                           [child("low", "uid-low", "node1", "0,1,2,3")]))
+    high = placed("high", [0, 1, 2, 3], priority="high")
+    high["status"].update(phase="Scheduled", nominatedOver=["uid-low#0"])
+    state.on_workload(high)
+    assert state.booking("ns/high") is not None
+    assert calls == [(["ns/low"], True)]
