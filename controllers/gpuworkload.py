@@ -321,12 +321,12 @@ class GPUWorkloadReconciler:
         if state.higher_priority_fresh(key, w.spec.priority):
             return Outcome(status, Result(requeue_after=PRIORITY_GATE_DELAY))
         writer = self.status_writer
-        if writer is not None and not self._pod_is_commit_point(w):
-            # the commit below is a precondition on this copy's resourceVersion:
-            # nothing of ours may be pending, in flight or ahead of the cache
-            writer.settle(key)
-            if writer.ahead_of(raw):
-                return Outcome(status, Result(requeue_after=0.1))
+        # the commit below is a precondition on this copy's resourceVersion: nothing
+        # of ours may be pending, in flight or ahead of the cache (a write still in
+        # flight could land after the commit: no commit now)
+        if writer is not None and not self._pod_is_commit_point(w) and \
+                (not writer.settle(key) or writer.ahead_of(raw)):
+            return Outcome(status, Result(requeue_after=0.1))
         started = time.perf_counter()
         decision = state.decide(w)
         strategy = decision.strategy

@@ -334,14 +334,15 @@ class PlacementState(CacheEvents):
 
     # ------------------------------------------------------- own writes
 
-    def wrote(self, obj: JSON) -> None:
-        """Records the resourceVersion of this controller's latest write of ``obj``."""
-        self.writes.wrote(obj)
+    def wrote(self, obj: JSON, mark: int | None = None) -> None:
+        """Records the resourceVersion of this controller's write of ``obj`` (with
+        ``writing``'s ``mark``: unless a later write of it is on its way)."""
+        self.writes.wrote(obj, mark)
 
-    def writing(self, key: str) -> None:
+    def writing(self, key: str) -> int:
         """A write of ``key`` is on its way (the status writer): until ``wrote`` says
-        where it landed, every cached copy is older than it."""
-        self.writes.writing(key)
+        where it landed, every cached copy is older than it. Returns its mark."""
+        return self.writes.writing(key)
 
     def is_behind(self, obj: JSON) -> bool:
         """Is ``obj`` (from the cache) older than this controller's last write of it?"""

@@ -178,7 +178,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         writer = StatusWriter(
             status_client, workloads.indexer, threads=opts.status_writers,
             on_pending=lambda key: reconciler.state.writing(key) if reconciler.state else None,
-            on_written=lambda obj: reconciler.state.wrote(obj) if reconciler.state else None)
+            on_written=lambda obj, mark: reconciler.state.wrote(obj, mark)
+            if reconciler.state else None)
         mgr.add(writer)
     reconciler = GPUWorkloadReconciler(
         mgr.client, recorder, workloads.indexer, pods.indexer,

@@ -110,3 +110,71 @@ def test_an_adopted_nomination_enqueues_its_victims_after_releasing_the_lock() -
     state.on_workload(high)
     assert state.booking("ns/high") is not None
     assert calls == [(["ns/low"], True)]
+
+
+# ------------------------------------------- a status write still in flight
+
+
+class UnsettledWriter:
+    """A status writer with a write of every workload still in flight: ``settle``
+    says so (False) until ``settles`` is set."""
+
+    def __init__(self) -> None:
+        self.settles = False
+        self.submitted: list[dict[str, Any]] = []
+
+    def settle(self, key: str, timeout: float = 30.0) -> bool:
+        return self.settles
+
+    def submit(self, raw: Any, status: dict[str, Any], *, finalizer: bool = False) -> None:
+        self.submitted.append(status)
+
+    def view(self, raw: Any) -> None:
+        return None
+
+    def ahead_of(self, raw: Any) -> bool:
+        return False
+
+    def has_finalizer(self, raw: Any) -> bool:
+        return False
+
+    def record(self, written: Any) -> None:
+        pass
+
+    def forget(self, key: str) -> None:
+        pass
+
+
+def test_a_gang_is_not_committed_while_a_status_write_of_it_may_still_land() -> None:
+    env = Env()
+    writer = UnsettledWriter()
+    env.rec.status_writer = writer  # type: ignore[assignment]
+    env.workload("g", replicas=2, gpusPerReplica=1)
+    result = env.reconcile("g")
+    assert result is not None and 0 < result.requeue_after <= 1.0
+    assert env.decisions == 0 and env.state.booking(f"{NS}/g") is None
+    assert env.client.of("patch") == [] and env.client.of("create") == []
+
+    writer.settles = True
+    env.reconcile("g")
+    assert env.status("g")["placements"]  # committed now
+    assert env.state.is_committed(f"{NS}/g")
+
+
+def test_a_finalizer_stays_while_a_status_write_of_the_workload_may_still_land() -> None:
+    env = Env()
+    env.workload("w", gpusPerReplica=1)
+    env.settle("w")
+    assert env.get("w")["metadata"].get("finalizers")
+    env.pod_gone("w-0")
+    writer = UnsettledWriter()
+    env.rec.status_writer = writer  # type: ignore[assignment]
+    env.rec.finalizer.status_writer = writer  # type: ignore[assignment]
+    env.delete_workload("w")
+    result = env.reconcile("w")
+    assert result is not None and result.requeue_after > 0
+    assert env.get("w") is not None  # the finalizer is kept for now
+
+    writer.settles = True
+    env.reconcile("w")
+    assert env.get("w") is None
