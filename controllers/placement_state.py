@@ -164,6 +164,16 @@ class PlacementState(CacheEvents):
         log.info("ledger.rebuilt", nodes=len(self.snapshot), holders=len(ledger.allocations()))
         return problems
 
+    def invalidate(self, why: str) -> None:
+        """An event of the caches was lost (its handler raised): this state may be
+        short of a holder. From now on it takes in no event (``ready`` false), and the
+        reconciler's next ``ensure_state()`` rebuilds a new one from the caches
+        before any placement."""
+        with self.lock:
+            self.ready = False
+        log.error("placement.invalidated", reason=why,
+                  effect="rebuilt from the caches before the next placement")
+
     def refresh_stale(self) -> None:
         """Re-judges heartbeats (time passes without events); call periodically."""
         with self.lock:

@@ -1,7 +1,8 @@
 """The races of issue 21, each shown on the real placement state and reconciler with
 the fakes of ``fakes.py`` (no server): a late delete of an old object, an own write
 overtaken by a later one, a status write still in flight at a gang's commit, the
-state lock held while the queue is called, an adoption that collides."""
+state lock held while the queue is called, an adoption that collides, a placement
+handler that raises."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from typing import Any
 
 from api.v1alpha1.types import DeviceExposure
 from controllers.placement_state import PlacementState
+from controllers.setup import placement_handler
+from runtime.informer import SharedIndexInformer
 from runtime.store import thaw
 from tests.unit.controllers.fakes import NS, Env
 from tests.unit.controllers.test_placement_state import NODES, child, placed
+from tests.waiting import eventually
 
 
 def running(env: Env, name: str) -> None:
@@ -178,3 +182,35 @@ def test_a_finalizer_stays_while_a_status_write_of_the_workload_may_still_land()
     writer.settles = True
     env.reconcile("w")
     assert env.get("w") is None
+
+
+# ------------------------------------------------ a placement handler raises
+
+
+def test_a_raising_placement_handler_leads_to_a_rebuild_that_holds_the_pod() -> None:
+    env = Env()
+    old = env.state
+
+    def bug(pod: Any) -> list[str]:
+        raise RuntimeError("a bug while reading the pod")
+    old.ledger.sync_pod = bug  # type: ignore[method-assign]
+    env.rec._state_factory = env.new_state  # a rebuild reads the caches
+    informer = SharedIndexInformer(client=None, api_version="v1", kind="Pod")  # type: ignore[arg-type]
+    informer.add_event_handler(placement_handler(env.rec, "Pod", "on_pod"))
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "other", "namespace": NS, "uid": "uid-other",
+                        "annotations": {"gpu.orchestrator.dev/devices": "0,1,2,3"}},
+           "spec": {"nodeName": "node1", "containers": [{"name": "c", "image": "x"}]},
+           "status": {"phase": "Running"}}
+    env.pods.add(pod)
+    informer.replace([pod], "5")
+    eventually(lambda: not old.ready, timeout=5, what="the state invalidated")
+    informer.stop()
+    assert not old.ready  # the event was lost: this state is not trusted any more
+    assert old.ledger.pod("uid-other") is None
+
+    env.workload("w", gpusPerReplica=1)
+    env.settle("w")
+    assert env.rec.state is not old and env.rec.state.ledger.pod("uid-other") is not None
+    assert env.condition("w", "Scheduled")["reason"] == "Unschedulable"
+    assert env.pod("w-0") is None
