@@ -1,6 +1,6 @@
 """The GPUWorkload reconciler: a workload becomes a placement, then its children.
 
-Devices are held by pods (DESIGN.md, the ledger's invariants): this reconciler
+Devices are held by pods (docs/architecture.md, invariants 1 and 3): this reconciler
 books decisions, creates pods, and *asks* pods to go; it never frees a device
 itself. A device comes back when the last pod holding it is deleted or finishes.
 

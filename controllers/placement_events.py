@@ -16,7 +16,7 @@ Guarantees, for every handler here:
 - **Wake on more room only.** Waiting workloads are woken when a holder holds
   less than before, is gone, or a node could fit more (heartbeats and status
   churn wake nobody).
-- **Holders, whoever made them** (DESIGN.md invariants 2-3): every pod, Job of
+- **Holders, whoever made them** (docs/architecture.md, invariant 1): every pod, Job of
   ours and allocated ResourceClaim holds what it holds; the pod books' pods are
   booked by their book. A holder that cannot be read, or holds devices someone
   else holds, is reported once (``on_problem``) and skipped, never raised.
@@ -185,8 +185,9 @@ class CacheEvents:
                 self._refresh_node(node)
 
     def on_claim(self, claim: JSON) -> None:
-        """An allocated ResourceClaim holds its devices, whoever allocated it (DESIGN.md
-        invariant 2): kube-scheduler's claims keep ours off their GPUs."""
+        """An allocated ResourceClaim holds its devices, whoever allocated it
+        (docs/architecture.md, invariant 1): kube-scheduler's claims keep ours off
+        their GPUs."""
         if self.nodes.slices is None:
             return
         key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
@@ -228,7 +229,8 @@ class CacheEvents:
     # ----------------------------------------------------------- pods, Jobs
 
     def on_pod(self, pod: JSON) -> None:
-        """Every pod holds what it holds (DESIGN.md invariants 2-3), whoever made it;
+        """Every pod holds what it holds (docs/architecture.md, invariant 1), whoever
+        made it;
         pod books' pods are booked by their book."""
         if not self._owned(pod):
             self._sync_holder(pod, _POD)

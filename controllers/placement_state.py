@@ -2,7 +2,7 @@
 ledger of who holds which device, and the scheduler over both, behind one lock.
 
 It is rebuilt from the informers' caches before the first placement after a start
-(DESIGN.md invariant 6) and then kept current by their events
+(docs/architecture.md, invariant 4) and then kept current by their events
 (``placement_events.CacheEvents``, which ``PlacementState`` inherits). Every
 update is idempotent, so an event that the rebuild already saw and then delivers
 again changes nothing. Only the leader's reconciler uses it: it is created when

@@ -5,7 +5,7 @@ each through the Binding subresource, through the same ledger as GPUWorkloads.
 One reconcile of pod ``namespace/name``:
 
 1. Gone, finished (Succeeded/Failed), or deleted before it was bound: release what
-   it held (DESIGN.md invariant 5) and wake whatever waits for capacity.
+   it held (docs/architecture.md, invariant 1) and wake whatever waits for capacity.
 2. Bound (``spec.nodeName``): make sure the ledger knows what it holds (a pod bound
    by an earlier leader, or by someone else).
 3. Unbound, with the ``gpu-scheduling-map`` annotation: its replica index (the
@@ -393,7 +393,8 @@ class PodBindingReconciler:
         """Ask every pod of the seed-path holder ``ledger_key`` to go (Eviction API,
         so PodDisruptionBudgets hold), with a ``Preempted`` Event saying why; returns
         how many were asked. For preemption: the devices stay held until the pods are
-        gone (DESIGN.md invariant 3), so a caller keeps them nominated meanwhile."""
+        gone (docs/architecture.md, invariants 2 and 3), so a caller keeps them
+        nominated meanwhile."""
         with self.state().lock:
             keys = self.book.pod_keys(ledger_key)
         asked = 0
