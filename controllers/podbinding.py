@@ -160,6 +160,11 @@ class PodBindingReconciler:
             with self._waiting.lock:
                 self._reported.pop(key, None)
             return None
+        held = self.book.entry(key)
+        if held is not None and held.uid and held.uid != pod_uid(pod):
+            # the booking of an older pod of that name (deleted, then created again
+            # before this reconcile): not this one's (identity is the UID)
+            self._release(state, key)
         if pod_spec(pod).get("nodeName"):
             self._settled(key)
             self._adopt(state, key, pod)
@@ -207,7 +212,7 @@ class PodBindingReconciler:
         if why:
             return None, why
         return Entry(key, Placement(index=index, node=line.node, devices=list(line.devices)),
-                     len(line.devices), priority=pod_priority(pod)), ""
+                     len(line.devices), priority=pod_priority(pod), uid=pod_uid(pod)), ""
 
     @staticmethod
     def _check_exact(state: PlacementState, key: str, index: int, node: str,
@@ -280,9 +285,9 @@ class PodBindingReconciler:
         i = index if index is not None else 0
         if decision.counted:
             return Entry(model.key, Placement(index=i, node=p.node), gpus,
-                         priority=pod_priority(pod)), ""
+                         priority=pod_priority(pod), uid=pod_uid(pod)), ""
         return Entry(owner_key(pod), Placement(index=i, node=p.node, devices=list(p.devices)),
-                     gpus, priority=pod_priority(pod)), ""
+                     gpus, priority=pod_priority(pod), uid=pod_uid(pod)), ""
 
     # ---------------------------------------------------------------- binding
 

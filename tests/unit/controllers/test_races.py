@@ -17,6 +17,8 @@ from runtime.informer import SharedIndexInformer
 from runtime.store import thaw
 from tests.unit.controllers.fakes import NS, Env
 from tests.unit.controllers.test_placement_state import NODES, child, placed
+from tests.unit.controllers.test_podbinding import Env as SeedEnv
+from tests.unit.controllers.test_podbinding import pod as seed_pod
 from tests.waiting import eventually
 
 
@@ -214,3 +216,24 @@ def test_a_raising_placement_handler_leads_to_a_rebuild_that_holds_the_pod() -> 
     assert env.rec.state is not old and env.rec.state.ledger.pod("uid-other") is not None
     assert env.condition("w", "Scheduled")["reason"] == "Unschedulable"
     assert env.pod("w-0") is None
+
+
+# ------------------------------------ a seed pod re-created under its name
+
+
+def test_a_seed_pod_recreated_under_its_name_is_bound_again() -> None:
+    """A StatefulSet makes ``check-0`` again as soon as the old one is gone; its
+    reconcile may find the new, unbound pod where the old, bound one was. The old
+    pod's booking (by name) is not the new pod's: the new one is bound."""
+    env = SeedEnv()
+    env.add(seed_pod("check-0"))
+    env.reconcile("check-0")
+    assert env.bound() == {"check-0": ("node1", "0,1")}
+    env.client.bindings.clear()
+    new = seed_pod("check-0")
+    new["metadata"]["uid"] = "uid-check-0-again"
+    env.pods.delete(f"{NS}/check-0")
+    env.add(new)  # the delete and the add are one reconcile
+    env.reconcile("check-0")
+    assert env.bound() == {"check-0": ("node1", "0,1")}
+    assert env.client.bindings[0]["metadata"]["uid"] == "uid-check-0-again"
