@@ -14,7 +14,9 @@ Guarantees:
   it last asked for, until the cache shows that write landed, so a decision is never
   taken on a status older than our own.
 - **Nothing lost.** A failed write is retried with backoff (capped) until it lands,
-  the workload is gone (NotFound) or it is another object of that name (UID).
+  the workload is gone (NotFound) or it is another object of that name (UID), or
+  until a synchronous commit supersedes it (``settle``) or the workload is
+  forgotten (``forget``; nothing of it is recorded then, the finalizer included).
 - **Lag bounded and measured.** The time from the first submit of a status to its
   write is ``gpu_orchestrator_status_write_lag_seconds``; the queue is at most one
   entry per workload, so the lag is at most the queue over the client's QPS.
