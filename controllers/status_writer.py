@@ -28,12 +28,8 @@ Guarantees:
   ``record`` tells the writer what the commit wrote.
 - **Only on its object.** Every status write carries the workload's UID as a
   precondition, so it never lands on another object of the same name (deleted and
-  re-created meanwhile): it is a JSON patch whose ``test`` of ``/metadata/uid``
-  fails there (422), and the write is dropped. (A ``metadata.uid`` in a merge patch
-  of the status subresource is no precondition: the API server resets the
-  metadata of a status update to the stored object's and writes it.) The patch
-  sets the whole status the reconcile built, as a merge patch of that full status
-  did. It carries no resourceVersion: the writer coalesces and writes over its own
+  re-created meanwhile): the write is dropped (``status_patches.patch_status``
+  says how). It carries no resourceVersion: the writer coalesces and writes over its own
   previous writes (latest wins), and what must not be undone by an older write, a
   gang's commit, is protected by ``settle`` above.
 - The finalizer (``gpu.orchestrator.dev/children``) rides with the first status of a
@@ -53,10 +49,9 @@ from typing import Any
 import structlog
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
-from api.v1alpha1.types import API_VERSION
-from controllers.status import add_finalizer_patch
+from controllers.status_patches import add_finalizer, patch_status
 from internal import metrics as m
-from runtime import Conflict, Invalid, NotFound
+from runtime import NotFound
 from runtime.store import Indexer
 
 log = structlog.get_logger("status_writer")
@@ -81,15 +76,6 @@ def _rv(obj: JSON) -> int:
 def _key(obj: JSON) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
-
-
-def _without_nulls(value: Any) -> Any:
-    """``value`` without the members a merge patch would delete (None)."""
-    if isinstance(value, Mapping):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list | tuple):
-        return [_without_nulls(v) for v in value]
-    return value
 
 
 @dataclass
@@ -351,7 +337,8 @@ class StatusWriter:
                 and not self._add_finalizer(cached):
             return False
         try:
-            written = self._patch_status(want)
+            written = patch_status(self.client, want.namespace, want.name, want.uid,
+                                   want.status)
         except NotFound:
             written = None
         if written is None:  # gone, or another object of that name now
@@ -374,53 +361,13 @@ class StatusWriter:
         self.on_written(written, want.mark)
         return True
 
-    def _patch_status(self, want: _Want) -> JSON | None:
-        """Sets ``want.status`` on the object of ``want.uid`` only (None: the object
-        of that name is another one)."""
-        if not want.uid:
-            return self.client.patch(API_VERSION, "GPUWorkload", want.name,
-                                     {"status": want.status}, namespace=want.namespace,
-                                     patch_type="merge", subresource="status")
-        ops = [{"op": "test", "path": "/metadata/uid", "value": want.uid},
-               {"op": "add", "path": "/status", "value": _without_nulls(want.status)}]
-        try:
-            return self.client.patch(API_VERSION, "GPUWorkload", want.name, ops,
-                                     namespace=want.namespace, patch_type="json",
-                                     subresource="status")
-        except Invalid:
-            # the UID test failed, or the status itself is invalid: which one?
-            current = self.client.get(API_VERSION, "GPUWorkload", want.name,
-                                      namespace=want.namespace)
-            if (current.get("metadata") or {}).get("uid") != want.uid:
-                return None
-            raise
-
-    def _add_finalizer(self, obj: JSON, *, retry: bool = True) -> bool:
-        """Adds our finalizer unless present or the object is being deleted. False:
-        try again (conflict with a newer object). On a first conflict the cache is
-        behind the API: the object itself is read and the add tried once more."""
-        meta = obj["metadata"]
-        if CHILDREN_FINALIZER not in (meta.get("finalizers") or ()) and \
-                not meta.get("deletionTimestamp"):
-            try:
-                self.client.patch(API_VERSION, "GPUWorkload", meta["name"],
-                                  add_finalizer_patch(meta, CHILDREN_FINALIZER),
-                                  namespace=meta["namespace"], patch_type="merge")
-            except NotFound:
-                return True
-            except Conflict:
-                if not retry:
-                    return False
-                try:
-                    fresh = self.client.get(API_VERSION, "GPUWorkload", meta["name"],
-                                            namespace=meta["namespace"])
-                except NotFound:
-                    return True
-                if fresh["metadata"].get("uid") != meta["uid"]:
-                    return True
-                return self._add_finalizer(fresh, retry=False)
+    def _add_finalizer(self, obj: JSON) -> bool:
+        """Adds our finalizer (``status_patches.add_finalizer``) and remembers it,
+        unless the workload was forgotten meanwhile. False: try again."""
+        if not add_finalizer(self.client, obj):
+            return False
         key = _key(obj)
         with self._cv:
             if key not in self._gone:  # forgotten meanwhile: nothing of it is kept
-                self._finalized[key] = meta["uid"]
+                self._finalized[key] = obj["metadata"]["uid"]
         return True
