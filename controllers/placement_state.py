@@ -171,8 +171,12 @@ class PlacementState(CacheEvents):
         before any placement."""
         with self.lock:
             self.ready = False
+            waiting = list(self.pending.waiting)
         log.error("placement.invalidated", reason=why,
                   effect="rebuilt from the caches before the next placement")
+        # the lost event may have freed room: the waiting workloads' reconciles
+        # rebuild the state first, and find it
+        self._wake(waiting)
 
     def refresh_stale(self) -> None:
         """Re-judges heartbeats (time passes without events); call periodically."""

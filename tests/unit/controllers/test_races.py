@@ -237,3 +237,16 @@ def test_a_seed_pod_recreated_under_its_name_is_bound_again() -> None:
     env.reconcile("check-0")
     assert env.bound() == {"check-0": ("node1", "0,1")}
     assert env.client.bindings[0]["metadata"]["uid"] == "uid-check-0-again"
+
+
+def test_an_invalidated_state_wakes_the_workloads_waiting_for_room() -> None:
+    """The lost event may have been the deletion that made room: the waiting
+    workloads are reconciled (which rebuilds the state first)."""
+    env = Env(gpus=1)
+    env.foreign_pod("big", "node1", devices="0")
+    env.workload("w", gpusPerReplica=1)
+    env.settle("w")
+    assert env.condition("w", "Scheduled")["reason"] == "Unschedulable"
+    env.woken.clear()
+    env.state.invalidate("a handler raised")
+    assert f"{NS}/w" in env.woken
