@@ -137,10 +137,11 @@ class CacheEvents:
 
     def on_gpunode_deleted(self, gpunode: Any) -> None:
         obj = getattr(gpunode, "obj", gpunode) or {}
+        meta = obj.get("metadata") or {}
         with self.lock:
-            if self.ready:
-                name = str((obj.get("metadata") or {}).get("name"))
-                self.nodes.drop_gpunode(name)
+            name = str(meta.get("name"))
+            # a late delete of an older GPUNode of that name drops nothing
+            if self.ready and self.nodes.drop_gpunode(name, str(meta.get("uid") or "")):
                 self._refresh_node(name)
 
     def _node_changed(self, name: str, change: Callable[[], None]) -> list[str] | None:

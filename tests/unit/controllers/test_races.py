@@ -19,6 +19,7 @@ from tests.unit.controllers.fakes import NS, Env
 from tests.unit.controllers.test_placement_state import NODES, child, placed
 from tests.unit.controllers.test_podbinding import Env as SeedEnv
 from tests.unit.controllers.test_podbinding import pod as seed_pod
+from tests.unit.scheduling.helpers import gpunode
 from tests.waiting import eventually
 
 
@@ -250,3 +251,19 @@ def test_an_invalidated_state_wakes_the_workloads_waiting_for_room() -> None:
     env.woken.clear()
     env.state.invalidate("a handler raised")
     assert f"{NS}/w" in env.woken
+
+
+def test_a_late_delete_of_an_old_gpunode_keeps_the_new_ones_devices() -> None:
+    """The rebuild reads the caches, which may already hold a GPUNode created again
+    under its name, before the old one's delete reaches the handler."""
+    new = gpunode("node1")
+    new["metadata"]["uid"] = "gn-new"
+    state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES)
+    state.rebuild(lambda: (NODES, [new], [], []))
+    assert state.uuids("node1", [0]) == ["GPU-node1-0"]
+    old = gpunode("node1")
+    old["metadata"]["uid"] = "gn-old"
+    state.on_gpunode_deleted(old)
+    assert state.uuids("node1", [0]) == ["GPU-node1-0"]
+    state.on_gpunode_deleted(new)
+    assert state.uuids("node1", [0]) is None
