@@ -19,7 +19,7 @@ from tests.unit.controllers.fakes import NS, Env
 from tests.unit.controllers.test_placement_state import NODES, child, placed
 from tests.unit.controllers.test_podbinding import Env as SeedEnv
 from tests.unit.controllers.test_podbinding import pod as seed_pod
-from tests.unit.scheduling.helpers import gpunode
+from tests.unit.scheduling.helpers import DRA_DRIVER, dra_slice, gpunode
 from tests.waiting import eventually
 
 
@@ -267,3 +267,17 @@ def test_a_late_delete_of_an_old_gpunode_keeps_the_new_ones_devices() -> None:
     assert state.uuids("node1", [0]) == ["GPU-node1-0"]
     state.on_gpunode_deleted(new)
     assert state.uuids("node1", [0]) is None
+
+
+def test_a_late_delete_of_an_old_resourceslice_keeps_the_new_ones_devices() -> None:
+    new = dra_slice("node1", 2, name="node1-slice")
+    new["metadata"]["uid"] = "rs-new"
+    state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, dra_driver=DRA_DRIVER)
+    state.rebuild(lambda: (NODES, [], [], []), lambda: ([new], []))
+    assert state.uuids("node1", [0, 1]) == ["GPU-node1-0", "GPU-node1-1"]
+    old = dra_slice("node1", 2, name="node1-slice")
+    old["metadata"]["uid"] = "rs-old"
+    state.on_resourceslice_deleted(old)
+    assert state.uuids("node1", [0, 1]) == ["GPU-node1-0", "GPU-node1-1"]
+    state.on_resourceslice_deleted(new)
+    assert state.uuids("node1", [0, 1]) is None
