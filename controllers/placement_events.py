@@ -118,11 +118,12 @@ class CacheEvents:
             self._wake(waiting)
 
     def on_node_deleted(self, node: Any) -> None:
-        name = str(((getattr(node, "obj", node) or {}).get("metadata") or {}).get("name"))
+        meta = (getattr(node, "obj", node) or {}).get("metadata") or {}
+        name = str(meta.get("name"))
         with self.lock:
-            if not self.ready:
+            # a late delete of an older Node of that name removes nothing
+            if not self.ready or not self.snapshot.remove_node(name, str(meta.get("uid") or "")):
                 return
-            self.snapshot.remove_node(name)
         self._enqueue_on_node(name)
 
     def on_gpunode(self, gpunode: JSON) -> None:

@@ -19,7 +19,7 @@ from tests.unit.controllers.fakes import NS, Env
 from tests.unit.controllers.test_placement_state import NODES, child, placed
 from tests.unit.controllers.test_podbinding import Env as SeedEnv
 from tests.unit.controllers.test_podbinding import pod as seed_pod
-from tests.unit.scheduling.helpers import DRA_DRIVER, dra_slice, gpunode
+from tests.unit.scheduling.helpers import DRA_DRIVER, dra_slice, gpunode, node
 from tests.waiting import eventually
 
 
@@ -281,3 +281,16 @@ def test_a_late_delete_of_an_old_resourceslice_keeps_the_new_ones_devices() -> N
     assert state.uuids("node1", [0, 1]) == ["GPU-node1-0", "GPU-node1-1"]
     state.on_resourceslice_deleted(new)
     assert state.uuids("node1", [0, 1]) is None
+
+
+def test_a_late_delete_of_an_old_node_keeps_the_new_one() -> None:
+    new = node("node1", 4)
+    new["metadata"]["uid"] = "node-new"
+    state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES)
+    state.rebuild(lambda: ([new], [], [], []))
+    old = node("node1", 4)
+    old["metadata"]["uid"] = "node-old"
+    state.on_node_deleted(old)
+    assert state.has_node("node1")
+    state.on_node_deleted(new)
+    assert not state.has_node("node1")
