@@ -209,12 +209,13 @@ def test_only_unfinished_nominated_placements_not_yet_booked_are_booked() -> Non
         placed("failed", [1], nominated=["x#0"], phase="Failed"),
         placed("going", [2], nominated=["x#0"], deleting=True),
         placed("kept", [0, 1], nominated=["x#0"]),  # booked already: left as it is
+        placed("later", [3], nominated=["x#0"]),  # after the skipped ones: booked
     ])
     assert problems == []
-    assert [a.key for a in led.bookings()] == ["ns/kept"]
+    assert sorted(a.key for a in led.bookings()) == ["ns/kept", "ns/later"]
     kept = led.allocation("ns/kept")
     assert kept is not None and [p.node for p in kept.placements] == ["n2"]
-    assert led.free_count("n1") == 4
+    assert led.free_count("n1") == 3 and led.holder("n1", 3) == "ns/later"
 
 
 def test_a_nomination_over_another_owners_holder_is_not_booked() -> None:
@@ -235,6 +236,65 @@ def test_of_two_colliding_nominations_the_older_is_booked() -> None:
     assert led.allocation("ns/older") is not None and led.allocation("ns/newer") is None
     assert problems == ["ns/newer: nominated placement not booked: n1: device(s) 0 held "
                         "by ns/older"]
+
+
+def test_a_nomination_on_a_node_gone_meanwhile_is_still_booked() -> None:
+    """No capacity is checked: what the status committed is booked again, even on a
+    node the ledger does not know (any more)."""
+    led = ledger()
+    w = placed("high", [0, 1], nominated=["v#0"], node="n9")
+    del w["metadata"]["uid"]
+    assert led.book_nominations([w]) == []
+    a = led.allocation("ns/high")
+    assert a is not None and a.uid == "" and a.owner == "ns/high#0"
+    assert [p.node for p in a.placements] == ["n9"]
+
+
+def test_a_ledger_rebuilt_from_the_cache_books_nominations_last_by_default() -> None:
+    led, problems = Ledger.rebuild(
+        [placed("high", [0, 1], nominated=["uid-low#0"])],
+        [{"metadata": {"name": "victim-0", "namespace": NS, "uid": "uid-v",
+                       "annotations": {"gpu.orchestrator.dev/devices": "0,1"},
+                       "ownerReferences": [{"apiVersion": "gpu.orchestrator.dev/v1alpha1",
+                                            "kind": "GPUWorkload", "name": "low",
+                                            "uid": "uid-low", "controller": True}],
+                       "labels": {"gpu.orchestrator.dev/attempt": "0"}},
+          "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]},
+          "status": {"phase": "Running"}}],
+        {"n1": range(4)})
+    assert problems == []
+    a = led.allocation("ns/high")
+    assert a is not None and a.overlap == {"uid-low#0"}
+    assert led.blockers("ns/high") == {"n1": ["ns/victim-0"]}
+
+
+def test_a_rebuild_reports_the_problems_of_pods_and_jobs_alike() -> None:
+    bad_pod = {"metadata": {"name": "p", "namespace": NS, "uid": "uid-p",
+                            "annotations": {"gpu.orchestrator.dev/devices": "x"}},
+               "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]},
+               "status": {"phase": "Running"}}
+    led, problems = Ledger.rebuild(
+        [], [bad_pod], {"n1": range(4)},
+        jobs=[job(), job("k", uid="job-2", devices="bad", node="n1")])
+    assert len(problems) == 2
+    assert problems[0].startswith("pod ns/p: ") and problems[1].startswith("job ns/k: ")
+    held = led.job("job-1")
+    assert held is not None and led.free_count("n1") == 2
+
+
+def test_an_invalid_spec_keeps_its_nomination_through_a_rebuild() -> None:
+    w = placed("high", [0, 1], nominated=["uid-low#0"])
+    w["spec"]["priority"] = "urgent"  # no longer validates
+    led, problems = Ledger.rebuild([w], [], {"n1": range(4)})
+    assert any("ns/high: invalid spec, placements kept" in p for p in problems)
+    a = led.allocation("ns/high")
+    assert a is not None and a.overlap == {"uid-low#0"}
+
+
+def test_a_booking_without_devices_or_a_gpu_count_counts_nothing() -> None:
+    led = ledger()
+    led.assume("ns/w", [Placement(index=0, node="n1")])
+    assert led.free_count("n1") == 4
 
 
 def test_an_unreadable_workload_is_skipped_by_book_nominations() -> None:
