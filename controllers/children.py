@@ -60,7 +60,8 @@ def owner_reference(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 def device_env(exposure: DeviceExposure, devices: list[int],
                uuids: list[str] | None) -> list[dict[str, str]]:
-    """The variables that show a container its devices (DESIGN.md, exposure modes)."""
+    """The variables that show a container its devices (docs/architecture.md, "How a
+    replica sees its devices")."""
     return [{"name": k, "value": v} for k, v in exp.device_env(exposure, devices, uuids).items()]
 
 

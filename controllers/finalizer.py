@@ -66,8 +66,10 @@ class ChildrenFinalizer:
         if "orphan" not in finalizers:
             self.children_gone(raw)
         if self.status_writer is not None:
-            # nothing of ours may be written once the object can go
-            self.status_writer.settle(key)
+            # nothing of ours may be written once the object can go: a write still
+            # in flight after the wait keeps the finalizer for now
+            if not self.status_writer.settle(key):
+                return Result(requeue_after=FINALIZE_POLL)
             self.status_writer.forget(key)
         rest = [f for f in meta.get("finalizers") or () if f != CHILDREN_FINALIZER]
         with contextlib.suppress(NotFound):

@@ -1,6 +1,6 @@
 """The GPUWorkload reconciler: a workload becomes a placement, then its children.
 
-Devices are held by pods (DESIGN.md, the ledger's invariants): this reconciler
+Devices are held by pods (docs/architecture.md, invariants 1 and 3): this reconciler
 books decisions, creates pods, and *asks* pods to go; it never frees a device
 itself. A device comes back when the last pod holding it is deleted or finishes.
 
@@ -41,7 +41,6 @@ the deletion, ``reconcile_outcome.py`` what a reconcile reports.
 
 from __future__ import annotations
 
-import contextlib
 import random
 import threading
 import time
@@ -237,7 +236,10 @@ class GPUWorkloadReconciler:
         eviction = state.eviction(key)
         if eviction is not None:
             return self._evicted(raw, status, eviction)
-        placements = self._placements(w, raw)
+        try:
+            placements = self._placements(w, raw)
+        except EndAttempt as end:
+            return self._end_attempt(w, raw, status, end.reason, end.message)
         if placements is None:
             waiting = self._previous_attempt(w, raw, status)
             return waiting if waiting is not None else self._place(w, raw, status)
@@ -261,7 +263,9 @@ class GPUWorkloadReconciler:
     def _placements(self, w: GPUWorkload, raw: JSON) -> list[Placement] | None:
         """This attempt's placement: committed in status; else our committed booking
         (the pod was created, the cache has not caught up); else read back from our
-        own pods of this attempt (a one-replica pod is its own commit point)."""
+        own pods of this attempt (a one-replica pod is its own commit point). A pod
+        read back onto devices other owners hold raises ``EndAttempt`` (what runs
+        wins, as for a committed status that collides)."""
         if w.status.placements:
             return list(w.status.placements)
         state = self.ensure_state()
@@ -270,10 +274,11 @@ class GPUWorkloadReconciler:
             return list(booking.placements)
         adopted = self._placements_from_pods(w, raw)
         if adopted:
-            with contextlib.suppress(Exception):
-                state.adopt({**raw, "status": {**(raw.get("status") or {}),
-                                               "placements": [p.model_dump(by_alias=True)
-                                                              for p in adopted]}})
+            if not state.adopt({**raw, "status": {**(raw.get("status") or {}),
+                                                  "placements": [p.model_dump(by_alias=True)
+                                                                 for p in adopted]}}):
+                raise EndAttempt("PlacementConflict",
+                                 "its devices are held by another workload's pods")
             return adopted
         return None
 
@@ -334,12 +339,12 @@ class GPUWorkloadReconciler:
         if state.higher_priority_fresh(key, w.spec.priority):
             return Outcome(status, Result(requeue_after=PRIORITY_GATE_DELAY))
         writer = self.status_writer
-        if writer is not None and not self._pod_is_commit_point(w):
-            # the commit below is a precondition on this copy's resourceVersion:
-            # nothing of ours may be pending, in flight or ahead of the cache
-            writer.settle(key)
-            if writer.ahead_of(raw):
-                return Outcome(status, Result(requeue_after=0.1))
+        # the commit below is a precondition on this copy's resourceVersion: nothing
+        # of ours may be pending, in flight or ahead of the cache (a write still in
+        # flight could land after the commit: no commit now)
+        if writer is not None and not self._pod_is_commit_point(w) and \
+                (not writer.settle(key) or writer.ahead_of(raw)):
+            return Outcome(status, Result(requeue_after=0.1))
         started = time.perf_counter()
         decision = state.decide(w)
         strategy = decision.strategy

@@ -51,8 +51,15 @@ class NodeViews:
         self._gpunodes[str((gpunode.get("metadata") or {}).get("name"))] = gpunode
         return self._view(gpunode)
 
-    def drop_gpunode(self, name: str) -> None:
-        self._gpunodes.pop(name, None)
+    def drop_gpunode(self, name: str, uid: str = "") -> bool:
+        """Forgets ``name``'s GPUNode, unless the one recorded is another object of
+        that name (``uid`` given and different: a late delete). True if dropped."""
+        have = self._gpunodes.get(name)
+        have_uid = str(((have or {}).get("metadata") or {}).get("uid") or "")
+        if have is None or (uid and have_uid and have_uid != uid):
+            return False
+        del self._gpunodes[name]
+        return True
 
     def view(self, name: str) -> JSON | None:
         """``name``'s view from its GPUNode and its slices; None: neither is there."""

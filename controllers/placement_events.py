@@ -16,7 +16,7 @@ Guarantees, for every handler here:
 - **Wake on more room only.** Waiting workloads are woken when a holder holds
   less than before, is gone, or a node could fit more (heartbeats and status
   churn wake nobody).
-- **Holders, whoever made them** (DESIGN.md invariants 2-3): every pod, Job of
+- **Holders, whoever made them** (docs/architecture.md, invariant 1): every pod, Job of
   ours and allocated ResourceClaim holds what it holds; the pod books' pods are
   booked by their book. A holder that cannot be read, or holds devices someone
   else holds, is reported once (``on_problem``) and skipped, never raised.
@@ -118,11 +118,12 @@ class CacheEvents:
             self._wake(waiting)
 
     def on_node_deleted(self, node: Any) -> None:
-        name = str(((getattr(node, "obj", node) or {}).get("metadata") or {}).get("name"))
+        meta = (getattr(node, "obj", node) or {}).get("metadata") or {}
+        name = str(meta.get("name"))
         with self.lock:
-            if not self.ready:
+            # a late delete of an older Node of that name removes nothing
+            if not self.ready or not self.snapshot.remove_node(name, str(meta.get("uid") or "")):
                 return
-            self.snapshot.remove_node(name)
         self._enqueue_on_node(name)
 
     def on_gpunode(self, gpunode: JSON) -> None:
@@ -137,10 +138,11 @@ class CacheEvents:
 
     def on_gpunode_deleted(self, gpunode: Any) -> None:
         obj = getattr(gpunode, "obj", gpunode) or {}
+        meta = obj.get("metadata") or {}
         with self.lock:
-            if self.ready:
-                name = str((obj.get("metadata") or {}).get("name"))
-                self.nodes.drop_gpunode(name)
+            name = str(meta.get("name"))
+            # a late delete of an older GPUNode of that name drops nothing
+            if self.ready and self.nodes.drop_gpunode(name, str(meta.get("uid") or "")):
                 self._refresh_node(name)
 
     def _node_changed(self, name: str, change: Callable[[], None]) -> list[str] | None:
@@ -185,8 +187,9 @@ class CacheEvents:
                 self._refresh_node(node)
 
     def on_claim(self, claim: JSON) -> None:
-        """An allocated ResourceClaim holds its devices, whoever allocated it (DESIGN.md
-        invariant 2): kube-scheduler's claims keep ours off their GPUs."""
+        """An allocated ResourceClaim holds its devices, whoever allocated it
+        (docs/architecture.md, invariant 1): kube-scheduler's claims keep ours off
+        their GPUs."""
         if self.nodes.slices is None:
             return
         key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
@@ -228,7 +231,8 @@ class CacheEvents:
     # ----------------------------------------------------------- pods, Jobs
 
     def on_pod(self, pod: JSON) -> None:
-        """Every pod holds what it holds (DESIGN.md invariants 2-3), whoever made it;
+        """Every pod holds what it holds (docs/architecture.md, invariant 1), whoever
+        made it;
         pod books' pods are booked by their book."""
         if not self._owned(pod):
             self._sync_holder(pod, _POD)
@@ -299,27 +303,35 @@ class CacheEvents:
         """Keeps the pending set current, and adopts a committed placement that this
         ledger does not know (written by a previous leader). Objects older than this
         controller's own last write of them are skipped: they would undo it."""
+        victims: list[str] = []
         with self.lock:
             if not self.ready:
                 return
             if not self.writes.is_behind(obj):
-                self._adopt(obj)
+                _, victims = self._adopt(obj)
             self._track_pending(obj)
+        if victims:
+            self._enqueue_waiting(victims)
 
     def adopt(self, obj: JSON) -> bool:
         """Books the committed placement of ``obj`` if this ledger does not hold it.
         False when it conflicts with what the ledger holds for other owners (running
         pods win)."""
         with self.lock:
-            return self._adopt(obj)
+            ok, victims = self._adopt(obj)
+        if victims:
+            self._enqueue_waiting(victims)
+        return ok
 
-    def _adopt(self, obj: JSON) -> bool:
+    def _adopt(self, obj: JSON) -> tuple[bool, list[str]]:
+        """Under the lock: (adopted or nothing to adopt, the victims of its
+        nomination to enqueue once the lock is released)."""
         status = obj.get("status") or {}
         key = object_key(obj)
         meta = obj.get("metadata") or {}
         if not is_placed(status) or is_terminal(status) or self.ledger.allocation(key) or \
                 self.evictions.is_evicting(key) or meta.get("deletionTimestamp"):
-            return True
+            return True, []
         try:
             w = GPUWorkload.model_validate(obj)
             a = self.ledger.assume(key, w.status.placements, gpus_per_replica=w.spec.gpus,
@@ -327,18 +339,34 @@ class CacheEvents:
                                    check_capacity=False, owner=booking_owner(w),
                                    uid=w.metadata.uid or "", overlap=w.status.nominated_over)
             log.info("ledger.adopted", workload=key, nominated_over=w.status.nominated_over)
-            if a.overlap:
-                self.evictions.block(key)
-                self._enqueue_waiting(self.evictions.resume(self.ledger, a,
-                                                            self._booked_elsewhere))
-            return True
+            if not a.overlap:
+                return True, []
+            self.evictions.block(key)
+            return True, self.evictions.resume(self.ledger, a, self._booked_elsewhere)
         except (ValueError, LedgerConflict) as exc:
             log.warning("ledger.adopt.failed", workload=key, error=str(exc))
-            return False
+            return False, []
 
     def on_workload_deleted(self, obj: Any) -> None:
+        """The workload is gone: its booking, pending entry and write record go.
+        Identity is the UID: a late delete of an older object of the same name (the
+        reconciler reads the cache, which shows the new object before this handler
+        runs) releases nothing of the new object's; only the old one's eviction is
+        taken in (its preemptors stop waiting for it)."""
         raw = getattr(obj, "obj", obj) or {}
         key = object_key(raw) if raw else str(getattr(obj, "key", ""))
+        uid = str((raw.get("metadata") or {}).get("uid") or "")
+        with self.lock:
+            if not self.ready:
+                return
+            booked = self.ledger.allocation(key)
+            late = bool(uid) and booked is not None and bool(booked.uid) and booked.uid != uid
+            waiting = self.evictions.acknowledge(key) if late else []
+        if late:
+            log.info("workload.delete.stale", workload=key, uid=uid, booked_uid=booked.uid)
+            if waiting:
+                self._enqueue_waiting(waiting)
+            return
         with self.lock:
             if not self.ready:
                 return

@@ -2,7 +2,7 @@
 ledger of who holds which device, and the scheduler over both, behind one lock.
 
 It is rebuilt from the informers' caches before the first placement after a start
-(DESIGN.md invariant 6) and then kept current by their events
+(docs/architecture.md, invariant 4) and then kept current by their events
 (``placement_events.CacheEvents``, which ``PlacementState`` inherits). Every
 update is idempotent, so an event that the rebuild already saw and then delivers
 again changes nothing. Only the leader's reconciler uses it: it is created when
@@ -163,6 +163,20 @@ class PlacementState(CacheEvents):
             log.warning("ledger.rebuild.problem", problem=p)
         log.info("ledger.rebuilt", nodes=len(self.snapshot), holders=len(ledger.allocations()))
         return problems
+
+    def invalidate(self, why: str) -> None:
+        """An event of the caches was lost (its handler raised): this state may be
+        short of a holder. From now on it takes in no event (``ready`` false), and the
+        reconciler's next ``ensure_state()`` rebuilds a new one from the caches
+        before any placement."""
+        with self.lock:
+            self.ready = False
+            waiting = list(self.pending.waiting)
+        log.error("placement.invalidated", reason=why,
+                  effect="rebuilt from the caches before the next placement")
+        # the lost event may have freed room: the waiting workloads' reconciles
+        # rebuild the state first, and find it
+        self._wake(waiting)
 
     def refresh_stale(self) -> None:
         """Re-judges heartbeats (time passes without events); call periodically."""
@@ -334,14 +348,15 @@ class PlacementState(CacheEvents):
 
     # ------------------------------------------------------- own writes
 
-    def wrote(self, obj: JSON) -> None:
-        """Records the resourceVersion of this controller's latest write of ``obj``."""
-        self.writes.wrote(obj)
+    def wrote(self, obj: JSON, mark: int | None = None) -> None:
+        """Records the resourceVersion of this controller's write of ``obj`` (with
+        ``writing``'s ``mark``: unless a later write of it is on its way)."""
+        self.writes.wrote(obj, mark)
 
-    def writing(self, key: str) -> None:
+    def writing(self, key: str) -> int:
         """A write of ``key`` is on its way (the status writer): until ``wrote`` says
-        where it landed, every cached copy is older than it."""
-        self.writes.writing(key)
+        where it landed, every cached copy is older than it. Returns its mark."""
+        return self.writes.writing(key)
 
     def is_behind(self, obj: JSON) -> bool:
         """Is ``obj`` (from the cache) older than this controller's last write of it?"""

@@ -5,7 +5,7 @@ each through the Binding subresource, through the same ledger as GPUWorkloads.
 One reconcile of pod ``namespace/name``:
 
 1. Gone, finished (Succeeded/Failed), or deleted before it was bound: release what
-   it held (DESIGN.md invariant 5) and wake whatever waits for capacity.
+   it held (docs/architecture.md, invariant 1) and wake whatever waits for capacity.
 2. Bound (``spec.nodeName``): make sure the ledger knows what it holds (a pod bound
    by an earlier leader, or by someone else).
 3. Unbound, with the ``gpu-scheduling-map`` annotation: its replica index (the
@@ -160,6 +160,11 @@ class PodBindingReconciler:
             with self._waiting.lock:
                 self._reported.pop(key, None)
             return None
+        held = self.book.entry(key)
+        if held is not None and held.uid and held.uid != pod_uid(pod):
+            # the booking of an older pod of that name (deleted, then created again
+            # before this reconcile): not this one's (identity is the UID)
+            self._release(state, key)
         if pod_spec(pod).get("nodeName"):
             self._settled(key)
             self._adopt(state, key, pod)
@@ -207,7 +212,7 @@ class PodBindingReconciler:
         if why:
             return None, why
         return Entry(key, Placement(index=index, node=line.node, devices=list(line.devices)),
-                     len(line.devices), priority=pod_priority(pod)), ""
+                     len(line.devices), priority=pod_priority(pod), uid=pod_uid(pod)), ""
 
     @staticmethod
     def _check_exact(state: PlacementState, key: str, index: int, node: str,
@@ -280,9 +285,9 @@ class PodBindingReconciler:
         i = index if index is not None else 0
         if decision.counted:
             return Entry(model.key, Placement(index=i, node=p.node), gpus,
-                         priority=pod_priority(pod)), ""
+                         priority=pod_priority(pod), uid=pod_uid(pod)), ""
         return Entry(owner_key(pod), Placement(index=i, node=p.node, devices=list(p.devices)),
-                     gpus, priority=pod_priority(pod)), ""
+                     gpus, priority=pod_priority(pod), uid=pod_uid(pod)), ""
 
     # ---------------------------------------------------------------- binding
 
@@ -393,7 +398,8 @@ class PodBindingReconciler:
         """Ask every pod of the seed-path holder ``ledger_key`` to go (Eviction API,
         so PodDisruptionBudgets hold), with a ``Preempted`` Event saying why; returns
         how many were asked. For preemption: the devices stay held until the pods are
-        gone (DESIGN.md invariant 3), so a caller keeps them nominated meanwhile."""
+        gone (docs/architecture.md, invariants 2 and 3), so a caller keeps them
+        nominated meanwhile."""
         with self.state().lock:
             keys = self.book.pod_keys(ledger_key)
         asked = 0

@@ -103,6 +103,7 @@ class Entry:
     gpus: int  # counted GPUs when the placement names no devices
     bound: bool = False
     priority: int = 0
+    uid: str = ""  # the pod's: a pod created again under its name is another one
 
     @property
     def counted(self) -> bool:
@@ -148,13 +149,13 @@ def read_bound(pod: JSON) -> tuple[Entry | None, list[str]]:
     if devices:
         return Entry(owner_key(pod), Placement(index=placement_index, node=node,
                                                devices=devices), len(devices), True,
-                     pod_priority(pod)), problems
+                     pod_priority(pod), pod_uid(pod)), problems
     gpus = pod_gpu_request(pod)
     if problems:
         gpus = max(gpus, 1)
     if gpus > 0:
         return Entry(f"Pod:{pod_key(pod)}", Placement(index=placement_index, node=node), gpus,
-                     True, pod_priority(pod)), problems
+                     True, pod_priority(pod), pod_uid(pod)), problems
     return None, problems
 
 

@@ -95,6 +95,28 @@ def second_client(mgr: Manager) -> Client:
     return mgr.client.derive(write_guard=mgr.client.write_guard)
 
 
+def placement_handler(reconciler: GPUWorkloadReconciler, kind: str, method: str
+                      ) -> FuncHandler:
+    """The placement state's handler of one kind: adds and updates go to the
+    state's ``method``, deletes to ``<method>_deleted``. A call that raises loses
+    that event, so the state may be short of a holder: it is invalidated and
+    rebuilt from the caches before the next placement (``ensure_state()``)."""
+    def call(name: str) -> Any:
+        def deliver(*args: Any) -> None:
+            state = reconciler.state
+            if state is not None:
+                getattr(state, name)(args[-1])
+        return deliver
+
+    def lost(op: str, obj: Any, exc: BaseException) -> None:
+        state = reconciler.state
+        if state is not None:
+            state.invalidate(f"the {kind} {op} handler raised {type(exc).__name__}: {exc}")
+
+    return FuncHandler(call(method), call(method), call(f"{method}_deleted"),
+                       name=f"placement-{kind.lower()}", on_error=lost)
+
+
 class _StaleTicker:
     """While leading, re-judges GPUNode heartbeats every period."""
 
@@ -183,7 +205,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         writer = StatusWriter(
             status_client, workloads.indexer, threads=opts.status_writers,
             on_pending=lambda key: reconciler.state.writing(key) if reconciler.state else None,
-            on_written=lambda obj: reconciler.state.wrote(obj) if reconciler.state else None)
+            on_written=lambda obj, mark: reconciler.state.wrote(obj, mark)
+            if reconciler.state else None)
         mgr.add(writer)
     backstop = Backstop(workloads.indexer.list, lambda key: enqueue([key]),
                         opts.resync_unsettled) if opts.resync_unsettled > 0 else None
@@ -197,31 +220,23 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     if backstop is not None:
         mgr.add(backstop)
 
-    def on(method: str):
-        def call(*args: Any) -> None:
-            state = reconciler.state
-            if state is not None:
-                getattr(state, method)(args[-1])
-        return call
+    def on(kind: str, method: str) -> FuncHandler:
+        return placement_handler(reconciler, kind, method)
 
-    nodes.add_event_handler(FuncHandler(on("on_node"), on("on_node"), on("on_node_deleted")))
-    gpunodes.add_event_handler(
-        FuncHandler(on("on_gpunode"), on("on_gpunode"), on("on_gpunode_deleted")))
-    pods.add_event_handler(FuncHandler(on("on_pod"), on("on_pod"), on("on_pod_deleted")))
-    jobs.add_event_handler(FuncHandler(on("on_job"), on("on_job"), on("on_job_deleted")))
+    nodes.add_event_handler(on("Node", "on_node"))
+    gpunodes.add_event_handler(on("GPUNode", "on_gpunode"))
+    pods.add_event_handler(on("Pod", "on_pod"))
+    jobs.add_event_handler(on("Job", "on_job"))
     if writer is not None:
         workloads.add_event_handler(
             FuncHandler(writer.observed, lambda old, new: writer.observed(new), None))
     seen = reconciler.expectations.observed
     for children in (pods, jobs):
         children.add_event_handler(FuncHandler(seen, lambda old, new: seen(new), seen))
-    workloads.add_event_handler(
-        FuncHandler(on("on_workload"), on("on_workload"), on("on_workload_deleted")))
+    workloads.add_event_handler(on("GPUWorkload", "on_workload"))
     if slices is not None and claims is not None:
-        slices.add_event_handler(FuncHandler(on("on_resourceslice"), on("on_resourceslice"),
-                                             on("on_resourceslice_deleted")))
-        claims.add_event_handler(FuncHandler(on("on_claim"), on("on_claim"),
-                                             on("on_claim_deleted")))
+        slices.add_event_handler(on("ResourceSlice", "on_resourceslice"))
+        claims.add_event_handler(on("ResourceClaim", "on_claim"))
 
     builder = (Builder(mgr).named("gpuworkload")
                .for_(API_VERSION, "GPUWorkload")

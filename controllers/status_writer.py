@@ -14,14 +14,24 @@ Guarantees:
   it last asked for, until the cache shows that write landed, so a decision is never
   taken on a status older than our own.
 - **Nothing lost.** A failed write is retried with backoff (capped) until it lands,
-  the workload is gone (NotFound) or it is another object of that name (UID).
+  the workload is gone (NotFound) or it is another object of that name (UID), or
+  until a synchronous commit supersedes it (``settle``) or the workload is
+  forgotten (``forget``; nothing of it is recorded then, the finalizer included).
 - **Lag bounded and measured.** The time from the first submit of a status to its
   write is ``gpu_orchestrator_status_write_lag_seconds``; the queue is at most one
   entry per workload, so the lag is at most the queue over the client's QPS.
 - **Synchronous commits win.** Gangs and Job mode commit their placement with a
   resourceVersion precondition on the workers' client; ``settle(key)`` first drops
-  the pending write of that workload and waits for one in flight, and ``record``
-  tells the writer what the commit wrote.
+  the pending write of that workload and waits for one in flight, which is then
+  never retried (the commit supersedes it). ``settle`` says whether it settled:
+  False (a write still in flight after its timeout) means no commit now, requeue.
+  ``record`` tells the writer what the commit wrote.
+- **Only on its object.** Every status write carries the workload's UID as a
+  precondition, so it never lands on another object of the same name (deleted and
+  re-created meanwhile): the write is dropped (``status_patches.patch_status``
+  says how). It carries no resourceVersion: the writer coalesces and writes over its own
+  previous writes (latest wins), and what must not be undone by an older write, a
+  gang's commit, is protected by ``settle`` above.
 - The finalizer (``gpu.orchestrator.dev/children``) rides with the first status of a
   placed workload, as its own merge patch with a resourceVersion precondition,
   never added to an object being deleted.
@@ -39,10 +49,9 @@ from typing import Any
 import structlog
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
-from api.v1alpha1.types import API_VERSION
-from controllers.status import add_finalizer_patch
+from controllers.status_patches import add_finalizer, patch_status
 from internal import metrics as m
-from runtime import Conflict, NotFound
+from runtime import NotFound
 from runtime.store import Indexer
 
 log = structlog.get_logger("status_writer")
@@ -79,6 +88,7 @@ class _Want:
     since: float  # first submit not yet written
     not_before: float = 0.0
     failures: int = 0
+    mark: int | None = None  # on_pending's mark of the latest submit it carries
 
 
 @dataclass
@@ -93,14 +103,16 @@ class _Seen:
 
 class StatusWriter:
     def __init__(self, client: Any, workloads: Indexer, *, threads: int = 2,
-                 on_pending: Callable[[str], None] | None = None,
-                 on_written: Callable[[JSON], None] | None = None,
+                 on_pending: Callable[[str], int | None] | None = None,
+                 on_written: Callable[[JSON, int | None], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self.workloads = workloads
         self.threads = threads
+        #: a write of ``key`` is on its way (called before it is queued); returns a
+        #: mark handed back to ``on_written`` with the write that carries it
         self.on_pending = on_pending or (lambda key: None)
-        self.on_written = on_written or (lambda obj: None)
+        self.on_written = on_written or (lambda obj, mark: None)
         self.clock = clock
         self._cv = threading.Condition()
         self._pending: dict[str, _Want] = {}
@@ -108,6 +120,9 @@ class StatusWriter:
         self._inflight: set[str] = set()
         self._seen: dict[str, _Seen] = {}
         self._finalized: dict[str, str] = {}  # key -> UID we saw our finalizer on
+        #: keys whose write in flight was settled or forgotten: not retried if it fails
+        self._superseded: set[str] = set()
+        self._gone: set[str] = set()  # keys forgotten while a write was in flight
         self._stop = False
         self._workers: list[threading.Thread] = []
 
@@ -120,10 +135,11 @@ class StatusWriter:
         key = _key(raw)
         uid = meta.get("uid") or ""
         now = self.clock()
-        # Before a writer thread can see it: a mark made after the write landed
-        # (and after ``on_written``) would say "a write is on its way" for ever, and
-        # every cached copy would be taken as older than it.
-        self.on_pending(key)
+        # Marked before a writer thread can see it: a mark made after the write
+        # landed (and after ``on_written``) would say "a write is on its way" for
+        # ever, and every cached copy would be taken as older than it; and no write
+        # of ours in flight, landing meanwhile, makes an older cached copy look current
+        mark = self.on_pending(key)
         with self._cv:
             self._seen[key] = _Seen(uid, status)
             old = self._pending.get(key)
@@ -131,9 +147,10 @@ class StatusWriter:
                 COALESCED.inc()
                 old.status = status
                 old.finalizer = old.finalizer or finalizer
+                old.mark = mark
                 return
             self._pending[key] = _Want(uid, meta["namespace"], meta["name"], status,
-                                       finalizer, since=now)
+                                       finalizer, since=now, mark=mark)
             if key not in self._inflight:
                 self._order.append(key)
             QUEUED.set(len(self._pending))
@@ -173,15 +190,24 @@ class StatusWriter:
             seen = self._seen.get(_key(raw))
             return seen is not None and seen.rv > _rv(raw)
 
-    def settle(self, key: str, timeout: float = 30.0) -> None:
+    def settle(self, key: str, timeout: float = 30.0) -> bool:
         """Drops ``key``'s pending write and waits for one in flight (a synchronous
-        commit that supersedes it follows)."""
+        commit that supersedes it follows); that one is not retried if it fails.
+        True: nothing of ``key``'s is queued or in flight. False: a write is still in
+        flight after ``timeout``; it may land any time, so the caller must not
+        commit now (requeue)."""
         deadline = self.clock() + timeout
         with self._cv:
             if self._pending.pop(key, None) is not None:
                 QUEUED.set(len(self._pending))
-            while key in self._inflight and self.clock() < deadline:
+            if key in self._inflight:
+                self._superseded.add(key)
+            while key in self._inflight:
+                if self.clock() >= deadline:
+                    log.warning("status.settle_timeout", workload=key, timeout=timeout)
+                    return False
                 self._cv.wait(0.05)
+            return True
 
     def record(self, written: JSON) -> None:
         """A synchronous write of ours (the gang commit) landed."""
@@ -195,6 +221,9 @@ class StatusWriter:
             self._pending.pop(key, None)
             self._seen.pop(key, None)
             self._finalized.pop(key, None)
+            if key in self._inflight:  # it records nothing and is not retried
+                self._superseded.add(key)
+                self._gone.add(key)
             QUEUED.set(len(self._pending))
 
     def has_finalizer(self, raw: JSON) -> bool:
@@ -282,6 +311,10 @@ class StatusWriter:
                             failures=want.failures + 1)
             with self._cv:
                 self._inflight.discard(key)
+                if key in self._superseded:
+                    ok = True  # settled or forgotten meanwhile: not retried
+                self._superseded.discard(key)
+                self._gone.discard(key)
                 if not ok and key not in self._pending:
                     want.failures += 1
                     want.not_before = self.clock() + min(RETRY_MAX,
@@ -298,23 +331,28 @@ class StatusWriter:
         cached = self.workloads.get_by_name(want.name, want.namespace)
         if cached is not None and (cached.get("metadata") or {}).get("uid") != want.uid:
             WRITES.labels("gone").inc()
-            self.on_written(cached)  # another object of that name now: it is current
+            self.on_written(cached, want.mark)  # another object of that name: current
             return True
-        if want.finalizer and self._finalized.get(key) != want.uid and cached is not None \
+        with self._cv:
+            finalized = self._finalized.get(key) == want.uid
+        if want.finalizer and not finalized and cached is not None \
                 and not self._add_finalizer(cached):
             return False
         try:
-            written = self.client.patch(API_VERSION, "GPUWorkload", want.name,
-                                        {"status": want.status}, namespace=want.namespace,
-                                        patch_type="merge", subresource="status")
+            written = patch_status(self.client, want.namespace, want.name, want.uid,
+                                   want.status)
         except NotFound:
+            written = None
+        if written is None:  # gone, or another object of that name now
             WRITES.labels("gone").inc()
             with self._cv:
-                self._seen.pop(key, None)
+                seen = self._seen.get(key)
+                if seen is not None and seen.uid == want.uid:
+                    del self._seen[key]
             return True
         if (written.get("metadata") or {}).get("uid") != want.uid:
             WRITES.labels("gone").inc()  # (and wrote it: ours is the status it wants)
-            self.on_written(written)
+            self.on_written(written, want.mark)
             return True
         WRITES.labels("written").inc()
         LAG.observe(max(0.0, self.clock() - want.since))
@@ -322,32 +360,16 @@ class StatusWriter:
             seen = self._seen.get(key)
             if seen is not None and seen.status is want.status:
                 seen.rv = _rv(written)
-        self.on_written(written)
+        self.on_written(written, want.mark)
         return True
 
-    def _add_finalizer(self, obj: JSON, *, retry: bool = True) -> bool:
-        """Adds our finalizer unless present or the object is being deleted. False:
-        try again (conflict with a newer object). On a first conflict the cache is
-        behind the API: the object itself is read and the add tried once more."""
-        meta = obj["metadata"]
-        if CHILDREN_FINALIZER not in (meta.get("finalizers") or ()) and \
-                not meta.get("deletionTimestamp"):
-            try:
-                self.client.patch(API_VERSION, "GPUWorkload", meta["name"],
-                                  add_finalizer_patch(meta, CHILDREN_FINALIZER),
-                                  namespace=meta["namespace"], patch_type="merge")
-            except NotFound:
-                return True
-            except Conflict:
-                if not retry:
-                    return False
-                try:
-                    fresh = self.client.get(API_VERSION, "GPUWorkload", meta["name"],
-                                            namespace=meta["namespace"])
-                except NotFound:
-                    return True
-                if fresh["metadata"].get("uid") != meta["uid"]:
-                    return True
-                return self._add_finalizer(fresh, retry=False)
-        self._finalized[_key(obj)] = meta["uid"]
+    def _add_finalizer(self, obj: JSON) -> bool:
+        """Adds our finalizer (``status_patches.add_finalizer``) and remembers it,
+        unless the workload was forgotten meanwhile. False: try again."""
+        if not add_finalizer(self.client, obj):
+            return False
+        key = _key(obj)
+        with self._cv:
+            if key not in self._gone:  # forgotten meanwhile: nothing of it is kept
+                self._finalized[key] = obj["metadata"]["uid"]
         return True

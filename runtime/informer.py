@@ -7,6 +7,13 @@ other handlers; each handler sees one object's changes in order.
 
 Handlers receive frozen (read-only) objects. Deletes missed while the watch was down are
 delivered as :class:`~runtime.store.DeletedFinalStateUnknown` tombstones after a relist.
+
+A handler that raises loses that event, so it is never silent: the exception is logged
+with the informer, the handler, the operation and the object's key, counted in
+``informer_handler_errors_total{informer,handler}``, and handed to the handler's
+``on_error(op, obj, exc)`` (a ``FuncHandler``'s ``on_error=``), where its owner can
+rebuild whatever the lost event should have kept current. The next events are delivered
+as usual.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Any
 
 import structlog
 
+from runtime import metrics
 from runtime.client import Client
 from runtime.reflector import Reflector
 from runtime.store import DeletedFinalStateUnknown, Indexer, IndexFunc, freeze, meta_namespace_key
@@ -38,8 +46,16 @@ def strip_managed_fields(obj: JSON) -> JSON:
     return obj
 
 
+#: what a handler's owner is told when one of its calls raised: (op, object, exception),
+#: op one of add, update, delete; the object is the new one (a tombstone for a delete)
+ErrorHook = Callable[[str, Any, BaseException], None]
+
+
 class EventHandler:
-    """Override any of these; each is called from the handler's own thread."""
+    """Override any of these; each is called from the handler's own thread. ``name``
+    labels its errors (default: the class name)."""
+
+    name = ""
 
     def on_add(self, obj: JSON) -> None:
         pass
@@ -50,6 +66,9 @@ class EventHandler:
     def on_delete(self, obj: JSON | DeletedFinalStateUnknown) -> None:
         pass
 
+    def on_error(self, op: str, obj: Any, exc: BaseException) -> None:
+        """One of the calls above raised ``exc`` for ``obj``; that event is lost."""
+
 
 class FuncHandler(EventHandler):
     def __init__(
@@ -57,8 +76,17 @@ class FuncHandler(EventHandler):
         on_add: Callable[[JSON], None] | None = None,
         on_update: Callable[[JSON, JSON], None] | None = None,
         on_delete: Callable[[Any], None] | None = None,
+        *,
+        name: str = "",
+        on_error: ErrorHook | None = None,
     ) -> None:
         self._a, self._u, self._d = on_add, on_update, on_delete
+        self.name = name
+        self._e = on_error
+
+    def on_error(self, op: str, obj: Any, exc: BaseException) -> None:
+        if self._e:
+            self._e(op, obj, exc)
 
     def on_add(self, obj: JSON) -> None:
         if self._a:
@@ -81,6 +109,8 @@ class HandlerRegistration:
 
     def __init__(self, handler: EventHandler, name: str) -> None:
         self.handler = handler
+        self.informer = name
+        self.name = handler.name or type(handler).__name__
         self._buf: deque[tuple[Any, ...]] = deque()
         self._cond = threading.Condition()
         self._stopped = False
@@ -127,8 +157,27 @@ class HandlerRegistration:
                     self.handler.on_update(n[1], n[2])
                 else:
                     self.handler.on_delete(n[1])
-            except Exception:
-                log.exception("informer.handler_error", op=op)
+            except Exception as exc:
+                self._failed(op, n[-1], exc)
+
+    def _failed(self, op: str, obj: Any, exc: BaseException) -> None:
+        """Logs, counts and hands over a handler's exception (the event is lost)."""
+        key = _key_of(obj)
+        metrics.informer_handler_errors_total.labels(self.informer, self.name).inc()
+        log.error("informer.handler_error", informer=self.informer, handler=self.name,
+                  op=op, object=key, exc_info=exc)
+        try:
+            self.handler.on_error(op, obj, exc)
+        except Exception:
+            log.exception("informer.handler_error_hook_failed", informer=self.informer,
+                          handler=self.name, op=op, object=key)
+
+
+def _key_of(obj: Any) -> str:
+    try:
+        return meta_namespace_key(obj)
+    except Exception:  # not an object with metadata: say what it is
+        return repr(obj)[:200]
 
 
 class SharedIndexInformer:

@@ -139,6 +139,13 @@ reflector_watch_errors_total = Counter(
     ["name", "reason"],
     registry=registry,
 )
+informer_handler_errors_total = Counter(
+    "informer_handler_errors",
+    "Number of exceptions raised by an informer's event handler (logged with the object, "
+    "handed to the handler's on_error, and the event dropped), per informer and handler.",
+    ["informer", "handler"],
+    registry=registry,
+)
 events_dropped_total = Counter(
     "events_dropped",
     "Number of Events not written: the recorder's buffer was full (cause=buffer_full), the "

@@ -108,7 +108,8 @@ class WorkloadKind(StrEnum):
 
 
 class DeviceExposure(StrEnum):
-    """How a replica's container is shown its devices (see DESIGN.md)."""
+    """How a replica's container is shown its devices (docs/architecture.md, "How a
+    replica sees its devices")."""
 
     CUDA_VISIBLE_DEVICES = "cuda-visible-devices"
     NVIDIA_VISIBLE_DEVICES = "nvidia-visible-devices"

@@ -1,5 +1,5 @@
-"""What a container is given for its devices, per exposure mode (DESIGN.md "How a
-replica sees its devices"). One function for the controller's children and the
+"""What a container is given for its devices, per exposure mode (docs/architecture.md,
+"How a replica sees its devices"). One function for the controller's children and the
 webhook's seed pods, so both give the same environment for the same mode.
 
 - ``cuda-visible-devices``: the container sees every GPU with host numbering

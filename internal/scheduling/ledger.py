@@ -23,15 +23,18 @@ GPUWorkload (``<uid>#<attempt>``) for its booking and its pods, so that replicas
 one annotation map may name the same device while a previous attempt's terminating
 pods still count as someone else.
 
-Invariants (DESIGN.md):
+What it keeps of docs/architecture.md's invariants (numbered as there):
 
-1. A device of a node is held by at most one owner, except where a preemptor's
-   booking is *nominated* over its victims' pods (``overlap``): nobody else may
-   take those devices, and the preemptor starts only when the victims are gone.
-2. A device is free only when no holder holds it: releasing a booking (deletion,
-   an ended attempt, a conflict, preemption) frees nothing its pods still hold.
-3. ``Ledger.rebuild`` recreates the book from the cache, pods first (what runs wins
-   every conflict), then committed placements, before any new placement is made.
+- invariant 2: a device of a node is held by at most one owner, except where a
+  preemptor's booking is *nominated* over its victims' pods (``overlap``): nobody
+  else may take those devices, and the preemptor starts only when the victims are
+  gone;
+- invariants 1 and 3: a device is free only when no holder holds it: releasing a
+  booking (deletion, an ended attempt, a conflict, preemption) frees nothing its
+  pods still hold;
+- invariant 4: ``Ledger.rebuild`` recreates the book from the cache, pods first
+  (what runs wins every conflict), then committed placements, before any new
+  placement is made.
 
 ``free_count(node) = |usable - named-held| - counted``, where each owner's counted
 GPUs on a node are the largest of what its bookings, its pods and its Jobs count (a

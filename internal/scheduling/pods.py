@@ -3,7 +3,7 @@
 kube-scheduler counts a pod's resources from the moment it is bound until the pod
 object is deleted or has reached Succeeded/Failed; a pod being deleted (it has a
 ``deletionTimestamp``) still runs, and holds, for its whole grace period. The ledger
-follows the same rule (DESIGN.md, the ledger's invariants), and this module says, for
+follows the same rule (docs/architecture.md, invariant 1), and this module says, for
 one pod, whether it holds GPUs and which.
 
 A bound, unfinished pod holds:

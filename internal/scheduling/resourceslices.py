@@ -156,7 +156,14 @@ class SliceInventory:
         return old
 
     def remove(self, rslice: JSON) -> str | None:
-        return self._drop(str((rslice.get("metadata") or {}).get("name") or ""))
+        """Forgets a deleted slice; returns its node. A late delete of an older slice
+        of the same name (another UID) forgets nothing."""
+        meta = rslice.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        have = (self._slices.get(name) or {}).get("metadata") or {}
+        if meta.get("uid") and have.get("uid") and meta["uid"] != have["uid"]:
+            return None
+        return self._drop(name)
 
     def _drop(self, name: str) -> str | None:
         node = _node_of(self._slices.pop(name, None))

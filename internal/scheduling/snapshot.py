@@ -293,7 +293,13 @@ class Snapshot:
         self.ignored.pop(name, None)
         self._recompute(name)
 
-    def remove_node(self, name: str) -> None:
+    def remove_node(self, name: str, uid: str = "") -> bool:
+        """The Node is gone. With ``uid``: only if the Node recorded under ``name``
+        is that one (a late delete of an older Node of that name removes nothing).
+        True unless it was such a late delete."""
+        have = (self._raw_nodes.get(name) or {}).get("metadata") or {}
+        if uid and have.get("uid") and have["uid"] != uid:
+            return False
         self._raw_nodes.pop(name, None)
         if self.nodes.pop(name, None) is not None:
             i = bisect.bisect_left(self._names, name)
@@ -301,6 +307,7 @@ class Snapshot:
             self._cost_levels = None
         if self.ledger is not None:
             self.ledger.remove_node(name)
+        return True
 
     def attach(self, ledger: Ledger) -> None:
         """Use ``ledger`` and tell it every node's usable devices."""

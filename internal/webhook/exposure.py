@@ -1,6 +1,6 @@
 """The webhook's side of the exposure modes: parsing the flag and the GPU limit; the
 environment itself is ``internal.scheduling.exposure.device_env``, shared with the
-controller (DESIGN.md "How a replica sees its devices").
+controller (docs/architecture.md, "How a replica sees its devices").
 
 - ``cuda-visible-devices``: ``CUDA_VISIBLE_DEVICES`` = the host indices.
 - ``nvidia-visible-devices``: ``NVIDIA_VISIBLE_DEVICES`` = the host indices (the

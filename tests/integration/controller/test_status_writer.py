@@ -122,3 +122,36 @@ def test_a_refused_write_is_retried_until_it_lands(
     finally:
         writer.stop()
     assert get_workload(admin, namespace, "w")["status"]["message"] == "eventually"
+
+
+def test_a_status_write_never_lands_on_a_recreated_object_of_the_same_name(
+        admin: Client, namespace: str, created: dict[str, Any]) -> None:
+    """The object is deleted and created again under its name while the cache
+    still holds the old one: the old one's status (its UID the precondition) is
+    refused by the API server and dropped, never written onto the new object."""
+    cache = cache_of(created)
+    admin.delete(API_VERSION, "GPUWorkload", "w", namespace=namespace)
+    eventually(lambda: _gone(admin, namespace), timeout=30, what="the old object gone")
+    new = admin.create(workload("w", namespace, gpusPerReplica=1,
+                                template={"spec": {"containers": [{"name": "c",
+                                                                   "image": "busybox"}]}}))
+    assert new["metadata"]["uid"] != created["metadata"]["uid"]
+    writer = StatusWriter(admin, cache)
+    gone = value(m.STATUS_WRITES.labels("gone"))
+    writer.start()
+    try:
+        writer.submit(created, status("the old object's"))
+        assert writer.flush(30)
+    finally:
+        writer.stop()
+    assert value(m.STATUS_WRITES.labels("gone")) - gone == 1
+    assert (get_workload(admin, namespace, "w").get("status") or {}).get(
+        "message") != "the old object's"
+
+
+def _gone(admin: Client, namespace: str) -> bool:
+    try:
+        get_workload(admin, namespace, "w")
+    except NotFound:
+        return True
+    return False

@@ -107,11 +107,14 @@ def test_watch_resumes_after_apiserver_restart(
     cluster.restart_apiserver()
     client.patch("v1", "ConfigMap", "r1", {"data": {"v": "v2"}}, namespace)
     client.patch("v1", "ConfigMap", "r1", {"data": {"v": "v3"}}, namespace)
+    # handlers run on their own thread after the store is updated: wait for what the
+    # handler saw (the store held it before)
     eventually(
-        lambda: (inf.indexer.get_by_name("r1", namespace) or {}).get("data") == {"v": "v3"},
+        lambda: rec.of("r1")[-1:] == [("update", "v3")],
         timeout=60,
-        what="informer caught up after restart",
+        what="the handler saw v3 after the restart",
     )
+    assert (inf.indexer.get_by_name("r1", namespace) or {}).get("data") == {"v": "v3"}
     values = [v for op, v in rec.of("r1")]
     assert values[0] == "v1" and values[-1] == "v3"
     assert values == sorted(values)  # never goes back in time

@@ -112,3 +112,17 @@ def test_dra_workload_skips_nodes_without_slices_with_a_reason_per_node() -> Non
     d = schedule(w, snap, led)
     assert not d.ok
     assert d.reasons["node1"] == NO_SLICES_REASON
+
+
+def test_a_late_delete_of_an_older_slice_of_the_same_name_forgets_nothing() -> None:
+    inv = SliceInventory(DRIVER)
+    new = rslice("n1", 2, name="s")
+    new["metadata"]["uid"] = "new"
+    assert inv.upsert(new) == "n1"
+    old = rslice("n1", 2, name="s")
+    old["metadata"]["uid"] = "old"
+    assert inv.remove(old) is None
+    assert inv.nodes() == {"n1"}
+    assert inv.remove(new) == "n1"
+    assert inv.nodes() == set()
+    assert inv.remove(new) is None

@@ -271,6 +271,17 @@ def test_names_stay_sorted_through_adds_and_removes() -> None:
     assert snap.get("b") is None
 
 
+def test_a_late_delete_of_an_older_node_of_the_same_name_removes_nothing() -> None:
+    new = node("a", 4)
+    new["metadata"]["uid"] = "new"
+    snap = Snapshot.build([new])
+    assert snap.remove_node("a", "old") is False
+    assert snap.names == ["a"] and snap.get("a") is not None
+    assert snap.remove_node("a", "new") is True
+    assert snap.names == [] and snap.get("a") is None
+    assert snap.remove_node("a", "new") is True  # gone already: nothing to keep
+
+
 @given(names=st.sets(st.sampled_from("abcdefg"), min_size=1), start=st.sampled_from("_abcdefgz"))
 def test_names_after_wraps_around_once(names: set[str], start: str) -> None:
     snap = Snapshot.build([node(n) for n in names])

@@ -1,0 +1,260 @@
+"""The status writer against a fake API whose writes can be held in flight (a
+deterministic pause point): a commit never follows a write that may still land,
+an in-flight write that was settled or forgotten is not retried, a write never
+lands on another object of the same name, and a later write's mark survives an
+earlier one landing."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from api.v1alpha1.keys import CHILDREN_FINALIZER
+from api.v1alpha1.types import API_VERSION
+from controllers.status_writer import StatusWriter
+from controllers.write_tracker import WriteTracker
+from runtime import Conflict, Invalid, NotFound
+from runtime.store import Indexer, thaw
+from tests.unit.controllers.fakes import internal, merge
+
+NS = "ns"
+KEY = f"{NS}/w"
+
+
+class API:
+    """One GPUWorkload in the API (``objects``) and in the cache (``cache``), which
+    the test moves on. Call ``i`` of ``patch`` waits on ``gates[i]`` when there is
+    one (held in flight), then raises ``fail[i]`` when there is one."""
+
+    def __init__(self) -> None:
+        self.rv = itertools.count(100)
+        self.cache = Indexer()
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.calls: list[dict[str, Any]] = []
+        self.entered: list[threading.Event] = [threading.Event() for _ in range(8)]
+        self.gates: dict[int, threading.Event] = {}
+        self.fail: dict[int, Exception] = {}
+        self.during: dict[int, Callable[[], None]] = {}
+
+    def create(self, uid: str) -> dict[str, Any]:
+        obj = {"apiVersion": API_VERSION, "kind": "GPUWorkload",
+               "metadata": {"name": "w", "namespace": NS, "uid": uid,
+                            "resourceVersion": str(next(self.rv))}, "spec": {}, "status": {}}
+        self.objects["w"] = obj
+        self.cache.add(thaw(obj))
+        return thaw(obj)
+
+    def patch(self, api_version: str, kind: str, name: str, body: dict[str, Any],
+              namespace: str | None = None, patch_type: str = "merge",
+              subresource: str | None = None) -> dict[str, Any]:
+        i = len(self.calls)
+        self.calls.append(thaw(body))
+        self.entered[i].set()
+        gate = self.gates.get(i)
+        if gate is not None:
+            assert gate.wait(5), "a gate was never opened"
+        hook = self.during.get(i)
+        if hook is not None:
+            hook()
+        if i in self.fail:
+            raise self.fail[i]
+        obj = self.objects.get(name)
+        if obj is None:
+            raise NotFound(404, "NotFound", f'gpuworkloads "{name}" not found')
+        if patch_type == "json":  # what the writer sends: test the UID, set status
+            assert subresource == "status"
+            test, add = body
+            assert (test["op"], test["path"], add["op"], add["path"]) == (
+                "test", "/metadata/uid", "add", "/status")
+            if test["value"] != obj["metadata"]["uid"]:
+                raise Invalid(422, "Invalid", "the server rejected our request")
+            obj["status"] = thaw(add["value"])
+            obj["metadata"]["resourceVersion"] = str(next(self.rv))
+            return thaw(obj)
+        meta = body.get("metadata") or {}
+        if meta.get("uid") not in (None, obj["metadata"]["uid"]):
+            raise Conflict(409, "Conflict", "Precondition failed: UID in precondition")
+        if meta.get("resourceVersion") not in (None, obj["metadata"]["resourceVersion"]):
+            raise Conflict(409, "Conflict", "the object has been modified")
+        if subresource == "status":
+            merge(obj, {"status": body.get("status") or {}})
+        else:
+            merge(obj, {"metadata": {k: v for k, v in meta.items()
+                                     if k not in ("uid", "resourceVersion")}})
+        obj["metadata"]["resourceVersion"] = str(next(self.rv))
+        return thaw(obj)
+
+    def get(self, api_version: str, kind: str, name: str,
+            namespace: str | None = None) -> dict[str, Any]:
+        obj = self.objects.get(name)
+        if obj is None:
+            raise NotFound(404, "NotFound", "not found")
+        return thaw(obj)
+
+
+@pytest.fixture
+def api() -> API:
+    return API()
+
+
+def writer_of(api: API, **kw: Any) -> StatusWriter:
+    w = StatusWriter(api, api.cache, threads=1, **kw)
+    w.start()
+    return w
+
+
+def hold(api: API, call: int) -> threading.Event:
+    gate = threading.Event()
+    api.gates[call] = gate
+    return gate
+
+
+# ------------------------------------------------------------------- settle
+
+
+def test_settle_says_it_did_not_settle_while_a_write_is_still_in_flight(api: API) -> None:
+    raw = api.create("uid-1")
+    gate = hold(api, 0)
+    writer = writer_of(api)
+    try:
+        writer.submit(raw, {"phase": "Pending", "placements": None})
+        assert api.entered[0].wait(5)
+        assert writer.settle(KEY, timeout=0.1) is False
+        gate.set()
+        assert writer.settle(KEY, timeout=5) is True
+    finally:
+        gate.set()
+        writer.stop()
+
+
+def test_a_settled_write_that_fails_in_flight_is_not_retried(api: API) -> None:
+    """Its retry could land after the commit that follows the settle and erase the
+    committed placement (``placements: null``)."""
+    raw = api.create("uid-1")
+    gate = hold(api, 0)
+    api.fail[0] = internal()
+    writer = writer_of(api)
+    try:
+        writer.submit(raw, {"phase": "Pending", "placements": None})
+        assert api.entered[0].wait(5)
+        assert writer.settle(KEY, timeout=0.05) is False  # the caller requeues
+        gate.set()  # the write in flight fails
+        assert writer.flush(2)
+        assert len(api.calls) == 1  # not tried again
+        assert api.objects["w"]["status"] == {}
+    finally:
+        gate.set()
+        writer.stop()
+
+
+# ---------------------------------------------------------- another object
+
+
+def test_a_status_write_never_lands_on_another_object_of_the_same_name(api: API) -> None:
+    raw = api.create("uid-old")
+    api.objects["w"]["metadata"]["uid"] = "uid-new"  # re-created; the cache lags
+    written: list[Any] = []
+    writer = writer_of(api, on_written=lambda obj, *mark: written.append(obj))
+    try:
+        writer.submit(raw, {"phase": "Pending", "placements": None,
+                            "message": "the old object's status"})
+        assert writer.flush(5)
+        assert len(api.calls) == 1  # refused, and not tried again
+        assert api.objects["w"]["status"] == {}
+        assert written == []
+    finally:
+        writer.stop()
+
+
+# ----------------------------------------------------------------- finalizer
+
+
+def test_a_workload_forgotten_while_its_finalizer_is_added_is_forgotten(api: API) -> None:
+    raw = api.create("uid-1")
+    writer = writer_of(api)
+    api.during[0] = lambda: writer.forget(KEY)  # gone while the add is on its way
+    try:
+        writer.submit(raw, {"phase": "Scheduled"}, finalizer=True)
+        assert writer.flush(5)
+        assert CHILDREN_FINALIZER in api.objects["w"]["metadata"]["finalizers"]
+        assert writer.has_finalizer(raw) is False
+    finally:
+        writer.stop()
+
+
+# --------------------------------------------------------------- own writes
+
+
+def test_an_earlier_write_landing_keeps_a_later_ones_mark(api: API) -> None:
+    """Write 1 is in flight when write 2 (which releases the placement) is
+    submitted: once write 1 lands, a cached copy at write 1's version is still
+    older than our last write (its placement must not be adopted again)."""
+    raw = api.create("uid-1")
+    tracker = WriteTracker(threading.RLock())
+    gate0, gate1 = hold(api, 0), hold(api, 1)
+    writer = writer_of(api, on_pending=tracker.writing, on_written=tracker.wrote)
+    try:
+        writer.submit(raw, {"phase": "Running", "placements": [{"index": 0, "node": "n"}]})
+        assert api.entered[0].wait(5)
+        writer.submit(raw, {"phase": "Pending", "placements": None})
+        gate0.set()
+        assert api.entered[1].wait(5)  # write 1 landed and told the tracker
+        copy = thaw(api.objects["w"])
+        assert copy["status"]["phase"] == "Running"
+        assert tracker.is_behind(copy)
+        gate1.set()
+        assert writer.flush(5)
+        assert not tracker.is_behind(thaw(api.objects["w"]))
+    finally:
+        gate0.set()
+        gate1.set()
+        writer.stop()
+
+
+def test_the_tracker_keeps_the_latest_mark() -> None:
+    tracker = WriteTracker(threading.RLock())
+    obj = {"metadata": {"name": "w", "namespace": NS, "resourceVersion": "7"}}
+    first = tracker.writing(KEY)
+    tracker.writing(KEY)
+    tracker.wrote(obj, first)
+    assert tracker.is_behind(obj)
+    tracker.wrote(obj)  # a synchronous write (the commit) is the latest
+    assert not tracker.is_behind(obj)
+
+
+def test_a_write_that_lands_before_its_mark_leaves_no_mark_behind(api: API) -> None:
+    """A lost requeue seen under churn: two workloads stayed Pending (one Scheduled
+    with its pod Running) for good, nothing queued, and even an edit did not wake
+    them. The writer marked "a write is on its way" only after handing the write to
+    its threads; when a thread wrote it and said where it landed first, the mark
+    came after and stayed, and every reconcile took the cache as older than our
+    own write and only requeued itself. Here the submitting thread is paused at the
+    worst moment (at most 1 s: a writer that cannot see the write is not waited
+    for)."""
+    raw = api.create("uid-1")
+    tracker = WriteTracker(threading.RLock())
+    landed = threading.Event()
+
+    def on_written(obj: Any, mark: int | None = None) -> None:
+        tracker.wrote(obj, mark)
+        api.cache.add(thaw(obj))  # the informer shows it at once
+        landed.set()
+
+    def on_pending(key: str) -> int:
+        landed.wait(1.0)  # preempted here, for as long as the writer takes
+        return tracker.writing(key)
+
+    writer = writer_of(api, on_pending=on_pending, on_written=on_written)
+    try:
+        writer.submit(raw, {"phase": "Pending", "message": "0/4 nodes are available"})
+        assert writer.flush(5) and landed.wait(5)
+        cached = api.cache.get_by_name("w", NS)
+        assert cached["status"]["phase"] == "Pending"
+        # the cache holds our write: it is not older than it, and a reconcile acts
+        assert not tracker.is_behind(cached)
+    finally:
+        writer.stop()
