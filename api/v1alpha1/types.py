@@ -441,6 +441,19 @@ class Placement(_Base):
         ),
         json_schema_extra={"item_minimum": 0},
     )
+    share: str | None = Field(
+        None,
+        max_length=64,
+        description=(
+            "The replica's share of its one device (spec.gpuShare): "
+            "memory=<MiB>Mi or fraction=<decimal>. Unset: the devices are held whole."
+        ),
+    )
+    mig: str | None = Field(
+        None,
+        max_length=96,
+        description="UUID (MIG-...) of the MIG instance the replica holds (spec.migProfile).",
+    )
 
 
 class Condition(_Base):
