@@ -25,6 +25,8 @@ from pydantic import (
     model_validator,
 )
 
+from api.v1alpha1.sharing import MIG_PROFILE_PATTERN, GPUShare
+
 GROUP = "gpu.orchestrator.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -262,6 +264,25 @@ class GPUWorkloadSpec(_Base):
         ge=0,
         description="Only devices with at least this much total memory (MiB) are used.",
     )
+    gpu_share: GPUShare | None = Field(
+        None,
+        alias="gpuShare",
+        description=(
+            "Each replica takes a share of exactly one device instead of whole devices: "
+            "a memory figure or a fraction, time-sliced or through MPS. Not with "
+            "gpusPerReplica > 1, migProfile or an annotation map."
+        ),
+    )
+    mig_profile: str | None = Field(
+        None,
+        alias="migProfile",
+        description=(
+            "Each replica takes one MIG instance of this profile (NVIDIA's names, e.g. "
+            "1g.10gb) on a MIG-enabled device. Not with gpusPerReplica > 1, gpuShare "
+            "or an annotation map."
+        ),
+        json_schema_extra={"pattern": MIG_PROFILE_PATTERN},
+    )
     priority: int = Field(
         0,
         description=(
@@ -416,6 +437,11 @@ class GPUWorkloadSpec(_Base):
             and self.gpus_per_replica != self.gpu_count
         ):
             raise ValueError("gpuCount and gpusPerReplica must be equal when both are set")
+        if (self.gpu_share is not None or self.mig_profile) and self.gpus != 1:
+            raise ValueError("gpuShare and migProfile take part of one device: "
+                             "gpusPerReplica must be 1")
+        if self.gpu_share is not None and self.mig_profile:
+            raise ValueError("gpuShare and migProfile cannot be set together")
         return self
 
     @property

@@ -1,0 +1,117 @@
+"""The fields of a GPUWorkload that ask for part of a device: ``spec.gpuShare`` (a
+memory or fraction share, time-sliced or through MPS) and ``spec.migProfile`` (one
+MIG instance of a profile). Each replica then takes part of exactly one device
+(docs/api.md, "Sharing a GPU")."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: a memory quantity (``20Gi``, ``20480Mi``, ``0.5Gi``)
+MEMORY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"
+#: a fraction of a device in (0, 1], at most three decimals
+FRACTION_PATTERN = r"^(0?\.[0-9]{1,3}|1(\.0{1,3})?)$"
+#: NVIDIA's MIG profile names (``1g.10gb``, ``3g.40gb``, ``1g.12gb+me``)
+MIG_PROFILE_PATTERN = r"^[1-8]g\.[0-9]+gb(\+me)?$"
+
+
+class ShareMode(StrEnum):
+    """How the replicas sharing one device run on it."""
+
+    TIME_SLICING = "timeSlicing"
+    MPS = "mps"
+
+
+class GPUShare(BaseModel):
+    """A share of one device per replica: a memory figure or a fraction, not both."""
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+        extra="ignore",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.memory) != has(self.fraction)",
+                    "message": "gpuShare needs exactly one of memory and fraction",
+                }
+            ]
+        },
+    )
+
+    memory: str | None = Field(
+        None,
+        description=(
+            "Device memory per replica, a quantity (e.g. 20Gi). The device's memory "
+            "must be reported by its GPUNode; the sum of the shares on a device never "
+            "exceeds it."
+        ),
+        json_schema_extra={"pattern": MEMORY_PATTERN},
+    )
+    fraction: str | None = Field(
+        None,
+        description=(
+            "Part of the device per replica, a decimal in (0, 1] with at most three "
+            "decimals (e.g. \"0.25\"); the sum on a device never exceeds 1."
+        ),
+        json_schema_extra={
+            "pattern": FRACTION_PATTERN,
+            "x-kubernetes-validations": [
+                {"rule": "double(self) > 0.0", "message": "fraction must be above 0"}
+            ],
+        },
+    )
+    mode: ShareMode = Field(
+        ShareMode.TIME_SLICING,
+        description=(
+            "timeSlicing: the replicas take turns on the device, with no memory "
+            "isolation (a replica can use more than its share). mps: NVIDIA MPS, with "
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE set "
+            "from the share (an MPS control daemon must run on the node)."
+        ),
+    )
+
+    def text(self) -> str:
+        """The share as ``kubectl get gw`` shows it: ``20Gi`` or ``0.25``."""
+        return self.memory or self.fraction or ""
+
+
+#: the cross-field rules of spec (CEL), mirrored by GPUWorkloadSpec's validator
+SHARING_RULES = [
+    {
+        "rule": (
+            "!has(self.gpuShare) || ((!has(self.gpusPerReplica) || self.gpusPerReplica == 1)"
+            " && (!has(self.gpuCount) || self.gpuCount == 1))"
+        ),
+        "message": "gpuShare takes part of one device: gpusPerReplica must be 1",
+    },
+    {
+        "rule": (
+            "!has(self.migProfile) || ((!has(self.gpusPerReplica) || self.gpusPerReplica == 1)"
+            " && (!has(self.gpuCount) || self.gpuCount == 1))"
+        ),
+        "message": "migProfile takes one MIG instance: gpusPerReplica must be 1",
+    },
+    {
+        "rule": "!has(self.gpuShare) || !has(self.migProfile)",
+        "message": "gpuShare and migProfile cannot be set together",
+    },
+    {
+        "rule": (
+            "!(has(self.gpuShare) || has(self.migProfile)) || "
+            "!has(self.schedulingStrategy) || self.schedulingStrategy != 'annotationMap'"
+        ),
+        "message": "gpuShare and migProfile cannot be placed by an annotation map",
+    },
+    {
+        "rule": (
+            "!(has(self.gpuShare) || has(self.migProfile)) || !has(self.deviceExposure) || "
+            "!(self.deviceExposure in ['device-plugin', 'dra'])"
+        ),
+        "message": (
+            "gpuShare and migProfile need deviceExposure cuda-visible-devices or "
+            "nvidia-visible-devices (device-plugin and dra cannot express a share)"
+        ),
+    },
+]
