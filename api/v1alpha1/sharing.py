@@ -115,3 +115,18 @@ SHARING_RULES = [
         ),
     },
 ]
+
+
+class MigInstance(BaseModel):
+    """One MIG instance of a MIG-enabled device, as NVML reports it."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    uuid: str = Field(..., description="Instance UUID, e.g. MIG-8d6c.... Named to the container.")
+    profile: str = Field(..., description="GPU instance profile, e.g. 1g.10gb.")
+    memory_total_mib: int = Field(
+        0, alias="memoryTotalMiB", ge=0, description="Memory of the instance, MiB."
+    )
+    placement: str = Field(
+        "", description="Where the instance sits on the device: '<start>:<size>' in slices."
+    )

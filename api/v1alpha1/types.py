@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from api.v1alpha1.sharing import MIG_PROFILE_PATTERN, GPUShare
+from api.v1alpha1.sharing import MIG_PROFILE_PATTERN, GPUShare, MigInstance
 
 GROUP = "gpu.orchestrator.dev"
 VERSION = "v1alpha1"
@@ -694,6 +694,14 @@ class GPUDevice(_Base):
     )
     healthy: bool = Field(True, description="False when the agent considers the device unusable.")
     mig_mode: bool = Field(False, alias="migMode", description="True when MIG mode is enabled.")
+    mig_instances: list[MigInstance] = Field(
+        default_factory=list,
+        alias="migInstances",
+        description=(
+            "The MIG instances of a MIG-enabled device. Such a device is offered only "
+            "as these instances (spec.migProfile), never whole nor shared."
+        ),
+    )
     nvlink_peers: list[int] = Field(
         default_factory=list,
         alias="nvlinkPeers",
@@ -701,7 +709,7 @@ class GPUDevice(_Base):
         json_schema_extra={"item_minimum": 0},
     )
 
-    @field_validator("nvlink_peers", mode="before")
+    @field_validator("nvlink_peers", "mig_instances", mode="before")
     @classmethod
     def _none_to_empty(cls, v: Any) -> Any:
         return [] if v is None else v
