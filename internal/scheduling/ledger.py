@@ -60,8 +60,8 @@ from api.v1alpha1.types import GPUWorkload, Phase, Placement
 from internal.scheduling.freeindex import FreeIndex
 from internal.scheduling.jobs import JobHolding, job_holder_key, job_holding, job_uid
 from internal.scheduling.pods import (
-    BadShare,
     BadPod,
+    BadShare,
     PodHolding,
     is_controller_pod,
     pod_gpu_request,

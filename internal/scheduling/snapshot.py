@@ -38,7 +38,6 @@ from internal.scheduling.inventory import (
     is_stale,
     stale_view,
 )
-
 from internal.scheduling.shares import MigInstance, NodeSharing
 
 if TYPE_CHECKING:
