@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     field_serializer,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -480,6 +481,15 @@ class Placement(_Base):
         max_length=96,
         description="UUID (MIG-...) of the MIG instance the replica holds (spec.migProfile).",
     )
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_parts(self, handler: Any) -> Any:
+        """A whole-device placement is written as before: no ``share``/``mig`` keys."""
+        out = handler(self)
+        for k in ("share", "mig"):
+            if isinstance(out, dict) and out.get(k) is None:
+                out.pop(k, None)
+        return out
 
 
 class Condition(_Base):
