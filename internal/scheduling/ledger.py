@@ -458,6 +458,14 @@ class Ledger:
             if free < need:
                 raise LedgerConflict(f"{node}: {free} free GPU(s), needs {need}")
 
+    def refuse_mig(self, p: Placement) -> None:
+        """Raises LedgerConflict when ``p`` names a MIG-enabled device whole (offered
+        only as its instances). A held share is refused by ``assume`` itself."""
+        mig = sorted(d for d in p.devices if d in self.sharing(p.node).mig)
+        if mig and not p.mig:
+            raise LedgerConflict(f"{p.node}: device(s) {','.join(map(str, mig))} MIG-enabled: "
+                                 "offered only as MIG instances (spec.migProfile)")
+
     def _portion_problem(self, node: str, device: int, h: Hold,
                          ok_owners: frozenset[str]) -> str | None:
         """Why the shares or MIG instances of ``h`` do not fit on the device."""

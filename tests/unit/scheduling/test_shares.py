@@ -212,3 +212,10 @@ def test_device_plugin_and_dra_refuse_shares() -> None:
         d = schedule(workload("w", gpuShare={"fraction": "0.5"}, deviceExposure=mode),
                      snap, ledger)
         assert not d.ok and f"deviceExposure {mode}" in d.message
+
+
+def test_a_seed_pod_never_takes_a_mig_device_whole() -> None:
+    _snap, ledger = cluster(node("n1"), gpunodes=(_mig_gpunode(),))
+    with pytest.raises(LedgerConflict, match="MIG-enabled"):
+        ledger.refuse_mig(Placement(index=0, node="n1", devices=[0, 1]))
+    ledger.refuse_mig(Placement(index=0, node="n1", devices=[1, 2]))
