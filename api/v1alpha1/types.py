@@ -704,8 +704,8 @@ class GPUDevice(_Base):
     )
     healthy: bool = Field(True, description="False when the agent considers the device unusable.")
     mig_mode: bool = Field(False, alias="migMode", description="True when MIG mode is enabled.")
-    mig_instances: list[MigInstance] = Field(
-        default_factory=list,
+    mig_instances: list[MigInstance] | None = Field(
+        None,
         alias="migInstances",
         description=(
             "The MIG instances of a MIG-enabled device. Such a device is offered only "
@@ -719,7 +719,7 @@ class GPUDevice(_Base):
         json_schema_extra={"item_minimum": 0},
     )
 
-    @field_validator("nvlink_peers", "mig_instances", mode="before")
+    @field_validator("nvlink_peers", mode="before")
     @classmethod
     def _none_to_empty(cls, v: Any) -> Any:
         return [] if v is None else v
