@@ -319,9 +319,11 @@ def workload_crd() -> dict[str, Any]:
             },
             {
                 "name": "GPUs",
-                "type": "integer",
-                "jsonPath": ".status.gpus",
-                "description": "GPUs held by the workload.",
+                "type": "string",
+                "jsonPath": ".status.gpuSummary",
+                "description": (
+                    "GPUs held by the workload, or each replica's share or MIG profile."
+                ),
             },
             {
                 "name": "Nodes",

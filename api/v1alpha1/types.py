@@ -576,6 +576,14 @@ class GPUWorkloadStatus(_Base):
         "gpusPerReplica per device-plugin replica. replicas x gpusPerReplica unless a map "
         "shares a device.",
     )
+    gpu_summary: str | None = Field(
+        None,
+        alias="gpuSummary",
+        description=(
+            "What kubectl get shows in GPUS: gpus, or for gpuShare and migProfile each "
+            "replica's share of its device (20Gi, 0.25) or MIG profile (1g.10gb)."
+        ),
+    )
     nodes: str | None = Field(
         None,
         description="Comma-separated names of the nodes the replicas are placed on.",

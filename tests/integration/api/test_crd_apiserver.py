@@ -117,6 +117,7 @@ def test_status_subresource_and_printer_columns(crds, namespace) -> None:
         "status": {
             "phase": "Running",
             "gpus": 2,
+            "gpuSummary": "2",
             "nodes": "node1",
             "placements": [{"index": 0, "node": "node1", "devices": [0, 1]}],
         }

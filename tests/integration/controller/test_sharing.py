@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from api.v1alpha1.types import API_VERSION
+from hack.testenv import ControlPlane
 from runtime import Client, NotFound, errors
 from tests.integration.controller.conftest import (
     NodeGroup,
@@ -76,7 +77,8 @@ RETRY = {"maxRetries": 50, "backoffSeconds": 1, "maxBackoffSeconds": 2}
 
 
 def test_eight_memory_shares_fill_exactly_two_devices_and_never_meet_a_whole_gpu(
-        controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+        controller: Running, admin: Client, namespace: str, group: NodeGroup,
+        installed: ControlPlane) -> None:
     nodes = controller.wait_nodes(group.add(2, gpus=4))
     with _gpunodes(admin, nodes):
         for n in nodes:
@@ -95,6 +97,8 @@ def test_eight_memory_shares_fill_exactly_two_devices_and_never_meet_a_whole_gpu
             shared.setdefault((node, dev), []).append(f"s{i}")
         assert sorted(len(v) for v in shared.values()) == [4, 4], shared
         assert len({n for n, _ in shared}) == 1, "bestFit packs the shares on one node"
+        row = installed.kubectl("get", "-n", namespace, "gw", "s0").stdout.splitlines()[1]
+        assert row.split()[1:4] == ["Running", "bestFit", "20Gi"], row
         admin.create(workload("whole", namespace, schedulingStrategy="bestFit",
                               nodeSelector=group.selector, retryPolicy=RETRY))
         wait_phase(admin, namespace, "whole", "Running")
@@ -136,7 +140,8 @@ def test_a_deleted_shares_device_is_free_only_when_its_pod_is_gone(
 
 
 def test_mig_instances_one_per_replica_and_never_whole(
-        controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+        controller: Running, admin: Client, namespace: str, group: NodeGroup,
+        installed: ControlPlane) -> None:
     node, = controller.wait_nodes(group.add(1, gpus=2))
     mig = [{"uuid": u, "profile": "1g.10gb", "memoryTotalMiB": 9984, "placement": f"{i}:1"}
            for i, u in enumerate(MIG_UUIDS)]
@@ -158,6 +163,8 @@ def test_mig_instances_one_per_replica_and_never_whole(
                               nodeSelector=group.selector, retryPolicy=RETRY))
         cond = wait_condition(admin, namespace, "m7", "Scheduled", "Unschedulable")
         assert "no free MIG instance 1g.10gb (7 held)" in cond["message"]
+        row = installed.kubectl("get", "-n", namespace, "gw", "m0").stdout.splitlines()[1]
+        assert row.split()[3] == "1g.10gb", row
         admin.create(workload("two", namespace, gpusPerReplica=2, nodeSelector=group.selector,
                               retryPolicy=RETRY))
         cond = wait_condition(admin, namespace, "two", "Scheduled", "Unschedulable")
