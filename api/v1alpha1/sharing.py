@@ -130,3 +130,37 @@ class MigInstance(BaseModel):
     placement: str = Field(
         "", description="Where the instance sits on the device: '<start>:<size>' in slices."
     )
+
+
+#: the section of docs/api.md that sets the three kinds of request side by side
+DOC_SECTION = [
+    "## Whole GPUs, shares and MIG instances",
+    "",
+    "Each replica asks for one of three things; the controller's ledger keeps all three "
+    "and a pod holds what it was given until it is gone.",
+    "",
+    "| spec | each replica gets | the device is | GPUS shows |",
+    "| --- | --- | --- | --- |",
+    "| `gpusPerReplica: 2` (default 1) | that many whole devices | held by this workload "
+    "alone | `2` per replica, summed |",
+    "| `gpuShare: {memory: 20Gi}` or `{fraction: \"0.25\"}`, `mode: timeSlicing` (default) "
+    "or `mps` | a share of exactly one device | shared with other shares, never with a "
+    "whole-GPU holder; the shares on it never add up to more than the device's memory "
+    "(or 1) | `20Gi` / `0.25` |",
+    "| `migProfile: 1g.10gb` | one MIG instance of that profile (by UUID) | MIG-enabled: "
+    "offered only as its instances, each to one replica; never whole, never shared "
+    "| `1g.10gb` |",
+    "",
+    "Time-slicing has **no memory isolation**: a replica can allocate more than its share "
+    "and push its neighbours out of memory. The ledger never books more than the "
+    "device, but only MPS (`CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`, with an MPS control daemon "
+    "on the node) or MIG enforce the limit. A memory share needs a GPUNode that reports "
+    "the device's memory; a fraction does not. Shares and MIG instances are refused at "
+    "admission with `gpusPerReplica` > 1, with each other, with an annotation map and "
+    "with `deviceExposure` `device-plugin` or `dra` (the kubelet's `nvidia.com/gpu` count "
+    "and the claims the controller makes name whole devices); when `dra` or "
+    "`device-plugin` is the controller's default, such a workload stays `Scheduled=False` "
+    "saying so. MIG layouts are read from the GPUNode (the agent reports them); "
+    "reconfiguring them is not done here.",
+    "",
+]
