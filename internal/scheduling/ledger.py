@@ -409,6 +409,8 @@ class Ledger:
         ``what: error``), or the conflicts it makes with other owners."""
         try:
             h = read()
+        except BadShare as exc:  # its share unreadable: its devices held whole
+            return [f"{what}: {exc}", *self.set_pod(exc.holding)]
         except ValueError as exc:
             self.remove_holder(key)
             return [f"{what}: {exc}"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from api.v1alpha1.keys import (
     ATTEMPT_LABEL,
@@ -39,6 +39,7 @@ from internal.scheduling.quantity import gpu_count
 from internal.scheduling.shares import read_portion
 
 JSON = Mapping[str, Any]
+H = TypeVar("H", bound="PodHolding")
 
 
 class BadPod(ValueError):
@@ -159,7 +160,15 @@ def pod_holding(pod: JSON) -> PodHolding | None:
     counted = max(0, pod_gpu_request(pod) - len(devices))
     if not devices and not counted:
         return None
-    h = PodHolding(pod_uid(pod), pod_key(pod), str(node), devices, counted, pod_owner(pod))
+    return with_portion(
+        PodHolding(pod_uid(pod), pod_key(pod), str(node), devices, counted, pod_owner(pod)),
+        annotations)
+
+
+def with_portion(h: H, annotations: Mapping[str, Any]) -> H:
+    """``h`` with the share or MIG instance its annotations name. Raises BadShare
+    (carrying ``h``, its devices held whole) when they cannot be read."""
+    devices = h.devices
     share, mig = annotations.get(SHARE_ANNOTATION), annotations.get(MIG_ANNOTATION)
     if not share and not mig:
         return h

@@ -219,3 +219,36 @@ def test_a_seed_pod_never_takes_a_mig_device_whole() -> None:
     with pytest.raises(LedgerConflict, match="MIG-enabled"):
         ledger.refuse_mig(Placement(index=0, node="n1", devices=[0, 1]))
     ledger.refuse_mig(Placement(index=0, node="n1", devices=[1, 2]))
+
+
+def test_a_jobs_template_share_is_held_as_a_share() -> None:
+    from internal.scheduling.jobs import job_holding
+
+    ref = {"kind": "GPUWorkload", "uid": "w1", "controller": True}
+    job = {"metadata": {"name": "j", "namespace": "ns", "uid": "j1", "ownerReferences": [ref]},
+           "spec": {"template": {"metadata": {"annotations": {
+               "gpu.orchestrator.dev/devices": "1",
+               "gpu.orchestrator.dev/share": "fraction=0.5"}},
+               "spec": {"nodeName": "n1"}}}}
+    h = job_holding(job)
+    assert h is not None and h.share == "fraction=0.5"
+    ledger = _ledger_80g()
+    assert ledger.sync_job(job) == []
+    ledger.assume("ns/w", [_share("n1", 1, "fraction=0.5")], owner="w#0")
+    job["spec"]["template"]["metadata"]["annotations"]["gpu.orchestrator.dev/share"] = "half"
+    ledger.forget("ns/w")
+    problems = ledger.sync_job(job)
+    assert problems and "half" in problems[0]
+    with pytest.raises(LedgerConflict):  # unreadable: held whole, never nothing
+        ledger.assume("ns/w", [_share("n1", 1, "fraction=0.1")], owner="w#0")
+
+
+def test_a_whole_gpu_preemptor_frees_lower_priority_shares() -> None:
+    snap, ledger = cluster(node("n1", gpus=1), gpunodes=(gpunode("n1", 1, memory=80 * GI),))
+    for i in range(2):
+        w = workload(f"s{i}", gpuShare={"fraction": "0.5"}, priority=0)
+        d = schedule(w, snap, ledger)
+        d.assume(ledger, w)
+    d = schedule(workload("big", priority=100, schedulingStrategy="priority"), snap, ledger)
+    assert d.outcome == "Preempting" and sorted(d.victims) == ["default/s0", "default/s1"]
+    assert d.placements[0].devices == [0] and d.placements[0].share is None
