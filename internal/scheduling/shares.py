@@ -256,3 +256,23 @@ def portion_problem(sharing: NodeSharing, usable: frozenset[int], device: int, h
     if unknown:
         return f"{unknown} share(s) cannot be weighed (device memory unknown)"
     return over(used, h.shares, mib)
+
+
+def describe(holds: Iterable[tuple[str, bool, Hold]], device_mib: int | None,
+             instances: int | None) -> str | None:
+    """How a device is held, for people: ``3 shares, 60Gi of 80Gi``, ``2 shares,
+    0.5 of 1``, ``MIG: 3 of 7 instances held``; None when held whole or by nobody
+    (and not MIG-enabled)."""
+    holds = list(holds)
+    if instances is not None:
+        held = frozenset().union(*(h.migs for _, _, h in holds))
+        return f"MIG: {len(held)} of {instances} instances held"
+    if not holds or any(h.whole for _, _, h in holds):
+        return None
+    shares = len({o for o, _, _ in holds})
+    used, unknown = owner_use(holds, device_mib)
+    word = "share" if shares == 1 else "shares"
+    if device_mib and not unknown:
+        return f"{shares} {word}, {mib_text(int(used * device_mib))} of {mib_text(device_mib)}"
+    return f"{shares} {word}, {format_fraction(used)} of 1" + (
+        f" (+{unknown} unweighed)" if unknown else "")
