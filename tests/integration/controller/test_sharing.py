@@ -187,3 +187,29 @@ def test_admission_refuses_a_share_it_cannot_place(
         admin: Client, namespace: str, spec: dict[str, Any], message: str) -> None:
     with pytest.raises(errors.Invalid, match=message):
         admin.create(workload("bad", namespace, **spec))
+
+
+def test_a_restarted_controller_reads_the_shares_back_from_the_pods(
+        controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+    """Two 20Gi shares on an 80Gi device, then a restart: the new ledger holds them as
+    shares (a third 20Gi fits beside them), not as whole devices nor as nothing (a
+    60Gi does not)."""
+    node, = controller.wait_nodes(group.add(1, gpus=1))
+    with _gpunodes(admin, [node]):
+        _report(admin, node, [_device(node, 0)])
+        _seen(controller, node, lambda i: len(i.usable) == 1, "1 device")
+        for name in ("a", "b"):
+            admin.create(workload(name, namespace, gpuShare={"memory": "20Gi"},
+                                  nodeSelector=group.selector))
+            wait_phase(admin, namespace, name, "Running")
+        controller.stop()
+        controller.start()
+        _seen(controller, node, lambda i: len(i.usable) == 1, "1 device")
+        admin.create(workload("big", namespace, gpuShare={"memory": "60Gi"},
+                              nodeSelector=group.selector, retryPolicy=RETRY))
+        cond = wait_condition(admin, namespace, "big", "Scheduled", "Unschedulable")
+        assert f"{node}: no shared device with 60Gi free" in cond["message"]
+        admin.create(workload("c", namespace, gpuShare={"memory": "20Gi"},
+                              nodeSelector=group.selector))
+        wait_phase(admin, namespace, "c", "Running")
+        assert {_held(admin, namespace, n)[:2] for n in ("a", "b", "c")} == {(node, 0)}
