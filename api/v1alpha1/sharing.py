@@ -47,7 +47,12 @@ class GPUShare(BaseModel):
             "must be reported by its GPUNode; the sum of the shares on a device never "
             "exceeds it."
         ),
-        json_schema_extra={"pattern": MEMORY_PATTERN},
+        json_schema_extra={
+            "pattern": MEMORY_PATTERN,
+            "x-kubernetes-validations": [
+                {"rule": "self.matches('[1-9]')", "message": "memory must be above 0"}
+            ],
+        },
     )
     fraction: str | None = Field(
         None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,8 @@ def gpu_count(value: Any) -> int:
 
 
 def memory_mib(value: Any) -> int | None:
-    """``"20Gi"`` -> 20480: a memory quantity in whole MiB (rounded down); None when
-    it is not a quantity or is negative."""
+    """``"20Gi"`` -> 20480: a memory quantity in whole MiB (rounded up: a share is
+    never booked smaller than asked); None when it is not a quantity or is negative."""
     if value is None:
         return None
     try:
@@ -50,4 +51,4 @@ def memory_mib(value: Any) -> int | None:
         return None
     if q < 0:
         return None
-    return int(q / (1024 * 1024))
+    return math.ceil(q / (1024 * 1024))

@@ -50,7 +50,7 @@ def wanted(spec: GPUWorkloadSpec) -> Portion | str | None:
         return Portion(fraction=parse_fraction(share.fraction))
     from internal.scheduling.quantity import memory_mib
 
-    return Portion(memory_mib=memory_mib(share.memory) or 0)
+    return Portion(memory_mib=max(1, memory_mib(share.memory) or 0))
 
 
 def share_label(spec: GPUWorkloadSpec) -> str:
