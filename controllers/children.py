@@ -20,13 +20,16 @@ from api.v1alpha1.keys import (
     EXPOSURE_ANNOTATION,
     GPU_RESOURCE,
     INDEX_LABEL,
+    MIG_ANNOTATION,
     NODE_ANNOTATION,
+    SHARE_ANNOTATION,
     SPEC_HASH_ANNOTATION,
     WORKLOAD_LABEL,
     WORKLOAD_UID_LABEL,
 )
 from api.v1alpha1.types import API_VERSION, DeviceExposure, GPUWorkload, Placement, WorkloadKind
 from internal.scheduling import exposure as exp
+from internal.scheduling.sharefilter import is_mps
 
 __all__ = ["ATTEMPT_LABEL", "DEVICES_ANNOTATION", "EXPOSURE_ANNOTATION", "GPU_RESOURCE",
            "INDEX_LABEL", "NODE_ANNOTATION", "WORKLOAD_LABEL", "WORKLOAD_UID_LABEL",
@@ -105,6 +108,12 @@ def pod_template(w: GPUWorkload, raw: Mapping[str, Any], p: Placement,
     spec.pop("schedulerName", None)
     spec.setdefault("restartPolicy", "Never")  # our retryPolicy replaces restarts
     env = device_env(exposure, p.devices, uuids(p.node, p.devices) if p.devices else None)
+    env = _merge_env(env, [{"name": k, "value": v} for k, v in exp.portion_env(
+        exposure, p.mig, p.share, is_mps(w.spec)).items()])
+    if p.share:
+        ann[SHARE_ANNOTATION] = p.share
+    if p.mig:
+        ann[MIG_ANNOTATION] = p.mig
     if w.spec.replicas > 1:
         env += _gang_env(w, p.index)
         spec["hostname"] = child_name(w.metadata.name, p.index)

@@ -58,6 +58,8 @@ from api.v1alpha1.keys import (
     CHILDREN_FINALIZER,
     DEVICES_ANNOTATION,
     INDEX_LABEL,
+    MIG_ANNOTATION,
+    SHARE_ANNOTATION,
     SPEC_HASH_ANNOTATION,
 )
 from api.v1alpha1.types import (
@@ -302,7 +304,9 @@ class GPUWorkloadReconciler:
                 index = int(labels.get(INDEX_LABEL, "0"))
             except (BadPod, ValueError):
                 continue
-            out.append(Placement(index=index, node=node, devices=devices or []))
+            ann = meta.get("annotations") or {}
+            out.append(Placement(index=index, node=node, devices=devices or [],
+                                 share=ann.get(SHARE_ANNOTATION), mig=ann.get(MIG_ANNOTATION)))
         return out[:1]
 
     # ---------------------------------------------------------------- placing

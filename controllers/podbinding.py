@@ -180,6 +180,7 @@ class PodBindingReconciler:
             entry, why = self._plan(state, pod)
             if entry is not None:
                 try:
+                    state.ledger.refuse_mig(entry.placement)  # seed pods take whole GPUs
                     self.book.book(state.ledger, key, entry)
                 except LedgerConflict as exc:
                     entry, why = None, str(exc)

@@ -87,6 +87,7 @@ class StatusBuilder:
         out = dict(self.status)
         pls = out.get("placements") or ()
         out["gpus"] = gpus_held(pls, self.spec)  # 0 while not placed
+        out["gpuSummary"] = gpu_summary(self.spec, out["gpus"]) if pls else "0"
         out["nodes"] = ",".join(sorted({p["node"] for p in pls})) or None
         # the scale subresource's view: replicas holding a placement (never more
         # than the spec asks for) and the selector of their pods
@@ -109,6 +110,14 @@ def gpus_held(placements: Any, spec: JSON) -> int:
     named = {(p["node"], d) for p in placements for d in p.get("devices") or ()}
     counted = sum(per_replica for p in placements if not p.get("devices"))
     return len(named) + counted
+
+
+def gpu_summary(spec: JSON, gpus: int | None) -> str | None:
+    """``kubectl get gw``'s GPUS: each replica's share (``20Gi``, ``0.25``) or MIG
+    profile (``1g.10gb``), else the GPUs held."""
+    share = spec.get("gpuShare") or {}
+    part = spec.get("migProfile") or share.get("memory") or share.get("fraction")
+    return str(part) if part else (str(gpus) if gpus else None)
 
 
 def _strip(conds: Any) -> list[tuple[Any, ...]]:

@@ -113,6 +113,8 @@ SPEC_CHANGES: tuple[FieldChange, ...] = (
         message=_GPUS.message,
     ),
     _refused("minGPUMemoryMiB", "Decides which devices are eligible."),
+    _refused("gpuShare", "Is what each replica holds of its device."),
+    _refused("migProfile", "Decides which MIG instances are eligible."),
     _refused(
         "priority",
         "Decides what this workload may preempt and what may preempt it.",

@@ -38,6 +38,7 @@ from pydantic.fields import FieldInfo
 
 from api.v1alpha1 import changes
 from api.v1alpha1.policies import GPU_RESOURCE, security_policies
+from api.v1alpha1.sharing import SHARING_RULES
 from api.v1alpha1.types import (
     GROUP,
     SCHEDULING_MAP_ANNOTATION,
@@ -300,7 +301,7 @@ def workload_crd() -> dict[str, Any]:
             _doc(GPUWorkload),
             GPUWorkloadSpec,
             GPUWorkloadStatus,
-            [MAP_INDEX_RULE, *changes.transition_rules()],
+            [MAP_INDEX_RULE, *SHARING_RULES, *changes.transition_rules()],
         ),
         subresources=WORKLOAD_SUBRESOURCES,
         columns=[
@@ -326,10 +327,12 @@ def workload_crd() -> dict[str, Any]:
             },
             {
                 "name": "GPUs",
-                "type": "integer",
-                "jsonPath": ".status.gpus",
-                "description": "GPUs the placement holds (distinct devices; 0 while not "
-                "placed).",
+                "type": "string",
+                "jsonPath": ".status.gpuSummary",
+                "description": (
+                    "GPUs the placement holds (distinct devices; 0 while not placed), or "
+                    "each replica's share or MIG profile."
+                ),
             },
             {
                 "name": "Nodes",

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from api.v1alpha1 import changes, crd
+from api.v1alpha1.sharing import DOC_SECTION, SHARING_RULES
 from api.v1alpha1.types import (
     API_VERSION,
     PRIORITY_NAMES,
@@ -94,6 +95,7 @@ def _model_rules(model: type[BaseModel]) -> list[dict[str, str]]:
     rules = list(extra.get("x-kubernetes-validations", [])) if isinstance(extra, dict) else []
     if model is GPUWorkloadSpec:
         rules.append(crd.MAP_INDEX_RULE)
+        rules += SHARING_RULES
     return rules
 
 
@@ -248,7 +250,7 @@ def render_markdown() -> str:
         "3, and replica 2 has three).",
         "",
     ]
-    out += _columns_section() + _changes_section() + _failure_section()
+    out += DOC_SECTION + _columns_section() + _changes_section() + _failure_section()
     for kind in (GPUWorkload, GPUNode):
         out += [f"## {kind.__name__}", ""]
         models: list[type[BaseModel]] = []

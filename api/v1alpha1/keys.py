@@ -24,6 +24,10 @@ SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
 #: on a pod: the host device indices it holds (``"0,1"``); written by the controller,
 #: the webhook and the pod binding
 DEVICES_ANNOTATION = f"{GROUP}/devices"
+#: on a pod beside the devices annotation: its share of its one device
+#: (``memory=20480Mi`` or ``fraction=0.25``), or the MIG instance it holds (``MIG-<uuid>``)
+SHARE_ANNOTATION = f"{GROUP}/share"
+MIG_ANNOTATION = f"{GROUP}/mig"
 NODE_ANNOTATION = f"{GROUP}/node"
 EXPOSURE_ANNOTATION = f"{GROUP}/exposure"
 

@@ -22,8 +22,11 @@ from pydantic import (
     Field,
     field_serializer,
     field_validator,
+    model_serializer,
     model_validator,
 )
+
+from api.v1alpha1.sharing import MIG_PROFILE_PATTERN, GPUShare, MigInstance
 
 GROUP = "gpu.orchestrator.dev"
 VERSION = "v1alpha1"
@@ -263,6 +266,25 @@ class GPUWorkloadSpec(_Base):
         ge=0,
         description="Only devices with at least this much total memory (MiB) are used.",
     )
+    gpu_share: GPUShare | None = Field(
+        None,
+        alias="gpuShare",
+        description=(
+            "Each replica takes a share of exactly one device instead of whole devices: "
+            "a memory figure or a fraction, time-sliced or through MPS. Not with "
+            "gpusPerReplica > 1, migProfile or an annotation map."
+        ),
+    )
+    mig_profile: str | None = Field(
+        None,
+        alias="migProfile",
+        description=(
+            "Each replica takes one MIG instance of this profile (NVIDIA's names, e.g. "
+            "1g.10gb) on a MIG-enabled device. Not with gpusPerReplica > 1, gpuShare "
+            "or an annotation map."
+        ),
+        json_schema_extra={"pattern": MIG_PROFILE_PATTERN},
+    )
     priority: int = Field(
         0,
         description=(
@@ -422,6 +444,11 @@ class GPUWorkloadSpec(_Base):
             and self.gpus_per_replica != self.gpu_count
         ):
             raise ValueError("gpuCount and gpusPerReplica must be equal when both are set")
+        if (self.gpu_share is not None or self.mig_profile) and self.gpus != 1:
+            raise ValueError("gpuShare and migProfile take part of one device: "
+                             "gpusPerReplica must be 1")
+        if self.gpu_share is not None and self.mig_profile:
+            raise ValueError("gpuShare and migProfile cannot be set together")
         return self
 
     @property
@@ -447,6 +474,28 @@ class Placement(_Base):
         ),
         json_schema_extra={"item_minimum": 0},
     )
+    share: str | None = Field(
+        None,
+        max_length=64,
+        description=(
+            "The replica's share of its one device (spec.gpuShare): "
+            "memory=<MiB>Mi or fraction=<decimal>. Unset: the devices are held whole."
+        ),
+    )
+    mig: str | None = Field(
+        None,
+        max_length=96,
+        description="UUID (MIG-...) of the MIG instance the replica holds (spec.migProfile).",
+    )
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_parts(self, handler: Any) -> Any:
+        """A whole-device placement is written as before: no ``share``/``mig`` keys."""
+        out = handler(self)
+        for k in ("share", "mig"):
+            if isinstance(out, dict) and out.get(k) is None:
+                out.pop(k, None)
+        return out
 
 
 class Condition(_Base):
@@ -544,6 +593,14 @@ class GPUWorkloadStatus(_Base):
         description=(
             "The placement strategy the controller uses for it: spec.schedulingStrategy, "
             "else the manager's --default-strategy."
+        ),
+    )
+    gpu_summary: str | None = Field(
+        None,
+        alias="gpuSummary",
+        description=(
+            "What kubectl get shows in GPUS: gpus, or for gpuShare and migProfile each "
+            "replica's share of its device (20Gi, 0.25) or MIG profile (1g.10gb)."
         ),
     )
     nodes: str | None = Field(
@@ -674,6 +731,14 @@ class GPUDevice(_Base):
     )
     healthy: bool = Field(True, description="False when the agent considers the device unusable.")
     mig_mode: bool = Field(False, alias="migMode", description="True when MIG mode is enabled.")
+    mig_instances: list[MigInstance] | None = Field(
+        None,
+        alias="migInstances",
+        description=(
+            "The MIG instances of a MIG-enabled device. Such a device is offered only "
+            "as these instances (spec.migProfile), never whole nor shared."
+        ),
+    )
     nvlink_peers: list[int] = Field(
         default_factory=list,
         alias="nvlinkPeers",

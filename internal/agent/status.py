@@ -17,6 +17,8 @@ Status shape (``api.v1alpha1.GPUNodeStatus`` on the wire)::
         eccErrors: 0            # volatile uncorrected
         healthy: true
         migMode: false
+        migInstances: []        # on a MIG-enabled device: uuid, profile,
+                                # memoryTotalMiB, placement ("<start>:<size>")
         nvlinkPeers: [1, 2, 3, 4, 5, 6, 7]
       deviceCount: 8
       healthyCount: 8
@@ -34,6 +36,7 @@ from collections.abc import Hashable
 from datetime import datetime
 from typing import Any
 
+from api.v1alpha1.sharing import MigInstance
 from api.v1alpha1.types import API_VERSION, GPUDevice, GPUNodeStatus, format_time
 from internal.agent.nvml.types import DeviceState, NodeSample
 
@@ -60,6 +63,10 @@ def device_status(d: DeviceState) -> GPUDevice:
         ecc_errors=d.ecc_errors,
         healthy=d.healthy,
         mig_mode=d.mig_mode,
+        mig_instances=[MigInstance(uuid=m.uuid, profile=m.profile,
+                                   memory_total_mib=m.memory_total_bytes // MIB,
+                                   placement=f"{m.start}:{m.size}")
+                       for m in d.mig_devices] or None,
         nvlink_peers=list(d.nvlink_peers),
     )
 
@@ -102,7 +109,7 @@ def fingerprint(s: NodeSample) -> Hashable:
         s.topology_known,
         tuple(
             (d.index, d.uuid, d.model, d.memory_total_bytes, d.healthy, d.ecc_errors,
-             d.mig_mode, d.nvlink_peers)
+             d.mig_mode, d.nvlink_peers, d.mig_devices)
             for d in sorted(s.devices, key=lambda d: d.index)
         ),
     )

@@ -1,5 +1,6 @@
 """``kubectl gpu nodes``: every GPU of every node, free or with the workload (and
-replica) holding it, plus its health, model and memory when a GPUNode reports them.
+replica) holding it (a shared device: its shares, ``3 shares, 60Gi of 80Gi``; a
+MIG-enabled one: its instances held), plus its health, model and memory when a GPUNode reports them.
 Free, unhealthy and stale are the controller's own judgement (internal/cli/inventory)."""
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
 def _holder_text(d: Device) -> str:
     """Who holds ``d``; ``free`` only when the controller would offer it, and
     ``-`` for an unheld device it would not (unhealthy, stale, absent)."""
+    if d.sharing is not None:
+        return f"{d.sharing}: {d.holder}" if d.holder is not None else d.sharing
     if d.holder is not None:
         return d.holder
     return "free" if d.offered else "-"

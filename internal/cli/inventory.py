@@ -32,6 +32,7 @@ from api.v1alpha1.keys import DEVICES_ANNOTATION
 from internal.cli.holders import Holdings, controller_holdings
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.resourceslices import DEFAULT_DRIVER
+from internal.scheduling.shares import describe
 from internal.scheduling.snapshot import NodeInfo, gpunode_name
 
 __all__ = ["DEVICES_ANNOTATION", "Device", "NodeGPUs", "Totals", "node_gpus", "totals"]
@@ -48,7 +49,8 @@ HEALTHY, UNHEALTHY, STALE, UNKNOWN = "Healthy", "Unhealthy", "Stale", "Unknown"
 class Device:
     index: int
     #: who holds it: "ns/workload[replica]", "ns/pod/name", "ns/claim/name", ...;
-    #: two names joined by ", " are a conflict the controller reports
+    #: two names joined by ", " are a conflict the controller reports, except on a
+    #: shared or MIG-enabled device (``sharing`` says how it is held)
     holder: str | None = None
     #: Healthy; Unhealthy (reported by the agent); Stale (the agent stopped
     #: reporting); Unknown (no GPUNode: from allocatable, offered as healthy; or a
@@ -60,6 +62,8 @@ class Device:
     memory_total_mib: int | None = None
     memory_used_mib: int | None = None
     utilization: int | None = None
+    #: "3 shares, 60Gi of 80Gi" or "MIG: 3 of 7 instances held" (None: whole)
+    sharing: str | None = None
 
     @property
     def held(self) -> bool:
@@ -200,6 +204,9 @@ def _from_snapshot(info: NodeInfo, heartbeat: str | None, reported: bool,
     for d in devs:
         names = h.device_holders(info.name, d.index)
         d.holder = ", ".join(names) if names else None
+        mig = h.ledger.sharing(info.name).mig.get(d.index)
+        d.sharing = describe(h.ledger.device_holds(info.name, d.index), d.memory_total_mib,
+                             None if mig is None else len(mig))
     source = "GPUNode" if reported else "allocatable"
     state = "NotReady" if not info.ready else ("cordoned" if info.unschedulable else "Ready")
     return NodeGPUs(info.name, source, devs, h.counted(info.name), heartbeat=heartbeat,

@@ -15,6 +15,7 @@ from typing import Any
 
 from api.v1alpha1.types import DeviceExposure
 from internal.scheduling.devicepicker import pick_devices
+from internal.scheduling.sharefilter import filter_portion, wanted
 from internal.scheduling.snapshot import NodeInfo, tolerates, untolerated_taint
 from internal.scheduling.view import Context, View
 
@@ -64,6 +65,9 @@ def filter_node(
         return STALE_REASON, (), 0
     if spec.device_exposure is DeviceExposure.DRA and not node.dra_driver:
         return NO_SLICES_REASON, (), 0
+    want = wanted(spec)
+    if want is not None:
+        return filter_portion(node, ctx, want)
     view = ctx.view
     free_count = view.free_count(name)
     min_mem = spec.min_gpu_memory_mib

@@ -35,6 +35,7 @@ from internal.scheduling.search import (
     _exposure,
     _resolve_strategy,
 )
+from internal.scheduling.sharefilter import wanted
 from internal.scheduling.snapshot import Snapshot
 from internal.scheduling.strategies.base import Strategy
 from internal.scheduling.view import Candidate, Context, View
@@ -71,6 +72,13 @@ def schedule(
         _exposure(workload, default_exposure) is DeviceExposure.DEVICE_PLUGIN and not strat.uses_map
     )
     gpus = workload.spec.gpus
+    exposure = _exposure(workload, default_exposure)
+    if wanted(workload.spec) is not None and exposure in (DeviceExposure.DEVICE_PLUGIN,
+                                                         DeviceExposure.DRA):
+        return Decision(UNSCHEDULABLE, strat.name, message=(
+            f"gpuShare and migProfile cannot be placed with deviceExposure {exposure.value}: "
+            "the kubelet's nvidia.com/gpu count and the DRA claims made here name whole "
+            "devices; use cuda-visible-devices or nvidia-visible-devices"))
     placements, ctx, outcome, msg = _attempt(workload, snapshot, ledger, strat, rng, counted)
     if placements is not None:
         strat.placed([p.node for p in placements])
@@ -110,7 +118,7 @@ def schedule(
         gpus_per_replica=gpus,
         visited=visited,
     )
-    if strat.preempts:
+    if strat.preempts and wanted(workload.spec) is None:  # shares do not preempt (yet)
         plan = plan_preemption(workload, snapshot, ledger, strat, counted)
         decision.visited += plan[2]
         if plan[0] is not None:

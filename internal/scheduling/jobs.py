@@ -31,6 +31,7 @@ from internal.scheduling.pods import (
     parse_devices,
     pod_gpu_request,
     pod_key,
+    with_portion,
     workload_owner,
 )
 
@@ -82,8 +83,8 @@ def job_holding(job: JSON) -> JobHolding | None:
         return None
     labels = (job.get("metadata") or {}).get("labels") or tmeta.get("labels") or {}
     owner = workload_owner(workload, labels.get(ATTEMPT_LABEL))
-    return JobHolding(job_uid(job), f"{JOB_PREFIX}{pod_key(job)}", str(node), devices,
-                      counted, owner)
+    return with_portion(JobHolding(job_uid(job), f"{JOB_PREFIX}{pod_key(job)}", str(node),
+                                   devices, counted, owner), tmeta.get("annotations") or {})
 
 
 def _workload_uid(job: JSON) -> str:

@@ -18,6 +18,12 @@ Holders, each an ``Allocation`` under a key:
 - *bookings* (the workload's ``namespace/name``, or a pod book's key): a decision
   assumed before its pods exist, or committed in ``status.placements``.
 
+A device is held whole (one owner), shared (many owners, each a memory or fraction
+share, never more than the device between them) or, MIG-enabled, as its instances
+(one owner each); ``shares`` has the arithmetic and says which holds may stand side
+by side. A MIG-enabled device is never usable whole (``set_node_devices`` leaves it
+out of ``usable``).
+
 Each holder has an *owner*, the group that may share a device: one attempt of one
 GPUWorkload (``<uid>#<attempt>``) for its booking and its pods, so that replicas of
 one annotation map may name the same device while a previous attempt's terminating
@@ -58,6 +64,7 @@ from internal.scheduling.freeindex import FreeIndex
 from internal.scheduling.jobs import JobHolding, job_holder_key, job_holding, job_uid
 from internal.scheduling.pods import (
     BadPod,
+    BadShare,
     PodHolding,
     is_controller_pod,
     pod_gpu_request,
@@ -68,6 +75,7 @@ from internal.scheduling.pods import (
     pod_owner,
     workload_owner,
 )
+from internal.scheduling.shares import Hold, NodeSharing, compatible, hold_of, portion_problem
 
 __all__ = ["Allocation", "FreeIndex", "Ledger", "LedgerConflict", "booking_owner",
            "holds_devices", "is_controller_pod", "pod_gpu_request", "pod_is_active", "pod_key"]
@@ -112,18 +120,27 @@ class Ledger:
         self._holders: dict[str, dict[int, dict[str, str]]] = {}  # node -> dev -> key -> owner
         self._counted: dict[str, dict[str, int]] = {}  # node -> key -> GPUs
         self._allocs: dict[str, Allocation] = {}
+        self._sharing: dict[str, NodeSharing] = {}
         self.index = FreeIndex()
 
     # ------------------------------------------------------------------- nodes
 
-    def set_node_devices(self, node: str, usable: Iterable[int]) -> None:
-        """Declare the usable (healthy) device indices of ``node``."""
+    def set_node_devices(self, node: str, usable: Iterable[int],
+                         sharing: NodeSharing | None = None) -> None:
+        """Declare the usable (healthy, not MIG-enabled) device indices of ``node``,
+        and what weighs its shares: its devices' memory and MIG instances."""
         self._usable[node] = frozenset(usable)
+        if sharing is not None:
+            self._sharing[node] = sharing
         self._reindex(node)
+
+    def sharing(self, node: str) -> NodeSharing:
+        return self._sharing.get(node) or NodeSharing()
 
     def remove_node(self, node: str) -> None:
         """The node is gone: it offers nothing. Holdings on it stay until released."""
         self._usable.pop(node, None)
+        self._sharing.pop(node, None)
         self.index.remove(node)
 
     def known_nodes(self) -> list[str]:
@@ -157,6 +174,19 @@ class Ledger:
     def device_owners(self, node: str, device: int) -> frozenset[str]:
         """The owners holding ``device`` of ``node`` (empty: free)."""
         return frozenset(self._holders.get(node, {}).get(device, {}).values())
+
+    def device_holds(self, node: str, device: int) -> list[tuple[str, bool, Hold]]:
+        """(owner, is a booking, what it holds) for each holder of ``device``."""
+        keys = self._holders.get(node, {}).get(device, {})
+        return [(o, not self._allocs[k].pod, self._hold(k, node, device))
+                for k, o in keys.items() if k in self._allocs]
+
+    def _hold(self, key: str, node: str, device: int) -> Hold:
+        return hold_of(self._allocs[key].placements, node, device)
+
+    def _clash(self, key: str, node: str, device: int, mine: Hold) -> bool:
+        """Does holder ``key`` stand in the way of ``mine`` on the device?"""
+        return not compatible(mine, self._hold(key, node, device))
 
     def counted(self, node: str) -> Mapping[str, int]:
         """owner -> GPUs held on ``node`` without naming devices."""
@@ -241,8 +271,10 @@ class Ledger:
         for p in a.placements:
             held = self._holders.get(p.node, {})
             for d in p.devices:
+                mine_d = self._hold(key, p.node, d)
                 for k, owner in held.get(d, {}).items():
-                    if waits_for(k, owner):
+                    if waits_for(k, owner) and (owner in a.overlap
+                                                or self._clash(k, p.node, d, mine_d)):
                         out.setdefault(p.node, set()).add(self._allocs[k].name)
         for node, need in a.counted.items():
             short = self.free_count_without(node, frozenset({mine})) < need + sum(
@@ -315,15 +347,18 @@ class Ledger:
         an allocated ResourceClaim's holding (``resourceslices.ClaimHolding``, keyed
         ``claim:<uid>``): a claim holds its devices as a pod does."""
         self.remove_holder(h.key)
-        placements = (Placement(index=0, node=h.node, devices=list(h.devices)),)
+        placements = (Placement(index=0, node=h.node, devices=list(h.devices),
+                                share=h.share or None, mig=h.mig or None),)
         alloc = Allocation(h.key, placements if h.devices else (), {}, priority, True, 0,
                            h.owner, pod=True, name=h.name, job=isinstance(h, JobHolding))
         if h.counted:
             alloc.counted[h.node] = h.counted
         held = self._holders.get(h.node, {})
+        mine = {d: hold_of(placements, h.node, d) for d in h.devices}
         conflicts = sorted({f"{h.node}: device {d} also held by {self._describe({k: o})}"
                             for d in h.devices for k, o in held.get(d, {}).items()
-                            if o != h.owner and not self._nominated_over(k, h.owner)})
+                            if o != h.owner and not self._nominated_over(k, h.owner)
+                            and self._clash(k, h.node, d, mine[d])})
         self._apply(alloc)
         return conflicts
 
@@ -377,6 +412,8 @@ class Ledger:
         ``what: error``), or the conflicts it makes with other owners."""
         try:
             h = read()
+        except BadShare as exc:  # its share unreadable: its devices held whole
+            return [f"{what}: {exc}", *self.set_pod(exc.holding)]
         except ValueError as exc:
             self.remove_holder(key)
             return [f"{what}: {exc}"]
@@ -395,7 +432,9 @@ class Ledger:
                 named.setdefault(p.node, set()).update(p.devices)
         for node, devs in sorted(named.items()):
             held = self._holders.get(node, {})
-            taken = sorted(d for d in devs if set(held.get(d, {}).values()) - ok_owners)
+            taken = sorted(d for d in devs if any(
+                o not in ok_owners and self._clash(k, node, d, hold_of(alloc.placements, node, d))
+                for k, o in held.get(d, {}).items()))
             if taken:
                 others = sorted({self._describe({k: o}) for d in taken
                                  for k, o in held[d].items() if o not in ok_owners})
@@ -408,14 +447,35 @@ class Ledger:
             usable = self._usable.get(node)
             if usable is None:
                 raise LedgerConflict(f"{node}: unknown node")
-            devs = named.get(node, set())
+            holds = {d: hold_of(alloc.placements, node, d) for d in named.get(node, set())}
+            for d, h in sorted(holds.items()):
+                why = self._portion_problem(node, d, h, frozenset(ok_owners))
+                if why:
+                    raise LedgerConflict(f"{node}: device {d}: {why}")
+            devs = {d for d, h in holds.items() if h.whole}
             missing = sorted(devs - usable)
             if missing:
                 raise LedgerConflict(f"{node}: device(s) {','.join(map(str, missing))} not usable")
             free = self.free_count_without(node, frozenset(ok_owners))
-            need = len(devs) + alloc.counted.get(node, 0)
+            need = len(devs) + alloc.counted.get(node, 0) + sum(
+                1 for d, h in holds.items() if not h.whole and not h.migs
+                and not set(self.device_owners(node, d)) - ok_owners)
             if free < need:
                 raise LedgerConflict(f"{node}: {free} free GPU(s), needs {need}")
+
+    def refuse_mig(self, p: Placement) -> None:
+        """Raises LedgerConflict when ``p`` names a MIG-enabled device whole (offered
+        only as its instances). A held share is refused by ``assume`` itself."""
+        mig = sorted(d for d in p.devices if d in self.sharing(p.node).mig)
+        if mig and not p.mig:
+            raise LedgerConflict(f"{p.node}: device(s) {','.join(map(str, mig))} MIG-enabled: "
+                                 "offered only as MIG instances (spec.migProfile)")
+
+    def _portion_problem(self, node: str, device: int, h: Hold,
+                         ok_owners: frozenset[str]) -> str | None:
+        """Why the shares or MIG instances of ``h`` do not fit on the device."""
+        others = [x for x in self.device_holds(node, device) if x[0] not in ok_owners]
+        return portion_problem(self.sharing(node), self.usable(node), device, h, others)
 
     def _apply(self, alloc: Allocation) -> None:
         touched = set()
@@ -538,7 +598,8 @@ class Ledger:
             h = pod_holding(pod)
         except BadPod as exc:
             # what it names cannot be read; what it requests the device plugin gave it
-            h = _requested_only(pod, uid)
+            # (a share that cannot be read: its devices, held whole)
+            h = exc.holding if isinstance(exc, BadShare) else _requested_only(pod, uid)
             if h is None:
                 self.remove_pod(uid)
             else:

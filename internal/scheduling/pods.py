@@ -10,6 +10,9 @@ A bound, unfinished pod holds:
 
 - the devices its ``gpu.orchestrator.dev/devices`` annotation names (written by the
   controller, the webhook or the pod binding), *named*;
+- with ``gpu.orchestrator.dev/share`` or ``gpu.orchestrator.dev/mig`` beside it, a
+  share of that one device or one of its MIG instances (``shares``); a value that
+  cannot be read is reported and the devices are taken as held whole;
 - plus, *counted*, whatever its ``nvidia.com/gpu`` request asks beyond those (the
   device plugin hands those out, and the ledger cannot know which).
 
@@ -21,22 +24,35 @@ parsed defensively: a malformed annotation is reported, never raised.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from api.v1alpha1.keys import (
     ATTEMPT_LABEL,
     DEVICES_ANNOTATION,
     GPU_RESOURCE,
+    MIG_ANNOTATION,
+    SHARE_ANNOTATION,
     WORKLOAD_UID_LABEL,
 )
 from internal.scheduling.quantity import gpu_count
+from internal.scheduling.shares import read_portion
 
 JSON = Mapping[str, Any]
+H = TypeVar("H", bound="PodHolding")
 
 
 class BadPod(ValueError):
     """A pod whose GPU annotations cannot be read; the message says what and where."""
+
+
+class BadShare(BadPod):
+    """A pod whose share or MIG annotation cannot be read: it holds its devices
+    whole (``holding``), never less than it may use."""
+
+    def __init__(self, message: str, holding: PodHolding) -> None:
+        super().__init__(message)
+        self.holding = holding
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +65,8 @@ class PodHolding:
     devices: tuple[int, ...]  # named
     counted: int  # GPUs beyond the named ones
     owner: str  # sharing group
+    share: str = ""  # SHARE_ANNOTATION's value, as read (a share of its one device)
+    mig: str = ""  # MIG_ANNOTATION's value: the MIG instance it holds
 
     @property
     def key(self) -> str:
@@ -142,7 +160,26 @@ def pod_holding(pod: JSON) -> PodHolding | None:
     counted = max(0, pod_gpu_request(pod) - len(devices))
     if not devices and not counted:
         return None
-    return PodHolding(pod_uid(pod), pod_key(pod), str(node), devices, counted, pod_owner(pod))
+    return with_portion(
+        PodHolding(pod_uid(pod), pod_key(pod), str(node), devices, counted, pod_owner(pod)),
+        annotations)
+
+
+def with_portion(h: H, annotations: Mapping[str, Any]) -> H:
+    """``h`` with the share or MIG instance its annotations name. Raises BadShare
+    (carrying ``h``, its devices held whole) when they cannot be read."""
+    devices = h.devices
+    share, mig = annotations.get(SHARE_ANNOTATION), annotations.get(MIG_ANNOTATION)
+    if not share and not mig:
+        return h
+    try:
+        portion = read_portion(share, mig)
+        if len(devices) != 1:
+            raise ValueError(f"a share or MIG instance names one device, not {len(devices)}")
+    except ValueError as exc:
+        raise BadShare(f"{exc}: its devices held whole", h) from None
+    assert portion is not None
+    return replace(h, share=portion.text(), mig=portion.mig)
 
 
 def is_controller_pod(pod: JSON) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +38,17 @@ def gpu_count(value: Any) -> int:
         return max(0, int(parse_quantity(value)))
     except (ValueError, TypeError, ArithmeticError):
         return 0
+
+
+def memory_mib(value: Any) -> int | None:
+    """``"20Gi"`` -> 20480: a memory quantity in whole MiB (rounded up: a share is
+    never booked smaller than asked); None when it is not a quantity or is negative."""
+    if value is None:
+        return None
+    try:
+        q = parse_quantity(value)
+    except (ValueError, TypeError, ArithmeticError):
+        return None
+    if q < 0:
+        return None
+    return math.ceil(q / (1024 * 1024))

@@ -14,6 +14,7 @@ from internal.scheduling import mapparser
 from internal.scheduling.filters import filter_node, gpus_word
 from internal.scheduling.ledger import Ledger, booking_owner
 from internal.scheduling.outcome import INVALID_MAP, SCHEDULED, UNSCHEDULABLE
+from internal.scheduling.sharefilter import wanted
 from internal.scheduling.snapshot import Snapshot
 from internal.scheduling.strategies import base as registry
 from internal.scheduling.strategies.base import Strategy
@@ -42,10 +43,14 @@ def _tolerations(workload: GPUWorkload) -> list[Mapping[str, Any]]:
 def _place_searched(strategy: Strategy, ctx: Context) -> tuple[list[Placement] | None, str]:
     placements: list[Placement] = []
     replicas = ctx.workload.spec.replicas
+    portions = wanted(ctx.workload.spec) is not None
     for index in range(replicas):
         feasible: list[Candidate] = []
         limit = strategy.limit + len(ctx.view.extra_nodes)
-        for name in strategy.candidates(ctx, ctx.view, ctx.snapshot):
+        # a share or MIG instance may fit where no whole GPU is free: every node
+        names = ctx.snapshot.names if portions else strategy.candidates(
+            ctx, ctx.view, ctx.snapshot)
+        for name in names:
             reason, devices, free = filter_node(name, ctx)
             if reason is not None:
                 ctx.reasons[name] = reason
@@ -59,6 +64,15 @@ def _place_searched(strategy: Strategy, ctx: Context) -> tuple[list[Placement] |
             return None, ""
         chosen = strategy.choose(feasible, ctx)
         ctx.reasons.pop(chosen.name, None)
+        if portions:
+            portion = ctx.portions[chosen.name]
+            ctx.view.taken_portions.setdefault((chosen.name, chosen.devices[0]), []).append(
+                portion)
+            ctx.view.last_node = chosen.name
+            placements.append(Placement(index=index, node=chosen.name,
+                                        devices=list(chosen.devices),
+                                        share=portion.text() or None, mig=portion.mig or None))
+            continue
         if ctx.counted:
             ctx.view.take(chosen.name, (), ctx.gpus)
         else:
@@ -132,7 +146,9 @@ def _explain(
     out: dict[str, str] = {}
     for name in sorted(names):
         reason, _, free = filter_node(name, ctx)
-        if reason is None:
+        if reason is None and wanted(workload.spec) is not None:
+            reason = f"room for one replica, not {replicas}"
+        elif reason is None:
             fit = free // max(ctx.gpus, 1)
             reason = f"{gpus_word(free)}, room for {fit} of {replicas} replicas"
         out[name] = reason
@@ -157,6 +173,7 @@ def _attempt(
         tolerations=_tolerations(workload),
         snapshot=snapshot,
         view=view,
+        spread=strat.most_free_first,
     )
     if strat.uses_map:
         placements, outcome, msg = _place_mapped(ctx)

@@ -38,6 +38,7 @@ from internal.scheduling.inventory import (
     is_stale,
     stale_view,
 )
+from internal.scheduling.shares import MigInstance, NodeSharing
 
 if TYPE_CHECKING:
     from internal.scheduling.ledger import Ledger
@@ -57,6 +58,9 @@ class DeviceInfo:
     utilization: int = 0
     healthy: bool = True
     nvlink_peers: frozenset[int] = frozenset()
+    #: MIG mode is on: the device is offered only as its MIG instances (``mig``)
+    mig_mode: bool = False
+    mig: tuple[MigInstance, ...] = ()
 
 
 @dataclass(slots=True)
@@ -77,8 +81,16 @@ class NodeInfo:
 
     @property
     def usable(self) -> frozenset[int]:
-        """Indices of healthy devices."""
-        return frozenset(i for i, d in self.devices.items() if d.healthy)
+        """Indices of healthy devices that may be held whole or shared (not
+        MIG-enabled: those are offered only as their instances, see ``sharing``)."""
+        return frozenset(i for i, d in self.devices.items() if d.healthy and not d.mig_mode)
+
+    def sharing(self) -> NodeSharing:
+        """What the ledger weighs shares and MIG instances with (healthy devices)."""
+        healthy = [d for d in self.devices.values() if d.healthy]
+        return NodeSharing(
+            memory={d.index: d.memory_total_mib for d in healthy if not d.mig_mode},
+            mig={d.index: {m.uuid: m for m in d.mig} for d in healthy if d.mig_mode})
 
     @property
     def unhealthy(self) -> frozenset[int]:
@@ -150,6 +162,10 @@ def _devices_from_gpunode(gpunode: Mapping[str, Any]) -> tuple[dict[int, DeviceI
             utilization=int(d.get("utilization") or 0),
             healthy=bool(d.get("healthy", True)),
             nvlink_peers=peers,
+            mig_mode=bool(d.get("migMode", False)),
+            mig=tuple(MigInstance(str(m.get("uuid") or ""), str(m.get("profile") or ""),
+                                  int(m.get("memoryTotalMiB") or 0))
+                      for m in d.get("migInstances") or () if m.get("uuid")),
         )
     known = bool(status.get("topologyKnown", False)) or any_peers
     return out, known
@@ -262,7 +278,7 @@ class Snapshot:
             self._cost_levels = None
         self.nodes[name] = info
         if self.ledger is not None:
-            self.ledger.set_node_devices(name, info.usable)
+            self.ledger.set_node_devices(name, info.usable, info.sharing())
 
     def upsert_node(self, node: Mapping[str, Any]) -> None:
         name = str((node.get("metadata") or {}).get("name") or "")
@@ -313,7 +329,7 @@ class Snapshot:
         """Use ``ledger`` and tell it every node's usable devices."""
         self.ledger = ledger
         for name, info in self.nodes.items():
-            ledger.set_node_devices(name, info.usable)
+            ledger.set_node_devices(name, info.usable, info.sharing())
 
     # ------------------------------------------------------------------- reading
 

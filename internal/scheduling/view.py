@@ -25,6 +25,8 @@ class View:
         self.released = frozenset(released)
         self.taken: dict[str, set[int]] = {}
         self.taken_count: dict[str, int] = {}
+        #: (node, device) -> the shares and MIG instances this decision took there
+        self.taken_portions: dict[tuple[str, int], list[Any]] = {}
         self.last_node: str | None = None  # node of the latest take (gang order)
         # nodes where released owners hold something: their index entry is stale
         self.extra_nodes: list[str] = sorted(
@@ -86,6 +88,10 @@ class Context:
     view: View
     visited: int = 0
     reasons: dict[str, str] = field(default_factory=dict)
+    #: the strategy spreads (most free first); a share goes on the emptiest device
+    spread: bool = True
+    #: node -> the share or MIG instance the latest filter chose there
+    portions: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:

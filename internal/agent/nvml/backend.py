@@ -50,6 +50,7 @@ def device_state(raw: RawDevice, peers: tuple[int, ...]) -> DeviceState:
         mig_mode=bool(raw.mig_enabled),
         nvlink_peers=peers,
         unhealthy_reason=reason,
+        mig_devices=raw.mig_devices if raw.mig_enabled else (),
     )
 
 

@@ -10,6 +10,9 @@ Format (values are what NVML returns; ``null`` = NVML said NotSupported)::
                   "temperature": <celsius>, "powerUsage": <milliwatts>,
                   "eccErrors": {"volatileUncorrected": <count>},
                   "migMode": {"current": 0|1, "pending": 0|1},
+                  "migDevices": [{"uuid": "MIG-...", "profile": "1g.10gb",
+                                  "memory": {"total": <bytes>},
+                                  "placement": {"start": 0, "size": 1}}],
                   "nvlinks": [{"link": 0, "remotePciBusId": "...",
                                "remoteDeviceType": "gpu"|"switch"|"other"}],
                   "xidErrors": [<critical XIDs seen>],
@@ -33,7 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from internal.agent.nvml.types import NvLink, RawDevice, RemoteType
+from internal.agent.nvml.types import MigDevice, NvLink, RawDevice, RemoteType
 
 FIXTURES_DIR = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -97,6 +100,12 @@ def parse_device(d: Mapping[str, Any]) -> RawDevice:
         power_mw=opt_int("powerUsage"),
         ecc_uncorrected_volatile=opt_int("eccErrors", "volatileUncorrected"),
         mig_enabled=None if mig is None else bool(mig),
+        mig_devices=tuple(
+            MigDevice(uuid=str(m["uuid"]), profile=str(m.get("profile") or ""),
+                      memory_total_bytes=int(_get(m, "memory", "total") or 0),
+                      start=int(_get(m, "placement", "start") or 0),
+                      size=int(_get(m, "placement", "size") or 0))
+            for m in d.get("migDevices") or ()),
         nvlinks=links,
         nvlinks_read=raw_links is not None,
         xid_errors=tuple(int(x) for x in d.get("xidErrors") or ()),

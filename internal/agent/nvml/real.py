@@ -8,6 +8,12 @@ marks the device with ``error`` so that it is reported unhealthy.
 Critical XIDs are collected from an NVML event set (best effort: where events are
 not supported, XIDs are simply not seen), drained at the start of every poll.
 
+On a MIG-enabled device the instances are read too (``_mig_devices``): each MIG
+device's UUID and memory, its GPU instance's placement, and the profile's name as
+NVIDIA writes it (``<slices>g.<GiB>gb``, from the GPU instance profiles the device
+offers). A MIG reading that fails leaves the device with no instances (nothing of it
+is offered), never with made-up ones.
+
 Not run on hardware in this repository's CI; the fixture backend stands in for it.
 """
 
@@ -20,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from internal.agent.nvml.types import NvLink, RawDevice, RemoteType
+from internal.agent.nvml.types import MigDevice, NvLink, RawDevice, RemoteType
 
 log = structlog.get_logger("agent.nvml")
 
@@ -134,6 +140,7 @@ class RealNvmlBackend:
         ecc = r(n.nvmlDeviceGetTotalEccErrors, h, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                 n.NVML_VOLATILE_ECC)
         mig = r(n.nvmlDeviceGetMigMode, h)
+        mig_on = (int(mig[0]) == n.NVML_DEVICE_MIG_ENABLE) if mig is not None else None
         links, links_read = self._nvlinks(h)
         uuid_s = _text(uuid) if uuid is not None else ""
         with self._lock:
@@ -149,12 +156,48 @@ class RealNvmlBackend:
             temperature_c=int(temp) if temp is not None else None,
             power_mw=int(power) if power is not None else None,
             ecc_uncorrected_volatile=int(ecc) if ecc is not None else None,
-            mig_enabled=(int(mig[0]) == n.NVML_DEVICE_MIG_ENABLE) if mig is not None else None,
+            mig_enabled=mig_on,
+            mig_devices=self._mig_devices(h) if mig_on else (),
             nvlinks=links,
             nvlinks_read=links_read,
             xid_errors=xids,
             error=r.error,
         )
+
+    def _mig_devices(self, h: Any) -> tuple[MigDevice, ...]:
+        """The MIG instances of a MIG-enabled device (empty when they cannot be read)."""
+        n = self.nvml
+        try:
+            names = self._profile_names(h)
+            out = []
+            for i in range(int(n.nvmlDeviceGetMaxMigDeviceCount(h))):
+                try:
+                    mh = n.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
+                except n.NVMLError_NotFound:
+                    continue  # an empty slot
+                gi = n.nvmlDeviceGetGpuInstanceById(h, n.nvmlDeviceGetGpuInstanceId(mh))
+                info = n.nvmlGpuInstanceGetInfo(gi)
+                out.append(MigDevice(
+                    uuid=_text(n.nvmlDeviceGetUUID(mh)),
+                    profile=names.get(int(info.profileId), f"profile-{info.profileId}"),
+                    memory_total_bytes=int(n.nvmlDeviceGetMemoryInfo(mh).total),
+                    start=int(info.placement.start), size=int(info.placement.size)))
+            return tuple(out)
+        except n.NVMLError as e:
+            log.warning("nvml.mig_read_failed", error=str(e))
+            return ()
+
+    def _profile_names(self, h: Any) -> dict[int, str]:
+        """GPU instance profile id -> NVIDIA's name (``1g.10gb``)."""
+        n = self.nvml
+        out: dict[int, str] = {}
+        for p in range(int(n.NVML_GPU_INSTANCE_PROFILE_COUNT)):
+            try:
+                info = n.nvmlDeviceGetGpuInstanceProfileInfo(h, p)
+            except (n.NVMLError_NotSupported, n.NVMLError_InvalidArgument):
+                continue
+            out[int(info.id)] = f"{info.sliceCount}g.{round(info.memorySizeMB / 1024)}gb"
+        return out
 
     def _nvlinks(self, h: Any) -> tuple[tuple[NvLink, ...], bool]:
         """Active links with their far ends; (links, False) when they could not be read."""

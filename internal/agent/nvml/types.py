@@ -29,6 +29,18 @@ class NvLink:
 
 
 @dataclass(frozen=True, slots=True)
+class MigDevice:
+    """One MIG instance of a MIG-enabled device (its GPU instance's profile and
+    placement in slices: ``start``, ``size``)."""
+
+    uuid: str
+    profile: str
+    memory_total_bytes: int = 0
+    start: int = 0
+    size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class RawDevice:
     """The readings of one device, before health and peers are derived.
 
@@ -47,6 +59,7 @@ class RawDevice:
     power_mw: int | None = None  # milliwatts, as NVML reports
     ecc_uncorrected_volatile: int | None = None
     mig_enabled: bool | None = None
+    mig_devices: tuple[MigDevice, ...] = ()
     nvlinks: tuple[NvLink, ...] = ()
     nvlinks_read: bool = True  # False when the link states could not be read
     xid_errors: tuple[int, ...] = ()  # critical XIDs seen since the agent started
@@ -70,6 +83,7 @@ class DeviceState:
     mig_mode: bool
     nvlink_peers: tuple[int, ...]
     unhealthy_reason: str = ""
+    mig_devices: tuple[MigDevice, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,6 +119,7 @@ def test_status_subresource_and_printer_columns(crds, namespace) -> None:
             "phase": "Running",
             "message": "1 of 1 replica(s) running",
             "gpus": 2,
+            "gpuSummary": "2",
             "nodes": "node1",
             "strategy": "leastLoaded",
             "placements": [{"index": 0, "node": "node1", "devices": [0, 1]}],

@@ -44,7 +44,7 @@ def test_kubectl_get_gw_says_why_it_is_pending_and_a_failed_one_keeps_scheduled_
     wait_condition(admin, namespace, "big", "Scheduled", "Unschedulable")
     row = get_gw(installed, namespace)["big"]
     assert (row["Phase"], row["Reason"], row["Strategy"], row["GPUs"]) == \
-        ("Pending", "Unschedulable", "leastLoaded", 0), row
+        ("Pending", "Unschedulable", "leastLoaded", "0"), row
     assert f"{node}: 1 free GPU, needs 2" in str(row["Message"]), row
 
     # maxRetries 0: Failed at once, and still Scheduled=False with the reasons

@@ -24,7 +24,7 @@ from internal.agent.nvml.types import NvLink, RawDevice, RemoteType
 
 
 def test_bundled_fixtures() -> None:
-    assert available_fixtures() == ["a100-ecc-4", "h100-sxm-8", "pcie-4"]
+    assert available_fixtures() == ["a100-ecc-4", "a100-mig-4", "h100-sxm-8", "pcie-4"]
 
 
 def test_h100_fixture_is_eight_healthy_all_to_all_nvlinked_devices() -> None:
@@ -265,3 +265,63 @@ def test_auto_without_nvml_library_is_unavailable() -> None:
         pytest.skip("NVML loads here")
     with pytest.raises(ValueError):
         select_backend("bogus")
+
+
+def test_real_backend_reads_mig_instances() -> None:
+    ns = types.SimpleNamespace
+    mod = _fake_pynvml([{"UUID": "GPU-0", "MigMode": [1, 1],
+                         "MemoryInfo": ns(total=80 << 30, used=0)}])
+    for name in ("PciInfo", "UtilizationRates", "Temperature", "PowerUsage",
+                 "TotalEccErrors", "NvLinkState"):
+        setattr(mod, f"nvmlDeviceGet{name}", _raiser(mod.NVMLError_NotSupported))
+    mod.NVMLError_NotFound = type("NVMLError_NotFound", (_Err,), {})
+    mod.NVML_GPU_INSTANCE_PROFILE_COUNT = 3
+    profiles = {0: ns(id=19, sliceCount=1, memorySizeMB=9856),
+                1: ns(id=14, sliceCount=2, memorySizeMB=19968)}
+
+    def profile_info(h: int, p: int) -> Any:
+        if p not in profiles:
+            raise mod.NVMLError_NotSupported("no such profile")
+        return profiles[p]
+
+    # slots 0 and 2 hold instances; 1 is empty
+    migs = {0: ("MIG-a", 19, 0, 1, 9856), 2: ("MIG-b", 14, 2, 2, 19968)}
+
+    def handle(h: int, i: int) -> Any:
+        if i not in migs:
+            raise mod.NVMLError_NotFound("empty")
+        return ("mig", i)
+
+    plain_uuid, plain_mem = mod.nvmlDeviceGetUUID, mod.nvmlDeviceGetMemoryInfo
+    mod.nvmlDeviceGetGpuInstanceProfileInfo = profile_info
+    mod.nvmlDeviceGetMaxMigDeviceCount = lambda h: 3
+    mod.nvmlDeviceGetMigDeviceHandleByIndex = handle
+    mod.nvmlDeviceGetGpuInstanceId = lambda mh: mh[1]
+    mod.nvmlDeviceGetGpuInstanceById = lambda h, gi: gi
+    mod.nvmlGpuInstanceGetInfo = lambda gi: ns(profileId=migs[gi][1], placement=ns(
+        start=migs[gi][2], size=migs[gi][3]))
+    mod.nvmlDeviceGetUUID = lambda h: migs[h[1]][0] if isinstance(h, tuple) else plain_uuid(h)
+    mod.nvmlDeviceGetMemoryInfo = lambda h: (ns(total=migs[h[1]][4] << 20, used=0)
+                                             if isinstance(h, tuple) else plain_mem(h))
+    d, = sample(_backend(mod)).devices
+    assert d.mig_mode
+    assert [(m.uuid, m.profile, m.memory_total_bytes >> 20, m.start, m.size)
+            for m in d.mig_devices] == [("MIG-a", "1g.10gb", 9856, 0, 1),
+                                        ("MIG-b", "2g.20gb", 19968, 2, 2)]
+    # an instance that cannot be read: none offered rather than a made-up one
+    mod.nvmlGpuInstanceGetInfo = _raiser(mod.NVMLError_GpuIsLost)
+    d, = sample(_backend(mod)).devices
+    assert d.mig_mode and d.mig_devices == ()
+
+
+def test_fixture_mig_layouts_reach_the_gpunode() -> None:
+    from datetime import UTC, datetime
+
+    from internal.agent.nvml.fixture import FixtureBackend
+    from internal.agent.status import build_status
+
+    st = build_status(sample(FixtureBackend.load("a100-mig-4")), datetime.now(UTC))
+    layouts = [sorted(m["profile"] for m in d.get("migInstances") or ())
+               for d in st["devices"]]
+    assert layouts == [["1g.10gb"] * 7, ["2g.20gb", "2g.20gb", "3g.40gb"], [], []]
+    assert all(m["uuid"].startswith("MIG-") for m in st["devices"][0]["migInstances"])

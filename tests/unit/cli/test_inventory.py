@@ -195,3 +195,25 @@ def test_dra_slices_are_the_devices_and_foreign_claims_hold_them() -> None:
     assert view["sliced-only"].total == 2
     # Without the slices the same node has no GPUs to show.
     assert inventory.node_gpus([node("n1", 0)], [], [], [], claims=claims) == []
+
+
+def test_nodes_show_shares_and_mig_instances_per_device() -> None:
+    g = helpers.gpunode("n1", 3, memory=81920)
+    g["status"]["lastHeartbeatTime"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    g["status"]["devices"][2].update(migMode=True, migInstances=[
+        {"uuid": f"MIG-{i}", "profile": "1g.10gb", "memoryTotalMiB": 9984} for i in range(7)])
+    wls = [{"metadata": {"name": f"s{i}", "namespace": "team", "uid": f"uid-s{i}"},
+            "spec": {"gpuShare": {"memory": "20Gi"}},
+            "status": {"phase": "Running", "placements": [
+                {"index": 0, "node": "n1", "devices": [0], "share": "memory=20480Mi"}]}}
+           for i in range(3)]
+    wls.append({"metadata": {"name": "m", "namespace": "team", "uid": "uid-m"},
+                "spec": {"migProfile": "1g.10gb"},
+                "status": {"phase": "Running", "placements": [
+                    {"index": 0, "node": "n1", "devices": [2], "mig": "MIG-3"}]}})
+    n1, = inventory.node_gpus([helpers.node("n1", 3)], [g], wls, [])
+    d0, d1, d2 = n1.devices
+    assert d0.sharing == "3 shares, 60Gi of 80Gi" and not d0.free
+    assert d1.sharing is None and d1.free
+    assert d2.sharing == "MIG: 1 of 7 instances held" and not d2.offered
+    assert n1.free == 1

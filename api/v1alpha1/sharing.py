@@ -1,0 +1,171 @@
+"""The fields of a GPUWorkload that ask for part of a device: ``spec.gpuShare`` (a
+memory or fraction share, time-sliced or through MPS) and ``spec.migProfile`` (one
+MIG instance of a profile). Each replica then takes part of exactly one device
+(docs/api.md, "Sharing a GPU")."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: a memory quantity (``20Gi``, ``20480Mi``, ``0.5Gi``)
+MEMORY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"
+#: a fraction of a device in (0, 1], at most three decimals
+FRACTION_PATTERN = r"^(0?\.[0-9]{1,3}|1(\.0{1,3})?)$"
+#: NVIDIA's MIG profile names (``1g.10gb``, ``3g.40gb``, ``1g.12gb+me``)
+MIG_PROFILE_PATTERN = r"^[1-8]g\.[0-9]+gb(\+me)?$"
+
+
+class ShareMode(StrEnum):
+    """How the replicas sharing one device run on it."""
+
+    TIME_SLICING = "timeSlicing"
+    MPS = "mps"
+
+
+class GPUShare(BaseModel):
+    """A share of one device per replica: a memory figure or a fraction, not both."""
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+        extra="ignore",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.memory) != has(self.fraction)",
+                    "message": "gpuShare needs exactly one of memory and fraction",
+                }
+            ]
+        },
+    )
+
+    memory: str | None = Field(
+        None,
+        description=(
+            "Device memory per replica, a quantity (e.g. 20Gi). The device's memory "
+            "must be reported by its GPUNode; the sum of the shares on a device never "
+            "exceeds it."
+        ),
+        json_schema_extra={
+            "pattern": MEMORY_PATTERN,
+            "x-kubernetes-validations": [
+                {"rule": "self.matches('[1-9]')", "message": "memory must be above 0"}
+            ],
+        },
+    )
+    fraction: str | None = Field(
+        None,
+        description=(
+            "Part of the device per replica, a decimal in (0, 1] with at most three "
+            "decimals (e.g. \"0.25\"); the sum on a device never exceeds 1."
+        ),
+        json_schema_extra={
+            "pattern": FRACTION_PATTERN,
+            "x-kubernetes-validations": [
+                {"rule": "double(self) > 0.0", "message": "fraction must be above 0"}
+            ],
+        },
+    )
+    mode: ShareMode = Field(
+        ShareMode.TIME_SLICING,
+        description=(
+            "timeSlicing: the replicas take turns on the device, with no memory "
+            "isolation (a replica can use more than its share). mps: NVIDIA MPS, with "
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE set "
+            "from the share (an MPS control daemon must run on the node)."
+        ),
+    )
+
+    def text(self) -> str:
+        """The share as ``kubectl get gw`` shows it: ``20Gi`` or ``0.25``."""
+        return self.memory or self.fraction or ""
+
+
+#: the cross-field rules of spec (CEL), mirrored by GPUWorkloadSpec's validator
+SHARING_RULES = [
+    {
+        "rule": (
+            "!has(self.gpuShare) || ((!has(self.gpusPerReplica) || self.gpusPerReplica == 1)"
+            " && (!has(self.gpuCount) || self.gpuCount == 1))"
+        ),
+        "message": "gpuShare takes part of one device: gpusPerReplica must be 1",
+    },
+    {
+        "rule": (
+            "!has(self.migProfile) || ((!has(self.gpusPerReplica) || self.gpusPerReplica == 1)"
+            " && (!has(self.gpuCount) || self.gpuCount == 1))"
+        ),
+        "message": "migProfile takes one MIG instance: gpusPerReplica must be 1",
+    },
+    {
+        "rule": "!has(self.gpuShare) || !has(self.migProfile)",
+        "message": "gpuShare and migProfile cannot be set together",
+    },
+    {
+        "rule": (
+            "!(has(self.gpuShare) || has(self.migProfile)) || "
+            "!has(self.schedulingStrategy) || self.schedulingStrategy != 'annotationMap'"
+        ),
+        "message": "gpuShare and migProfile cannot be placed by an annotation map",
+    },
+    {
+        "rule": (
+            "!(has(self.gpuShare) || has(self.migProfile)) || !has(self.deviceExposure) || "
+            "!(self.deviceExposure in ['device-plugin', 'dra'])"
+        ),
+        "message": (
+            "gpuShare and migProfile need deviceExposure cuda-visible-devices or "
+            "nvidia-visible-devices (device-plugin and dra cannot express a share)"
+        ),
+    },
+]
+
+
+class MigInstance(BaseModel):
+    """One MIG instance of a MIG-enabled device, as NVML reports it."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    uuid: str = Field(..., description="Instance UUID, e.g. MIG-8d6c.... Named to the container.")
+    profile: str = Field(..., description="GPU instance profile, e.g. 1g.10gb.")
+    memory_total_mib: int = Field(
+        0, alias="memoryTotalMiB", ge=0, description="Memory of the instance, MiB."
+    )
+    placement: str = Field(
+        "", description="Where the instance sits on the device: '<start>:<size>' in slices."
+    )
+
+
+#: the section of docs/api.md that sets the three kinds of request side by side
+DOC_SECTION = [
+    "## Whole GPUs, shares and MIG instances",
+    "",
+    "Each replica asks for one of three things; the controller's ledger keeps all three "
+    "and a pod holds what it was given until it is gone.",
+    "",
+    "| spec | each replica gets | the device is | GPUS shows |",
+    "| --- | --- | --- | --- |",
+    "| `gpusPerReplica: 2` (default 1) | that many whole devices | held by this workload "
+    "alone | `2` per replica, summed |",
+    "| `gpuShare: {memory: 20Gi}` or `{fraction: \"0.25\"}`, `mode: timeSlicing` (default) "
+    "or `mps` | a share of exactly one device | shared with other shares, never with a "
+    "whole-GPU holder; the shares on it never add up to more than the device's memory "
+    "(or 1) | `20Gi` / `0.25` |",
+    "| `migProfile: 1g.10gb` | one MIG instance of that profile (by UUID) | MIG-enabled: "
+    "offered only as its instances, each to one replica; never whole, never shared "
+    "| `1g.10gb` |",
+    "",
+    "Time-slicing has **no memory isolation**: a replica can allocate more than its share "
+    "and push its neighbours out of memory. The ledger never books more than the "
+    "device, but only MPS (`CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`, with an MPS control daemon "
+    "on the node) or MIG enforce the limit. A memory share needs a GPUNode that reports "
+    "the device's memory; a fraction does not. Shares and MIG instances are refused at "
+    "admission with `gpusPerReplica` > 1, with each other, with an annotation map and "
+    "with `deviceExposure` `device-plugin` or `dra` (the kubelet's `nvidia.com/gpu` count "
+    "and the claims the controller makes name whole devices); when `dra` or "
+    "`device-plugin` is the controller's default, such a workload stays `Scheduled=False` "
+    "saying so. MIG layouts are read from the GPUNode (the agent reports them); "
+    "reconfiguring them is not done here.",
+    "",
+]
