@@ -31,6 +31,13 @@ GI = 1024
 MIG_UUIDS = [f"MIG-{i:08x}-0000-4000-8000-00000000000{i}" for i in range(7)]
 
 
+def gw_columns(cluster: ControlPlane, ns: str, name: str, *columns: str) -> list[str]:
+    """``kubectl get gw NAME``: the cells of ``columns``, found by their header."""
+    header, row = cluster.kubectl("get", "-n", ns, "gw", name).stdout.splitlines()[:2]
+    cells = dict(zip(header.split(), row.split(), strict=True))
+    return [cells[c] for c in columns]
+
+
 def _report(admin: Client, name: str, devices: list[dict[str, Any]]) -> None:
     """Writes the GPUNode of ``name`` as the agent would (a fresh heartbeat)."""
     admin.create({"apiVersion": API_VERSION, "kind": "GPUNode", "metadata": {"name": name},
@@ -97,8 +104,8 @@ def test_eight_memory_shares_fill_exactly_two_devices_and_never_meet_a_whole_gpu
             shared.setdefault((node, dev), []).append(f"s{i}")
         assert sorted(len(v) for v in shared.values()) == [4, 4], shared
         assert len({n for n, _ in shared}) == 1, "bestFit packs the shares on one node"
-        row = installed.kubectl("get", "-n", namespace, "gw", "s0").stdout.splitlines()[1]
-        assert row.split()[1:4] == ["Running", "bestFit", "20Gi"], row
+        assert gw_columns(installed, namespace, "s0", "PHASE", "STRATEGY", "GPUS") == \
+            ["Running", "bestFit", "20Gi"]
         admin.create(workload("whole", namespace, schedulingStrategy="bestFit",
                               nodeSelector=group.selector, retryPolicy=RETRY))
         wait_phase(admin, namespace, "whole", "Running")
@@ -163,8 +170,7 @@ def test_mig_instances_one_per_replica_and_never_whole(
                               nodeSelector=group.selector, retryPolicy=RETRY))
         cond = wait_condition(admin, namespace, "m7", "Scheduled", "Unschedulable")
         assert "no free MIG instance 1g.10gb (7 held)" in cond["message"]
-        row = installed.kubectl("get", "-n", namespace, "gw", "m0").stdout.splitlines()[1]
-        assert row.split()[3] == "1g.10gb", row
+        assert gw_columns(installed, namespace, "m0", "GPUS") == ["1g.10gb"]
         admin.create(workload("two", namespace, gpusPerReplica=2, nodeSelector=group.selector,
                               retryPolicy=RETRY))
         cond = wait_condition(admin, namespace, "two", "Scheduled", "Unschedulable")
