@@ -34,6 +34,11 @@ def markdown(doc: dict[str, Any]) -> str:
     lines = [f"Machine: {m.get('cores')} cores ({m.get('cpu', '')}), "
              f"{m.get('memory_mib', 0) // 1024} GiB, Python {m.get('python')}. "
              f"Control plane, every system, kwok and the load generator share these cores.", ""]
+    if "finalizer_policy" in doc:
+        lines += ["Ours' finalizer: " + ("in the create, from config/admission-finalizer "
+                                         "(MutatingAdmissionPolicy)." if doc["finalizer_policy"]
+                                         else "the controller's patch (no admission policy)."),
+                  ""]
     if doc.get("benchmark_only_static_nodes"):
         lines += ["**Benchmark-only nodes** (`--static-nodes`): created Ready, no "
                   "TaintNodesByCondition admission, no node-lifecycle controller, no kwok "
