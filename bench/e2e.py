@@ -314,8 +314,10 @@ class Bench:
             # in force once kube-apiserver loaded it: a dry-run create shows it
             deadline = time.time() + 60
             path = OURS_SYSTEM.resource_path.format(ns="default") + "?dryRun=All"
-            while FINALIZER not in (self.api.must("POST", path, _workload("default", "probe"))
-                                    ["metadata"].get("finalizers") or ()):
+            while True:
+                code, out = self.api.request("POST", path, _workload("default", "probe"))
+                if code == 201 and FINALIZER in (out["metadata"].get("finalizers") or ()):
+                    break
                 if time.time() > deadline:
                     raise RuntimeError("config/admission-finalizer not in force after 60s")
                 time.sleep(0.5)
