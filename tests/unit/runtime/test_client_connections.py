@@ -20,8 +20,10 @@ from runtime import Client, RestConfig
 
 class Api(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the API server speaks it
+    paths: list[str] = []
 
     def do_GET(self) -> None:
+        Api.paths.append(self.path)
         body = json.dumps({"kind": "APIVersions", "versions": ["v1"]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -62,9 +64,19 @@ def server(tmp_path: Path) -> Iterator[tuple[CountingServer, str]]:
     t.join(10)
 
 
-def client(httpd: CountingServer, ca_file: str) -> Client:
-    host = f"https://127.0.0.1:{httpd.server_address[1]}"
+def client(httpd: CountingServer, ca_file: str, prefix: str = "") -> Client:
+    host = f"https://127.0.0.1:{httpd.server_address[1]}{prefix}"
     return Client(RestConfig(host=host, ca_file=ca_file), qps=0)
+
+
+def test_a_server_url_with_a_path_keeps_its_path(server: tuple) -> None:
+    """A cluster behind a path (``server: https://proxy/k8s/clusters/c1``, as Rancher
+    writes it) gets every request under that path, query included."""
+    httpd, ca_file = server
+    Api.paths = []
+    client(httpd, ca_file, "/k8s/clusters/c1").request("GET", "/api", params={"a": "b c"})
+    client(httpd, ca_file, "/").request("GET", "/apis")
+    assert Api.paths == ["/k8s/clusters/c1/api?a=b+c", "/apis"]
 
 
 def test_requests_from_one_thread_share_one_connection(server: tuple) -> None:
