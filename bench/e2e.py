@@ -310,17 +310,21 @@ class Bench:
         self.cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                         f"crd/gpuworkloads.{GROUP}", f"crd/gpunodes.{GROUP}")
         if self.cfg.finalizer_policy:
-            self.cp.kubectl("apply", "-k", str(ROOT / "config" / "admission-finalizer"))
-            # in force once kube-apiserver loaded it: a dry-run create shows it
-            deadline = time.time() + 60
-            path = OURS_SYSTEM.resource_path.format(ns="default") + "?dryRun=All"
-            while True:
-                code, out = self.api.request("POST", path, _workload("default", "probe"))
-                if code == 201 and FINALIZER in (out["metadata"].get("finalizers") or ()):
-                    break
-                if time.time() > deadline:
-                    raise RuntimeError("config/admission-finalizer not in force after 60s")
-                time.sleep(0.5)
+            self.install_finalizer_policy()
+
+    def install_finalizer_policy(self) -> None:
+        """config/admission-finalizer, and a wait until it is in force."""
+        self.cp.kubectl("apply", "-k", str(ROOT / "config" / "admission-finalizer"))
+        # in force once kube-apiserver loaded it: a dry-run create shows it
+        deadline = time.time() + 60
+        path = OURS_SYSTEM.resource_path.format(ns="default") + "?dryRun=All"
+        while True:
+            code, out = self.api.request("POST", path, _workload("default", "probe"))
+            if code == 201 and FINALIZER in (out["metadata"].get("finalizers") or ()):
+                return
+            if time.time() > deadline:
+                raise RuntimeError("config/admission-finalizer not in force after 60s")
+            time.sleep(0.5)
 
     def ensure_nodes(self, n: int) -> None:
         if len(self.nodes) >= n:
