@@ -175,6 +175,8 @@ def plot(doc: dict[str, Any], path: Path) -> bool:
 
     sizes = doc["e2e"]
     cells = panels(doc)
+    names = list(dict.fromkeys(n for size in sizes for n in size["systems"]))
+    color = {n: f"C{k}" for k, n in enumerate(names)}  # one colour per system everywhere
     cols = min(3, max(1, len(cells)))
     rows = -(-len(cells) // cols)
     fig, axes = plt.subplots(rows, cols, squeeze=False, figsize=(5.5 * cols, 4 * rows))
@@ -185,14 +187,14 @@ def plot(doc: dict[str, Any], path: Path) -> bool:
         size = sizes[i]
         where = f"{size['nodes']} nodes x {size['gpus_per_node']} GPUs"
         if phase == "cpu":
-            _cpu_panel(ax, size, where)
+            _cpu_panel(ax, size, where, color)
             continue
         for name, res in size["systems"].items():
             r = res.get(phase)
             if not r or not r.get("bound_curve_s"):
                 continue
             curve = r["bound_curve_s"]
-            ax.step(curve, range(1, len(curve) + 1), where="post",
+            ax.step(curve, range(1, len(curve) + 1), where="post", color=color[name],
                     label=f"{name} ({_v(r.get('throughput_per_s'))}/s)")
         title = "burst, controller killed (SIGKILL) at 1/3" if phase == "burst_kill9" \
             else phase
@@ -207,7 +209,7 @@ def plot(doc: dict[str, Any], path: Path) -> bool:
     return True
 
 
-def _cpu_panel(ax: Any, size: dict[str, Any], where: str) -> None:
+def _cpu_panel(ax: Any, size: dict[str, Any], where: str, color: dict[str, str]) -> None:
     """CPU ms per unit, per system: its own process and kube-apiserver, burst and steady."""
     groups = [(f"{who}\n{phase}", proc, phase) for who, proc in CPU_BARS
               for phase in PHASES[:2]]
@@ -220,7 +222,7 @@ def _cpu_panel(ax: Any, size: dict[str, Any], where: str) -> None:
             if v is not None:
                 xs.append(g + (k - (len(systems) - 1) / 2) * width)
                 ys.append(v)
-        bars = ax.bar(xs, ys, width, label=name)
+        bars = ax.bar(xs, ys, width, label=name, color=color[name])
         ax.bar_label(bars, fmt="%.1f", fontsize=7)
     ax.set_xticks(range(len(groups)), [g[0] for g in groups], fontsize=8)
     ax.set_title(f"{where}, CPU per unit")
