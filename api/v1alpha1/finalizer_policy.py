@@ -15,6 +15,10 @@ in Kubernetes 1.34), and applying it elsewhere fails. The chart installs it when
 cluster serves the API. Where it is absent, or does not apply (``failurePolicy:
 Ignore``), the controller's patch is the fallback: a workload gets the finalizer
 either way, and deleting one still returns once its pods are gone.
+
+It applies in every namespace, so it is for a manager of every namespace only: with
+``--namespaces`` (``config/namespaced``) a workload elsewhere would keep a finalizer
+that no manager removes, and the chart leaves the policy out.
 """
 
 from __future__ import annotations

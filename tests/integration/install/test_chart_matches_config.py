@@ -80,6 +80,10 @@ def test_finalizer_policy_is_config_admission_finalizer_where_the_api_is_served(
     off = render(helm, "gpu-orchestrator", "--api-versions", MAP_API,
                  "--set", "finalizerPolicy.enabled=false")
     assert not set(policy) & set(by_key(off))
+    # a manager of some namespaces would leave the finalizer on workloads elsewhere
+    namespaced = render(helm, "gpu-orchestrator", "--api-versions", MAP_API,
+                        "--set", "manager.namespaces={team-a}")
+    assert not set(policy) & set(by_key(namespaced))
 
 
 def test_webhook_is_config_webhook(helm: Path) -> None:
