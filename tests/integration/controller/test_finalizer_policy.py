@@ -3,7 +3,11 @@ MutatingAdmissionPolicy (1.34: its feature gate and ``admissionregistration.k8s.
 v1beta1`` switched on, etcd and kube-apiserver alone), ``config/admission-finalizer``
 puts ``gpu.orchestrator.dev/children`` into the create itself, once, beside a user's
 own finalizers; and a workload that got it so, never placed, is still deleted as soon
-as it is asked to (the manager removes it: nothing of its own is left)."""
+as it is asked to (the manager removes it: nothing of its own is left).
+
+On the session cluster (no policy): a workload created with the finalizer, as the
+policy leaves it, is placed without the manager writing its finalizers; one created
+without gets it from the manager's patch (the fallback), and both delete."""
 
 from __future__ import annotations
 
@@ -15,7 +19,15 @@ import pytest
 from api.v1alpha1.keys import CHILDREN_FINALIZER
 from hack.testenv import ControlPlane
 from runtime import Client, NotFound, RestConfig
-from tests.integration.controller.conftest import ROOT, get_workload, workload
+from tests.integration.controller.conftest import (
+    ROOT,
+    NodeGroup,
+    Running,
+    delete_workload,
+    get_workload,
+    wait_phase,
+    workload,
+)
 from tests.integration.manager_process import ManagerProcess
 from tests.waiting import eventually
 
@@ -69,3 +81,43 @@ def test_the_finalizer_arrives_in_the_create(gated: ControlPlane, tmp_path: Path
             get_workload(admin, NAMESPACE, "plain")
     finally:
         m.stop()
+
+
+def test_a_finalizer_that_came_with_the_create_is_not_written_again(
+        controller: Running, admin: Client, namespace: str, group: NodeGroup,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # every patch of a workload's metadata.finalizers this process sends (the manager
+    # runs in it; the test itself sends none)
+    sent: list[str] = []
+    patch = Client.patch
+
+    def recording(self: Client, api_version: str, kind: str, name: str, body: object,
+                  *a: object, **kw: object) -> object:
+        if kind == "GPUWorkload" and "finalizers" in (
+                (body.get("metadata") or {}) if isinstance(body, dict) else {}):
+            sent.append(name)
+        return patch(self, api_version, kind, name, body, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Client, "patch", recording)
+    controller.wait_nodes(group.add(1, gpus=2))
+    given = workload("given", namespace, gpusPerReplica=1, nodeSelector=group.selector)
+    given["metadata"]["finalizers"] = [CHILDREN_FINALIZER]  # as the policy leaves it
+    admin.create(given)
+    admin.create(workload("patched", namespace, gpusPerReplica=1,
+                          nodeSelector=group.selector))
+    placed = wait_phase(admin, namespace, "given", "Running")
+    fallback = wait_phase(admin, namespace, "patched", "Running")
+    assert placed["metadata"]["finalizers"] == [CHILDREN_FINALIZER]
+    assert fallback["metadata"]["finalizers"] == [CHILDREN_FINALIZER]
+    assert "given" not in sent and "patched" in sent, sent  # the patch only where needed
+    for name in ("given", "patched"):
+        delete_workload(admin, namespace, name)
+
+    def gone(name: str) -> bool:
+        try:
+            get_workload(admin, namespace, name)
+        except NotFound:
+            return True
+        return False
+    for name in ("given", "patched"):  # once their pods are gone
+        eventually(lambda name=name: gone(name), timeout=60, what=f"{name} deleted")
