@@ -3,7 +3,8 @@
 ``python -m bench --profile`` records ours during the burst and the steady phase of
 the largest size (``<out>/profile/controller-<phase>.folded``, py-spy's raw format:
 one stack and its sample count a line), sampling only the thread that holds the GIL
-(``--gil``): where the controller's Python CPU goes. The summary also leaves out
+(``--gil``): where the controller's Python CPU goes (not TLS encryption or socket
+calls, which run with the GIL released). The summary also leaves out
 samples whose leaf is a wait (a lock, a socket read, a select) and gives, of the
 rest, each function's share of samples on the stack (inclusive) and as the leaf
 (self).
