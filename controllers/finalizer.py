@@ -1,6 +1,8 @@
 """Our finalizer ``gpu.orchestrator.dev/children`` on a GPUWorkload.
 
-Added with the first status that places the workload; on deletion the controller
+Put into the create by the MutatingAdmissionPolicy of ``config/admission-finalizer``
+where the cluster serves one (api/v1alpha1/finalizer_policy.py), else added with the
+first status that places the workload (``ensure``); on deletion the controller
 asks every child to go itself (instead of waiting for the garbage collector) and
 removes the finalizer once the cache shows none left, so ``kubectl delete gw x``
 returns when its pods (and Jobs) are gone and whatever waits for their GPUs is
