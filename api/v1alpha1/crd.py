@@ -526,6 +526,16 @@ def render() -> dict[Path, str]:
         "kind": "Kustomization",
         "resources": [WORKLOAD_CRD_FILE, NODE_CRD_FILE, POLICY_FILE, SECURITY_POLICY_FILE],
     }
+    # the standard labels on every object here (not on selectors or pod templates,
+    # which never change on an upgrade; docs/install.md, "Labels")
+    def labels(component: str) -> str:
+        return _dump({"labels": [{"pairs": {
+            "app.kubernetes.io/name": "gpu-orchestrator",
+            "app.kubernetes.io/component": component,
+            "app.kubernetes.io/part-of": "gpu-orchestrator"}}]})
+    labels_note = ("# The standard labels on every object here (not on selectors or pod "
+                   "templates, which\n# never change on an upgrade; docs/install.md, "
+                   "\"Labels\").\n")
     from api.v1alpha1.docs import render_markdown
 
     return {
@@ -534,12 +544,12 @@ def render() -> dict[Path, str]:
         CRD_DIR / POLICY_FILE: HEADER + "---\n" + policy,
         CRD_DIR / SECURITY_POLICY_FILE: HEADER + "---\n"
         + "---\n".join(_dump(d) for d in security_policies()),
-        CRD_DIR / "kustomization.yaml": HEADER + _dump(kustomization),
+        CRD_DIR / "kustomization.yaml": HEADER + _dump(kustomization) + labels_note + labels("crd"),
         FINALIZER_POLICY_DIR / FINALIZER_POLICY_FILE: HEADER + "---\n"
         + "---\n".join(_dump(d) for d in finalizer_policy()),
         FINALIZER_POLICY_DIR / "kustomization.yaml": HEADER + _dump({
             "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-            "resources": [FINALIZER_POLICY_FILE]}),
+            "resources": [FINALIZER_POLICY_FILE]}) + labels_note + labels("admission"),
         DOCS_PATH: render_markdown(),
     }
 
