@@ -93,7 +93,9 @@ def _model_rules(model: type[BaseModel]) -> list[dict[str, str]]:
     extra = model.model_config.get("json_schema_extra")
     rules = list(extra.get("x-kubernetes-validations", [])) if isinstance(extra, dict) else []
     if model is GPUWorkloadSpec:
-        rules.append(crd.MAP_INDEX_RULE)
+        rules += [crd.MAP_INDEX_RULE, crd.MAP_STRATEGY_RULE]
+    if model is GPUWorkload:
+        rules += crd.NAME_RULES
     return rules
 
 

@@ -45,6 +45,15 @@ def pod_selector(workload_name: str) -> str:
 PRIORITY_NAMES: dict[str, int] = {"low": 0, "medium": 50, "high": 100}
 MAX_PRIORITY = 1_000_000_000
 
+#: Upper bounds of the numbers of a spec (each refused above it by the CRD, with a
+#: message; the controller also clamps what an older object stored above them).
+MAX_REPLICAS = 512
+MAX_RETRIES = 1000
+MAX_BACKOFF_SECONDS = 86_400  # one day
+MAX_GPU_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB
+#: the longest name a child can carry (a DNS-1123 label, a label value)
+MAX_CHILD_NAME = 63
+
 #: Upper bound of the schedulingMap text, so that CEL cost estimates stay bounded.
 SCHEDULING_MAP_MAX_LENGTH = 4096
 
@@ -172,6 +181,7 @@ class RetryPolicy(_Base):
         5,
         alias="maxRetries",
         ge=0,
+        le=MAX_RETRIES,
         description=(
             "Attempts after the first before the workload is marked Failed: an "
             "unschedulable attempt or a failed replica (which restarts the whole gang) "
@@ -183,6 +193,7 @@ class RetryPolicy(_Base):
         10,
         alias="backoffSeconds",
         ge=1,
+        le=MAX_BACKOFF_SECONDS,
         description=(
             "Base delay in seconds. Retry n (from 1) waits a random time between "
             "backoffSeconds and min(maxBackoffSeconds, backoffSeconds * 2^(n-1)): "
@@ -193,6 +204,7 @@ class RetryPolicy(_Base):
         300,
         alias="maxBackoffSeconds",
         ge=1,
+        le=MAX_BACKOFF_SECONDS,
         description="Upper bound in seconds of a single retry delay.",
     )
 
@@ -211,6 +223,15 @@ class RetryPolicy(_Base):
             ]
         },
     )
+
+    @field_validator("backoff_seconds", "max_backoff_seconds", mode="before")
+    @classmethod
+    def _clamp(cls, v: Any) -> Any:
+        """An object stored before the CRD's maximum still reads, at the maximum:
+        a delay of 2^40 s would overflow the next retry time."""
+        if isinstance(v, int) and not isinstance(v, bool) and v > MAX_BACKOFF_SECONDS:
+            return MAX_BACKOFF_SECONDS
+        return v
 
 
 def _parse_priority(v: Any) -> int:
@@ -234,6 +255,7 @@ class GPUWorkloadSpec(_Base):
     replicas: int = Field(
         1,
         ge=1,
+        le=MAX_REPLICAS,
         description=(
             "Number of replicas. More than one makes a gang: all replicas are placed "
             "together or none is."
@@ -260,6 +282,7 @@ class GPUWorkloadSpec(_Base):
         0,
         alias="minGPUMemoryMiB",
         ge=0,
+        le=MAX_GPU_MEMORY_MIB,
         description="Only devices with at least this much total memory (MiB) are used.",
     )
     priority: int = Field(
@@ -675,6 +698,33 @@ class GPUNodeSpec(_Base):
 
 class GPUNodeStatus(_Base):
     """Devices of a node, written periodically by the NVML agent."""
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+        extra="ignore",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    # 0 is the default of a status that reports devices alone
+                    "rule": ("self.deviceCount == 0 || "
+                             "self.deviceCount == (has(self.devices) ? size(self.devices) : 0)"),
+                    "message": "deviceCount must equal the number of devices listed",
+                    "messageExpression": (
+                        "'deviceCount ' + string(self.deviceCount) + ' disagrees with the ' + "
+                        "string(has(self.devices) ? size(self.devices) : 0) + ' device(s) listed "
+                        "in devices: report every device, or deviceCount equal to their number'"
+                    ),
+                    "reason": "FieldValueInvalid",
+                },
+                {
+                    "rule": ("self.healthyCount <= "
+                             "(has(self.devices) ? size(self.devices) : 0)"),
+                    "message": "healthyCount cannot exceed the number of devices listed",
+                    "reason": "FieldValueInvalid",
+                },
+            ]
+        },
+    )
 
     devices: list[GPUDevice] = Field(
         default_factory=list,
