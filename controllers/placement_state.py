@@ -284,6 +284,12 @@ class PlacementState(CacheEvents):
         with self.lock:
             return self.snapshot.get(node) is not None
 
+    def node_devices(self, node: str) -> frozenset[int] | None:
+        """Every device index ``node`` has (healthy or not); None while unknown."""
+        with self.lock:
+            info = self.snapshot.get(node)
+            return frozenset(info.devices) if info is not None and info.devices else None
+
     def uuids(self, node: str, devices: list[int]) -> list[str] | None:
         with self.lock:
             info = self.snapshot.get(node)

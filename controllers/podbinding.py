@@ -79,6 +79,7 @@ from controllers.seedbook import (
     pod_priority,
     pod_spec,
     read_bound,
+    without_unknown,
 )
 from controllers.setup import only_in
 from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
@@ -338,6 +339,9 @@ class PodBindingReconciler:
         cannot be read is reported (``_report_bad``); what the ledger already books for
         it on its node stays (surer than a guess from the rest of the pod)."""
         want, problems = read_bound(pod)
+        if want is not None:
+            want, unknown = without_unknown(pod, want, state.node_devices(want.placement.node))
+            problems += unknown
         conflict = ""
         with state.lock:
             have = self.book.entry(key)

@@ -90,7 +90,7 @@ def ledger(n1: int = 4) -> Ledger:
         ("  ", None),
         ("0", [0]),
         ("0,1", [0, 1]),
-        (" 3 , 1,1", [1, 3]),  # spaces, order and repeats do not matter
+        (" 3 , 1", [1, 3]),  # spaces and order do not matter
         ("9999", [9999]),
         (2, [2]),  # a number where a string was expected
     ],
@@ -311,3 +311,10 @@ def test_a_victims_pod_under_a_nomination_is_no_conflict() -> None:
         "pod team/other: n1: device 1 also held by ns/pre",
         "pod team/other: n1: device 1 also held by team/victim",
     ]
+
+
+@pytest.mark.parametrize("value", ["3,3", "0,1,0"])
+def test_a_device_named_twice_is_refused_not_deduplicated(value: str) -> None:
+    """Issue 23: ``"3,3"`` was read as ``"3"``; the pod said something else."""
+    with pytest.raises(BadPod, match="names a device twice"):
+        parse_devices(value)
