@@ -222,6 +222,15 @@ def main(argv: list[str] | None = None) -> int:
     _common(cp)
     args = parser.parse_args(argv)
     configure_logging(args.log_format, args.log_level)
+    from runtime.httpserver import AddressInUse
+    try:
+        return _run(args)
+    except AddressInUse as exc:
+        print(f"gpu-orchestrator {args.command}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "agent":
         from internal.agent.cli import agent_main
         return agent_main(args)

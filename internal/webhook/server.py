@@ -36,6 +36,7 @@ import structlog
 from api.v1alpha1.types import DeviceExposure
 from internal.webhook.admission import DEFAULT_SCHEDULER_NAME, BadReview, deny, mutate_review
 from internal.webhook.rotation import ServingCerts
+from runtime.httpserver import binding
 
 log = structlog.get_logger("webhook.server")
 
@@ -265,8 +266,9 @@ class WebhookServer:
                  max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         if max_in_flight < 1 or max_connections < 1:
             raise ValueError("max_in_flight and max_connections must be at least 1")
-        self._httpd = _HTTPSServer((host, port), certs, default_exposure, scheduler_name,
-                                   max_in_flight, max_connections)
+        self._httpd = binding("webhook", (host, port), lambda: _HTTPSServer(
+            (host, port), certs, default_exposure, scheduler_name, max_in_flight,
+            max_connections))
         self._thread: threading.Thread | None = None
 
     @property
