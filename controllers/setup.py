@@ -29,6 +29,7 @@ from controllers.dra_availability import (
     status_submitter,
 )
 from controllers.gpuworkload import GPUWorkloadReconciler, Options
+from controllers.intruders import IntruderEvictor
 from controllers.placement_state import PlacementState
 from controllers.status_writer import StatusWriter
 from internal.metrics.domain import STATE
@@ -67,6 +68,9 @@ class ControllerOptions:
     #: Dynamic Resource Allocation (``deviceExposure: dra``, ResourceSlice inventory,
     #: claims as holders); None: off (the API may not serve resource.k8s.io/v1)
     dra: DraOptions | None = None
+    #: evict pods that name devices no controller or webhook of ours gave them
+    #: (controllers/intruders.py); the manager's --evict-conflicting-pods, on by default
+    evict_conflicting_pods: bool = False
     async_status: bool = True  # status written by the StatusWriter, off the workers' client
     status_writers: int = 4  # writer threads (each waits on one write at a time)
 
@@ -199,6 +203,13 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         FuncHandler(on("on_gpunode"), on("on_gpunode"), on("on_gpunode_deleted")))
     pods.add_event_handler(FuncHandler(on("on_pod"), on("on_pod"), on("on_pod_deleted")))
     jobs.add_event_handler(FuncHandler(on("on_job"), on("on_job"), on("on_job_deleted")))
+    if opts.evict_conflicting_pods:
+        state_ready = lambda: reconciler.state is not None and reconciler.state.ready  # noqa: E731
+        evictor = IntruderEvictor(mgr.client, recorder,
+                                  lambda p: any(b.owns(p) for b in reconciler.pod_books),
+                                  state_ready, opts.namespaces)
+        pods.add_event_handler(FuncHandler(evictor.on_pod, evictor.on_pod,
+                                           evictor.on_pod_deleted))
     if writer is not None:
         workloads.add_event_handler(
             FuncHandler(writer.observed, lambda old, new: writer.observed(new), None))
