@@ -38,6 +38,7 @@ from pydantic.fields import FieldInfo
 
 from api.v1alpha1 import changes
 from api.v1alpha1.door import MAP_INDEX_RULE, MAP_STRATEGY_RULE, NAME_RULES, template_rules
+from api.v1alpha1.pod_devices import pod_devices
 from api.v1alpha1.policies import GPU_RESOURCE, security_policies
 from api.v1alpha1.types import (
     GROUP,
@@ -506,7 +507,7 @@ def render() -> dict[Path, str]:
         CRD_DIR / NODE_CRD_FILE: HEADER + "---\n" + _dump(node_crd()),
         CRD_DIR / POLICY_FILE: HEADER + "---\n" + policy,
         CRD_DIR / SECURITY_POLICY_FILE: HEADER + "---\n"
-        + "---\n".join(_dump(d) for d in security_policies()),
+        + "---\n".join(_dump(d) for d in [*security_policies(), *pod_devices()]),
         CRD_DIR / "kustomization.yaml": HEADER + _dump(kustomization),
         DOCS_PATH: render_markdown(),
     }
