@@ -103,6 +103,10 @@ def pod_template(w: GPUWorkload, raw: Mapping[str, Any], p: Placement,
     spec["nodeName"] = p.node
     spec.pop("schedulerName", None)
     spec.setdefault("restartPolicy", "Never")  # our retryPolicy replaces restarts
+    if w.spec.priority_class_name:
+        # the pod's priority comes from the class (the API server refuses both)
+        spec["priorityClassName"] = w.spec.priority_class_name
+        spec.pop("priority", None)
     env = device_env(exposure, p.devices, uuids(p.node, p.devices) if p.devices else None)
     if w.spec.replicas > 1:
         env += _gang_env(w, p.index)

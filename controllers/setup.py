@@ -131,6 +131,13 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     jobs = mgr.informer_for("batch/v1", "Job", indexers=owner_index)
     nodes = mgr.informer_for("v1", "Node")
     gpunodes = mgr.informer_for(API_VERSION, "GPUNode")
+    # whether a workload's priority is an admin's (it may then preempt elsewhere)
+    classes = mgr.informer_for("scheduling.k8s.io/v1", "PriorityClass")
+
+    def class_value(name: str) -> int | None:
+        pc = classes.indexer.get_by_name(name)
+        value = pc.get("value") if pc is not None else None
+        return value if isinstance(value, int) else None
     dra = opts.dra
     dra_why = NOT_ENABLED if dra is None else dra_unavailable(mgr.client)
     if dra is not None and dra_why is not None:
@@ -161,7 +168,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         state = PlacementState(opts.default_exposure, enqueue_waiting=enqueue,
                                enqueue_on_node=enqueue_on_node, stale_after=opts.stale_after,
                                pod_books=reconciler.pod_books, on_problem=recorder.warning,
-                               dra_driver=dra.driver if dra else None)
+                               dra_driver=dra.driver if dra else None,
+                               priority_class_value=class_value)
         reconciler.state = state  # handlers see it (not ready) before the rebuild
         state.rebuild(lambda: (nodes.indexer.list(), gpunodes.indexer.list(),
                                workloads.indexer.list(), pods.indexer.list()),

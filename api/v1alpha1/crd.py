@@ -40,6 +40,7 @@ from api.v1alpha1 import changes
 from api.v1alpha1.door import MAP_INDEX_RULE, MAP_STRATEGY_RULE, NAME_RULES, template_rules
 from api.v1alpha1.pod_devices import pod_devices
 from api.v1alpha1.policies import GPU_RESOURCE, security_policies
+from api.v1alpha1.priority_policies import priority_policies
 from api.v1alpha1.types import (
     GROUP,
     SCHEDULING_MAP_ANNOTATION,
@@ -325,6 +326,13 @@ def workload_crd() -> dict[str, Any]:
                 "description": "Nodes the replicas are placed on.",
             },
             {
+                "name": "Priority",
+                "type": "string",
+                "jsonPath": ".spec.priority",
+                "description": "Priority (from spec.priorityClassName when it names one).",
+                "priority": 1,
+            },
+            {
                 "name": "Replicas",
                 "type": "integer",
                 "jsonPath": ".spec.replicas",
@@ -507,7 +515,8 @@ def render() -> dict[Path, str]:
         CRD_DIR / NODE_CRD_FILE: HEADER + "---\n" + _dump(node_crd()),
         CRD_DIR / POLICY_FILE: HEADER + "---\n" + policy,
         CRD_DIR / SECURITY_POLICY_FILE: HEADER + "---\n"
-        + "---\n".join(_dump(d) for d in [*security_policies(), *pod_devices()]),
+        + "---\n".join(_dump(d) for d in [*security_policies(), *pod_devices(),
+                                           *priority_policies()]),
         CRD_DIR / "kustomization.yaml": HEADER + _dump(kustomization),
         DOCS_PATH: render_markdown(),
     }

@@ -45,6 +45,9 @@ def pod_selector(workload_name: str) -> str:
 PRIORITY_NAMES: dict[str, int] = {"low": 0, "medium": 50, "high": 100}
 MAX_PRIORITY = 1_000_000_000
 
+#: RE2 of a DNS-1123 subdomain (the name of a PriorityClass)
+DNS1123_SUBDOMAIN = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
 #: Upper bounds of the numbers of a spec (each refused above it by the CRD, with a
 #: message; the controller also clamps what an older object stored above them).
 MAX_REPLICAS = 512
@@ -314,6 +317,19 @@ class GPUWorkloadSpec(_Base):
                 }
             ],
         },
+    )
+    priority_class_name: str | None = Field(
+        None,
+        alias="priorityClassName",
+        max_length=253,
+        description=(
+            "A Kubernetes PriorityClass whose value is this workload's priority "
+            "(spec.priority must then equal it), copied to the children's pods. Only a "
+            "priority from a PriorityClass, which an admin controls, may preempt "
+            "workloads of other namespaces; without one, a workload preempts only in "
+            "its own namespace."
+        ),
+        json_schema_extra={"pattern": DNS1123_SUBDOMAIN},
     )
     scheduling_strategy: SchedulingStrategy = Field(
         SchedulingStrategy.LEAST_LOADED,
