@@ -210,7 +210,6 @@ def _root_schema(
     spec: type[BaseModel],
     status: type[BaseModel],
     spec_extra_rules: list[dict[str, str]] | None = None,
-    root_rules: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     spec_schema = model_schema(spec)
     spec_schema["description"] = _doc(spec)
@@ -223,7 +222,7 @@ def _root_schema(
         ]
     status_schema = model_schema(status)
     status_schema["description"] = _doc(status)
-    root: dict[str, Any] = {
+    return {
         "type": "object",
         "description": description,
         "properties": {
@@ -240,9 +239,6 @@ def _root_schema(
             "status": status_schema,
         },
     }
-    if root_rules:
-        root["x-kubernetes-validations"] = root_rules
-    return root
 
 
 def _crd(
@@ -297,7 +293,6 @@ def workload_crd() -> dict[str, Any]:
             GPUWorkloadSpec,
             GPUWorkloadStatus,
             [MAP_INDEX_RULE, MAP_STRATEGY_RULE, *changes.transition_rules()],
-            NAME_RULES,
         ),
         subresources=WORKLOAD_SUBRESOURCES,
         columns=[
@@ -483,6 +478,7 @@ def admission_policy() -> list[dict[str, Any]]:
                         "reason": "Forbidden",
                     },
                     TEMPLATE_GPU_RULE,
+                    *NAME_RULES,
                     *template_rules(),
                 ],
             },

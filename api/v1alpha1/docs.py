@@ -94,8 +94,6 @@ def _model_rules(model: type[BaseModel]) -> list[dict[str, str]]:
     rules = list(extra.get("x-kubernetes-validations", [])) if isinstance(extra, dict) else []
     if model is GPUWorkloadSpec:
         rules += [crd.MAP_INDEX_RULE, crd.MAP_STRATEGY_RULE]
-    if model is GPUWorkload:
-        rules += crd.NAME_RULES
     return rules
 
 

@@ -11,8 +11,10 @@ rules such a workload is accepted and every attempt ends in ``ChildCreateFailed`
 =========================  ==========================================  ==============
 rule                       refuses                                     where
 =========================  ==========================================  ==============
-``NAME_RULES``             a name longer than its children allow; a    CRD (root)
-                           gang's name that is not a DNS-1035 label
+``NAME_RULES``             a name longer than its children allow; a    admission
+                           gang's name that is not a DNS-1035 label    policy (CRD
+                                                                       CEL cannot
+                                                                       bound a name)
 ``MAP_INDEX_RULE``         a map index at or above replicas (an index  CRD (spec)
                            that is not ASCII digits is left to the
                            map's syntax rule, which says so in words)
@@ -35,38 +37,44 @@ from api.v1alpha1.types import MAX_CHILD_NAME, SchedulingStrategy, WorkloadKind
 DNS1035 = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 DNS1123 = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
-_REPLICAS = "(has(self.spec) && has(self.spec.replicas) ? self.spec.replicas : 1)"
+_REPLICAS = "(has(object.spec) && has(object.spec.replicas) ? object.spec.replicas : 1)"
 _GANG = f"{_REPLICAS} > 1"
+_OLD_REPLICAS = ("(has(oldObject.spec) && has(oldObject.spec.replicas) ? "
+                 "oldObject.spec.replicas : 1)")
+#: an update that keeps replicas (the manager's finalizer patch, a label) is not
+#: refused for a name stored before these rules
+_SAME_REPLICAS = f"(request.operation == 'UPDATE' && {_REPLICAS} == {_OLD_REPLICAS})"
 #: the longest child name: <name>-<highest index>
-_LONGEST = f"size(self.metadata.name) + 1 + size(string({_REPLICAS} - 1))"
+_LONGEST = f"size(object.metadata.name) + 1 + size(string({_REPLICAS} - 1))"
 
 NAME_RULES: list[dict[str, Any]] = [
     {
-        "rule": f"{_LONGEST} <= {MAX_CHILD_NAME}",
+        "expression": f"{_SAME_REPLICAS} || {_LONGEST} <= {MAX_CHILD_NAME}",
         "message": (f"metadata.name is too long: its children are named <name>-<index>, at "
                     f"most {MAX_CHILD_NAME} characters"),
         "messageExpression": (
             f"'metadata.name is too long: its children are named <name>-<index> "
-            f"(' + self.metadata.name + '-' + string({_REPLICAS} - 1) + ' here), at most "
+            f"(' + object.metadata.name + '-' + string({_REPLICAS} - 1) + ' here), at most "
             f"{MAX_CHILD_NAME} characters, so the name may have at most ' + "
             f"string({MAX_CHILD_NAME} - 1 - size(string({_REPLICAS} - 1))) + ' (it has ' + "
-            "string(size(self.metadata.name)) + ')'"
+            "string(size(object.metadata.name)) + ')'"
         ),
-        "reason": "FieldValueInvalid",
+        "reason": "Invalid",
     },
     {
-        "rule": f"!({_GANG}) || self.metadata.name.matches('{DNS1035}')",
+        "expression": (f"{_SAME_REPLICAS} || !({_GANG}) || "
+                       f"object.metadata.name.matches('{DNS1035}')"),
         "message": ("a gang's metadata.name must be a DNS-1035 label (it names the headless "
                     "Service of its replicas): lowercase letters, digits and -, starting "
                     "with a letter"),
         "messageExpression": (
-            "'metadata.name ' + self.metadata.name + ' cannot name a gang: its replicas "
+            "'metadata.name ' + object.metadata.name + ' cannot name a gang: its replicas "
             "find each other through a headless Service of the same name, which must be "
             "a DNS-1035 label (lowercase letters, digits and -, starting with a letter), "
-            "e.g. ' + (self.metadata.name.matches('^[0-9]') ? 'w' + self.metadata.name : "
+            "e.g. ' + (object.metadata.name.matches('^[0-9]') ? 'w' + object.metadata.name : "
             "'my-gang')"
         ),
-        "reason": "FieldValueInvalid",
+        "reason": "Invalid",
     },
 ]
 
@@ -116,6 +124,14 @@ def _image_ok(c: str) -> str:
     return f"(has({c}.image) && {c}.image.trim() != '')"
 
 
+#: an update that keeps the template is not refused for one stored before these rules
+_SAME_TEMPLATE = (
+    "(request.operation == 'UPDATE' && has(object.spec) && has(oldObject.spec) && "
+    "has(object.spec.template) == has(oldObject.spec.template) && "
+    "(!has(object.spec.template) || object.spec.template == oldObject.spec.template))"
+)
+
+
 def template_rules() -> list[dict[str, Any]]:
     """Admission-policy validations: the template checked as the API server would
     check the child it becomes (the rules a user meets most; the rest still ends the
@@ -125,7 +141,8 @@ def template_rules() -> list[dict[str, Any]]:
         cs = _containers(kind)
         name = "(has(c.name) ? '\"' + string(c.name) + '\"' : '(none)')"
         out.append({
-            "expression": f"!({_has_template_list(kind)}) || {cs}.all(c, {_name_ok('c')})",
+            "expression": (f"{_SAME_TEMPLATE} || !({_has_template_list(kind)}) || "
+                           f"{cs}.all(c, {_name_ok('c')})"),
             "messageExpression": (
                 f"'spec.template.spec.{kind}: every name must be a DNS-1123 label "
                 "(lowercase letters, digits and -, at most 63 characters), not ' + "
@@ -134,7 +151,8 @@ def template_rules() -> list[dict[str, Any]]:
             "reason": "Invalid",
         })
         out.append({
-            "expression": f"!({_has_template_list(kind)}) || {cs}.all(c, {_image_ok('c')})",
+            "expression": (f"{_SAME_TEMPLATE} || !({_has_template_list(kind)}) || "
+                           f"{cs}.all(c, {_image_ok('c')})"),
             "messageExpression": (
                 f"'spec.template.spec.{kind}: every container needs an image; ' + "
                 f"{cs}.filter(c, !{_image_ok('c')}).map(c, {name}).join(', ') + "
@@ -145,7 +163,7 @@ def template_rules() -> list[dict[str, Any]]:
     job = WorkloadKind.JOB.value
     out.append({
         "expression": (
-            "!has(object.spec) || !has(object.spec.workloadKind) || "
+            f"{_SAME_TEMPLATE} || !has(object.spec) || !has(object.spec.workloadKind) || "
             f"object.spec.workloadKind != '{job}' || !has(object.spec.template) || "
             "!has(object.spec.template.spec) || "
             "!has(object.spec.template.spec.restartPolicy) || "

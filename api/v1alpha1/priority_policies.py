@@ -50,18 +50,18 @@ def priority_ceiling() -> list[dict[str, Any]]:
     labelled = f"has({labels}) && '{MAX_PRIORITY_LABEL}' in {labels}"
     return policy_pair(f"workload-priority-ceiling.{GROUP}", {
         "matchConstraints": {"resourceRules": _GW_RULES},
-        "matchConditions": [{"name": "labelled-namespace", "expression":
-                             f"namespaceObject != null && {labelled}"}],
+        # (a matchCondition cannot read namespaceObject: the validations say "unless
+        # labelled" themselves)
         "validations": [
             {
-                "expression": f"{ceiling}.matches('^[0-9]{{1,10}}$')",
+                "expression": f"!({labelled}) || {ceiling}.matches('^[0-9]{{1,10}}$')",
                 "messageExpression": (
                     f"'the namespace\\'s {MAX_PRIORITY_LABEL} label (' + {ceiling} + ') is "
                     "not an integer: no GPUWorkload is admitted here until an admin fixes it'"),
                 "reason": "Forbidden",
             },
             {
-                "expression": (f"!{ceiling}.matches('^[0-9]{{1,10}}$') || "
+                "expression": (f"!({labelled}) || !{ceiling}.matches('^[0-9]{{1,10}}$') || "
                                f"{PRIORITY} <= int({ceiling})"),
                 "messageExpression": (
                     f"'priority ' + string({PRIORITY}) + ' is above this namespace\\'s "
