@@ -79,13 +79,15 @@ NAME_RULES: list[dict[str, Any]] = [
 ]
 
 # Index < replicas on the text map: each line with an '=' must start with an index
-# below replicas. A line whose index is not 1 to 9 ASCII digits is the syntax rule's
-# to report (CEL's int() would answer "type conversion error" or overflow).
+# below replicas (more than 9 digits is never below it). A line whose index is not
+# ASCII digits is the syntax rule's to report (CEL's int() would answer "type
+# conversion error", or overflow on 20 digits).
 MAP_INDEX_RULE = {
     "rule": (
         "!has(self.schedulingMap) || self.schedulingMap.split('\\n').all(l, "
-        "!l.contains('=') || !l.split('=')[0].trim().matches('^[0-9]{1,9}$') || "
-        "int(l.split('=')[0].trim()) < self.replicas)"
+        "!l.contains('=') || !l.split('=')[0].trim().matches('^[0-9]+$') || "
+        "(l.split('=')[0].trim().matches('^[0-9]{1,9}$') && "
+        "int(l.split('=')[0].trim()) < self.replicas))"
     ),
     "message": "every index in schedulingMap must be < replicas",
 }
