@@ -11,6 +11,7 @@ back in wire form without unset optionals.
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -56,6 +57,9 @@ MAX_BACKOFF_SECONDS = 86_400  # one day
 MAX_GPU_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB
 #: the longest name a child can carry (a DNS-1123 label, a label value)
 MAX_CHILD_NAME = 63
+#: the largest template (as JSON) a child is made from: etcd stores objects up to
+#: 1.5 MiB, and the child adds its labels, annotations, env and managed fields
+MAX_TEMPLATE_BYTES = 1 << 20
 
 #: Upper bound of the schedulingMap text, so that CEL cost estimates stay bounded.
 SCHEDULING_MAP_MAX_LENGTH = 4096
@@ -382,7 +386,8 @@ class GPUWorkloadSpec(_Base):
         None,
         description=(
             "Pod template (a PodTemplateSpec) for each replica. The controller sets "
-            "nodeName, the device environment, labels and owner references."
+            "nodeName, the device environment, labels and owner references. At most "
+            "1 MiB as JSON (larger: InvalidSpec, the children could not be stored)."
         ),
         json_schema_extra={
             "crd_schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
@@ -446,6 +451,19 @@ class GPUWorkloadSpec(_Base):
     @classmethod
     def _none_to_empty(cls, v: Any) -> Any:
         return {} if v is None else v
+
+    @field_validator("template")
+    @classmethod
+    def _template_size(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        """No CEL can measure an object: the controller refuses (InvalidSpec, no retry
+        spent) a template its children could not be stored with."""
+        if v is not None:
+            size = len(json.dumps(v, separators=(",", ":")))
+            if size > MAX_TEMPLATE_BYTES:
+                raise ValueError(f"the template is {size} bytes as JSON; a child is made "
+                                 f"from it only up to {MAX_TEMPLATE_BYTES} (etcd stores "
+                                 "objects up to 1.5 MiB)")
+        return v
 
     @model_validator(mode="after")
     def _gpus(self) -> GPUWorkloadSpec:

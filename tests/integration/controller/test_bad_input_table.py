@@ -13,6 +13,7 @@ import pytest
 from api.v1alpha1.types import API_VERSION
 from hack.testenv import ControlPlane
 from runtime import ApiError, Client, NotFound
+from tests.integration.controller.conftest import Running, wait_condition
 
 LONG = "w" * 62  # with "-0", 64 characters
 
@@ -150,3 +151,18 @@ def test_a_gpunode_that_contradicts_itself_is_refused(
         assert err.value.status == 422
     finally:
         admin.delete(API_VERSION, "GPUNode", name)
+
+
+def test_a_template_too_large_for_its_children_is_reported_not_retried(
+        controller: Running, admin: Client, namespace: str) -> None:
+    """No CEL measures an object: the API server stores 1.1 MB, the controller says
+    why it will never make a child of it (and spends no retry)."""
+    big = _tpl({"name": "main", "image": "x", "command": ["x" * (1100 << 10)]})
+    admin.create({"apiVersion": API_VERSION, "kind": "GPUWorkload",
+                  "metadata": {"name": "big", "namespace": namespace},
+                  "spec": {"template": big}})
+    cond = wait_condition(admin, namespace, "big", "Scheduled", "InvalidSpec")
+    assert "a child is made from it only up to 1048576" in cond["message"]
+    w = admin.get(API_VERSION, "GPUWorkload", "big", namespace)
+    assert not w["status"].get("retries") and not admin.list(
+        "v1", "Pod", namespace=namespace)["items"]
