@@ -201,6 +201,22 @@ def render_markdown() -> str:
         "one of the two is required (checked by a ValidatingAdmissionPolicy, since CRD "
         "validation rules cannot read annotations).",
         "",
+        "Priority an admin controls: a workload preempts workloads of other namespaces "
+        "only when `spec.priorityClassName` names a PriorityClass (cluster-scoped, an "
+        "admin's) whose value is exactly `spec.priority` (the "
+        "`workload-priority-class` policy refuses any other value; the class is copied "
+        "to the children's pods); otherwise it preempts only in its own namespace. An "
+        "admin may also cap a namespace with the label `gpu.orchestrator.dev/max-priority="
+        "<n>` (the `workload-priority-ceiling` policy refuses a higher priority there). "
+        "`kubectl get gw -o wide` shows the priority. See security.md.",
+        "",
+        "Refused at the door: the names a child will carry (`<name>-<index>`, at most 63 "
+        "characters; a gang's name is a DNS-1035 label, for its headless Service), the "
+        "template's container names (DNS-1123 labels) and images, and a Job template's "
+        "`restartPolicy: Always` are checked by the `gpuworkload-scheduling-map` "
+        "ValidatingAdmissionPolicy when a workload is created or its template or replicas "
+        "change; a template over 1 MiB as JSON is reported `InvalidSpec` by the controller.",
+        "",
         "Example (the seed's annotation map):",
         "",
         "```yaml",
