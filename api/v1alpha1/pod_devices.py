@@ -45,8 +45,10 @@ from api.v1alpha1.types import GROUP, SCHEDULING_MAP_ANNOTATION
 JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
 DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 SEED_SCHEDULER = "gpu-scheduler"
-#: not matched: the system namespaces and our own (the agent's NVML env)
-EXEMPT_NAMESPACES = (*SYSTEM_NAMESPACES, "gpu-orchestrator-system")
+#: CEL: our own namespace (the agent's DaemonSet sets NVIDIA_VISIBLE_DEVICES=all for
+#: NVML), read from the manager's service account, so that the chart's renaming of
+#: that account (another release namespace) reaches it too
+OUR_NAMESPACE = f"'{MANAGER_SERVICE_ACCOUNT}'.split(':')[2]"
 
 
 def _env_free(spec: str) -> str:
@@ -99,7 +101,7 @@ def pod_devices() -> list[dict[str, Any]]:
              "matchConstraints": {
                  "namespaceSelector": {"matchExpressions": [{
                      "key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                     "values": list(EXEMPT_NAMESPACES)}]},
+                     "values": list(SYSTEM_NAMESPACES)}]},
                  "resourceRules": [
                      {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
                       "operations": ["CREATE", "UPDATE"]},
@@ -107,6 +109,8 @@ def pod_devices() -> list[dict[str, Any]]:
                       "operations": ["CREATE"]},
                  ]},
              "matchConditions": [
+                 {"name": "not-our-namespace",
+                  "expression": f"request.namespace != {OUR_NAMESPACE}"},
                  {"name": "not-the-manager",
                   "expression": f"request.userInfo.username != '{MANAGER_SERVICE_ACCOUNT}'"},
                  {"name": "not-a-cluster-admin",
