@@ -37,7 +37,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from api.v1alpha1 import changes
-from api.v1alpha1.door import MAP_INDEX_RULE, MAP_STRATEGY_RULE, NAME_RULES, template_rules
+from api.v1alpha1.door import MAP_INDEX_RULE, MAP_STRATEGY_RULE, names_policy, template_rules
 from api.v1alpha1.pod_devices import pod_devices
 from api.v1alpha1.policies import GPU_RESOURCE, security_policies
 from api.v1alpha1.priority_policies import priority_policies
@@ -478,7 +478,6 @@ def admission_policy() -> list[dict[str, Any]]:
                         "reason": "Forbidden",
                     },
                     TEMPLATE_GPU_RULE,
-                    *NAME_RULES,
                     *template_rules(),
                 ],
             },
@@ -498,7 +497,7 @@ def _dump(doc: Any) -> str:
 
 def render() -> dict[Path, str]:
     """Every generated file and its content, keyed by absolute path."""
-    policy = "---\n".join(_dump(d) for d in admission_policy())
+    policy = "---\n".join(_dump(d) for d in [*admission_policy(), *names_policy()])
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",

@@ -213,9 +213,10 @@ def render_markdown() -> str:
         "Refused at the door: the names a child will carry (`<name>-<index>`, at most 63 "
         "characters; a gang's name is a DNS-1035 label, for its headless Service), the "
         "template's container names (DNS-1123 labels) and images, and a Job template's "
-        "`restartPolicy: Always` are checked by the `gpuworkload-scheduling-map` "
-        "ValidatingAdmissionPolicy when a workload is created or its template or replicas "
-        "change; a template over 1 MiB as JSON is reported `InvalidSpec` by the controller.",
+        "`restartPolicy: Always` are checked by ValidatingAdmissionPolicies "
+        "(`gpuworkload-names`, also on `kubectl scale`; `gpuworkload-scheduling-map`) when "
+        "a workload is created or its template or replicas change; a template over 1 MiB "
+        "as JSON is reported `InvalidSpec` by the controller.",
         "",
         "Example (the seed's annotation map):",
         "",

@@ -11,9 +11,10 @@ rules such a workload is accepted and every attempt ends in ``ChildCreateFailed`
 =========================  ==========================================  ==============
 rule                       refuses                                     where
 =========================  ==========================================  ==============
-``NAME_RULES``             a name longer than its children allow; a    admission
-                           gang's name that is not a DNS-1035 label    policy (CRD
-                                                                       CEL cannot
+``NAME_RULES``             a name longer than its children allow; a    the
+                           gang's name that is not a DNS-1035 label    ``gpuworkload-
+                           (on create, and when replicas change, also  names`` policy
+                           through ``kubectl scale``)                  (CRD CEL cannot
                                                                        bound a name)
 ``MAP_INDEX_RULE``         a map index at or above replicas (an index  CRD (spec)
                            that is not ASCII digits is left to the
@@ -30,7 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.v1alpha1.types import MAX_CHILD_NAME, SchedulingStrategy, WorkloadKind
+from api.v1alpha1.policies import policy_pair, resource_rule
+from api.v1alpha1.types import GROUP, MAX_CHILD_NAME, VERSION, SchedulingStrategy, WorkloadKind
 
 #: RE2: a DNS-1035 label (Service names) and a DNS-1123 label (container names,
 #: hostnames), length checked apart so the message can say which is wrong.
@@ -178,3 +180,14 @@ def template_rules() -> list[dict[str, Any]]:
         "reason": "Invalid",
     })
     return out
+
+
+def names_policy() -> list[dict[str, Any]]:
+    """NAME_RULES on GPUWorkloads and on their scale subresource (whose object is a
+    Scale: ``metadata.name`` and ``spec.replicas``, all these rules read)."""
+    return policy_pair(f"gpuworkload-names.{GROUP}", {
+        "matchConstraints": {"resourceRules": [
+            resource_rule(GROUP, VERSION, ["gpuworkloads", "gpuworkloads/scale"],
+                          ["CREATE", "UPDATE"])]},
+        "validations": NAME_RULES,
+    })

@@ -166,3 +166,20 @@ def test_a_template_too_large_for_its_children_is_reported_not_retried(
     w = admin.get(API_VERSION, "GPUWorkload", "big", namespace)
     assert not w["status"].get("retries") and not admin.list(
         "v1", "Pod", namespace=namespace)["items"]
+
+
+def test_kubectl_scale_cannot_make_a_gang_of_a_name_its_service_cannot_carry(
+        installed: ControlPlane, admin: Client, namespace: str) -> None:
+    """``7b-finetune`` is a fine name for one pod, not for a gang's Service."""
+    admin.create({"apiVersion": API_VERSION, "kind": "GPUWorkload",
+                  "metadata": {"name": "7b-finetune", "namespace": namespace}, "spec": {}})
+    r = installed.kubectl("scale", "-n", namespace, "gw", "7b-finetune", "--replicas=2",
+                          check=False)
+    assert r.returncode != 0
+    assert "metadata.name 7b-finetune cannot name a gang" in r.stderr
+    assert admin.get(API_VERSION, "GPUWorkload", "7b-finetune", namespace)["spec"][
+        "replicas"] == 1
+    # the same through the object
+    with pytest.raises(ApiError, match="cannot name a gang"):
+        admin.patch(API_VERSION, "GPUWorkload", "7b-finetune", {"spec": {"replicas": 2}},
+                    namespace=namespace)
