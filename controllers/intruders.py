@@ -96,5 +96,7 @@ class IntruderEvictor:
             log.warning("pod.intruder.evict_failed", pod=pod_key(pod), code=exc.status,
                         error=str(exc))
             self.recorder.warning(pod, "EvictionFailed", f"could not evict the pod: {exc}")
+            with self._lock:  # its next update asks again (a PodDisruptionBudget may allow it)
+                self._asked.discard(str(meta.get("uid") or ""))
             return
         log.info("pod.intruder.evicted", pod=pod_key(pod), devices=devices)
