@@ -30,8 +30,10 @@ UID label
 =====================  ==============================================================
 
 Cluster admins (``system:masters``) are trusted (DESIGN.md's threat model) and not
-matched. Where the policy is missing, the manager evicts such pods
-(``controllers/intruders.py``, ``--evict-conflicting-pods``).
+matched, nor are namespaces an admin labels ``gpu.orchestrator.dev/pod-devices=trusted``
+(the GPU operator's, whose DaemonSets set ``NVIDIA_VISIBLE_DEVICES=all``). Where the
+policy is missing, the manager evicts such pods (``controllers/intruders.py``,
+``--evict-conflicting-pods``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ from api.v1alpha1.types import GROUP, SCHEDULING_MAP_ANNOTATION
 JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
 DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 SEED_SCHEDULER = "gpu-scheduler"
+#: Namespace label an admin sets on infrastructure namespaces whose pods set device
+#: env themselves (the NVIDIA GPU operator's device plugin and DCGM exporter
+#: DaemonSets set NVIDIA_VISIBLE_DEVICES=all): the policy does not match there.
+TRUSTED_NAMESPACE_LABEL = f"{GROUP}/pod-devices"
+TRUSTED = "trusted"
 #: CEL: our own namespace (the agent's DaemonSet sets NVIDIA_VISIBLE_DEVICES=all for
 #: NVML), read from the manager's service account, so that the chart's renaming of
 #: that account (another release namespace) reaches it too
@@ -99,9 +106,11 @@ def pod_devices() -> list[dict[str, Any]]:
          "spec": {
              "failurePolicy": "Fail",
              "matchConstraints": {
-                 "namespaceSelector": {"matchExpressions": [{
-                     "key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                     "values": list(SYSTEM_NAMESPACES)}]},
+                 "namespaceSelector": {"matchExpressions": [
+                     {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                      "values": list(SYSTEM_NAMESPACES)},
+                     {"key": TRUSTED_NAMESPACE_LABEL, "operator": "NotIn",
+                      "values": [TRUSTED]}]},
                  "resourceRules": [
                      {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
                       "operations": ["CREATE", "UPDATE"]},

@@ -246,3 +246,24 @@ def test_a_pod_that_slipped_through_is_evicted(
         except NotFound:
             return True
     eventually(gone, timeout=30, what="the intruder evicted")
+
+
+def test_an_admin_may_trust_an_infrastructure_namespace(
+        tenant: Client, admin: Client, namespace: str) -> None:
+    """The GPU operator's device plugin and DCGM exporter set
+    NVIDIA_VISIBLE_DEVICES=all: an admin labels their namespace, a tenant cannot."""
+    from api.v1alpha1.pod_devices import TRUSTED, TRUSTED_NAMESPACE_LABEL
+
+    with pytest.raises(errors.Forbidden):
+        tenant.patch("v1", "Namespace", namespace,
+                     {"metadata": {"labels": {TRUSTED_NAMESPACE_LABEL: TRUSTED}}})
+    admin.patch("v1", "Namespace", namespace,
+                {"metadata": {"labels": {TRUSTED_NAMESPACE_LABEL: TRUSTED}}})
+
+    def admitted() -> bool:
+        try:
+            tenant.create(_bare_pod("dcgm", namespace, env={"NVIDIA_VISIBLE_DEVICES": "all"}))
+        except errors.Forbidden:
+            return False
+        return True
+    eventually(admitted, timeout=30, what="a pod with device env admitted when trusted")
