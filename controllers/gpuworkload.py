@@ -116,6 +116,9 @@ def _now() -> datetime:
 class Options:
     default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES
     default_strategy: str | None = None  # used when a spec names none (the CRD defaults it)
+    #: before placing a spec, why the API server would refuse its children (None:
+    #: it would not); controllers/template_check.py. None: not checked
+    check_children: Callable[[GPUWorkload, JSON], str | None] | None = None
 
 
 class GPUWorkloadReconciler:
@@ -203,12 +206,7 @@ class GPUWorkloadReconciler:
             w = GPUWorkload.model_validate(raw)
         except ValidationError as exc:
             errs = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            message = f"invalid spec: {errs}"
-            # Its pods, if any, keep holding their devices: the ledger follows them.
-            status.phase(Phase.PENDING, message).condition(SCHEDULED, False, "InvalidSpec",
-                                                           message)
-            out = Outcome(status)
-            return out.warn("InvalidSpec", message) if _changed_message(raw, message) else out
+            return _invalid_spec(raw, status, f"invalid spec: {errs}")
         if self.options.default_strategy and "schedulingStrategy" not in (raw.get("spec") or {}):
             w.spec.scheduling_strategy = SchedulingStrategy(self.options.default_strategy)
         if w.spec.device_exposure is None:
@@ -220,6 +218,9 @@ class GPUWorkloadReconciler:
         if eviction is not None:
             return self._evicted(raw, status, eviction)
         placements = self._placements(w, raw)
+        check = self.options.check_children
+        if placements is None and check is not None and (why := check(w, raw)) is not None:
+            return _invalid_spec(raw, status, f"invalid spec: {why}")
         if placements is None:
             waiting = self._previous_attempt(w, raw, status)
             return waiting if waiting is not None else self._place(w, raw, status)
@@ -672,6 +673,14 @@ def _waiting_for(blockers: Mapping[str, list[str]]) -> str:
     what = [f"{n} preempted {kind}(s)" for n, kind in ((len(names) - jobs, "pod"),
                                                        (jobs, "Job")) if n]
     return f"waiting for {' and '.join(what)} to terminate on {', '.join(sorted(blockers))}"
+
+
+def _invalid_spec(raw: JSON, status: StatusBuilder, message: str) -> Outcome:
+    """A spec that can never be placed: said once (condition and Event), no retry
+    spent. Its pods, if any, keep holding their devices: the ledger follows them."""
+    status.phase(Phase.PENDING, message).condition(SCHEDULED, False, "InvalidSpec", message)
+    out = Outcome(status)
+    return out.warn("InvalidSpec", message) if _changed_message(raw, message) else out
 
 
 def _changed_message(raw: JSON, message: str) -> bool:

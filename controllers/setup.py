@@ -32,6 +32,7 @@ from controllers.gpuworkload import GPUWorkloadReconciler, Options
 from controllers.intruders import IntruderEvictor
 from controllers.placement_state import PlacementState
 from controllers.status_writer import StatusWriter
+from controllers.template_check import ChildDryRun
 from internal.metrics.domain import STATE
 from internal.scheduling.inventory import heartbeat
 from internal.scheduling.resourceslices import DRA_API_VERSION
@@ -71,6 +72,9 @@ class ControllerOptions:
     #: evict pods that name devices no controller or webhook of ours gave them
     #: (controllers/intruders.py); the manager's --evict-conflicting-pods, on by default
     evict_conflicting_pods: bool = False
+    #: before placing a spec, create its highest-index child with dryRun=All and report
+    #: a template the API server refuses as InvalidSpec (controllers/template_check.py)
+    dry_run_children: bool = True
     async_status: bool = True  # status written by the StatusWriter, off the workers' client
     status_writers: int = 4  # writer threads (each waits on one write at a time)
 
@@ -196,7 +200,9 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         mgr.client, recorder, workloads.indexer, pods.indexer,
         jobs.indexer, state_factory=make_state,
         options=Options(default_exposure=opts.default_exposure,
-                        default_strategy=opts.default_strategy),
+                        default_strategy=opts.default_strategy,
+                        check_children=ChildDryRun(mgr.client, opts.default_exposure).check
+                        if opts.dry_run_children else None),
         status_writer=writer)
 
     def on(method: str):

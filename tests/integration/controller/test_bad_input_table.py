@@ -183,3 +183,26 @@ def test_kubectl_scale_cannot_make_a_gang_of_a_name_its_service_cannot_carry(
     with pytest.raises(ApiError, match="cannot name a gang"):
         admin.patch(API_VERSION, "GPUWorkload", "7b-finetune", {"spec": {"replicas": 2}},
                     namespace=namespace)
+
+
+@pytest.mark.parametrize("kind, template, message", [
+    ("Pod", _tpl({"name": "main", "image": "x", "ports": [{"containerPort": 700000}]}),
+     "containerPort: Invalid value: 700000"),
+    ("Job", _tpl({"name": "main", "image": "x",
+                  "volumeMounts": [{"name": "missing", "mountPath": "/data"}]}),
+     "volumeMounts[0].name: Not found: \"missing\""),
+])
+def test_a_template_the_api_server_refuses_as_a_child_is_reported_not_retried(
+        controller: Running, admin: Client, namespace: str, kind: str,
+        template: dict[str, Any], message: str) -> None:
+    """The rules no policy states: the child is created with dryRun=All before the
+    first placement; the API server's own words come back as InvalidSpec."""
+    admin.create({"apiVersion": API_VERSION, "kind": "GPUWorkload",
+                  "metadata": {"name": "odd", "namespace": namespace},
+                  "spec": {"workloadKind": kind, "template": template}})
+    cond = wait_condition(admin, namespace, "odd", "Scheduled", "InvalidSpec")
+    assert "the API server refuses its children" in cond["message"]
+    assert message in cond["message"]
+    w = admin.get(API_VERSION, "GPUWorkload", "odd", namespace)
+    assert not w["status"].get("retries") and not w["status"].get("placements")
+    assert not admin.list("v1", "Pod", namespace=namespace)["items"]
