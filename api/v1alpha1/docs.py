@@ -215,8 +215,11 @@ def render_markdown() -> str:
         "template's container names (DNS-1123 labels) and images, and a Job template's "
         "`restartPolicy: Always` are checked by ValidatingAdmissionPolicies "
         "(`gpuworkload-names`, also on `kubectl scale`; `gpuworkload-scheduling-map`) when "
-        "a workload is created or its template or replicas change; a template over 1 MiB "
-        "as JSON is reported `InvalidSpec` by the controller.",
+        "a workload is created or its template or replicas change. The rest the API "
+        "server checks on a Pod or Job: before a spec's first placement the controller "
+        "creates its child with `dryRun=All`, and reports a refusal (and a template over "
+        "1 MiB as JSON) as `Scheduled=False InvalidSpec`, in the API server's words, "
+        "spending no retry.",
         "",
         "Example (the seed's annotation map):",
         "",
