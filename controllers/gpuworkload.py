@@ -122,6 +122,9 @@ def _now() -> datetime:
 class Options:
     default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES
     default_strategy: str | None = None  # used when a spec names none (else leastLoaded)
+    #: before placing a spec, why the API server would refuse its children (None:
+    #: it would not); controllers/template_check.py. None: not checked
+    check_children: Callable[[GPUWorkload, JSON], str | None] | None = None
 
 
 class GPUWorkloadReconciler:
@@ -218,12 +221,7 @@ class GPUWorkloadReconciler:
             w = GPUWorkload.model_validate(raw)
         except ValidationError as exc:
             errs = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            message = f"invalid spec: {errs}"
-            # Its pods, if any, keep holding their devices: the ledger follows them.
-            status.phase(Phase.PENDING, message).condition(SCHEDULED, False, "InvalidSpec",
-                                                           message)
-            out = Outcome(status)
-            return out.warn("InvalidSpec", message) if _changed_message(raw, message) else out
+            return _invalid_spec(raw, status, f"invalid spec: {errs}")
         if w.spec.scheduling_strategy is None:  # the manager's --default-strategy
             w.spec.scheduling_strategy = SchedulingStrategy(
                 self.options.default_strategy or SchedulingStrategy.LEAST_LOADED.value)
@@ -242,6 +240,9 @@ class GPUWorkloadReconciler:
             placements = self._placements(w, raw)
         except EndAttempt as end:
             return self._end_attempt(w, raw, status, end.reason, end.message)
+        check = self.options.check_children
+        if placements is None and check is not None and (why := check(w, raw)) is not None:
+            return _invalid_spec(raw, status, f"invalid spec: {why}")
         if placements is None:
             waiting = self._previous_attempt(w, raw, status)
             return waiting if waiting is not None else self._place(w, raw, status)
@@ -771,6 +772,14 @@ def _placed(status: StatusBuilder, placements: list[Placement]) -> None:
         nodes = ", ".join(sorted({p.node for p in placements}))
         status.condition(SCHEDULED, True, "Scheduled",
                          f"placed {len(placements)} replica(s) on {nodes}")
+
+
+def _invalid_spec(raw: JSON, status: StatusBuilder, message: str) -> Outcome:
+    """A spec that can never be placed: said once (condition and Event), no retry
+    spent. Its pods, if any, keep holding their devices: the ledger follows them."""
+    status.phase(Phase.PENDING, message).condition(SCHEDULED, False, "InvalidSpec", message)
+    out = Outcome(status)
+    return out.warn("InvalidSpec", message) if _changed_message(raw, message) else out
 
 
 def _changed_message(raw: JSON, message: str) -> bool:

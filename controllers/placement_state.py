@@ -92,7 +92,8 @@ class PlacementState(CacheEvents):
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  pod_books: Sequence[PodBook] = (),
                  on_problem: Callable[[JSON, str, str], None] | None = None,
-                 dra_driver: str | None = None) -> None:
+                 dra_driver: str | None = None,
+                 priority_class_value: Callable[[str], int | None] | None = None) -> None:
         self.lock = threading.RLock()
         self.nodes = NodeViews(stale_after, clock,
                                SliceInventory(dra_driver) if dra_driver else None)
@@ -111,6 +112,8 @@ class PlacementState(CacheEvents):
         self._enqueue_on_node = enqueue_on_node or (lambda node: None)
         self._on_problem = on_problem or (lambda obj, reason, message: None)
         self.pod_books = tuple(pod_books)
+        #: a PriorityClass's value by name (None: no such class), from the cache
+        self._class_value = priority_class_value or (lambda name: None)
 
     @property
     def slices(self) -> SliceInventory | None:
@@ -188,6 +191,13 @@ class PlacementState(CacheEvents):
 
     # ------------------------------------------------------------- placing
 
+    def admin_priority(self, w: GPUWorkload) -> bool:
+        """Does ``w``'s priority come from an admin: a PriorityClass that exists with
+        exactly that value? Only then may it preempt workloads of other namespaces (a
+        tenant writes its own ``spec.priority``, never a PriorityClass)."""
+        name = w.spec.priority_class_name
+        return bool(name) and self._class_value(str(name)) == w.spec.priority
+
     def decide(self, w: GPUWorkload) -> Decision:
         """Schedule ``w`` and, if it fits, book it in the ledger (assumed, uncommitted).
 
@@ -196,8 +206,9 @@ class PlacementState(CacheEvents):
         queued) and ``w`` is nominated over the devices their pods still hold."""
         victims: list[str] = []
         booked: list[tuple[PodBook, str]] = []  # victims of a pod book: their pods go
+        across = self.admin_priority(w)
         with self.lock:
-            decision = self.scheduler.schedule(w)
+            decision = self.scheduler.schedule(w, across_namespaces=across)
             if decision.ok:
                 decision.assume(self.ledger, w)
                 self.evictions.unblock(w.key)
@@ -297,6 +308,12 @@ class PlacementState(CacheEvents):
     def has_node(self, node: str) -> bool:
         with self.lock:
             return self.snapshot.get(node) is not None
+
+    def node_devices(self, node: str) -> frozenset[int] | None:
+        """Every device index ``node`` has (healthy or not); None while unknown."""
+        with self.lock:
+            info = self.snapshot.get(node)
+            return frozenset(info.devices) if info is not None and info.devices else None
 
     def uuids(self, node: str, devices: list[int]) -> list[str] | None:
         with self.lock:

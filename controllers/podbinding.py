@@ -79,6 +79,7 @@ from controllers.seedbook import (
     pod_priority,
     pod_spec,
     read_bound,
+    without_unknown,
 )
 from controllers.setup import only_in
 from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
@@ -344,12 +345,19 @@ class PodBindingReconciler:
         cannot be read is reported (``_report_bad``); what the ledger already books for
         it on its node stays (surer than a guess from the rest of the pod)."""
         want, problems = read_bound(pod)
+        unknown: list[str] = []
+        if want is not None:
+            want, unknown = without_unknown(pod, want, state.node_devices(want.placement.node))
+            problems += unknown
         conflict = ""
         with state.lock:
             have = self.book.entry(key)
+            # what is booked stays when the pod cannot be read, unless it is a device
+            # the node lacks (booked by a rebuild, which does not know the nodes yet)
             if have is not None and want is not None and (
                     (have.ledger_key, have.placement) == (want.ledger_key, want.placement)
-                    or (problems and have.placement.node == want.placement.node)):
+                    or (problems and not unknown
+                        and have.placement.node == want.placement.node)):
                 want = have
                 self.book.mark_bound(state.ledger, key)
             elif want is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION
@@ -157,6 +157,28 @@ def read_bound(pod: JSON) -> tuple[Entry | None, list[str]]:
         return Entry(f"Pod:{pod_key(pod)}", Placement(index=placement_index, node=node), gpus,
                      True, pod_priority(pod), pod_uid(pod)), problems
     return None, problems
+
+
+def without_unknown(pod: JSON, entry: Entry | None, known: frozenset[int] | None
+                    ) -> tuple[Entry | None, list[str]]:
+    """``entry`` less the devices its node does not have (``known``: every index of
+    the node, None while unknown), so a pod annotated ``"99"`` on a 4-GPU node holds
+    no phantom device 99: it holds what it names that exists, else one GPU, counted."""
+    if entry is None or known is None or entry.counted:
+        return entry, []
+    devs = entry.placement.devices
+    unknown = [d for d in devs if d not in known]
+    if not unknown:
+        return entry, []
+    node = entry.placement.node
+    problem = (f"annotation {DEVICES_ANNOTATION} names device(s) {devs_text(unknown)}, which "
+               f"{node} does not have (it has {devs_text(sorted(known))})")
+    kept = [d for d in devs if d in known]
+    if kept:
+        return replace(entry, placement=entry.placement.model_copy(
+            update={"devices": kept}), gpus=len(kept)), [problem]
+    return Entry(f"Pod:{pod_key(pod)}", Placement(index=entry.placement.index, node=node),
+                 1, entry.bound, entry.priority), [problem]
 
 
 class SeedBook:

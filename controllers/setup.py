@@ -31,8 +31,10 @@ from controllers.dra_availability import (
     status_submitter,
 )
 from controllers.gpuworkload import GPUWorkloadReconciler, Options
+from controllers.intruders import IntruderEvictor
 from controllers.placement_state import PlacementState
 from controllers.status_writer import StatusWriter
+from controllers.template_check import ChildDryRun
 from internal.metrics.domain import STATE
 from internal.scheduling.inventory import heartbeat
 from internal.scheduling.resourceslices import DRA_API_VERSION
@@ -72,6 +74,12 @@ class ControllerOptions:
     #: seconds after which an unsettled workload nobody reconciled is reconciled
     #: again (controllers/backstop.py); 0: no backstop
     resync_unsettled: float = DEFAULT_PERIOD
+    #: evict pods that name devices no controller or webhook of ours gave them
+    #: (controllers/intruders.py); the manager's --evict-conflicting-pods, on by default
+    evict_conflicting_pods: bool = False
+    #: before placing a spec, create its highest-index child with dryRun=All and report
+    #: a template the API server refuses as InvalidSpec (controllers/template_check.py)
+    dry_run_children: bool = True
     async_status: bool = True  # status written by the StatusWriter, off the workers' client
     status_writers: int = 4  # writer threads (each waits on one write at a time)
 
@@ -154,6 +162,13 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     jobs = mgr.informer_for("batch/v1", "Job", indexers=owner_index)
     nodes = mgr.informer_for("v1", "Node")
     gpunodes = mgr.informer_for(API_VERSION, "GPUNode")
+    # whether a workload's priority is an admin's (it may then preempt elsewhere)
+    classes = mgr.informer_for("scheduling.k8s.io/v1", "PriorityClass")
+
+    def class_value(name: str) -> int | None:
+        pc = classes.indexer.get_by_name(name)
+        value = pc.get("value") if pc is not None else None
+        return value if isinstance(value, int) else None
     dra = opts.dra
     dra_why = NOT_ENABLED if dra is None else dra_unavailable(mgr.client)
     if dra is not None and dra_why is not None:
@@ -184,7 +199,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         state = PlacementState(opts.default_exposure, enqueue_waiting=enqueue,
                                enqueue_on_node=enqueue_on_node, stale_after=opts.stale_after,
                                pod_books=reconciler.pod_books, on_problem=recorder.warning,
-                               dra_driver=dra.driver if dra else None)
+                               dra_driver=dra.driver if dra else None,
+                               priority_class_value=class_value)
         reconciler.state = state  # handlers see it (not ready) before the rebuild
         state.rebuild(lambda: (nodes.indexer.list(), gpunodes.indexer.list(),
                                workloads.indexer.list(), pods.indexer.list()),
@@ -214,7 +230,9 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         mgr.client, recorder, workloads.indexer, pods.indexer,
         jobs.indexer, state_factory=make_state,
         options=Options(default_exposure=opts.default_exposure,
-                        default_strategy=opts.default_strategy),
+                        default_strategy=opts.default_strategy,
+                        check_children=ChildDryRun(mgr.client, opts.default_exposure).check
+                        if opts.dry_run_children else None),
         status_writer=writer, backstop=backstop)
     reconciler.dra_why = dra_why or NOT_ENABLED
     if backstop is not None:
@@ -227,6 +245,13 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     gpunodes.add_event_handler(on("GPUNode", "on_gpunode"))
     pods.add_event_handler(on("Pod", "on_pod"))
     jobs.add_event_handler(on("Job", "on_job"))
+    if opts.evict_conflicting_pods:
+        state_ready = lambda: reconciler.state is not None and reconciler.state.ready  # noqa: E731
+        evictor = IntruderEvictor(mgr.client, recorder,
+                                  lambda p: any(b.owns(p) for b in reconciler.pod_books),
+                                  state_ready, opts.namespaces)
+        pods.add_event_handler(FuncHandler(evictor.on_pod, evictor.on_pod,
+                                           evictor.on_pod_deleted))
     if writer is not None:
         workloads.add_event_handler(
             FuncHandler(writer.observed, lambda old, new: writer.observed(new), None))

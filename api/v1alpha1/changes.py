@@ -124,6 +124,8 @@ SPEC_CHANGES: tuple[FieldChange, ...] = (
             "string(self.priority) == string(oldSelf.priority))"
         ),
     ),
+    _refused("priorityClassName", "Decides the priority, and whether it may preempt "
+             "workloads of other namespaces."),
     _refused("schedulingStrategy", "Decides the placement."),
     _refused(
         "schedulingMap",

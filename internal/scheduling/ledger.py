@@ -59,6 +59,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from api.v1alpha1.keys import DEVICES_ANNOTATION
 from api.v1alpha1.types import GPUWorkload, Phase, Placement
 from internal.scheduling.freeindex import FreeIndex
 from internal.scheduling.jobs import JobHolding, job_holder_key, job_holding, job_uid
@@ -592,23 +593,50 @@ class Ledger:
 
     def sync_pod(self, pod: Mapping[str, Any], priority: int = 0) -> list[str]:
         """Brings the ledger in line with one pod as the API has it now. Returns
-        problems (a malformed annotation: the pod's request is still counted)."""
+        problems (a malformed annotation: the pod's request is still counted).
+
+        A bound pod keeps the devices it was first seen with: nobody of ours edits the
+        annotation afterwards, so an edit (``kubectl annotate --overwrite``, which the
+        pod-devices policy refuses) neither books more nor releases any."""
         uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
+        given = self._given(pod, uid)
         try:
             h = pod_holding(pod)
         except BadPod as exc:
             # what it names cannot be read; what it requests the device plugin gave it
             # (a share that cannot be read: its devices, held whole)
             h = exc.holding if isinstance(exc, BadShare) else _requested_only(pod, uid)
+            if given is not None and not isinstance(exc, BadShare):
+                h = PodHolding(uid, pod_key(pod), given[0], given[1],
+                               max(0, pod_gpu_request(pod) - len(given[1])), pod_owner(pod))
             if h is None:
                 self.remove_pod(uid)
             else:
                 self.set_pod(h, priority)
             return [f"pod {pod_key(pod)}: {exc}"]
+        if given is not None and (h is None or h.devices != given[1]):
+            now = ",".join(map(str, h.devices)) if h is not None and h.devices else "nothing"
+            problem = (f"pod {pod_key(pod)}: annotation {DEVICES_ANNOTATION} changed to {now} "
+                       f"after it was given {','.join(map(str, given[1]))}; it keeps "
+                       "holding those")
+            h = PodHolding(uid, pod_key(pod), given[0], given[1],
+                           max(0, pod_gpu_request(pod) - len(given[1])), pod_owner(pod))
+            return [problem] + [f"pod {h.name}: {c}" for c in self.set_pod(h, priority)]
         if h is None:
             self.remove_pod(uid)
             return []
         return [f"pod {h.name}: {c}" for c in self.set_pod(h, priority)]
+
+    def _given(self, pod: Mapping[str, Any], uid: str) -> tuple[str, tuple[int, ...]] | None:
+        """(node, devices) a bound, unfinished pod was first seen holding by name,
+        where it still runs; None when it held none."""
+        node = (pod.get("spec") or {}).get("nodeName")
+        old = self._allocs.get(pod_holder_key(uid))
+        if not node or not pod_is_active(pod) or old is None or not old.placements:
+            return None
+        first = old.placements[0]
+        return (first.node, tuple(first.devices)) if first.devices and first.node == node \
+            else None
 
 
 # -------------------------------------------------------------------- helpers

@@ -111,7 +111,8 @@ def pod_gpu_request(pod: JSON) -> int:
 
 def parse_devices(value: Any) -> list[int] | None:
     """``"0,1"`` -> ``[0, 1]``; None when absent or empty. Raises BadPod for anything
-    but comma-separated ASCII decimal indices (``"²"`` is a digit to ``isdigit``)."""
+    but comma-separated ASCII decimal indices (``"²"`` is a digit to ``isdigit``),
+    each named once (``"3,3"`` is refused, not read as ``"3"``)."""
     if value is None or str(value).strip() == "":
         return None
     out: list[int] = []
@@ -121,7 +122,9 @@ def parse_devices(value: Any) -> list[int] | None:
             raise BadPod(f"annotation {DEVICES_ANNOTATION}={value!r} is not a list of "
                          f"device indices")
         out.append(int(tok))
-    return sorted(set(out))
+    if len(set(out)) != len(out):
+        raise BadPod(f"annotation {DEVICES_ANNOTATION}={value!r} names a device twice")
+    return sorted(out)
 
 
 def controller_ref(obj: JSON) -> Mapping[str, Any] | None:

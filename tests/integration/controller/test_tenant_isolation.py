@@ -28,38 +28,20 @@ from api.v1alpha1.types import API_VERSION
 from controllers.podbinding import PodBindingOptions
 from hack.testenv import ControlPlane
 from runtime import Client, NotFound, RestConfig, errors
-from tests.integration.controller.conftest import NodeGroup, Running, events_for, workload
+from tests.integration.controller.conftest import (
+    NodeGroup,
+    Running,
+    events_for,
+    workload,
+)
 from tests.waiting import eventually
 
-TENANT = "tenant-a"
 SA_GROUPS = ["system:serviceaccounts", "system:authenticated"]
 
 
 def _sa_groups(user: str) -> list[str]:
     ns = user.split(":")[2]
     return [*SA_GROUPS, f"system:serviceaccounts:{ns}"]
-
-
-@pytest.fixture
-def tenant(installed: ControlPlane, admin: Client, namespace: str) -> Client:
-    """``tenant-a``, bound to ``edit`` in ``namespace`` only, once the aggregation
-    controller has folded gpuworkload-editor into ``edit``."""
-    admin.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                  "metadata": {"name": "tenant-edit", "namespace": namespace},
-                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                              "name": "edit"},
-                  "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                                "name": TENANT}]})
-    c = admin.impersonate(TENANT, ["system:authenticated"])
-
-    def may_list() -> bool:
-        try:
-            c.list(API_VERSION, "GPUWorkload", namespace=namespace)
-            return True
-        except (errors.Forbidden, errors.TooManyRequests):  # not yet aggregated / synced
-            return False
-    eventually(may_list, timeout=60, what="gpuworkload-editor aggregated into edit")
-    return c
 
 
 def agent_of(admin: Client, node: str | None) -> Client:

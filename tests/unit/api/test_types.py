@@ -160,3 +160,19 @@ def test_set_condition_transition_time_only_on_status_change() -> None:
     wire = st.to_api()["conditions"][0]
     assert wire["lastTransitionTime"] == "2024-01-02T00:00:00Z" and wire["status"] == "False"
     assert st.remove_condition("Unschedulable") and st.conditions == []
+
+
+def test_a_template_its_children_could_not_be_stored_with_is_invalid() -> None:
+    """Issue 23: a 1.4 MB template was accepted, then every child create failed."""
+    import pydantic
+
+    from api.v1alpha1.types import MAX_TEMPLATE_BYTES, GPUWorkloadSpec
+
+    big = {"spec": {"containers": [{"name": "c", "image": "x",
+                                    "command": ["x" * MAX_TEMPLATE_BYTES]}]}}
+    with pytest.raises(pydantic.ValidationError, match=r"the template is \d+ bytes as JSON; "
+                                                        r"a child is made from it only up "
+                                                        r"to 1048576"):
+        GPUWorkloadSpec.model_validate({"template": big})
+    GPUWorkloadSpec.model_validate({"template": {"spec": {"containers": [
+        {"name": "c", "image": "x", "command": ["x" * 1000]}]}}})

@@ -269,3 +269,41 @@ def test_a_jobs_holding_lasts_until_it_is_gone_or_finished() -> None:
     w.state.on_job(job)
     w.state.on_job_deleted(job)
     assert w.owners() == {}
+
+
+def _gw(ns: str, priority: int, cls: str | None = None) -> GPUWorkload:
+    spec: dict[str, Any] = {"priority": priority}
+    if cls:
+        spec["priorityClassName"] = cls
+    return GPUWorkload.model_validate({"metadata": {"name": "w", "namespace": ns},
+                                       "spec": spec})
+
+
+def test_only_a_priority_class_with_that_value_is_an_admins_priority() -> None:
+    """Issue 23, attack 1: a tenant writes spec.priority, never a PriorityClass."""
+    classes = {"team-high": 1000}
+    state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES,
+                           priority_class_value=classes.get)
+    assert state.admin_priority(_gw("a", 1000, "team-high"))
+    assert not state.admin_priority(_gw("a", 1_000_000_000))  # no class: the tenant's
+    assert not state.admin_priority(_gw("a", 1_000_000_000, "team-high"))  # not its value
+    assert not state.admin_priority(_gw("a", 1000, "made-up"))  # no such class
+    # without a PriorityClass cache nobody preempts across namespaces
+    assert not PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES).admin_priority(
+        _gw("a", 1000, "team-high"))
+
+
+def test_the_priority_class_is_copied_to_the_childrens_pods() -> None:
+    from api.v1alpha1.types import Placement
+    from controllers.children import build_child
+
+    w = GPUWorkload.model_validate({
+        "metadata": {"name": "w", "namespace": "a", "uid": "u"},
+        "spec": {"priority": 1000, "priorityClassName": "team-high",
+                 "template": {"spec": {"priority": 7, "containers": [
+                     {"name": "c", "image": "x"}]}}}})
+    child = build_child(w, {"metadata": {"name": "w", "uid": "u"}},
+                        Placement(index=0, node="n1", devices=[0]),
+                        DeviceExposure.CUDA_VISIBLE_DEVICES, lambda n, d: None)
+    assert child["spec"]["priorityClassName"] == "team-high"
+    assert "priority" not in child["spec"]  # the API server sets it from the class

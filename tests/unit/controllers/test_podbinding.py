@@ -322,6 +322,24 @@ def test_a_bound_pod_with_a_malformed_annotation_is_reported_once_per_version() 
     assert len([r for n, t, r, m in env.recorder.events if r == "BadAnnotation"]) == 3
 
 
+@pytest.mark.parametrize("devices, holds, held", [
+    ("99", "it is taken to hold 1 GPU(s) on node2, counted", []),
+    ("1,99", "it is taken to hold GPU devices 1 on node2", [1]),
+])
+def test_a_pod_naming_a_device_its_node_lacks_holds_no_phantom_device(
+        devices: str, holds: str, held: list[int]) -> None:
+    """Issue 23: a seed pod annotated ``"99"`` on a 4-GPU node was booked device 99."""
+    env = Env()
+    env.add(pod("odd-0", node_name="node2", phase="Running", map_text=None,
+                annotations={"gpu.orchestrator.dev/devices": devices}))
+    env.reconcile("odd-0")
+    (message,) = [m for n, t, r, m in env.recorder.events if r == "BadAnnotation"]
+    assert message == ("annotation gpu.orchestrator.dev/devices names device(s) 99, which "
+                       f"node2 does not have (it has 0,1,2,3); {holds}")
+    assert env.holder("node2", 99) is None
+    assert [d for d in range(4) if env.holder("node2", d)] == held
+
+
 def test_predicate_keeps_unbound_and_lifecycle_changes_only() -> None:
     pred = pod_predicate(SeedBook())
     unbound, bound = pod("a-0"), pod("a-0", node_name="node1", phase="Running")
