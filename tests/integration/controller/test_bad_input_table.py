@@ -69,7 +69,7 @@ WORKLOADS: list[tuple[str, str, dict[str, Any], str]] = [
      "schedulingStrategy annotationMap needs spec.schedulingMap or the gpu-scheduling-map "
      "annotation"),
     ("map-other-strategy", "w", {"schedulingMap": "0=node1:0"},
-     "schedulingMap is read only with schedulingStrategy annotationMap, not leastLoaded: set "
+     "schedulingMap is read only with schedulingStrategy annotationMap, not the default: set "
      "schedulingStrategy: annotationMap, or remove schedulingMap"),
     ("map-index-beyond", "w", {"replicas": 2, "schedulingStrategy": "annotationMap",
                                "schedulingMap": "0=node1:0\n1=node1:1\n2=node1:2"},
