@@ -11,7 +11,6 @@ no Events client of its own.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -46,6 +45,7 @@ from runtime.store import (
     index_by_node_name,
     index_by_owner_uid,
 )
+from runtime.ticker import Ticker
 
 log = structlog.get_logger("setup")
 
@@ -125,29 +125,10 @@ def placement_handler(reconciler: GPUWorkloadReconciler, kind: str, method: str
                        name=f"placement-{kind.lower()}", on_error=lost)
 
 
-class _StaleTicker:
-    """While leading, re-judges GPUNode heartbeats every period."""
-
-    def __init__(self, reconciler: GPUWorkloadReconciler, period: float) -> None:
-        self.reconciler, self.period = reconciler, period
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="gpunode-staleness", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.period):
-            if self.reconciler.state is not None:
-                self.reconciler.state.refresh_stale()
-
-    def stop(self, timeout: float = 5.0) -> bool:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            return not self._thread.is_alive()
-        return True
+def _refresh_stale(reconciler: GPUWorkloadReconciler) -> None:
+    """Re-judges GPUNode heartbeats (time passes without events)."""
+    if reconciler.state is not None:
+        reconciler.state.refresh_stale()
 
 
 def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
@@ -236,7 +217,7 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         status_writer=writer, backstop=backstop)
     reconciler.dra_why = dra_why or NOT_ENABLED
     if backstop is not None:
-        mgr.add(backstop)
+        mgr.add(Ticker("backstop", backstop.period / 2, backstop.sweep))
 
     def on(kind: str, method: str) -> FuncHandler:
         return placement_handler(reconciler, kind, method)
@@ -284,7 +265,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     holder["ctrl"] = ctrl
     if dra is not None:
         setup_claims(mgr, reconciler, recorder, dra)
-    mgr.add(_StaleTicker(reconciler, opts.stale_check_period))
+    mgr.add(Ticker("gpunode-staleness", opts.stale_check_period,
+                   lambda: _refresh_stale(reconciler)))
 
     def phases() -> dict[str, int]:
         counts: dict[str, int] = {}
