@@ -5,7 +5,7 @@ Only the controller (its children), the webhook and the pod binding (the seed pa
 pods, booked by their pod book) give a pod the ``gpu.orchestrator.dev/devices``
 annotation. The ``pod-devices`` admission policy refuses every other pod that sets it
 (api/v1alpha1/pod_devices.py); on a cluster without the policy such a pod slips
-through, and the ledger, which follows every pod that names devices (DESIGN.md
+through, and the ledger, which follows every pod that names devices (docs/architecture.md,
 invariant 1), would book them for it: a tenant could reserve free GPUs, or run on
 another's. This handler asks such a pod to go, through the Eviction API (so a
 PodDisruptionBudget holds), once per pod, with an ``UnauthorizedDevices`` Warning

@@ -2,7 +2,7 @@
 devices.
 
 The ledger books whatever a pod's ``gpu.orchestrator.dev/devices`` annotation names
-(DESIGN.md invariant 1), and a container runs on whatever its
+(docs/architecture.md, invariant 1), and a container runs on whatever its
 ``CUDA_VISIBLE_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` say. A tenant who writes them
 could reserve free GPUs, run on another's, or book more by editing the annotation.
 This policy refuses, outside the system namespaces and ``gpu-orchestrator-system``
@@ -29,7 +29,7 @@ env or the workload
 UID label
 =====================  ==============================================================
 
-Cluster admins (``system:masters``) are trusted (DESIGN.md's threat model) and not
+Cluster admins (``system:masters``) are trusted (docs/security.md's threat model) and not
 matched, nor are namespaces an admin labels ``gpu.orchestrator.dev/pod-devices=trusted``
 (the GPU operator's, whose DaemonSets set ``NVIDIA_VISIBLE_DEVICES=all``). Where the
 policy is missing, the manager evicts such pods (``controllers/intruders.py``,
