@@ -27,7 +27,7 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import structlog
 
@@ -40,10 +40,13 @@ from controllers.write_tracker import WriteTracker
 from internal.metrics.domain import BAD_OBJECTS
 from internal.scheduling.framework import PREEMPT, Decision
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
-from internal.scheduling.ledger import Ledger
+from internal.scheduling.ledger import Ledger, LedgerConflict
 from internal.scheduling.resourceslices import SliceInventory
 from internal.scheduling.scheduler import Scheduler
-from internal.scheduling.snapshot import Snapshot
+from internal.scheduling.snapshot import NodeInfo, Snapshot
+
+if TYPE_CHECKING:
+    from controllers.seedbook import Entry, SeedBook
 
 log = structlog.get_logger("placement")
 
@@ -52,6 +55,7 @@ JSON = Mapping[str, Any]
 Sources = tuple[list[JSON], list[JSON], list[JSON], list[JSON]]
 #: (resourceslices, resourceclaims) as listed from the caches (DRA on)
 DraSources = tuple[list[JSON], list[JSON]]
+T = TypeVar("T")
 
 
 class PodBook(Protocol):
@@ -79,6 +83,37 @@ class PodBook(Protocol):
         """A preemptor took this booking's devices: ask its pods to go (called
         unlocked). The booking stays until they are gone."""
         ...
+
+
+class PlacementView:
+    """A read-only view of the state's nodes and holders, as a kube-scheduler plugin
+    gets a snapshot: what a seed pod's plan (``PlacementState.book_seed``) and the
+    tests read. Every question takes the state's lock (re-entrant: a plan already
+    runs under it), and always asks the state's current ledger (a rebuild replaces
+    it)."""
+
+    #: the ledger's questions a reader may ask (none of them changes it)
+    READS = frozenset({
+        "allocation", "allocations", "bookings", "blockers", "counted", "counted_total",
+        "device_holds", "device_owners", "free_count", "free_devices", "holder",
+        "holders", "holding", "is_committed", "job", "pod", "sharing", "usable"})
+
+    def __init__(self, state: PlacementState) -> None:
+        self._state = state
+
+    def node(self, name: str) -> NodeInfo | None:
+        """What the snapshot knows of node ``name`` (None: no such node)."""
+        return self._state.node_info(name)
+
+    def schedule(self, w: GPUWorkload) -> Decision:
+        """Where ``w`` would go now (nothing is booked)."""
+        return self._state.schedule(w)
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self.READS:
+            raise AttributeError(f"the placement view reads the ledger only; {name!r} "
+                                 "is not one of its questions")
+        return self._state.ledger_read(name)
 
 
 class PlacementState(CacheEvents):
@@ -322,6 +357,90 @@ class PlacementState(CacheEvents):
                 return None
             out = [info.devices[d].uuid if d in info.devices else "" for d in devices]
         return out if all(out) else None
+
+    # ------------------------------------------------------------ readers
+
+    def node_info(self, node: str) -> NodeInfo | None:
+        """The snapshot's view of ``node`` (None: unknown)."""
+        with self.lock:
+            return self.snapshot.get(node)
+
+    def schedule(self, w: GPUWorkload) -> Decision:
+        """Where ``w`` would go now, booking nothing (``decide`` books)."""
+        with self.lock:
+            return self.scheduler.schedule(w)
+
+    def view(self) -> PlacementView:
+        """A read-only view of the nodes and holders (see ``PlacementView``)."""
+        return PlacementView(self)
+
+    def ledger_read(self, question: str) -> Callable[..., Any]:
+        """The ledger's read-only method ``question``, asked under the lock."""
+        if question not in PlacementView.READS:
+            raise AttributeError(question)
+
+        def ask(*args: Any, **kwargs: Any) -> Any:
+            with self.lock:
+                return getattr(self.ledger, question)(*args, **kwargs)
+        return ask
+
+    def atomically(self, fn: Callable[[], T]) -> T:
+        """Runs ``fn`` under the state's lock: atomically with every booking (the
+        claim controller's decision to release a claim, the slices it reads)."""
+        with self.lock:
+            return fn()
+
+    # ------------------------------------------------------------ seed pods
+
+    def book_seed(self, book: SeedBook, key: str,
+                  plan: Callable[[PlacementView], tuple[Entry | None, str]]
+                  ) -> tuple[Entry | None, str]:
+        """Plans seed pod ``key`` on a read-only view and books the plan in ``book``,
+        both under the lock, so nothing is booked between the two. Seed pods take
+        whole GPUs. Returns (the booked entry, "") or (None, why not)."""
+        with self.lock:
+            entry, why = plan(self.view())
+            if entry is None:
+                return None, why
+            try:
+                self.ledger.refuse_mig(entry.placement)
+                book.book(self.ledger, key, entry)
+            except LedgerConflict as exc:
+                return None, str(exc)
+            return entry, ""
+
+    def mark_seed_bound(self, book: SeedBook, key: str) -> None:
+        """Seed pod ``key`` is bound: its owner's booking commits once all are."""
+        with self.lock:
+            book.mark_bound(self.ledger, key)
+
+    def adopt_seed(self, book: SeedBook, key: str, want: Entry | None,
+                   keep: Callable[[Entry], bool]) -> tuple[Entry | None, str]:
+        """A bound seed pod: what ``book`` already books for ``key`` stays (marked
+        bound) when ``keep`` says so, else ``want`` is booked. Returns (what the pod
+        is taken to hold, the conflict that refused ``want`` or "")."""
+        with self.lock:
+            have = book.entry(key)
+            if have is not None and want is not None and keep(have):
+                book.mark_bound(self.ledger, key)
+                return have, ""
+            if want is not None:
+                try:
+                    book.book(self.ledger, key, want)
+                except LedgerConflict as exc:
+                    return want, str(exc)
+            return want, ""
+
+    def release_seed(self, book: SeedBook, key: str) -> Entry | None:
+        """Releases seed pod ``key``'s booking in ``book``; what it held, or None.
+        The caller wakes the waiting (``capacity_freed``) once it has said so."""
+        with self.lock:
+            return book.release(self.ledger, key)
+
+    def seed_pod_keys(self, book: SeedBook, ledger_key: str) -> list[str]:
+        """The pods (``ns/name``) whose bookings make up ``ledger_key`` in ``book``."""
+        with self.lock:
+            return book.pod_keys(ledger_key)
 
     def higher_priority_fresh(self, key: str, priority: int) -> bool:
         with self.lock:

@@ -67,7 +67,7 @@ from api.v1alpha1.types import (
     SchedulingStrategy,
 )
 from controllers.gpuworkload import GPUWorkloadReconciler
-from controllers.placement_state import PlacementState
+from controllers.placement_state import PlacementState, PlacementView
 from controllers.seedbook import (
     DEFAULT_SCHEDULER_NAME,
     Entry,
@@ -83,7 +83,6 @@ from controllers.seedbook import (
 )
 from controllers.setup import only_in
 from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
-from internal.scheduling.ledger import LedgerConflict
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
 from internal.scheduling.pods import (
@@ -177,26 +176,20 @@ class PodBindingReconciler:
         held = self.book.entry(key)
         if held is not None and held.bound:
             return None  # bound by us; the cache has not seen it yet
-        with state.lock:
-            entry, why = self._plan(state, pod)
-            if entry is not None:
-                try:
-                    state.ledger.refuse_mig(entry.placement)  # seed pods take whole GPUs
-                    self.book.book(state.ledger, key, entry)
-                except LedgerConflict as exc:
-                    entry, why = None, str(exc)
+        entry, why = state.book_seed(self.book, key, lambda view: self._plan(view, pod))
         if entry is None:
             return self._unschedulable(pod, key, why)
         return self._bind(state, pod, key, entry)
 
     # --------------------------------------------------------------- planning
 
-    def _plan(self, state: PlacementState, pod: JSON) -> tuple[Entry | None, str]:
-        """Where ``pod`` goes, or why it cannot go anywhere. Under the state lock."""
+    def _plan(self, view: PlacementView, pod: JSON) -> tuple[Entry | None, str]:
+        """Where ``pod`` goes, or why it cannot go anywhere: read from ``view``,
+        under the state lock (``PlacementState.book_seed``)."""
         text = (pod_meta(pod).get("annotations") or {}).get(SCHEDULING_MAP_ANNOTATION)
         index, source = pod_index(pod)
         if text is None or not text.strip():
-            return self._plan_default(state, pod, index)
+            return self._plan_default(view, pod, index)
         try:
             lines = parse_scheduling_map(text)
         except MapParseError as exc:
@@ -209,7 +202,7 @@ class PodBindingReconciler:
                           f"{index} ({source}); it maps index(es) "
                           f"{', '.join(map(str, lines))}")
         key = owner_key(pod)
-        why = self._check_exact(state, key, index, line.node, line.devices,
+        why = self._check_exact(view, key, index, line.node, line.devices,
                                 tuple(pod_spec(pod).get("tolerations") or ()))
         if why:
             return None, why
@@ -217,11 +210,10 @@ class PodBindingReconciler:
                      len(line.devices), priority=pod_priority(pod), uid=pod_uid(pod)), ""
 
     @staticmethod
-    def _check_exact(state: PlacementState, key: str, index: int, node: str,
+    def _check_exact(view: PlacementView, key: str, index: int, node: str,
                      devices: tuple[int, ...],
                      tolerations: tuple[Mapping[str, Any], ...] = ()) -> str:
-        ledger = state.ledger
-        info = state.snapshot.get(node)
+        info = view.node(node)
         where = f"replica index {index}: node {node}"
         if info is None:
             return f"{where} does not exist"
@@ -243,19 +235,19 @@ class PodBindingReconciler:
             return f"{where}: device(s) {devs_text(unhealthy)} unhealthy"
         held: dict[int, str] = {}
         for d in devices:
-            holder = ledger.holder(node, d)
+            holder = view.holder(node, d)
             if holder is not None and holder != key:
                 held[d] = holder
         if held:
             owners = ", ".join(describe_holder(h) for h in sorted(set(held.values())))
             return f"{where}: device(s) {devs_text(sorted(held))} held by {owners}"
-        new = [d for d in devices if ledger.holder(node, d) != key]
-        free = ledger.free_count(node)
+        new = [d for d in devices if view.holder(node, d) != key]
+        free = view.free_count(node)
         if len(new) > free:
             return f"{where}: {free} free GPU(s), needs {len(new)} (other GPU pods)"
         return ""
 
-    def _plan_default(self, state: PlacementState, pod: JSON,
+    def _plan_default(self, view: PlacementView, pod: JSON,
                       index: int | None) -> tuple[Entry | None, str]:
         """No map: one replica by the default strategy."""
         meta, spec = pod_meta(pod), pod_spec(pod)
@@ -280,7 +272,7 @@ class PodBindingReconciler:
             })
         except ValueError as exc:
             return None, f"cannot place the pod: {exc}"
-        decision = state.scheduler.schedule(model)
+        decision = view.schedule(model)
         if not decision.ok or not decision.placements:
             return None, decision.message or "no node fits"
         p = decision.placements[0]
@@ -317,8 +309,7 @@ class PodBindingReconciler:
         except Exception:
             self._release(state, key)  # never bound: release the booking
             raise
-        with state.lock:
-            self.book.mark_bound(state.ledger, key)
+        state.mark_seed_bound(self.book, key)
         self._settled(key)
         what = f" (GPU devices {devs_text(devices)})" if devices else \
             f" ({entry.gpus} GPU(s) for the device plugin)"
@@ -349,22 +340,14 @@ class PodBindingReconciler:
         if want is not None:
             want, unknown = without_unknown(pod, want, state.node_devices(want.placement.node))
             problems += unknown
-        conflict = ""
-        with state.lock:
-            have = self.book.entry(key)
+        def keep(have: Entry) -> bool:
             # what is booked stays when the pod cannot be read, unless it is a device
             # the node lacks (booked by a rebuild, which does not know the nodes yet)
-            if have is not None and want is not None and (
-                    (have.ledger_key, have.placement) == (want.ledger_key, want.placement)
-                    or (problems and not unknown
-                        and have.placement.node == want.placement.node)):
-                want = have
-                self.book.mark_bound(state.ledger, key)
-            elif want is not None:
-                try:
-                    self.book.book(state.ledger, key, want)
-                except LedgerConflict as exc:
-                    conflict = str(exc)
+            assert want is not None
+            return (have.ledger_key, have.placement) == (want.ledger_key, want.placement) \
+                or (bool(problems) and not unknown
+                    and have.placement.node == want.placement.node)
+        want, conflict = state.adopt_seed(self.book, key, want, keep)
         if problems:
             self._report_bad(pod, key, problems, None if conflict else want)
         if conflict:
@@ -409,8 +392,7 @@ class PodBindingReconciler:
         how many were asked. For preemption: the devices stay held until the pods are
         gone (docs/architecture.md, invariants 2 and 3), so a caller keeps them
         nominated meanwhile."""
-        with self.state().lock:
-            keys = self.book.pod_keys(ledger_key)
+        keys = self.state().seed_pod_keys(self.book, ledger_key)
         asked = 0
         for key in keys:
             ns, name = key.split("/", 1)
@@ -442,8 +424,7 @@ class PodBindingReconciler:
         return True
 
     def _release(self, state: PlacementState, key: str) -> None:
-        with state.lock:
-            released = self.book.release(state.ledger, key)
+        released = state.release_seed(self.book, key)
         if released is not None:
             log.info("pod.released", pod=key, node=released.placement.node,
                      devices=devs_text(released.placement.devices), holder=released.ledger_key)
