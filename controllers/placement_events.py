@@ -89,10 +89,10 @@ class CacheEvents:
     """The informer handlers of ``PlacementState`` (a mixin: the attributes and
     methods below are ``PlacementState``'s)."""
 
-    lock: threading.RLock
+    _lock: threading.RLock
     ready: bool
-    ledger: Ledger
-    snapshot: Snapshot
+    _ledger: Ledger
+    _snapshot: Snapshot
     pending: PendingSet
     nodes: NodeViews
     evictions: Evictions
@@ -110,36 +110,36 @@ class CacheEvents:
 
     def on_node(self, node: JSON) -> None:
         name = str((node.get("metadata") or {}).get("name"))
-        with self.lock:
+        with self._lock:
             if not self.ready:
                 return
-            waiting = self._node_changed(name, lambda: self.snapshot.upsert_node(node))
+            waiting = self._node_changed(name, lambda: self._snapshot.upsert_node(node))
         if waiting is not None:
             self._wake(waiting)
 
     def on_node_deleted(self, node: Any) -> None:
         meta = (getattr(node, "obj", node) or {}).get("metadata") or {}
         name = str(meta.get("name"))
-        with self.lock:
+        with self._lock:
             # a late delete of an older Node of that name removes nothing
-            if not self.ready or not self.snapshot.remove_node(name, str(meta.get("uid") or "")):
+            if not self.ready or not self._snapshot.remove_node(name, str(meta.get("uid") or "")):
                 return
         self._enqueue_on_node(name)
 
     def on_gpunode(self, gpunode: JSON) -> None:
         name = str((gpunode.get("metadata") or {}).get("name"))
-        with self.lock:
+        with self._lock:
             if not self.ready:
                 return
             waiting = self._node_changed(
-                name, lambda: self.snapshot.upsert_gpunode(self.nodes.set_gpunode(gpunode)))
+                name, lambda: self._snapshot.upsert_gpunode(self.nodes.set_gpunode(gpunode)))
         if waiting is not None:
             self._wake(waiting)
 
     def on_gpunode_deleted(self, gpunode: Any) -> None:
         obj = getattr(gpunode, "obj", gpunode) or {}
         meta = obj.get("metadata") or {}
-        with self.lock:
+        with self._lock:
             name = str(meta.get("name"))
             # a late delete of an older GPUNode of that name drops nothing
             if self.ready and self.nodes.drop_gpunode(name, str(meta.get("uid") or "")):
@@ -148,18 +148,18 @@ class CacheEvents:
     def _node_changed(self, name: str, change: Callable[[], None]) -> list[str] | None:
         """Under the lock: applies ``change`` to node ``name`` in the snapshot; the
         workloads to wake (unlocked) when the node could now fit more, else None."""
-        before = self.snapshot.get(name)
+        before = self._snapshot.get(name)
         change()
-        return list(self.pending.waiting) if _more_room(before, self.snapshot.get(name)) \
+        return list(self.pending.waiting) if _more_room(before, self._snapshot.get(name)) \
             else None
 
     def _refresh_node(self, name: str) -> None:
         """Re-derives ``name``'s devices from its GPUNode and its ResourceSlices."""
         view = self.nodes.view(name)
         if view is not None:
-            self.snapshot.upsert_gpunode(view)
+            self._snapshot.upsert_gpunode(view)
         else:
-            self.snapshot.remove_gpunode(name)
+            self._snapshot.remove_gpunode(name)
 
     # ------------------------------------------------------------------- DRA
 
@@ -168,7 +168,7 @@ class CacheEvents:
         slices = self.nodes.slices
         if slices is None:
             return
-        with self.lock:
+        with self._lock:
             node = slices.upsert(rslice)
             if not self.ready or node is None:
                 return
@@ -181,7 +181,7 @@ class CacheEvents:
         slices = self.nodes.slices
         if slices is None:
             return
-        with self.lock:
+        with self._lock:
             node = slices.remove(obj)
             if self.ready and node is not None:
                 self._refresh_node(node)
@@ -193,12 +193,12 @@ class CacheEvents:
         if self.nodes.slices is None:
             return
         key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
-        with self.lock:
+        with self._lock:
             if not self.ready:
                 return
-            before = self.ledger.holding(key)
-            problems = self._sync_claim(self.ledger, claim)
-            after = self.ledger.holding(key)
+            before = self._ledger.holding(key)
+            problems = self._sync_claim(self._ledger, claim)
+            after = self._ledger.holding(key)
             freed = before is not None and (after is None or _less(after, before))
             waiting = list(self.pending.waiting) if freed else []
         for p in problems:
@@ -215,8 +215,8 @@ class CacheEvents:
     def on_claim_deleted(self, claim: Any) -> None:
         obj = getattr(claim, "obj", claim) or {}
         key = claim_holder_key(str((obj.get("metadata") or {}).get("uid") or ""))
-        with self.lock:
-            if not self.ready or not self.ledger.remove_holder(key):
+        with self._lock:
+            if not self.ready or not self._ledger.remove_holder(key):
                 return
             waiting = list(self.pending.waiting)
         self._wake(waiting)
@@ -252,12 +252,12 @@ class CacheEvents:
         """Records what ``obj`` (a pod, a Job) holds now; reports its problems once;
         wakes the waiting workloads when it holds less than before."""
         kind, uid = holder.kind, holder.uid(obj)
-        with self.lock:
+        with self._lock:
             if not self.ready:
                 return
-            before = holder.held(self.ledger, uid)
-            problems = holder.sync(self.ledger, obj)
-            after = holder.held(self.ledger, uid)
+            before = holder.held(self._ledger, uid)
+            problems = holder.sync(self._ledger, obj)
+            after = holder.held(self._ledger, uid)
             freed = before is not None and (after is None or _less(after, before))
             waiting = list(self.pending.waiting) if freed else []
             report = bool(problems) and uid not in self._reported
@@ -272,9 +272,9 @@ class CacheEvents:
 
     def _holder_gone(self, obj: JSON, holder: _Holder) -> None:
         uid = holder.uid(obj)
-        with self.lock:
+        with self._lock:
             self._reported.discard(uid)
-            if not self.ready or not holder.remove(self.ledger, uid):
+            if not self.ready or not holder.remove(self._ledger, uid):
                 return
             waiting = list(self.pending.waiting)
         self._wake(waiting)
@@ -294,7 +294,7 @@ class CacheEvents:
     def _track_pending(self, obj: JSON) -> None:
         """Under the lock: ``obj`` waits for capacity unless the ledger books it."""
         key = object_key(obj)
-        if self.ledger.allocation(key) is not None:
+        if self._ledger.allocation(key) is not None:
             self.pending.discard(key)
         else:
             self.pending.update(obj)
@@ -304,7 +304,7 @@ class CacheEvents:
         ledger does not know (written by a previous leader). Objects older than this
         controller's own last write of them are skipped: they would undo it."""
         victims: list[str] = []
-        with self.lock:
+        with self._lock:
             if not self.ready:
                 return
             if not self.writes.is_behind(obj):
@@ -317,7 +317,7 @@ class CacheEvents:
         """Books the committed placement of ``obj`` if this ledger does not hold it.
         False when it conflicts with what the ledger holds for other owners (running
         pods win)."""
-        with self.lock:
+        with self._lock:
             ok, victims = self._adopt(obj)
         if victims:
             self._enqueue_waiting(victims)
@@ -329,12 +329,12 @@ class CacheEvents:
         status = obj.get("status") or {}
         key = object_key(obj)
         meta = obj.get("metadata") or {}
-        if not is_placed(status) or is_terminal(status) or self.ledger.allocation(key) or \
+        if not is_placed(status) or is_terminal(status) or self._ledger.allocation(key) or \
                 self.evictions.is_evicting(key) or meta.get("deletionTimestamp"):
             return True, []
         try:
             w = GPUWorkload.model_validate(obj)
-            a = self.ledger.assume(key, w.status.placements, gpus_per_replica=w.spec.gpus,
+            a = self._ledger.assume(key, w.status.placements, gpus_per_replica=w.spec.gpus,
                                    priority=w.spec.priority, committed=True,
                                    check_capacity=False, owner=booking_owner(w),
                                    uid=w.metadata.uid or "", overlap=w.status.nominated_over)
@@ -342,7 +342,7 @@ class CacheEvents:
             if not a.overlap:
                 return True, []
             self.evictions.block(key)
-            return True, self.evictions.resume(self.ledger, a, self._booked_elsewhere)
+            return True, self.evictions.resume(self._ledger, a, self._booked_elsewhere)
         except (ValueError, LedgerConflict) as exc:
             log.warning("ledger.adopt.failed", workload=key, error=str(exc))
             return False, []
@@ -356,10 +356,10 @@ class CacheEvents:
         raw = getattr(obj, "obj", obj) or {}
         key = object_key(raw) if raw else str(getattr(obj, "key", ""))
         uid = str((raw.get("metadata") or {}).get("uid") or "")
-        with self.lock:
+        with self._lock:
             if not self.ready:
                 return
-            booked = self.ledger.allocation(key)
+            booked = self._ledger.allocation(key)
             late = bool(uid) and booked is not None and bool(booked.uid) and booked.uid != uid
             waiting = self.evictions.acknowledge(key) if late else []
         if late:
@@ -367,7 +367,7 @@ class CacheEvents:
             if waiting:
                 self._enqueue_waiting(waiting)
             return
-        with self.lock:
+        with self._lock:
             if not self.ready:
                 return
             self.pending.discard(key)
@@ -375,6 +375,6 @@ class CacheEvents:
             waiting = self.evictions.acknowledge(key)
         if waiting:
             self._enqueue_waiting(waiting)
-        with self.lock:
+        with self._lock:
             self.evictions.stop_waiting(key)
         self.forget(key)

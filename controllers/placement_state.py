@@ -8,7 +8,7 @@ update is idempotent, so an event that the rebuild already saw and then delivers
 again changes nothing. Only the leader's reconciler uses it: it is created when
 the controller starts leading.
 
-One lock (``PlacementState.lock``, re-entrant) guards all of it, and the parts it
+One lock (``PlacementState._lock``, re-entrant) guards all of it, and the parts it
 owns rely on it: ``NodeViews`` (what the scheduler sees of each node's GPUs),
 ``Evictions`` (victims to tell, preemptors waiting) and ``WriteTracker`` (our own
 writes, so an older cached copy is not taken for news). Every public method here
@@ -118,7 +118,12 @@ class PlacementView:
 
 class PlacementState(CacheEvents):
     """The snapshot, the ledger and the scheduler, kept by the informers' events
-    (``CacheEvents``) and asked by the reconcilers; every method takes ``lock``."""
+    (``CacheEvents``) and asked by the reconcilers; every method takes the lock.
+
+    Its lock, ledger and snapshot are private: nothing outside this module and
+    ``placement_events`` touches them (``tests/unit/controllers/test_one_door.py``
+    greps for it). Readers get ``view()``, the seed path ``book_seed`` and its
+    kin, the claims ``atomically``."""
 
     def __init__(self, default_exposure: DeviceExposure, rng: random.Random | None = None,
                  enqueue_waiting: Callable[[Iterable[str]], None] | None = None,
@@ -129,17 +134,17 @@ class PlacementState(CacheEvents):
                  on_problem: Callable[[JSON, str, str], None] | None = None,
                  dra_driver: str | None = None,
                  priority_class_value: Callable[[str], int | None] | None = None) -> None:
-        self.lock = threading.RLock()
+        self._lock = threading.RLock()
         self.nodes = NodeViews(stale_after, clock,
                                SliceInventory(dra_driver) if dra_driver else None)
         self.evictions = Evictions()
-        self.writes = WriteTracker(self.lock)
+        self.writes = WriteTracker(self._lock)
         self._reported: set[str] = set()  # pod/Job UIDs whose problem was reported
         self.default_exposure = default_exposure
         self.rng = rng or random.Random()
-        self.ledger = Ledger()
-        self.snapshot = Snapshot(self.ledger)
-        self.scheduler = Scheduler(self.snapshot, self.ledger, rng=self.rng,
+        self._ledger = Ledger()
+        self._snapshot = Snapshot(self._ledger)
+        self.scheduler = Scheduler(self._snapshot, self._ledger, rng=self.rng,
                                    default_exposure=default_exposure)
         self.pending = PendingSet()
         self.ready = False
@@ -170,7 +175,7 @@ class PlacementState(CacheEvents):
         so an event whose handler waits on the lock meanwhile is applied after the
         rebuild (events are idempotent, so one the rebuild already saw changes
         nothing)."""
-        with self.lock:
+        with self._lock:
             nodes, gpunodes, workloads, pods = read()
             jobs = read_jobs() if read_jobs is not None else []
             ours = [p for p in pods if not self._owned(p)]
@@ -183,9 +188,9 @@ class PlacementState(CacheEvents):
             for book in self.pod_books:
                 problems += book.rebuild(ledger, pods)
             problems += ledger.book_nominations(workloads)
-            self.ledger = ledger
-            self.snapshot = Snapshot.build(nodes, self.nodes.reset(gpunodes), ledger)
-            self.scheduler = Scheduler(self.snapshot, ledger, rng=self.rng,
+            self._ledger = ledger
+            self._snapshot = Snapshot.build(nodes, self.nodes.reset(gpunodes), ledger)
+            self.scheduler = Scheduler(self._snapshot, ledger, rng=self.rng,
                                        default_exposure=self.default_exposure)
             self.pending = PendingSet()
             for w in workloads:
@@ -199,7 +204,7 @@ class PlacementState(CacheEvents):
         for p in problems:
             BAD_OBJECTS.labels("rebuild").inc()
             log.warning("ledger.rebuild.problem", problem=p)
-        log.info("ledger.rebuilt", nodes=len(self.snapshot), holders=len(ledger.allocations()))
+        log.info("ledger.rebuilt", nodes=len(self._snapshot), holders=len(ledger.allocations()))
         return problems
 
     def invalidate(self, why: str) -> None:
@@ -207,7 +212,7 @@ class PlacementState(CacheEvents):
         short of a holder. From now on it takes in no event (``ready`` false), and the
         reconciler's next ``ensure_state()`` rebuilds a new one from the caches
         before any placement."""
-        with self.lock:
+        with self._lock:
             self.ready = False
             waiting = list(self.pending.waiting)
         log.error("placement.invalidated", reason=why,
@@ -218,11 +223,11 @@ class PlacementState(CacheEvents):
 
     def refresh_stale(self) -> None:
         """Re-judges heartbeats (time passes without events); call periodically."""
-        with self.lock:
+        with self._lock:
             if not self.ready:
                 return
             for view in self.nodes.views():
-                self.snapshot.upsert_gpunode(view)
+                self._snapshot.upsert_gpunode(view)
 
     # ------------------------------------------------------------- placing
 
@@ -242,10 +247,10 @@ class PlacementState(CacheEvents):
         victims: list[str] = []
         booked: list[tuple[PodBook, str]] = []  # victims of a pod book: their pods go
         across = self.admin_priority(w)
-        with self.lock:
+        with self._lock:
             decision = self.scheduler.schedule(w, across_namespaces=across)
             if decision.ok:
-                decision.assume(self.ledger, w)
+                decision.assume(self._ledger, w)
                 self.evictions.unblock(w.key)
             elif decision.outcome == PREEMPT:
                 for v in decision.victims:
@@ -253,11 +258,11 @@ class PlacementState(CacheEvents):
                     if book is not None:
                         booked.append((book, v))  # its booking stays till its pods go
                         continue
-                    self.ledger.forget(v)
+                    self._ledger.forget(v)
                     victims.append(v)
                 # workload victims acknowledge their eviction in their own reconcile
                 self.evictions.evict(w.key, victims, preempted_message(w.key, w.spec.priority))
-                decision.assume(self.ledger, w)
+                decision.assume(self._ledger, w)
                 self.evictions.block(w.key)
             if decision.ok or decision.outcome == PREEMPT:
                 self.pending.discard(w.key)
@@ -268,15 +273,15 @@ class PlacementState(CacheEvents):
         return decision
 
     def commit(self, key: str) -> None:
-        with self.lock:
-            if self.ledger.allocation(key) is not None:
-                self.ledger.commit(key)
+        with self._lock:
+            if self._ledger.allocation(key) is not None:
+                self._ledger.commit(key)
 
     def forget(self, key: str) -> None:
         """Release ``key``'s booking (its pods keep what they hold); wakes workloads
         waiting for capacity."""
-        with self.lock:
-            released = self.ledger.forget(key)
+        with self._lock:
+            released = self._ledger.forget(key)
             self.evictions.unblock(key)
             self.evictions.stop_waiting(key)
             waiting = list(self.pending.waiting) if released is not None else []
@@ -286,8 +291,8 @@ class PlacementState(CacheEvents):
     def claim(self, key: str, uid: str | None) -> None:
         """A booking under ``key`` made for another object of that name (deleted and
         re-created) is not this one's: release it."""
-        with self.lock:
-            a = self.ledger.allocation(key)
+        with self._lock:
+            a = self._ledger.allocation(key)
             stale = a is not None and bool(a.uid) and bool(uid) and a.uid != uid
         if stale:
             self.forget(key)
@@ -295,13 +300,13 @@ class PlacementState(CacheEvents):
     def capacity_freed(self) -> None:
         """Devices were released outside ``forget`` (a pod book's own release):
         wake whatever waits for capacity."""
-        with self.lock:
+        with self._lock:
             waiting = list(self.pending.waiting)
         self._wake(waiting)
 
     def _wake(self, waiting: list[str]) -> None:
         """Unlocked: enqueue ``waiting`` and the blocked preemptors; wake the books."""
-        with self.lock:
+        with self._lock:
             waiting = waiting + self.evictions.blocked()
         if waiting:
             self._enqueue_waiting(waiting)
@@ -313,22 +318,22 @@ class PlacementState(CacheEvents):
         return any(book.owns(pod) for book in self.pod_books)
 
     def is_committed(self, key: str) -> bool:
-        with self.lock:
-            return self.ledger.is_committed(key)
+        with self._lock:
+            return self._ledger.is_committed(key)
 
     def booking(self, key: str) -> Any:
         """The ledger's booking of ``key`` (an Allocation), or None."""
-        with self.lock:
-            return self.ledger.allocation(key)
+        with self._lock:
+            return self._ledger.allocation(key)
 
     def held_by(self, key: str) -> bool:
-        with self.lock:
-            return self.ledger.allocation(key) is not None
+        with self._lock:
+            return self._ledger.allocation(key) is not None
 
     def blockers(self, key: str) -> dict[str, list[str]]:
         """node -> pods that ``key``'s nomination still waits for (empty: none)."""
-        with self.lock:
-            out = self.ledger.blockers(key)
+        with self._lock:
+            out = self._ledger.blockers(key)
             if out:
                 self.evictions.block(key)
             else:
@@ -337,22 +342,22 @@ class PlacementState(CacheEvents):
 
     def block(self, key: str) -> None:
         """``key`` waits for pods to go: any pod's deletion wakes it."""
-        with self.lock:
+        with self._lock:
             self.evictions.block(key)
 
     def has_node(self, node: str) -> bool:
-        with self.lock:
-            return self.snapshot.get(node) is not None
+        with self._lock:
+            return self._snapshot.get(node) is not None
 
     def node_devices(self, node: str) -> frozenset[int] | None:
         """Every device index ``node`` has (healthy or not); None while unknown."""
-        with self.lock:
-            info = self.snapshot.get(node)
+        with self._lock:
+            info = self._snapshot.get(node)
             return frozenset(info.devices) if info is not None and info.devices else None
 
     def uuids(self, node: str, devices: list[int]) -> list[str] | None:
-        with self.lock:
-            info = self.snapshot.get(node)
+        with self._lock:
+            info = self._snapshot.get(node)
             if info is None or not info.has_gpunode:
                 return None
             out = [info.devices[d].uuid if d in info.devices else "" for d in devices]
@@ -362,12 +367,12 @@ class PlacementState(CacheEvents):
 
     def node_info(self, node: str) -> NodeInfo | None:
         """The snapshot's view of ``node`` (None: unknown)."""
-        with self.lock:
-            return self.snapshot.get(node)
+        with self._lock:
+            return self._snapshot.get(node)
 
     def schedule(self, w: GPUWorkload) -> Decision:
         """Where ``w`` would go now, booking nothing (``decide`` books)."""
-        with self.lock:
+        with self._lock:
             return self.scheduler.schedule(w)
 
     def view(self) -> PlacementView:
@@ -380,14 +385,14 @@ class PlacementState(CacheEvents):
             raise AttributeError(question)
 
         def ask(*args: Any, **kwargs: Any) -> Any:
-            with self.lock:
-                return getattr(self.ledger, question)(*args, **kwargs)
+            with self._lock:
+                return getattr(self._ledger, question)(*args, **kwargs)
         return ask
 
     def atomically(self, fn: Callable[[], T]) -> T:
         """Runs ``fn`` under the state's lock: atomically with every booking (the
         claim controller's decision to release a claim, the slices it reads)."""
-        with self.lock:
+        with self._lock:
             return fn()
 
     # ------------------------------------------------------------ seed pods
@@ -398,35 +403,35 @@ class PlacementState(CacheEvents):
         """Plans seed pod ``key`` on a read-only view and books the plan in ``book``,
         both under the lock, so nothing is booked between the two. Seed pods take
         whole GPUs. Returns (the booked entry, "") or (None, why not)."""
-        with self.lock:
+        with self._lock:
             entry, why = plan(self.view())
             if entry is None:
                 return None, why
             try:
-                self.ledger.refuse_mig(entry.placement)
-                book.book(self.ledger, key, entry)
+                self._ledger.refuse_mig(entry.placement)
+                book.book(self._ledger, key, entry)
             except LedgerConflict as exc:
                 return None, str(exc)
             return entry, ""
 
     def mark_seed_bound(self, book: SeedBook, key: str) -> None:
         """Seed pod ``key`` is bound: its owner's booking commits once all are."""
-        with self.lock:
-            book.mark_bound(self.ledger, key)
+        with self._lock:
+            book.mark_bound(self._ledger, key)
 
     def adopt_seed(self, book: SeedBook, key: str, want: Entry | None,
                    keep: Callable[[Entry], bool]) -> tuple[Entry | None, str]:
         """A bound seed pod: what ``book`` already books for ``key`` stays (marked
         bound) when ``keep`` says so, else ``want`` is booked. Returns (what the pod
         is taken to hold, the conflict that refused ``want`` or "")."""
-        with self.lock:
+        with self._lock:
             have = book.entry(key)
             if have is not None and want is not None and keep(have):
-                book.mark_bound(self.ledger, key)
+                book.mark_bound(self._ledger, key)
                 return have, ""
             if want is not None:
                 try:
-                    book.book(self.ledger, key, want)
+                    book.book(self._ledger, key, want)
                 except LedgerConflict as exc:
                     return want, str(exc)
             return want, ""
@@ -434,39 +439,39 @@ class PlacementState(CacheEvents):
     def release_seed(self, book: SeedBook, key: str) -> Entry | None:
         """Releases seed pod ``key``'s booking in ``book``; what it held, or None.
         The caller wakes the waiting (``capacity_freed``) once it has said so."""
-        with self.lock:
-            return book.release(self.ledger, key)
+        with self._lock:
+            return book.release(self._ledger, key)
 
     def seed_pod_keys(self, book: SeedBook, ledger_key: str) -> list[str]:
         """The pods (``ns/name``) whose bookings make up ``ledger_key`` in ``book``."""
-        with self.lock:
+        with self._lock:
             return book.pod_keys(ledger_key)
 
     def higher_priority_fresh(self, key: str, priority: int) -> bool:
-        with self.lock:
+        with self._lock:
             return self.pending.higher_fresh(key, priority)
 
     def node_gpus(self) -> tuple[dict[str, int], dict[str, int]]:
         """(total usable, allocated) GPUs per node, for the metrics."""
-        with self.lock:
+        with self._lock:
             total, used = {}, {}
-            for name in self.snapshot.names:
-                t = len(self.ledger.usable(name))
+            for name in self._snapshot.names:
+                t = len(self._ledger.usable(name))
                 total[name] = t
-                used[name] = max(0, t - self.ledger.free_count(name))
+                used[name] = max(0, t - self._ledger.free_count(name))
             return total, used
 
     # ------------------------------------------------------- preemption
 
     def eviction(self, key: str) -> str | None:
         """The eviction ``key``'s reconcile is to take in (its message), or None."""
-        with self.lock:
+        with self._lock:
             return self.evictions.message(key)
 
     def evicted(self, key: str) -> None:
         """The victim's own reconcile took in its eviction (and asked its children
         to go): its preemptors wait only for its pods from now on."""
-        with self.lock:
+        with self._lock:
             waiting = self.evictions.acknowledge(key)
         if waiting:
             self._enqueue_waiting(waiting)
@@ -475,7 +480,7 @@ class PlacementState(CacheEvents):
         """Victims of ``key``'s preemption whose reconcile has not yet taken in the
         eviction: one of theirs may still be creating pods on the nominated devices
         (a victim chosen while its own placement was being committed)."""
-        with self.lock:
+        with self._lock:
             return self.evictions.unacknowledged(key)
 
     def _booked_elsewhere(self, ledger_key: str) -> bool:

@@ -475,12 +475,12 @@ class Env:
 
     def holders(self, node_name: str) -> dict[int, frozenset[str]]:
         """device -> the owners holding it."""
-        led = self.state.ledger
+        led = self.state.view()
         return {d: led.device_owners(node_name, d) for d in sorted(led.usable(node_name))
                 if led.device_owners(node_name, d)}
 
     def free(self, node_name: str = "node1") -> int:
-        return self.state.ledger.free_count(node_name)
+        return self.state.view().free_count(node_name)
 
     def overlaps(self) -> list[tuple[str, int, list[str]]]:
         """(node, device, pods) where live pods of different workloads share a

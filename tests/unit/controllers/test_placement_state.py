@@ -66,7 +66,7 @@ class World:
         self.rebuilt = self.state.rebuild(lambda: (NODES, [], list(workloads), list(pods)))
 
     def owners(self, node_name: str = "node1") -> dict[int, frozenset[str]]:
-        led = self.state.ledger
+        led = self.state.view()
         return {d: led.device_owners(node_name, d) for d in range(4)
                 if led.device_owners(node_name, d)}
 
@@ -101,7 +101,7 @@ def test_a_malformed_pod_still_counts_the_gpus_it_requests() -> None:
     w.state.on_pod(pod("bad", "node1", devices="²", gpus=3))
     assert [r for _, r, _ in w.problems] == ["BadAnnotation"]
     # the device plugin gave it three GPUs whatever the annotation says
-    assert w.state.ledger.free_count("node1") == 1
+    assert w.state.view().free_count("node1") == 1
 
 
 def test_the_rebuild_reports_a_malformed_pod_and_books_everything_else() -> None:
@@ -130,7 +130,7 @@ def test_a_restart_with_a_malformed_seed_pod_places_workloads_and_seed_pods() ->
     w = World(pods=[bad, seed], books=(book,))
     assert w.state.ready
     # the malformed one is read as its request, counted; the other by its devices
-    assert w.state.ledger.free_count("node1") == 3
+    assert w.state.view().free_count("node1") == 3
     assert w.owners("node2").keys() == {0, 1}
     d = w.state.decide(gw("after-restart", gpusPerReplica=3))
     assert d.ok and d.placements[0].node == "node1", d.message

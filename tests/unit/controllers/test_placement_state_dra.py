@@ -28,7 +28,7 @@ def state(woken: list[str]) -> PlacementState:
 def test_slices_are_the_nodes_devices_and_claims_hold_theirs() -> None:
     woken: list[str] = []
     s = state(woken)
-    info = s.snapshot.get("node1")
+    info = s.node_info("node1")
     assert info is not None and sorted(info.devices) == [0, 1]  # the driver's 2, not 4
     theirs: dict[str, Any] = claim("k1", "node1", "gpu-0")
     s.on_claim(theirs)
@@ -46,10 +46,10 @@ def test_slices_are_the_nodes_devices_and_claims_hold_theirs() -> None:
 def test_a_slice_published_later_makes_the_node_a_dra_node() -> None:
     s = state([])
     s.on_resourceslice(rslice("node2", 8))
-    assert s.snapshot.get("node2") is None  # no Node object yet
+    assert s.node_info("node2") is None  # no Node object yet
     s.on_node(node("node2", 8))
-    info = s.snapshot.get("node2")
+    info = s.node_info("node2")
     assert info is not None and info.dra_driver == "gpu.nvidia.com" and len(info.devices) == 8
     s.on_resourceslice_deleted(rslice("node2", 8))
-    info = s.snapshot.get("node2")
+    info = s.node_info("node2")
     assert info is not None and not info.dra_driver

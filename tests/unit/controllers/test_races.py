@@ -100,9 +100,9 @@ def test_an_adopted_nomination_enqueues_its_victims_after_releasing_the_lock() -
         got: list[bool] = []
 
         def other_thread() -> None:
-            got.append(state.lock.acquire(timeout=0.5))
+            got.append(state._lock.acquire(timeout=0.5))
             if got[0]:
-                state.lock.release()
+                state._lock.release()
         t = threading.Thread(target=other_thread)
         t.start()
         t.join()
@@ -196,7 +196,7 @@ def test_a_raising_placement_handler_leads_to_a_rebuild_that_holds_the_pod() -> 
 
     def bug(pod: Any) -> list[str]:
         raise RuntimeError("a bug while reading the pod")
-    old.ledger.sync_pod = bug  # type: ignore[method-assign]
+    old._ledger.sync_pod = bug  # type: ignore[method-assign]
     env.rec._state_factory = env.new_state  # a rebuild reads the caches
     informer = SharedIndexInformer(client=None, api_version="v1", kind="Pod")  # type: ignore[arg-type]
     informer.add_event_handler(placement_handler(env.rec, "Pod", "on_pod"))
@@ -210,11 +210,11 @@ def test_a_raising_placement_handler_leads_to_a_rebuild_that_holds_the_pod() -> 
     eventually(lambda: not old.ready, timeout=5, what="the state invalidated")
     informer.stop()
     assert not old.ready  # the event was lost: this state is not trusted any more
-    assert old.ledger.pod("uid-other") is None
+    assert old.view().pod("uid-other") is None
 
     env.workload("w", gpusPerReplica=1)
     env.settle("w")
-    assert env.rec.state is not old and env.rec.state.ledger.pod("uid-other") is not None
+    assert env.rec.state is not old and env.rec.state.view().pod("uid-other") is not None
     assert env.condition("w", "Scheduled")["reason"] == "Unschedulable"
     assert env.pod("w-0") is None
 

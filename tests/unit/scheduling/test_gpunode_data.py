@@ -209,7 +209,7 @@ def test_placement_state_turns_a_silent_node_stale_and_keeps_placements() -> Non
     now[0] = NOW + timedelta(seconds=31)  # no heartbeat since
     state.refresh_stale()
     assert state.held_by(first.key)
-    alloc = state.ledger.allocation(first.key)
+    alloc = state.view().allocation(first.key)
     assert alloc is not None and list(alloc.placements) == d.placements
     d2 = state.decide(workload("second"))
     assert d2.outcome == UNSCHEDULABLE and d2.reasons == {"n1": STALE_REASON}

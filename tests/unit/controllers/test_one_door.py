@@ -1,0 +1,50 @@
+"""The placement state has one door: nothing outside its modules touches its lock,
+its ledger or its snapshot (docs/architecture.md, "The placement state"); readers
+get ``view()``, the seed path ``book_seed`` and its kin, the claims ``atomically``.
+A grep of the tree says so, so a new shortcut fails here rather than in a race."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+#: the placement state's own modules
+OWN = {"controllers/placement_state.py", "controllers/placement_events.py"}
+#: the code that runs (tests may set scenes through the private fields)
+TREES = ("controllers", "internal", "runtime", "api", "main.py")
+
+#: ``state.lock``, ``self.state().ledger``, ``ensure_state()._snapshot``, ...
+STATE_FIELD = re.compile(r"\w*state\w*(\(\))?\.(_?lock|_?ledger|_?snapshot)\b")
+#: any other object's private lock, ledger or snapshot (``x._ledger``, not ``self._ledger``)
+PRIVATE_FIELD = re.compile(r"(?<!\bself)\._(lock|ledger|snapshot)\b")
+
+
+def _sources() -> list[Path]:
+    out: list[Path] = []
+    for tree in TREES:
+        path = ROOT / tree
+        out += [path] if path.is_file() else sorted(path.rglob("*.py"))
+    return out
+
+
+def test_nothing_outside_the_placement_state_touches_its_lock_ledger_or_snapshot() -> None:
+    found = []
+    for path in _sources():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in OWN:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if STATE_FIELD.search(line) or PRIVATE_FIELD.search(line):
+                found.append(f"{rel}:{n}: {line.strip()}")
+    assert not found, "reaches into the placement state:\n" + "\n".join(found)
+
+
+def test_the_grep_finds_what_it_looks_for() -> None:
+    """The patterns match the shortcuts this test forbids (else it passes on nothing)."""
+    for line in ("with state.lock:", "self.state().ledger.assume(k, p)",
+                 "self.reconciler.ensure_state().lock", "info = state.snapshot.get(n)",
+                 "led = other._ledger"):
+        assert STATE_FIELD.search(line) or PRIVATE_FIELD.search(line), line
+    for line in ("with self._lock:", "h.ledger.free_count(n)", "self._snapshot.get(n)"):
+        assert not (STATE_FIELD.search(line) or PRIVATE_FIELD.search(line)), line
