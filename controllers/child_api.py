@@ -101,7 +101,7 @@ class ChildAPI:
                     self.expectations.created(meta["ownerReferences"][0]["uid"], created)
                 # it holds its devices from now on, before the cache shows it
                 state = self._state()
-                (state.on_pod if obj["kind"] == "Pod" else state.on_job)(created)
+                (state.events.on_pod if obj["kind"] == "Pod" else state.events.on_job)(created)
             return None
         except AlreadyExists:
             if obj.get("kind") in ("Pod", "Job"):

@@ -3,7 +3,7 @@ ledger of who holds which device, and the scheduler over both, behind one lock.
 
 It is rebuilt from the informers' caches before the first placement after a start
 (docs/architecture.md, invariant 4) and then kept current by their events
-(``placement_events.CacheEvents``, which ``PlacementState`` inherits). Every
+(``placement_events.CacheEvents``, composed onto it as ``events``). Every
 update is idempotent, so an event that the rebuild already saw and then delivers
 again changes nothing. Only the leader's reconciler uses it: it is created when
 the controller starts leading.
@@ -34,14 +34,14 @@ import structlog
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
 from controllers.evictions import Evictions, preempted_message
 from controllers.node_views import NodeViews
-from controllers.pending import PendingSet
-from controllers.placement_events import CacheEvents
-from controllers.write_tracker import WriteTracker
+from controllers.pending import PendingSet, is_placed, is_terminal
+from controllers.placement_events import CacheEvents, Holder, holds_less, more_room
+from controllers.write_tracker import WriteTracker, object_key
 from internal.metrics.domain import BAD_OBJECTS
 from internal.scheduling.framework import PREEMPT, Decision
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
-from internal.scheduling.ledger import Ledger, LedgerConflict
-from internal.scheduling.resourceslices import SliceInventory
+from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner
+from internal.scheduling.resourceslices import SliceInventory, claim_holder_key, claim_holding
 from internal.scheduling.scheduler import Scheduler
 from internal.scheduling.snapshot import NodeInfo, Snapshot
 
@@ -116,9 +116,10 @@ class PlacementView:
         return self._state.ledger_read(name)
 
 
-class PlacementState(CacheEvents):
+class PlacementState:
     """The snapshot, the ledger and the scheduler, kept by the informers' events
-    (``CacheEvents``) and asked by the reconcilers; every method takes the lock.
+    (``events``, a ``CacheEvents``) and asked by the reconcilers; every method
+    takes the lock.
 
     Its lock, ledger and snapshot are private: nothing outside this module and
     ``placement_events`` touches them (``tests/unit/controllers/test_one_door.py``
@@ -139,7 +140,6 @@ class PlacementState(CacheEvents):
                                SliceInventory(dra_driver) if dra_driver else None)
         self.evictions = Evictions()
         self.writes = WriteTracker(self._lock)
-        self._reported: set[str] = set()  # pod/Job UIDs whose problem was reported
         self.default_exposure = default_exposure
         self.rng = rng or random.Random()
         self._ledger = Ledger()
@@ -149,8 +149,8 @@ class PlacementState(CacheEvents):
         self.pending = PendingSet()
         self.ready = False
         self._enqueue_waiting = enqueue_waiting or (lambda keys: None)
-        self._enqueue_on_node = enqueue_on_node or (lambda node: None)
-        self._on_problem = on_problem or (lambda obj, reason, message: None)
+        #: the informers' handlers (``setup.py`` wires the informers to them)
+        self.events = CacheEvents(self, on_problem, enqueue_on_node)
         self.pod_books = tuple(pod_books)
         #: a PriorityClass's value by name (None: no such class), from the cache
         self._class_value = priority_class_value or (lambda name: None)
@@ -178,7 +178,7 @@ class PlacementState(CacheEvents):
         with self._lock:
             nodes, gpunodes, workloads, pods = read()
             jobs = read_jobs() if read_jobs is not None else []
-            ours = [p for p in pods if not self._owned(p)]
+            ours = [p for p in pods if not self.owned(p)]
             slices, claims = read_dra() if read_dra is not None and self.slices else ([], [])
             for sl in slices:
                 self.slices.upsert(sl)  # type: ignore[union-attr]
@@ -228,6 +228,207 @@ class PlacementState(CacheEvents):
                 return
             for view in self.nodes.views():
                 self._snapshot.upsert_gpunode(view)
+
+    # ------------------------------------------- changes from the informers
+    # Called by ``events`` (CacheEvents); each applies one change under the lock and
+    # returns what to wake (None: nothing, or not ready: the rebuild reads it).
+
+    def set_node(self, node: JSON) -> list[str] | None:
+        name = str((node.get("metadata") or {}).get("name"))
+        with self._lock:
+            return self._node_changed(name, lambda: self._snapshot.upsert_node(node)) \
+                if self.ready else None
+
+    def remove_node(self, name: str, uid: str) -> bool:
+        """Drops node ``name`` unless it is another object (``uid``); dropped?"""
+        with self._lock:
+            return self.ready and self._snapshot.remove_node(name, uid)
+
+    def set_gpunode(self, gpunode: JSON) -> list[str] | None:
+        name = str((gpunode.get("metadata") or {}).get("name"))
+        with self._lock:
+            if not self.ready:
+                return None
+            return self._node_changed(
+                name, lambda: self._snapshot.upsert_gpunode(self.nodes.set_gpunode(gpunode)))
+
+    def remove_gpunode(self, name: str, uid: str) -> None:
+        with self._lock:
+            if self.ready and self.nodes.drop_gpunode(name, uid):
+                self._refresh_node(name)
+
+    def set_slice(self, rslice: JSON) -> list[str] | None:
+        """Records a ResourceSlice (before the rebuild too: the rebuild reads it)."""
+        slices = self.nodes.slices
+        if slices is None:
+            return None
+        with self._lock:
+            node = slices.upsert(rslice)
+            if not self.ready or node is None:
+                return None
+            return self._node_changed(node, lambda: self._refresh_node(node))
+
+    def remove_slice(self, rslice: JSON) -> None:
+        slices = self.nodes.slices
+        if slices is None:
+            return
+        with self._lock:
+            node = slices.remove(rslice)
+            if self.ready and node is not None:
+                self._refresh_node(node)
+
+    def _node_changed(self, name: str, change: Callable[[], None]) -> list[str] | None:
+        """Under the lock: applies ``change`` to node ``name`` in the snapshot; the
+        workloads to wake (unlocked) when the node could now fit more, else None."""
+        before = self._snapshot.get(name)
+        change()
+        return list(self.pending.waiting) if more_room(before, self._snapshot.get(name)) \
+            else None
+
+    def _refresh_node(self, name: str) -> None:
+        """Re-derives ``name``'s devices from its GPUNode and its ResourceSlices."""
+        view = self.nodes.view(name)
+        if view is not None:
+            self._snapshot.upsert_gpunode(view)
+        else:
+            self._snapshot.remove_gpunode(name)
+
+    def set_claim(self, claim: JSON) -> tuple[list[str], list[str] | None] | None:
+        """Records what an allocated ResourceClaim holds: (problems, what to wake);
+        None when DRA is off or before the rebuild."""
+        if self.nodes.slices is None:
+            return None
+        key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
+        with self._lock:
+            if not self.ready:
+                return None
+            before = self._ledger.holding(key)
+            problems = self._sync_claim(self._ledger, claim)
+            after = self._ledger.holding(key)
+            freed = before is not None and (after is None or holds_less(after, before))
+            return problems, list(self.pending.waiting) if freed else None
+
+    def _sync_claim(self, ledger: Ledger, claim: JSON) -> list[str]:
+        """Records in ``ledger`` what ``claim`` holds now (under the lock)."""
+        key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
+        slices = self.nodes.slices
+        assert slices is not None
+        return ledger.sync(key, lambda: claim_holding(claim, slices), key)
+
+    def remove_holder_key(self, key: str) -> list[str] | None:
+        """Forgets the holder ``key`` (a claim); what to wake if it held anything."""
+        with self._lock:
+            if not self.ready or not self._ledger.remove_holder(key):
+                return None
+            return list(self.pending.waiting)
+
+    def set_holder(self, obj: JSON, holder: Holder
+                   ) -> tuple[list[str], list[str] | None] | None:
+        """Records what ``obj`` (a pod, a Job) holds now: (problems, what to wake
+        when it holds less than before); None before the rebuild."""
+        uid = holder.uid(obj)
+        with self._lock:
+            if not self.ready:
+                return None
+            before = holder.held(self._ledger, uid)
+            problems = holder.sync(self._ledger, obj)
+            after = holder.held(self._ledger, uid)
+            freed = before is not None and (after is None or holds_less(after, before))
+            return problems, list(self.pending.waiting) if freed else None
+
+    def remove_holder(self, uid: str, holder: Holder) -> list[str] | None:
+        """Forgets the pod or Job ``uid``; what to wake if it held anything."""
+        with self._lock:
+            if not self.ready or not holder.remove(self._ledger, uid):
+                return None
+            return list(self.pending.waiting)
+
+    # ------------------------------------------------------------ workloads
+
+    def _track_pending(self, obj: JSON) -> None:
+        """Under the lock: ``obj`` waits for capacity unless the ledger books it."""
+        key = object_key(obj)
+        if self._ledger.allocation(key) is not None:
+            self.pending.discard(key)
+        else:
+            self.pending.update(obj)
+
+    def set_workload(self, obj: JSON) -> None:
+        """Keeps the pending set current, and adopts a committed placement that this
+        ledger does not know (written by a previous leader). Objects older than this
+        controller's own last write of them are skipped: they would undo it."""
+        victims: list[str] = []
+        with self._lock:
+            if not self.ready:
+                return
+            if not self.writes.is_behind(obj):
+                _, victims = self._adopt(obj)
+            self._track_pending(obj)
+        if victims:
+            self._enqueue_waiting(victims)
+
+    def adopt(self, obj: JSON) -> bool:
+        """Books the committed placement of ``obj`` if this ledger does not hold it.
+        False when it conflicts with what the ledger holds for other owners (running
+        pods win)."""
+        with self._lock:
+            ok, victims = self._adopt(obj)
+        if victims:
+            self._enqueue_waiting(victims)
+        return ok
+
+    def _adopt(self, obj: JSON) -> tuple[bool, list[str]]:
+        """Under the lock: (adopted or nothing to adopt, the victims of its
+        nomination to enqueue once the lock is released)."""
+        status = obj.get("status") or {}
+        key = object_key(obj)
+        meta = obj.get("metadata") or {}
+        if not is_placed(status) or is_terminal(status) or self._ledger.allocation(key) or \
+                self.evictions.is_evicting(key) or meta.get("deletionTimestamp"):
+            return True, []
+        try:
+            w = GPUWorkload.model_validate(obj)
+            a = self._ledger.assume(key, w.status.placements, gpus_per_replica=w.spec.gpus,
+                                   priority=w.spec.priority, committed=True,
+                                   check_capacity=False, owner=booking_owner(w),
+                                   uid=w.metadata.uid or "", overlap=w.status.nominated_over)
+            log.info("ledger.adopted", workload=key, nominated_over=w.status.nominated_over)
+            if not a.overlap:
+                return True, []
+            self.evictions.block(key)
+            return True, self.evictions.resume(self._ledger, a, self._booked_elsewhere)
+        except (ValueError, LedgerConflict) as exc:
+            log.warning("ledger.adopt.failed", workload=key, error=str(exc))
+            return False, []
+
+    def workload_gone(self, key: str, uid: str) -> None:
+        """Workload ``key`` (UID ``uid``) is deleted: its booking, pending entry and
+        write record go. Identity is the UID: a late delete of an older object of
+        the same name (the reconciler reads the cache, which shows the new object
+        before this runs) releases nothing of the new object's; only the old one's
+        eviction is taken in (its preemptors stop waiting for it)."""
+        with self._lock:
+            if not self.ready:
+                return
+            booked = self._ledger.allocation(key)
+            late = bool(uid) and booked is not None and bool(booked.uid) and booked.uid != uid
+            waiting = self.evictions.acknowledge(key) if late else []
+        if late:
+            log.info("workload.delete.stale", workload=key, uid=uid, booked_uid=booked.uid)
+            if waiting:
+                self._enqueue_waiting(waiting)
+            return
+        with self._lock:
+            if not self.ready:
+                return
+            self.pending.discard(key)
+            self.writes.forget(key)
+            waiting = self.evictions.acknowledge(key)
+        if waiting:
+            self._enqueue_waiting(waiting)
+        with self._lock:
+            self.evictions.stop_waiting(key)
+        self.forget(key)
 
     # ------------------------------------------------------------- placing
 
@@ -304,6 +505,11 @@ class PlacementState(CacheEvents):
             waiting = list(self.pending.waiting)
         self._wake(waiting)
 
+    def wake_if(self, waiting: list[str] | None) -> None:
+        """Unlocked: wakes ``waiting`` unless None (nothing freed)."""
+        if waiting is not None:
+            self._wake(waiting)
+
     def _wake(self, waiting: list[str]) -> None:
         """Unlocked: enqueue ``waiting`` and the blocked preemptors; wake the books."""
         with self._lock:
@@ -313,7 +519,7 @@ class PlacementState(CacheEvents):
         for book in self.pod_books:
             book.wake()
 
-    def _owned(self, pod: JSON) -> bool:
+    def owned(self, pod: JSON) -> bool:
         """Is ``pod`` booked by one of the pod books (not by the pod events)?"""
         return any(book.owns(pod) for book in self.pod_books)
 

@@ -236,7 +236,7 @@ def test_rebuild_rebooks_bound_pods_and_never_counts_them_as_foreign() -> None:
     assert not [a for a in ledger.allocations().values() if a.pod]
     assert env.holder("node1", 0) is None
     # events for our pods never count them as foreign either
-    env.state.on_pod(pods[2])
+    env.state.events.on_pod(pods[2])
     assert not [a for a in ledger.allocations().values() if a.pod]
 
 

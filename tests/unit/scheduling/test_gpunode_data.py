@@ -215,7 +215,7 @@ def test_placement_state_turns_a_silent_node_stale_and_keeps_placements() -> Non
     assert d2.outcome == UNSCHEDULABLE and d2.reasons == {"n1": STALE_REASON}
 
     # the agent reports again: offered again, minus what "first" holds
-    state.on_gpunode(fixture_gpunode("n1", "h100-sxm-8", now[0]))
+    state.events.on_gpunode(fixture_gpunode("n1", "h100-sxm-8", now[0]))
     d3 = state.decide(workload("third", gpusPerReplica=6))
     assert d3.ok and not set(d3.placements[0].devices) & set(d.placements[0].devices)
 
