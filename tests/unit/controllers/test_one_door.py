@@ -10,7 +10,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 #: the placement state's own modules
-OWN = {"controllers/placement_state.py", "controllers/placement_events.py"}
+OWN = {"controllers/placement_cache.py", "controllers/placement_state.py",
+       "controllers/placement_events.py"}
 #: the code that runs (tests may set scenes through the private fields)
 TREES = ("controllers", "internal", "runtime", "api", "main.py")
 
