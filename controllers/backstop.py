@@ -28,6 +28,7 @@ from typing import Any
 import structlog
 
 from internal.metrics.domain import BACKSTOP_RECONCILES
+from internal.objects import object_key
 
 log = structlog.get_logger("backstop")
 
@@ -43,10 +44,6 @@ def unsettled(obj: JSON) -> bool:
     phase = (obj.get("status") or {}).get("phase") or "Pending"
     return bool(meta.get("deletionTimestamp")) or phase in ("Pending", "Scheduled")
 
-
-def _key(obj: JSON) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
 class Backstop:
@@ -94,7 +91,7 @@ class Backstop:
         due = []
         with self._lock:
             for obj in self._workloads():
-                key = _key(obj)
+                key = object_key(obj)
                 if not unsettled(obj):
                     continue
                 last = self._last.setdefault(key, now)  # first seen: a period from now

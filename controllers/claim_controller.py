@@ -28,6 +28,7 @@ from controllers.claims import (
     index_pods_by_claim,
 )
 from controllers.gpuworkload import GPUWorkloadReconciler
+from internal.objects import object_key
 from internal.scheduling.pods import controller_ref, pod_is_active, workload_owner
 from internal.scheduling.resourceslices import DRA_API_VERSION
 from runtime import (
@@ -117,7 +118,7 @@ class ClaimReconciler:
         status = {**(claim.get("status") or {}), "reservedFor": want or None}
         with contextlib.suppress(NotFound, Conflict):
             self.client.update_status({**claim, "status": status})
-            log.info("claim.reserved", claim=_key(claim), pods=[r["name"] for r in want])
+            log.info("claim.reserved", claim=object_key(claim), pods=[r["name"] for r in want])
 
     def _live_users(self, claim: JSON) -> bool:
         meta = claim["metadata"]
@@ -130,10 +131,6 @@ class ClaimReconciler:
     def _release(self, claim: JSON) -> None:
         release_claim(self.client, claim)
 
-
-def _key(obj: JSON) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
 def _ours(claim: JSON) -> bool:

@@ -22,6 +22,7 @@ from api.v1alpha1.types import API_VERSION
 from controllers.child_api import ChildAPI
 from controllers.status import add_finalizer_patch
 from controllers.status_writer import StatusWriter
+from internal.objects import object_key
 from runtime import NotFound, Result
 
 JSON = Mapping[str, Any]
@@ -29,10 +30,6 @@ JSON = Mapping[str, Any]
 #: how often a deleting workload looks again for children still going away
 FINALIZE_POLL = 1.0
 
-
-def _key(raw: JSON) -> str:
-    meta = raw.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
 class ChildrenFinalizer:
@@ -51,7 +48,7 @@ class ChildrenFinalizer:
     def finalize(self, raw: JSON) -> Result | None:
         """Being deleted: release the booking, ask every child to go, and let the
         object go once none is left."""
-        key = _key(raw)
+        key = object_key(raw)
         self._release(key)
         meta = raw["metadata"]
         finalizers = meta.get("finalizers") or ()

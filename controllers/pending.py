@@ -8,13 +8,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from api.v1alpha1.types import GPUWorkload, Phase
+from internal.objects import object_key
 
 JSON = Mapping[str, Any]
 
-
-def _key(obj: JSON) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
 def is_placed(status: JSON) -> bool:
@@ -35,7 +32,7 @@ class PendingSet:
         self.waiting: set[str] = set()  # attempted, unschedulable
 
     def update(self, obj: JSON) -> None:
-        key = _key(obj)
+        key = object_key(obj)
         self.discard(key)
         status = obj.get("status") or {}
         meta = obj.get("metadata") or {}

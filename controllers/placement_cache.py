@@ -36,7 +36,8 @@ from controllers.evictions import Evictions
 from controllers.node_views import NodeViews
 from controllers.pending import PendingSet, is_placed, is_terminal
 from controllers.placement_events import Holder, holds_less, more_room
-from controllers.write_tracker import WriteTracker, object_key
+from controllers.write_tracker import WriteTracker
+from internal.objects import object_key
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner
 from internal.scheduling.resourceslices import SliceInventory, claim_holder_key, claim_holding

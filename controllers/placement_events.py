@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from controllers.write_tracker import object_key
 from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
+from internal.objects import object_key
 from internal.scheduling.jobs import job_uid
 from internal.scheduling.ledger import Ledger
 from internal.scheduling.pods import pod_uid

@@ -26,6 +26,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from internal.objects import object_key, resource_version
+
 JSON = Mapping[str, Any]
 
 #: a key's record while a write is on its way: newer than any resourceVersion
@@ -34,19 +36,6 @@ WRITING = 1 << 62
 _marks = itertools.count(1)  # one per write on its way, unique across trackers
 
 
-def object_key(obj: JSON) -> str:
-    """``namespace/name`` of a namespaced object (``default`` when it has none)."""
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
-
-
-def resource_version(obj: JSON) -> int:
-    """etcd's resourceVersions are increasing integers (opaque by contract, but
-    kube-apiserver's are revisions); 0 when unknown."""
-    try:
-        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
-    except (TypeError, ValueError):
-        return 0
 
 
 class WriteTracker:

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
     seen: dict[str, str] = {}
 
     def emit(kind: str, w: dict) -> None:
-        key = inventory.workload_key(w)
+        key = inventory.object_key(w)
         sig = json.dumps([kind == "DELETED", w.get("status")], sort_keys=True, default=str)
         if seen.get(key) == sig:
             return  # a spec/metadata-only change: nothing the user watches moved

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION
 from api.v1alpha1.types import GPUWorkload, Phase
+from internal.objects import object_key
 from internal.scheduling.freeindex import FreeIndex
 from internal.scheduling.jobs import job_holder_key, job_holding, job_uid
 from internal.scheduling.ledger_core import Allocation, DeviceLedger, LedgerConflict
@@ -33,14 +34,13 @@ from internal.scheduling.pods import (
     pod_gpu_request,
     pod_holding,
     pod_is_active,
-    pod_key,
     pod_owner,
     workload_owner,
 )
 
 __all__ = ["Allocation", "DeviceLedger", "FreeIndex", "Ledger", "LedgerConflict",
            "booking_owner", "holds_devices", "is_controller_pod", "pod_gpu_request",
-           "pod_is_active", "pod_key"]
+           "pod_is_active"]
 
 
 def booking_owner(w: GPUWorkload) -> str:
@@ -56,7 +56,7 @@ class Ledger(DeviceLedger):
         Job with a malformed annotation holds nothing: its pod, once made, is counted
         by its request)."""
         return self.sync(job_holder_key(job_uid(job)), lambda: job_holding(job),
-                         f"job {pod_key(job)}")
+                         f"job {object_key(job)}")
 
     def sync(self, key: str, read: Callable[[], PodHolding | None], what: str) -> list[str]:
         """Brings the ledger in line with one holder (a Job, an allocated claim) as
@@ -157,7 +157,7 @@ class Ledger(DeviceLedger):
         A bound pod keeps the devices it was first seen with: nobody of ours edits the
         annotation afterwards, so an edit (``kubectl annotate --overwrite``, which the
         pod-devices policy refuses) neither books more nor releases any."""
-        uid = str((pod.get("metadata") or {}).get("uid") or pod_key(pod))
+        uid = str((pod.get("metadata") or {}).get("uid") or object_key(pod))
         given = self._given(pod, uid)
         try:
             h = pod_holding(pod)
@@ -166,19 +166,19 @@ class Ledger(DeviceLedger):
             # (a share that cannot be read: its devices, held whole)
             h = exc.holding if isinstance(exc, BadShare) else _requested_only(pod, uid)
             if given is not None and not isinstance(exc, BadShare):
-                h = PodHolding(uid, pod_key(pod), given[0], given[1],
+                h = PodHolding(uid, object_key(pod), given[0], given[1],
                                max(0, pod_gpu_request(pod) - len(given[1])), pod_owner(pod))
             if h is None:
                 self.remove_pod(uid)
             else:
                 self.set_pod(h, priority)
-            return [f"pod {pod_key(pod)}: {exc}"]
+            return [f"pod {object_key(pod)}: {exc}"]
         if given is not None and (h is None or h.devices != given[1]):
             now = ",".join(map(str, h.devices)) if h is not None and h.devices else "nothing"
-            problem = (f"pod {pod_key(pod)}: annotation {DEVICES_ANNOTATION} changed to {now} "
+            problem = (f"pod {object_key(pod)}: annotation {DEVICES_ANNOTATION} changed to {now} "
                        f"after it was given {','.join(map(str, given[1]))}; it keeps "
                        "holding those")
-            h = PodHolding(uid, pod_key(pod), given[0], given[1],
+            h = PodHolding(uid, object_key(pod), given[0], given[1],
                            max(0, pod_gpu_request(pod) - len(given[1])), pod_owner(pod))
             return [problem] + [f"pod {h.name}: {c}" for c in self.set_pod(h, priority)]
         if h is None:
@@ -208,7 +208,7 @@ def _requested_only(pod: Mapping[str, Any], uid: str) -> PodHolding | None:
     gpus = pod_gpu_request(pod)
     if not node or not gpus or not pod_is_active(pod):
         return None
-    return PodHolding(uid, pod_key(pod), str(node), (), gpus, pod_owner(pod))
+    return PodHolding(uid, object_key(pod), str(node), (), gpus, pod_owner(pod))
 
 
 def _parse_workload(
