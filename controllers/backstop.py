@@ -22,17 +22,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable
 
 import structlog
 
 from internal.metrics.domain import BACKSTOP_RECONCILES
-from internal.objects import object_key
+from internal.objects import JSON, object_key
 
 log = structlog.get_logger("backstop")
 
-JSON = Mapping[str, Any]
 
 #: default seconds between two sweeps (``--resync-unsettled-period``)
 DEFAULT_PERIOD = 60.0

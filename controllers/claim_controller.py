@@ -12,7 +12,7 @@ claim, even while the cache still shows it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -28,7 +28,7 @@ from controllers.claims import (
     index_pods_by_claim,
 )
 from controllers.gpuworkload import GPUWorkloadReconciler
-from internal.objects import object_key
+from internal.objects import JSON, object_key
 from internal.scheduling.pods import controller_ref, pod_is_active, workload_owner
 from internal.scheduling.resourceslices import DRA_API_VERSION
 from runtime import (
@@ -46,7 +46,6 @@ from runtime.store import OWNER_UID_INDEX, Indexer, index_by_owner_uid
 
 log = structlog.get_logger("claims")
 
-JSON = Mapping[str, Any]
 
 #: how often a wanted claim that no pod uses yet is looked at again (a booking can
 #: be released without any event on the claim or its pods)

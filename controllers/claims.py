@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +55,7 @@ from controllers.child_api import PERMANENT_CREATE_ERRORS
 from controllers.children import child_name, owner_reference
 from controllers.gpuworkload import GPUWorkloadReconciler
 from controllers.reconcile_outcome import EndAttempt
+from internal.objects import JSON
 from internal.scheduling.pods import controller_ref, parse_devices
 from internal.scheduling.resourceslices import (
     DEFAULT_DEVICE_CLASS,
@@ -74,7 +75,6 @@ from runtime.store import Indexer
 
 log = structlog.get_logger("claims")
 
-JSON = Mapping[str, Any]
 
 #: the request in our claims, and the pod's name for the claim
 REQUEST = "gpus"

@@ -14,7 +14,7 @@ whoever owns them. Nothing of ours is written once the object may go.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
@@ -22,10 +22,8 @@ from api.v1alpha1.types import API_VERSION
 from controllers.child_api import ChildAPI
 from controllers.status import add_finalizer_patch
 from controllers.status_writer import StatusWriter
-from internal.objects import object_key
+from internal.objects import JSON, object_key
 from runtime import NotFound, Result
-
-JSON = Mapping[str, Any]
 
 #: how often a deleting workload looks again for children still going away
 FINALIZE_POLL = 1.0

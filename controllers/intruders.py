@@ -19,19 +19,18 @@ request ``nvidia.com/gpu`` (the device plugin's, counted, never named).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION
-from internal.objects import object_key
+from internal.objects import JSON, object_key
 from internal.scheduling.pods import is_controller_pod, pod_is_active
 from runtime import ApiError, NotFound
 
 log = structlog.get_logger("controllers.intruders")
 
-JSON = Mapping[str, Any]
 REASON = "UnauthorizedDevices"
 
 

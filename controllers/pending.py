@@ -4,14 +4,9 @@ gate) and those waiting for capacity (woken when devices free up)."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
-from typing import Any
 
 from api.v1alpha1.types import GPUWorkload, Phase
-from internal.objects import object_key
-
-JSON = Mapping[str, Any]
-
+from internal.objects import JSON, object_key
 
 
 def is_placed(status: JSON) -> bool:

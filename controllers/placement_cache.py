@@ -25,7 +25,7 @@ status (``adopt``), as kube-scheduler's cache adds a pod it finds bound.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
@@ -37,7 +37,7 @@ from controllers.node_views import NodeViews
 from controllers.pending import PendingSet, is_placed, is_terminal
 from controllers.placement_events import Holder, holds_less, more_room
 from controllers.write_tracker import WriteTracker
-from internal.objects import object_key
+from internal.objects import JSON, object_key
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner
 from internal.scheduling.resourceslices import SliceInventory, claim_holder_key, claim_holding
@@ -45,7 +45,6 @@ from internal.scheduling.snapshot import NodeInfo, Snapshot
 
 log = structlog.get_logger("placement")
 
-JSON = Mapping[str, Any]
 T = TypeVar("T")
 
 #: the ledger's questions a reader may ask (none of them changes it)

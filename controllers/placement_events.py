@@ -30,14 +30,14 @@ Guarantees, for every handler here:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
-from internal.objects import object_key
+from internal.objects import JSON, object_key
 from internal.scheduling.jobs import job_uid
 from internal.scheduling.ledger import Ledger
 from internal.scheduling.pods import pod_uid
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("placement")
 
-JSON = Mapping[str, Any]
 
 
 def more_room(before: Any, after: Any) -> bool:

@@ -33,9 +33,10 @@ import structlog
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
 from controllers.evictions import preempted_message
 from controllers.pending import PendingSet
-from controllers.placement_cache import JSON, LEDGER_READS, PlacementCache, PodBook
+from controllers.placement_cache import LEDGER_READS, PlacementCache, PodBook
 from controllers.placement_events import CacheEvents
 from internal.metrics.domain import BAD_OBJECTS
+from internal.objects import JSON
 from internal.scheduling.framework import PREEMPT, Decision
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.ledger import Ledger, LedgerConflict

@@ -83,6 +83,7 @@ from controllers.seedbook import (
 )
 from controllers.setup import only_in
 from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
+from internal.objects import JSON
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
 from internal.scheduling.pods import (
@@ -99,7 +100,6 @@ from runtime.store import Indexer
 
 log = structlog.get_logger("podbinding")
 
-JSON = Mapping[str, Any]
 
 FAILED_SCHEDULING = "FailedScheduling"
 #: the taint a cordoned node carries (the node lifecycle controller adds it)

@@ -20,13 +20,13 @@ An annotation that cannot be read never makes a pod hold nothing.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION
 from api.v1alpha1.types import MAX_PRIORITY, SCHEDULING_MAP_ANNOTATION, Placement
-from internal.objects import object_key
+from internal.objects import JSON, object_key
 from internal.scheduling.ledger import Ledger, LedgerConflict
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
@@ -38,8 +38,6 @@ from internal.scheduling.pods import (
     pod_is_active,
     pod_uid,
 )
-
-JSON = Mapping[str, Any]
 
 DEFAULT_SCHEDULER_NAME = "gpu-scheduler"
 

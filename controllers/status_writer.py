@@ -42,7 +42,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,13 +51,12 @@ import structlog
 from api.v1alpha1.keys import CHILDREN_FINALIZER
 from controllers.status_patches import add_finalizer, patch_status
 from internal import metrics as m
-from internal.objects import object_key, resource_version
+from internal.objects import JSON, object_key, resource_version
 from runtime import NotFound
 from runtime.store import Indexer
 
 log = structlog.get_logger("status_writer")
 
-JSON = Mapping[str, Any]
 
 LAG, WRITES = m.STATUS_WRITE_LAG, m.STATUS_WRITES
 COALESCED, QUEUED = m.STATUS_COALESCED, m.STATUS_QUEUED

@@ -23,12 +23,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Mapping
-from typing import Any
 
-from internal.objects import object_key, resource_version
-
-JSON = Mapping[str, Any]
+from internal.objects import JSON, object_key, resource_version
 
 #: a key's record while a write is on its way: newer than any resourceVersion
 WRITING = 1 << 62

@@ -26,14 +26,14 @@ memory and not yet written (a second or so): the API is all it reads.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from api.v1alpha1.keys import WORKLOAD_LABEL
 from controllers.seedbook import DEFAULT_SCHEDULER_NAME, SeedBook, is_seed_key, read_bound
-from internal.objects import object_key
+from internal.objects import JSON, object_key
 from internal.scheduling.jobs import JobHolding
 from internal.scheduling.ledger import Allocation, Ledger
 from internal.scheduling.podindex import pod_index
@@ -47,8 +47,6 @@ from internal.scheduling.resourceslices import (
     with_slices,
 )
 from internal.scheduling.snapshot import Snapshot, gpunode_at
-
-JSON = Mapping[str, Any]
 
 
 @dataclass

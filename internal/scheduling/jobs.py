@@ -21,11 +21,8 @@ malformed annotation raises ``BadPod`` for the caller to report.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from api.v1alpha1.keys import ATTEMPT_LABEL, DEVICES_ANNOTATION, WORKLOAD_UID_LABEL
-from internal.objects import object_key
+from internal.objects import JSON, object_key
 from internal.scheduling.pods import (
     PodHolding,
     controller_ref,
@@ -34,8 +31,6 @@ from internal.scheduling.pods import (
     with_portion,
     workload_owner,
 )
-
-JSON = Mapping[str, Any]
 
 #: how a Job's holding is named in messages ("held by Job ns/train-0")
 JOB_PREFIX = "Job "

@@ -35,11 +35,10 @@ from api.v1alpha1.keys import (
     SHARE_ANNOTATION,
     WORKLOAD_UID_LABEL,
 )
-from internal.objects import object_key
+from internal.objects import JSON, object_key
 from internal.scheduling.quantity import gpu_count
 from internal.scheduling.shares import read_portion
 
-JSON = Mapping[str, Any]
 H = TypeVar("H", bound="PodHolding")
 
 

@@ -28,12 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.v1alpha1.keys import ATTEMPT_LABEL
-from internal.objects import object_key
+from internal.objects import JSON, object_key
 from internal.scheduling.inventory import DRA_DRIVER_ANNOTATION, SOURCE_ANNOTATION
 from internal.scheduling.pods import PodHolding, controller_ref, workload_owner
 from internal.scheduling.quantity import gpu_count
-
-JSON = Mapping[str, Any]
 
 DEFAULT_DRIVER = "gpu.nvidia.com"
 #: NVIDIA's DRA driver installs a DeviceClass of the driver's name
