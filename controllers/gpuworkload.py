@@ -97,7 +97,7 @@ from controllers.status import (
 from controllers.status_writer import StatusWriter
 from internal import metrics as m
 from internal.backoff import next_delay, should_retry
-from internal.objects import object_key
+from internal.objects import JSON, object_key
 from internal.scheduling.framework import INVALID_MAP, PREEMPT, UNSCHEDULABLE
 from internal.scheduling.jobs import is_job_holder
 from internal.scheduling.pods import BadPod, parse_devices
@@ -112,7 +112,6 @@ PRIORITY_GATE_DELAY = 0.2
 #: condition type set False when status.placements was edited by someone else
 PLACEMENT_TRUSTED = "PlacementTrusted"
 
-JSON = Mapping[str, Any]
 
 
 def _now() -> datetime:
