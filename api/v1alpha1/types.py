@@ -695,44 +695,6 @@ class GPUWorkloadStatus(_Base):
                 return c
         return None
 
-    def set_condition(
-        self,
-        type_: str,
-        status: ConditionStatus | bool,
-        reason: str,
-        message: str,
-        now: datetime,
-        observed_generation: int | None = None,
-    ) -> bool:
-        """Set a condition the Kubernetes way: lastTransitionTime changes only when
-        the status does. ``now`` is injected. Returns True if anything changed."""
-        if isinstance(status, bool):
-            status = ConditionStatus.TRUE if status else ConditionStatus.FALSE
-        old = self.condition(type_)
-        if old is None:
-            self.conditions.append(
-                Condition(
-                    type=type_,
-                    status=status,
-                    reason=reason,
-                    message=message,
-                    last_transition_time=now,
-                    observed_generation=observed_generation,
-                )
-            )
-            return True
-        changed = (old.status, old.reason, old.message, old.observed_generation) != (
-            status,
-            reason,
-            message,
-            observed_generation,
-        )
-        if old.status != status:
-            old.last_transition_time = now
-        old.status, old.reason, old.message = status, reason, message
-        old.observed_generation = observed_generation
-        return changed
-
     def remove_condition(self, type_: str) -> bool:
         before = len(self.conditions)
         self.conditions = [c for c in self.conditions if c.type != type_]
