@@ -58,14 +58,8 @@ from typing import Any
 
 import structlog
 
-from api.v1alpha1.keys import DEVICES_ANNOTATION
-from api.v1alpha1.types import (
-    SCHEDULING_MAP_ANNOTATION,
-    DeviceExposure,
-    GPUWorkload,
-    Placement,
-    SchedulingStrategy,
-)
+from api.v1alpha1.keys import DEVICES_ANNOTATION, SCHEDULING_MAP_ANNOTATION
+from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement, SchedulingStrategy
 from controllers.gpuworkload import GPUWorkloadReconciler
 from controllers.placement_state import PlacementState, PlacementView
 from controllers.seedbook import (

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from api.v1alpha1.keys import DEVICES_ANNOTATION
-from api.v1alpha1.types import MAX_PRIORITY, SCHEDULING_MAP_ANNOTATION, Placement
+from api.v1alpha1.keys import DEVICES_ANNOTATION, SCHEDULING_MAP_ANNOTATION
+from api.v1alpha1.types import MAX_PRIORITY, Placement
 from internal.objects import JSON, object_key
 from internal.scheduling.ledger import Ledger, LedgerConflict
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map

@@ -27,17 +27,11 @@ from pydantic import (
     model_validator,
 )
 
+from api.v1alpha1.keys import GROUP, SCHEDULING_MAP_ANNOTATION, WORKLOAD_LABEL
 from api.v1alpha1.sharing import MIG_PROFILE_PATTERN, GPUShare, MigInstance
 
-GROUP = "gpu.orchestrator.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
-
-#: Annotation that carries the seed's scheduling map (used when spec.schedulingMap is unset).
-SCHEDULING_MAP_ANNOTATION = "gpu-scheduling-map"
-
-#: Label the controller puts on a workload's pods (and Jobs); status.selector selects on it.
-WORKLOAD_LABEL = "gpu.orchestrator.dev/workload"
 
 
 def pod_selector(workload_name: str) -> str:
