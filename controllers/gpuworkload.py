@@ -201,7 +201,7 @@ class GPUWorkloadReconciler:
             if self.backstop is not None:
                 self.backstop.forget(key)
             return None
-        state.claim(key, raw["metadata"].get("uid"))
+        state.release_if_other_object(key, raw["metadata"].get("uid"))
         if raw["metadata"].get("deletionTimestamp"):
             return self.finalizer.finalize(raw)
         view = self.status_writer.view(raw) if self.status_writer is not None else None

@@ -219,7 +219,7 @@ class PlacementState(PlacementCache):
             book.evict(key, f"preempted by {w.key} (priority {w.spec.priority}) to make room")
         return decision
 
-    def claim(self, key: str, uid: str | None) -> None:
+    def release_if_other_object(self, key: str, uid: str | None) -> None:
         """A booking under ``key`` made for another object of that name (deleted and
         re-created) is not this one's: release it."""
         with self._lock:

@@ -165,7 +165,7 @@ def test_a_booking_of_a_deleted_object_is_not_claimed_by_a_new_one_of_that_name(
     w = World(pods=[child("w", "uid-old", "node1", "0,1")])
     old = gw("w", uid="uid-old", gpusPerReplica=2)
     assert w.state.decide(old).ok  # the old object's booking (node2 or node1's 2,3)
-    w.state.claim("ns/w", "uid-new")
+    w.state.release_if_other_object("ns/w", "uid-new")
     assert w.state.booking("ns/w") is None
     # its pod still holds: a different holder from the new object
     assert w.owners()[0] == {"uid-old#0"}
