@@ -66,7 +66,7 @@ class Holdings:
         ``ns/statefulset/name[replica]``."""
         if a.key in self.names:
             return self.names[a.key]
-        if a.pod:
+        if a.holder:
             return a.name
         ns, _, name = a.key.partition("/")
         if is_seed_key(a.key):
@@ -99,7 +99,7 @@ class Holdings:
         for a in self.ledger.allocations().values():
             if not holds(a):
                 continue
-            rank = 0 if not a.pod else 2 if a.job else 1
+            rank = 0 if not a.holder else 2 if a.job else 1
             name = self.label(a, node, device)
             if a.owner not in best or (rank, name) < best[a.owner]:
                 best[a.owner] = (rank, name)

@@ -80,7 +80,7 @@ class Allocation:
     committed: bool = False
     gpus_per_replica: int = 0
     owner: str = ""  # the sharing group; the key itself when empty
-    pod: bool = False  # a pod's holding (not a booking)
+    holder: bool = False  # a holder's (pod, Job, claim) holding, not a booking
     name: str = ""  # what messages call it: a workload key, or a pod's namespace/name
     uid: str = ""  # the workload UID of a booking
     overlap: frozenset[str] = frozenset()  # owners a nomination was booked over
@@ -153,7 +153,7 @@ class DeviceLedger:
 
     def _describe(self, keys: Mapping[str, str]) -> str:
         allocs = [self._allocs[k] for k in keys if k in self._allocs]
-        allocs.sort(key=lambda a: (a.pod, a.name))
+        allocs.sort(key=lambda a: (a.holder, a.name))
         return allocs[0].name if allocs else next(iter(keys))
 
     def device_owners(self, node: str, device: int) -> frozenset[str]:
@@ -163,7 +163,7 @@ class DeviceLedger:
     def device_holds(self, node: str, device: int) -> list[tuple[str, bool, Hold]]:
         """(owner, is a booking, what it holds) for each holder of ``device``."""
         keys = self._holders.get(node, {}).get(device, {})
-        return [(o, not self._allocs[k].pod, self._hold(k, node, device))
+        return [(o, not self._allocs[k].holder, self._hold(k, node, device))
                 for k, o in keys.items() if k in self._allocs]
 
     def _hold(self, key: str, node: str, device: int) -> Hold:
@@ -183,7 +183,7 @@ class DeviceLedger:
         jobs: dict[str, int] = {}
         for key, n in self._counted.get(node, {}).items():
             a = self._allocs[key]
-            side = jobs if a.job else pods if a.pod else booked
+            side = jobs if a.job else pods if a.holder else booked
             side[a.owner] = side.get(a.owner, 0) + n
         return {o: max(booked.get(o, 0), pods.get(o, 0), jobs.get(o, 0))
                 for o in booked.keys() | pods.keys() | jobs.keys()}
@@ -214,7 +214,7 @@ class DeviceLedger:
 
     def bookings(self) -> list[Allocation]:
         """Every holder that is not a pod."""
-        return [a for a in self._allocs.values() if not a.pod]
+        return [a for a in self._allocs.values() if not a.holder]
 
     def held_by_owner(self, owner: str) -> list[Allocation]:
         return [a for a in self._allocs.values() if a.owner == owner]
@@ -231,7 +231,7 @@ class DeviceLedger:
         """Keys of the bookings holding something on ``node``."""
         keys = {k for devs in self._holders.get(node, {}).values() for k in devs}
         keys |= set(self._counted.get(node, {}))
-        return {k for k in keys if k in self._allocs and not self._allocs[k].pod}
+        return {k for k in keys if k in self._allocs and not self._allocs[k].holder}
 
     def blockers(self, key: str) -> dict[str, list[str]]:
         """node -> names of the holders the booking ``key`` still waits for before
@@ -335,7 +335,7 @@ class DeviceLedger:
         placements = (Placement(index=0, node=h.node, devices=list(h.devices),
                                 share=h.share or None, mig=h.mig or None),)
         alloc = Allocation(h.key, placements if h.devices else (), {}, priority, True, 0,
-                           h.owner, pod=True, name=h.name, job=isinstance(h, JobHolding))
+                           h.owner, holder=True, name=h.name, job=isinstance(h, JobHolding))
         if h.counted:
             alloc.counted[h.node] = h.counted
         held = self._holders.get(h.node, {})
@@ -355,7 +355,7 @@ class DeviceLedger:
     def remove_holder(self, key: str) -> bool:
         """A pod's, a Job's or a claim's holding is gone. True if it held something."""
         a = self._allocs.get(key)
-        if a is None or not a.pod:
+        if a is None or not a.holder:
             return False
         self._release(a)
         return True
@@ -363,7 +363,7 @@ class DeviceLedger:
     def holding(self, key: str) -> Allocation | None:
         """The holding (not a booking) recorded under ``key``."""
         a = self._allocs.get(key)
-        return a if a is not None and a.pod else None
+        return a if a is not None and a.holder else None
 
     def has_pod(self, uid: str) -> bool:
         return pod_holder_key(uid) in self._allocs

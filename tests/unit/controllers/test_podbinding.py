@@ -233,11 +233,11 @@ def test_rebuild_rebooks_bound_pods_and_never_counts_them_as_foreign() -> None:
     assert env.holder("node4", 3) == STS
     assert sorted(p.index for p in ledger.allocation(STS).placements) == [3, 4]
     assert ledger.counted("node2") == {f"Pod:{NS}/gpu-0": 2}
-    assert not [a for a in ledger.allocations().values() if a.pod]
+    assert not [a for a in ledger.allocations().values() if a.holder]
     assert env.holder("node1", 0) is None
     # events for our pods never count them as foreign either
     env.state.events.on_pod(pods[2])
-    assert not [a for a in ledger.allocations().values() if a.pod]
+    assert not [a for a in ledger.allocations().values() if a.holder]
 
 
 def test_rebuild_reports_a_pod_bound_onto_a_workloads_device() -> None:
