@@ -49,3 +49,28 @@ def test_the_grep_finds_what_it_looks_for() -> None:
         assert STATE_FIELD.search(line) or PRIVATE_FIELD.search(line), line
     for line in ("with self._lock:", "h.ledger.free_count(n)", "self._snapshot.get(n)"):
         assert not (STATE_FIELD.search(line) or PRIVATE_FIELD.search(line)), line
+
+
+def test_the_view_reads_the_current_ledger_and_changes_nothing() -> None:
+    """``state.view()`` answers from the ledger the state holds now (a rebuild
+    replaces it) and offers none of the ledger's changes."""
+    from api.v1alpha1.types import DeviceExposure
+    from controllers.placement_state import PlacementState
+    from tests.unit.scheduling.helpers import node
+
+    state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES)
+    view = state.view()
+    assert view.node("node1") is None
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-p",
+                        "annotations": {"gpu.orchestrator.dev/devices": "1"}},
+           "spec": {"nodeName": "node1", "containers": [{"name": "c", "image": "x"}]},
+           "status": {"phase": "Running"}}
+    state.rebuild(lambda: ([node("node1", 4)], [], [], [pod]))
+    assert view.node("node1") is not None  # taken before the rebuild, reads after it
+    assert view.holder("node1", 1) == "ns/p" and view.free_count("node1") == 3
+    for change in ("assume", "commit", "forget", "set_pod", "remove_pod", "refuse_mig"):
+        try:
+            getattr(view, change)
+        except AttributeError:
+            continue
+        raise AssertionError(f"the view offers the ledger's {change}")
