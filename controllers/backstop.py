@@ -23,16 +23,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable
 
 import structlog
 
 from internal.metrics.domain import BACKSTOP_RECONCILES
+from internal.objects import JSON, object_key
 
 log = structlog.get_logger("backstop")
 
-JSON = Mapping[str, Any]
 
 #: default seconds between two sweeps (``--resync-unsettled-period``)
 DEFAULT_PERIOD = 60.0
@@ -44,10 +43,6 @@ def unsettled(obj: JSON) -> bool:
     phase = (obj.get("status") or {}).get("phase") or "Pending"
     return bool(meta.get("deletionTimestamp")) or phase in ("Pending", "Scheduled")
 
-
-def _key(obj: JSON) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
 class Backstop:
@@ -93,7 +88,7 @@ class Backstop:
         due = []
         with self._lock:
             for obj in self._workloads():
-                key = _key(obj)
+                key = object_key(obj)
                 if not unsettled(obj):
                     continue
                 last = self._last.setdefault(key, now)  # first seen: a period from now

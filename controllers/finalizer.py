@@ -14,7 +14,7 @@ whoever owns them. Nothing of ours is written once the object may go.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
@@ -22,17 +22,12 @@ from api.v1alpha1.types import API_VERSION
 from controllers.child_api import ChildAPI
 from controllers.status import add_finalizer_patch
 from controllers.status_writer import StatusWriter
+from internal.objects import JSON, object_key
 from runtime import NotFound, Result
-
-JSON = Mapping[str, Any]
 
 #: how often a deleting workload looks again for children still going away
 FINALIZE_POLL = 1.0
 
-
-def _key(raw: JSON) -> str:
-    meta = raw.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
 class ChildrenFinalizer:
@@ -51,7 +46,7 @@ class ChildrenFinalizer:
     def finalize(self, raw: JSON) -> Result | None:
         """Being deleted: release the booking, ask every child to go, and let the
         object go once none is left."""
-        key = _key(raw)
+        key = object_key(raw)
         self._release(key)
         meta = raw["metadata"]
         finalizers = meta.get("finalizers") or ()

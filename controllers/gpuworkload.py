@@ -97,6 +97,7 @@ from controllers.status import (
 from controllers.status_writer import StatusWriter
 from internal import metrics as m
 from internal.backoff import next_delay, should_retry
+from internal.objects import JSON, object_key
 from internal.scheduling.framework import INVALID_MAP, PREEMPT, UNSCHEDULABLE
 from internal.scheduling.jobs import is_job_holder
 from internal.scheduling.pods import BadPod, parse_devices
@@ -111,7 +112,6 @@ PRIORITY_GATE_DELAY = 0.2
 #: condition type set False when status.placements was edited by someone else
 PLACEMENT_TRUSTED = "PlacementTrusted"
 
-JSON = Mapping[str, Any]
 
 
 def _now() -> datetime:
@@ -201,7 +201,7 @@ class GPUWorkloadReconciler:
             if self.backstop is not None:
                 self.backstop.forget(key)
             return None
-        state.claim(key, raw["metadata"].get("uid"))
+        state.release_if_other_object(key, raw["metadata"].get("uid"))
         if raw["metadata"].get("deletionTimestamp"):
             return self.finalizer.finalize(raw)
         view = self.status_writer.view(raw) if self.status_writer is not None else None
@@ -215,7 +215,7 @@ class GPUWorkloadReconciler:
 
     def _observe_and_act(self, raw: JSON) -> Outcome:
         state = self.ensure_state()
-        key = _key(raw)
+        key = object_key(raw)
         status = StatusBuilder(raw, self.clock())
         try:
             w = GPUWorkload.model_validate(raw)
@@ -455,7 +455,7 @@ class GPUWorkloadReconciler:
         preemptor; its children are asked to go (their devices stay nominated to the
         preemptor until they are gone); back to Pending."""
         self.children.delete(raw)
-        self.ensure_state().evicted(_key(raw))
+        self.ensure_state().evicted(object_key(raw))
         status.placements(None).retry(next_retry=None).phase(Phase.PENDING, msg)
         status.condition(SCHEDULED, False, "Preempted", msg)
         status.condition(PREEMPTED, True, "Preempted", msg)
@@ -674,9 +674,9 @@ class GPUWorkloadReconciler:
         """Failed for good: ``Failed=True`` and ``Scheduled=False`` with the reason
         (``kubectl wait --for=condition=Scheduled=false`` finds it); an unschedulable
         workload's Event is ``FailedScheduling``, as every try before it."""
-        self.ensure_state().forget(_key(raw))
+        self.ensure_state().forget(object_key(raw))
         m.FAILURES.labels(reason).inc()
-        log.info("workload.failed", workload=_key(raw), reason=reason, message=message)
+        log.info("workload.failed", workload=object_key(raw), reason=reason, message=message)
         status.retry(retries, None).phase(Phase.FAILED, message)
         status.condition(FAILED, True, reason, message).condition(READY, False, reason, message)
         status.condition(SCHEDULED, False, reason, message)
@@ -699,7 +699,7 @@ class GPUWorkloadReconciler:
             finalize = finalize and not self.status_writer.has_finalizer(raw)
         acted = finalize or not same_status(out.status.old, status)
         if self.backstop is not None:
-            self.backstop.reconciled(_key(raw), acted)
+            self.backstop.reconciled(object_key(raw), acted)
         if self.status_writer is not None:
             if acted:
                 self.status_writer.submit(raw, status, finalizer=finalize)
@@ -731,11 +731,6 @@ class GPUWorkloadReconciler:
                                     subresource="status")
         self._wrote(written)
         return written
-
-
-def _key(raw: JSON) -> str:
-    meta = raw.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
 def _shape(placements: Any) -> list[tuple[int, str, tuple[int, ...]]]:

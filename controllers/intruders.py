@@ -19,18 +19,18 @@ request ``nvidia.com/gpu`` (the device plugin's, counted, never named).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION
-from internal.scheduling.pods import is_controller_pod, pod_is_active, pod_key
+from internal.objects import JSON, object_key
+from internal.scheduling.pods import is_controller_pod, pod_is_active
 from runtime import ApiError, NotFound
 
 log = structlog.get_logger("controllers.intruders")
 
-JSON = Mapping[str, Any]
 REASON = "UnauthorizedDevices"
 
 
@@ -69,7 +69,7 @@ class IntruderEvictor:
             self._asked.add(uid)
         # off the informer's thread: an API call must not hold up its other handlers
         threading.Thread(target=self._evict, args=(pod,), daemon=True,
-                         name=f"evict-{pod_key(pod)}").start()
+                         name=f"evict-{object_key(pod)}").start()
 
     def on_pod_deleted(self, pod: Any) -> None:
         uid = str(((getattr(pod, "obj", pod) or {}).get("metadata") or {}).get("uid") or "")
@@ -93,10 +93,10 @@ class IntruderEvictor:
         except NotFound:
             return
         except ApiError as exc:
-            log.warning("pod.intruder.evict_failed", pod=pod_key(pod), code=exc.status,
+            log.warning("pod.intruder.evict_failed", pod=object_key(pod), code=exc.status,
                         error=str(exc))
             self.recorder.warning(pod, "EvictionFailed", f"could not evict the pod: {exc}")
             with self._lock:  # its next update asks again (a PodDisruptionBudget may allow it)
                 self._asked.discard(str(meta.get("uid") or ""))
             return
-        log.info("pod.intruder.evicted", pod=pod_key(pod), devices=devices)
+        log.info("pod.intruder.evicted", pod=object_key(pod), devices=devices)

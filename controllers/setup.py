@@ -106,14 +106,15 @@ def second_client(mgr: Manager) -> Client:
 def placement_handler(reconciler: GPUWorkloadReconciler, kind: str, method: str
                       ) -> FuncHandler:
     """The placement state's handler of one kind: adds and updates go to the
-    state's ``method``, deletes to ``<method>_deleted``. A call that raises loses
-    that event, so the state may be short of a holder: it is invalidated and
-    rebuilt from the caches before the next placement (``ensure_state()``)."""
+    state's ``events.<method>`` (its ``CacheEvents``), deletes to
+    ``<method>_deleted``. A call that raises loses that event, so the state may be
+    short of a holder: it is invalidated and rebuilt from the caches before the
+    next placement (``ensure_state()``)."""
     def call(name: str) -> Any:
         def deliver(*args: Any) -> None:
             state = reconciler.state
             if state is not None:
-                getattr(state, name)(args[-1])
+                getattr(state.events, name)(args[-1])
         return deliver
 
     def lost(op: str, obj: Any, exc: BaseException) -> None:

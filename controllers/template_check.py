@@ -19,18 +19,17 @@ ResourceClaims do not exist yet).
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
 from controllers.children import build_child
+from internal.objects import JSON
 from runtime import ApiError
 
 log = structlog.get_logger("controllers.template_check")
 
-JSON = Mapping[str, Any]
 #: remembered verdicts, beyond which the oldest are dropped
 MAX_REMEMBERED = 10_000
 

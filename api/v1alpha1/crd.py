@@ -39,13 +39,12 @@ from pydantic.fields import FieldInfo
 from api.v1alpha1 import changes
 from api.v1alpha1.door import MAP_INDEX_RULE, MAP_STRATEGY_RULE, names_policy, template_rules
 from api.v1alpha1.finalizer_policy import finalizer_policy
+from api.v1alpha1.keys import GROUP, SCHEDULING_MAP_ANNOTATION
 from api.v1alpha1.pod_devices import pod_devices
 from api.v1alpha1.policies import GPU_RESOURCE, security_policies
 from api.v1alpha1.priority_policies import priority_policies
 from api.v1alpha1.sharing import SHARING_RULES
 from api.v1alpha1.types import (
-    GROUP,
-    SCHEDULING_MAP_ANNOTATION,
     SCHEDULING_MAP_MAX_LENGTH,
     VERSION,
     DeviceExposure,

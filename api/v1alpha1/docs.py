@@ -9,11 +9,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from api.v1alpha1 import changes, crd
+from api.v1alpha1.keys import SCHEDULING_MAP_ANNOTATION
 from api.v1alpha1.sharing import DOC_SECTION, SHARING_RULES
 from api.v1alpha1.types import (
     API_VERSION,
     PRIORITY_NAMES,
-    SCHEDULING_MAP_ANNOTATION,
     GPUDevice,
     GPUNode,
     GPUWorkload,

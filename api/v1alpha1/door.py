@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from api.v1alpha1.keys import GROUP
 from api.v1alpha1.policies import policy_pair, resource_rule
-from api.v1alpha1.types import GROUP, MAX_CHILD_NAME, VERSION, SchedulingStrategy, WorkloadKind
+from api.v1alpha1.types import MAX_CHILD_NAME, VERSION, SchedulingStrategy, WorkloadKind
 
 #: RE2: a DNS-1035 label (Service names) and a DNS-1123 label (container names,
 #: hostnames), length checked apart so the message can say which is wrong.

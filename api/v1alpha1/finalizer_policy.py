@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.v1alpha1.keys import CHILDREN_FINALIZER
-from api.v1alpha1.types import GROUP
+from api.v1alpha1.keys import CHILDREN_FINALIZER, GROUP
 
 MUTATING_ADMISSION = "admissionregistration.k8s.io/v1beta1"
 NAME = "gpuworkload-children-finalizer"

@@ -40,9 +40,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.v1alpha1.keys import DEVICES_ANNOTATION, WORKLOAD_UID_LABEL
+from api.v1alpha1.keys import (
+    DEVICES_ANNOTATION,
+    GROUP,
+    SCHEDULING_MAP_ANNOTATION,
+    WORKLOAD_UID_LABEL,
+)
 from api.v1alpha1.policies import ADMISSION, MANAGER_SERVICE_ACCOUNT, SYSTEM_NAMESPACES
-from api.v1alpha1.types import GROUP, SCHEDULING_MAP_ANNOTATION
 
 JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
 DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")

@@ -42,8 +42,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.v1alpha1.keys import GPU_RESOURCE
-from api.v1alpha1.types import GROUP, SCHEDULING_MAP_ANNOTATION, VERSION, SchedulingStrategy
+from api.v1alpha1.keys import GPU_RESOURCE, GROUP, SCHEDULING_MAP_ANNOTATION
+from api.v1alpha1.types import VERSION, SchedulingStrategy
 
 #: The agent's service account (config/agent); its tokens are bound to its pod, and so
 #: carry the node the pod runs on.

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from api.v1alpha1.keys import GROUP
 from api.v1alpha1.policies import policy_pair, resource_rule
-from api.v1alpha1.types import GROUP, PRIORITY_NAMES, VERSION
+from api.v1alpha1.types import PRIORITY_NAMES, VERSION
 
 #: Namespace label an admin sets: the highest spec.priority allowed there.
 MAX_PRIORITY_LABEL = f"{GROUP}/max-priority"

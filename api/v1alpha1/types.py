@@ -27,17 +27,11 @@ from pydantic import (
     model_validator,
 )
 
+from api.v1alpha1.keys import GROUP, SCHEDULING_MAP_ANNOTATION, WORKLOAD_LABEL
 from api.v1alpha1.sharing import MIG_PROFILE_PATTERN, GPUShare, MigInstance
 
-GROUP = "gpu.orchestrator.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
-
-#: Annotation that carries the seed's scheduling map (used when spec.schedulingMap is unset).
-SCHEDULING_MAP_ANNOTATION = "gpu-scheduling-map"
-
-#: Label the controller puts on a workload's pods (and Jobs); status.selector selects on it.
-WORKLOAD_LABEL = "gpu.orchestrator.dev/workload"
 
 
 def pod_selector(workload_name: str) -> str:
@@ -694,44 +688,6 @@ class GPUWorkloadStatus(_Base):
             if c.type == type_:
                 return c
         return None
-
-    def set_condition(
-        self,
-        type_: str,
-        status: ConditionStatus | bool,
-        reason: str,
-        message: str,
-        now: datetime,
-        observed_generation: int | None = None,
-    ) -> bool:
-        """Set a condition the Kubernetes way: lastTransitionTime changes only when
-        the status does. ``now`` is injected. Returns True if anything changed."""
-        if isinstance(status, bool):
-            status = ConditionStatus.TRUE if status else ConditionStatus.FALSE
-        old = self.condition(type_)
-        if old is None:
-            self.conditions.append(
-                Condition(
-                    type=type_,
-                    status=status,
-                    reason=reason,
-                    message=message,
-                    last_transition_time=now,
-                    observed_generation=observed_generation,
-                )
-            )
-            return True
-        changed = (old.status, old.reason, old.message, old.observed_generation) != (
-            status,
-            reason,
-            message,
-            observed_generation,
-        )
-        if old.status != status:
-            old.last_transition_time = now
-        old.status, old.reason, old.message = status, reason, message
-        old.observed_generation = observed_generation
-        return changed
 
     def remove_condition(self, type_: str) -> bool:
         before = len(self.conditions)

@@ -35,10 +35,10 @@ from api.v1alpha1.keys import (
     SHARE_ANNOTATION,
     WORKLOAD_UID_LABEL,
 )
+from internal.objects import JSON, object_key
 from internal.scheduling.quantity import gpu_count
 from internal.scheduling.shares import read_portion
 
-JSON = Mapping[str, Any]
 H = TypeVar("H", bound="PodHolding")
 
 
@@ -77,14 +77,10 @@ def pod_holder_key(uid: str) -> str:
     return f"pod:{uid}"
 
 
-def pod_key(pod: JSON) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
-
 
 def pod_uid(pod: JSON) -> str:
     meta = pod.get("metadata") or {}
-    return str(meta.get("uid") or pod_key(pod))
+    return str(meta.get("uid") or object_key(pod))
 
 
 def pod_is_active(pod: JSON) -> bool:
@@ -164,7 +160,7 @@ def pod_holding(pod: JSON) -> PodHolding | None:
     if not devices and not counted:
         return None
     return with_portion(
-        PodHolding(pod_uid(pod), pod_key(pod), str(node), devices, counted, pod_owner(pod)),
+        PodHolding(pod_uid(pod), object_key(pod), str(node), devices, counted, pod_owner(pod)),
         annotations)
 
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import orjson
 
-from api.v1alpha1.types import SCHEDULING_MAP_ANNOTATION, DeviceExposure
+from api.v1alpha1.keys import SCHEDULING_MAP_ANNOTATION
+from api.v1alpha1.types import DeviceExposure
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
 from internal.webhook.exposure import parse_exposure

@@ -93,8 +93,7 @@ class Running:
             state = self.reconciler.state if self.reconciler is not None else None
             if state is None or not state.ready:
                 return True  # its rebuild will read them from the cache
-            with state.lock:
-                infos = [state.snapshot.get(n) for n in names]
+            infos = [state.node_info(n) for n in names]
             return all(i is not None and i.ready and not i.taints for i in infos)
         eventually(seen, timeout=30, what=f"controller sees nodes {names} Ready")
         return names

@@ -126,8 +126,7 @@ def wait_gone(c: Client, ns: str, label_selector: str, timeout: float = 60) -> N
 
 def holder(run: Running, node: str, device: int) -> str | None:
     state = run.reconciler.ensure_state()
-    with state.lock:
-        return state.ledger.holder(node, device)
+    return state.view().holder(node, device)
 
 
 # ------------------------------------------------------------------------ tests
@@ -336,5 +335,4 @@ def test_a_seed_pod_naming_a_phantom_or_repeated_device_is_a_bad_annotation(
     e = wait_event(admin, namespace, "odd-0", "BadAnnotation", why.format(node=node))
     assert e["message"].endswith(holds.format(node=node))
     state = binder.reconciler.ensure_state()
-    with state.lock:
-        assert state.ledger.holder(node, 99) is None
+    assert state.view().holder(node, 99) is None

@@ -68,9 +68,8 @@ def _seen(controller: Running, node: str, check: Any, what: str) -> None:
     state = controller.reconciler.ensure_state()  # built from the caches on first use
 
     def ok() -> bool:
-        with state.lock:
-            info = state.snapshot.get(node)
-            return info is not None and info.has_gpunode and bool(check(info))
+        info = state.node_info(node)
+        return info is not None and info.has_gpunode and bool(check(info))
     eventually(ok, timeout=30, what=f"controller sees the GPUNode of {node}: {what}")
 
 

@@ -156,8 +156,7 @@ def test_a_tenant_cannot_edit_a_pods_devices(
     state = controller.reconciler.ensure_state()
 
     def held() -> list[int]:
-        with state.lock:
-            return [d for d in range(4) if state.ledger.holder(node, d)]
+        return [d for d in range(4) if state.view().holder(node, d)]
     eventually(lambda: any(e["reason"] == "BadAnnotation" and "it keeps holding" in
                            e["message"] for e in events_for(admin, namespace, name)),
                timeout=30, what="the edit reported")

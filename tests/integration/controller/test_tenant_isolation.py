@@ -310,8 +310,8 @@ def test_a_pod_bound_by_someone_else_onto_held_devices_is_evicted(
     eventually(lambda: assert_no_device_held_twice(admin) is None, timeout=30,
                what="no device held by two owners")
     state = evicting_binder.reconciler.ensure_state()
-    with state.lock:
-        held = {state.ledger.holder(node, d) for d in (0, 1)}
+    view = state.view()
+    held = {view.holder(node, d) for d in (0, 1)}
     assert held == {f"Pod:{namespace}/holder-0"}
     assert admin.get("v1", "Pod", "holder-0", namespace)["status"].get("phase") == "Running"
 
