@@ -314,6 +314,13 @@ class PlacementCache:
                 used[name] = max(0, t - self._ledger.free_count(name))
             return total, used
 
+    def device_shares(self) -> list[tuple[str, int, float, int | None]]:
+        """(node, device, part its shares take, its memory in MiB or None) for every
+        device held by shares, for the metrics."""
+        with self._lock:
+            return [(name, d, float(part), mib) for name in self._snapshot.names
+                    for d, (part, mib) in self._ledger.share_use(name).items()]
+
     def _booked_elsewhere(self, ledger_key: str) -> bool:
         """Is ``ledger_key`` a pod book's booking (evicted through its book)?"""
         return any(book.owns_key(ledger_key) for book in self.pod_books)

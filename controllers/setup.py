@@ -298,5 +298,9 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
                 out[g["metadata"]["name"]] = max(0.0, (now - beat).total_seconds())
         return out
 
-    STATE.set_sources(phases, node_gpus, heartbeats, unmanaged)
+    def shares() -> list[tuple[str, int, float, int | None]]:
+        state = reconciler.state
+        return state.device_shares() if state is not None and state.ready else []
+
+    STATE.set_sources(phases, node_gpus, heartbeats, unmanaged, shares)
     return ctrl, reconciler

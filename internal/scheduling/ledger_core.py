@@ -59,12 +59,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from api.v1alpha1.types import Placement
 from internal.scheduling.freeindex import FreeIndex
 from internal.scheduling.jobs import JobHolding, job_holder_key
 from internal.scheduling.pods import PodHolding, pod_holder_key
-from internal.scheduling.shares import Hold, NodeSharing, compatible, hold_of, portion_problem
+from internal.scheduling.shares import (
+    Hold,
+    NodeSharing,
+    compatible,
+    hold_of,
+    owner_use,
+    portion_problem,
+)
 
 
 class LedgerConflict(Exception):
@@ -165,6 +173,17 @@ class DeviceLedger:
         keys = self._holders.get(node, {}).get(device, {})
         return [(o, not self._allocs[k].holder, self._hold(k, node, device))
                 for k, o in keys.items() if k in self._allocs]
+
+    def share_use(self, node: str) -> dict[int, tuple[Fraction, int | None]]:
+        """device -> (part of it its shares take, its memory in MiB or None), for the
+        devices of ``node`` held by shares only (not whole, not MIG instances)."""
+        out: dict[int, tuple[Fraction, int | None]] = {}
+        memory = self.sharing(node).memory
+        for d in sorted(self._holders.get(node, {})):
+            holds = self.device_holds(node, d)
+            if holds and not any(h.whole or h.migs for _, _, h in holds):
+                out[d] = (owner_use(holds, memory.get(d))[0], memory.get(d))
+        return out
 
     def _hold(self, key: str, node: str, device: int) -> Hold:
         return hold_of(self._allocs[key].placements, node, device)

@@ -88,3 +88,15 @@ def test_a_counting_booking_never_waits_for_its_own_pods() -> None:
     assert led.blockers("ns/w") == {}
     led.sync_pod(other)  # the node now lacks a GPU: the other pod is waited for, not mine
     assert led.blockers("ns/w") == {"n1": ["ns/x"]}
+
+
+def test_share_use_says_how_much_of_each_shared_device_is_taken() -> None:
+    from fractions import Fraction
+
+    led = ledger(mig=True)
+    led.sync_pod(pod("a", "1", share="memory=20480Mi"))
+    led.sync_pod(pod("b", "1", share="fraction=0.5"))
+    led.sync_pod(pod("whole", "2"))
+    led.sync_pod(pod("m", "0", mig=MIG[0]))
+    # device 1 only: device 2 is held whole, device 0 by a MIG instance
+    assert led.share_use("n1") == {1: (Fraction(3, 4), 80 * GI)}
