@@ -12,12 +12,18 @@ ending every attempt with ``ChildCreateFailed``. Any other answer (a quota, a
 priority class not there yet, the API unreachable) says nothing about the template:
 the placement goes on and the real create reports it.
 
-One dry run per (UID, generation), remembered; DRA children are not dry-run (their
-ResourceClaims do not exist yet).
+One dry run per namespace and spec, remembered: workloads of one namespace whose specs
+are equal make the same children but for their names (whose length and form the
+``gpuworkload-names`` admission policy checks), so a burst of a thousand workloads from
+one template costs the API server one dry run, not a thousand (a dry-run create costs
+as much as a create). DRA children are not dry-run (their ResourceClaims do not exist
+yet).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from typing import Any
 
@@ -41,14 +47,14 @@ class ChildDryRun:
     def __init__(self, client: Any, default_exposure: DeviceExposure) -> None:
         self.client = client
         self.default_exposure = default_exposure
-        self._seen: dict[tuple[str, int], str | None] = {}
+        self._seen: dict[tuple[str, str, str], str | None] = {}
         self._lock = threading.Lock()
 
     def check(self, w: GPUWorkload, raw: JSON) -> str | None:
         exposure = w.spec.device_exposure or self.default_exposure
         if exposure is DeviceExposure.DRA:
             return None
-        key = (str(w.metadata.uid or w.key), int(w.metadata.generation or 0))
+        key = (str(w.metadata.namespace or ""), exposure.value, _spec_digest(raw))
         with self._lock:
             if key in self._seen:
                 return self._seen[key]
@@ -73,6 +79,12 @@ class ChildDryRun:
             return (f"spec.template: the API server refuses its children "
                     f"({child['kind']} {child['metadata']['name']}): {exc.message or exc}")
         return None
+
+
+def _spec_digest(raw: JSON) -> str:
+    """The spec, as what the children are made from."""
+    body = json.dumps(raw.get("spec") or {}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()
 
 
 def _uuids(node: str, devices: list[int]) -> list[str]:

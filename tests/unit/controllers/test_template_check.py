@@ -1,5 +1,5 @@
 """The child's dry run: a 400/422 is the template's fault, said in the API server's
-words, once per (UID, generation); anything else says nothing about the template."""
+words, once per namespace and spec; anything else says nothing about the template."""
 
 from __future__ import annotations
 
@@ -24,9 +24,10 @@ class DryRunClient:
         return obj
 
 
-def gw(generation: int = 1, **spec: Any) -> tuple[GPUWorkload, dict[str, Any]]:
-    raw = {"metadata": {"name": "w", "namespace": "a", "uid": "u", "generation": generation},
-           "spec": spec}
+def gw(generation: int = 1, name: str = "w", namespace: str = "a",
+       **spec: Any) -> tuple[GPUWorkload, dict[str, Any]]:
+    raw = {"metadata": {"name": name, "namespace": namespace, "uid": f"u-{name}",
+                        "generation": generation}, "spec": spec}
     return GPUWorkload.model_validate(raw), raw
 
 
@@ -45,8 +46,12 @@ def test_what_a_dry_run_says(error: ApiError | None, verdict: str | None) -> Non
     assert check(*gw(replicas=2)) == verdict
     assert client.calls[0]["metadata"]["name"] == "w-1"  # the longest name
     assert check(*gw(replicas=2)) == verdict and len(client.calls) == 1  # remembered
-    check(*gw(generation=2, replicas=2))
+    # another workload of the same spec in the namespace: the same children
+    assert check(*gw(name="w2", replicas=2)) == verdict and len(client.calls) == 1
+    check(*gw(generation=2, replicas=3))
     assert len(client.calls) == 2  # a new spec is checked again
+    check(*gw(namespace="b", replicas=2))
+    assert len(client.calls) == 3  # another namespace: its own policies and limits
 
 
 def test_dra_children_are_not_dry_run() -> None:
