@@ -247,3 +247,14 @@ def drop_finalizers(c: Client, api_version: str, kind: str, name: str, ns: str, 
     except NotFound:
         if not missing_ok:
             raise
+
+
+@contextlib.contextmanager
+def cleanup_gpunodes(admin: Client, *names: str) -> Iterator[None]:
+    """GPUNodes a test writes for its nodes are deleted when it ends."""
+    try:
+        yield
+    finally:
+        for n in names:
+            with contextlib.suppress(NotFound):
+                admin.delete(API_VERSION, "GPUNode", n)

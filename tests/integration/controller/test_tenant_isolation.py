@@ -9,7 +9,6 @@ by UID, total exposure) is tested with the core, not here."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 import uuid
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ from runtime import Client, NotFound, RestConfig, errors
 from tests.integration.controller.conftest import (
     NodeGroup,
     Running,
+    cleanup_gpunodes,
     events_for,
     workload,
 )
@@ -61,16 +61,6 @@ def gpunode(name: str, devices: int, node_name: str | None = None) -> dict[str, 
 def status_patch(devices: list[int]) -> dict[str, Any]:
     return {"status": {"deviceCount": len(devices),
                        "devices": [{"index": i, "uuid": f"GPU-{i}"} for i in devices]}}
-
-
-@contextlib.contextmanager
-def cleanup_gpunodes(admin: Client, *names: str) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        for n in names:
-            with contextlib.suppress(NotFound):
-                admin.delete(API_VERSION, "GPUNode", n)
 
 
 def assert_no_device_held_twice(admin: Client) -> None:
