@@ -32,6 +32,9 @@ Guarantees:
   says how). It carries no resourceVersion: the writer coalesces and writes over its own
   previous writes (latest wins), and what must not be undone by an older write, a
   gang's commit, is protected by ``settle`` above.
+- **Paced** (with a ``Pacer``, ``controllers/status_pacing.py``): a Pending or
+  Scheduled status is held a short lag for a newer one to replace it, and while
+  placements are being made writes go at a bounded rate; ``stop`` drains at once.
 - The finalizer (``gpu.orchestrator.dev/children``) rides with the first status of a
   placed workload, as its own merge patch with a resourceVersion precondition,
   never added to an object being deleted.
@@ -49,6 +52,7 @@ from typing import Any
 import structlog
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
+from controllers.status_pacing import Pacer
 from controllers.status_patches import add_finalizer, patch_status
 from internal import metrics as m
 from internal.objects import JSON, object_key, resource_version
@@ -95,8 +99,10 @@ class StatusWriter:
     def __init__(self, client: Any, workloads: Indexer, *, threads: int = 2,
                  on_pending: Callable[[str], int | None] | None = None,
                  on_written: Callable[[JSON, int | None], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 pacer: Pacer | None = None) -> None:
         self.client = client
+        self.pacer = pacer  # None: every status is sent as soon as a thread is free
         self.workloads = workloads
         self.threads = threads
         #: a write of ``key`` is on its way (called before it is queued); returns a
@@ -138,6 +144,8 @@ class StatusWriter:
                 old.status = status
                 old.finalizer = old.finalizer or finalizer
                 old.mark = mark
+                if self.pacer is not None:
+                    self._cv.notify()  # a held status may be due now
                 return
             self._pending[key] = _Want(uid, meta["namespace"], meta["name"], status,
                                        finalizer, since=now, mark=mark)
@@ -245,6 +253,8 @@ class StatusWriter:
     # ------------------------------------------------------------------ runnable
 
     def start(self) -> None:
+        if self.pacer is not None:
+            self.pacer.drain(False)
         with self._cv:
             self._stop = False
         for i in range(self.threads):
@@ -253,7 +263,11 @@ class StatusWriter:
             self._workers.append(t)
 
     def stop(self, timeout: float = 10.0) -> bool:
-        """Writes what is queued (up to ``timeout``), then stops."""
+        """Writes what is queued (up to ``timeout``, held or not), then stops."""
+        if self.pacer is not None:
+            self.pacer.drain()
+            with self._cv:
+                self._cv.notify_all()
         drained = self.flush(timeout)
         with self._cv:
             self._stop = True
@@ -277,15 +291,26 @@ class StatusWriter:
                     want = self._pending.get(key)
                     if want is None or key in self._inflight:
                         continue  # settled, forgotten, or taken by another thread
-                    if want.not_before > now:
+                    ready = max(want.not_before, self._ready_at(key, want))
+                    if ready > now:
                         self._order.append(key)
-                        wait = min(wait, want.not_before - now)
+                        wait = min(wait, ready - now)
                         continue
+                    if self.pacer is not None and (later := self.pacer.admit(want.since, now)):
+                        self._order.appendleft(key)  # no token yet: keep its turn
+                        wait = min(wait, later)
+                        break
                     del self._pending[key]
                     self._inflight.add(key)
                     QUEUED.set(len(self._pending))
                     return key, want
                 self._cv.wait(wait)
+
+    def _ready_at(self, key: str, want: _Want) -> float:
+        if self.pacer is None:
+            return want.since
+        first_finalizer = want.finalizer and self._finalized.get(key) != want.uid
+        return self.pacer.ready_at(want.status, want.since, first_finalizer)
 
     def _run(self) -> None:
         while True:
