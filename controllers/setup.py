@@ -12,7 +12,7 @@ no Events client of its own.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +32,7 @@ from controllers.dra_availability import (
 from controllers.gpuworkload import GPUWorkloadReconciler, Options
 from controllers.intruders import IntruderEvictor
 from controllers.placement_state import PlacementState
+from controllers.status_pacing import Pacer, PacingOptions
 from controllers.status_writer import StatusWriter
 from controllers.template_check import ChildDryRun
 from internal.metrics.domain import STATE
@@ -82,6 +83,9 @@ class ControllerOptions:
     dry_run_children: bool = True
     async_status: bool = True  # status written by the StatusWriter, off the workers' client
     status_writers: int = 4  # writer threads (each waits on one write at a time)
+    #: when the status writer sends (controllers/status_pacing.py): the lag a
+    #: Pending or Scheduled status waits for a newer one, the rate while placing
+    status_pacing: PacingOptions = field(default_factory=PacingOptions)
 
 
 def only_in(namespaces: frozenset[str], reconciler: Any) -> Any:
@@ -200,11 +204,16 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         recorder = EventRecorder(second_client(mgr), COMPONENT)
     writer = None
     if status_client is not None:
+        def placing() -> bool:  # the workers have something queued or in hand
+            ctrl = holder.get("ctrl")
+            return ctrl is not None and bool(len(ctrl.queue) or ctrl.queue.processing())
+
         writer = StatusWriter(
             status_client, workloads.indexer, threads=opts.status_writers,
             on_pending=lambda key: reconciler.state.writing(key) if reconciler.state else None,
             on_written=lambda obj, mark: reconciler.state.wrote(obj, mark)
-            if reconciler.state else None)
+            if reconciler.state else None,
+            pacer=Pacer(opts.status_pacing, busy=placing))
         mgr.add(writer)
     backstop = Backstop(workloads.indexer.list, lambda key: enqueue([key]),
                         opts.resync_unsettled) if opts.resync_unsettled > 0 else None
