@@ -95,6 +95,7 @@ from controllers.status import (
     same_status,
 )
 from controllers.status_writer import StatusWriter
+from controllers.workload_models import WorkloadModels
 from internal import metrics as m
 from internal.backoff import next_delay, should_retry
 from internal.objects import JSON, object_key
@@ -155,6 +156,8 @@ class GPUWorkloadReconciler:
         self.options = options or Options()
         self.clock = clock
         self.rng = rng or random.Random()
+        #: the typed workload of a cached version, validated once (the hot path)
+        self.models = WorkloadModels(self._defaults)
         self._state_factory = state_factory
         self.state: PlacementState | None = None
         #: other controllers booking pods in the same ledger; register before the
@@ -213,21 +216,26 @@ class GPUWorkloadReconciler:
         out = self._observe_and_act(raw)
         return self._report(raw, out)
 
+    def _defaults(self, w: GPUWorkload) -> None:
+        """The manager's defaults, on a spec that names none."""
+        if w.spec.scheduling_strategy is None:  # the manager's --default-strategy
+            w.spec.scheduling_strategy = SchedulingStrategy(
+                self.options.default_strategy or SchedulingStrategy.LEAST_LOADED.value)
+        if w.spec.device_exposure is None:
+            w.spec.device_exposure = self.options.default_exposure  # the filters read it
+
     def _observe_and_act(self, raw: JSON) -> Outcome:
         state = self.ensure_state()
         key = object_key(raw)
         status = StatusBuilder(raw, self.clock())
         try:
-            w = GPUWorkload.model_validate(raw)
+            w = self.models.model(raw, (self.options.default_strategy,
+                                        self.options.default_exposure))
         except ValidationError as exc:
             errs = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
             return _invalid_spec(raw, status, f"invalid spec: {errs}")
-        if w.spec.scheduling_strategy is None:  # the manager's --default-strategy
-            w.spec.scheduling_strategy = SchedulingStrategy(
-                self.options.default_strategy or SchedulingStrategy.LEAST_LOADED.value)
+        assert w.spec.scheduling_strategy is not None  # prepared: _defaults
         status.strategy(w.spec.scheduling_strategy.value)
-        if w.spec.device_exposure is None:
-            w.spec.device_exposure = self.options.default_exposure  # the filters read it
         if self.claims is not None or w.spec.device_exposure is not DeviceExposure.DRA:
             unmanaged.managed_again(raw, status)
         if w.status.phase in (Phase.SUCCEEDED, Phase.FAILED):
