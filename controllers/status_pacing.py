@@ -9,10 +9,11 @@ without a user noticing:
 - **Passing states are held.** A status whose phase is ``Pending`` or ``Scheduled``
   is sent ``lag`` seconds after its first submit, not before; a newer status
   submitted meanwhile replaces it (the writer's latest-wins), so Scheduled then
-  Running within the lag is one Running write. ``Running``, ``Succeeded``,
-  ``Failed`` and a status that carries the finalizer's first patch are not held
-  (a finalizer held back would leave a just-placed workload deletable before its
-  pods are gone).
+  Running within the lag is one Running write. ``Running``, ``Succeeded`` and
+  ``Failed`` are not held. Nor is the finalizer's patch (the fallback where
+  admission did not add it: a finalizer held back would leave a just-placed
+  workload deletable before its pods are gone): the writer sends it at once and
+  holds the status it came with (``ready_at(..., finalizer=False)``).
 - **Writes yield to placements.** While ``busy()`` (the controller's work queue
   has an item queued or being processed: pods being created, bound, committed),
   the writer sends at most ``busy_qps`` statuses per second (a token bucket, burst

@@ -37,7 +37,8 @@ Guarantees:
   placements are being made writes go at a bounded rate; ``stop`` drains at once.
 - The finalizer (``gpu.orchestrator.dev/children``) rides with the first status of a
   placed workload, as its own merge patch with a resourceVersion precondition,
-  never added to an object being deleted.
+  never added to an object being deleted; it is never held (the status it came
+  with may be: then it is sent first, and the status waits its lag).
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ log = structlog.get_logger("status_writer")
 
 LAG, WRITES = m.STATUS_WRITE_LAG, m.STATUS_WRITES
 COALESCED, QUEUED = m.STATUS_COALESCED, m.STATUS_QUEUED
+
+#: ``_write``'s answer when it added the finalizer and left the status held
+HELD = None
 
 #: a failed write is tried again after this, doubling up to RETRY_MAX
 RETRY_BASE = 0.2
@@ -286,6 +290,7 @@ class StatusWriter:
                     return None
                 now = self.clock()
                 wait = 0.5
+                no_token: list[str] = []  # keep their turn: back at the front after
                 for _ in range(len(self._order)):
                     key = self._order.popleft()
                     want = self._pending.get(key)
@@ -297,13 +302,15 @@ class StatusWriter:
                         wait = min(wait, ready - now)
                         continue
                     if self.pacer is not None and (later := self.pacer.admit(want.since, now)):
-                        self._order.appendleft(key)  # no token yet: keep its turn
+                        no_token.append(key)  # one older than max_lag may still go
                         wait = min(wait, later)
-                        break
+                        continue
+                    self._order.extendleft(reversed(no_token))
                     del self._pending[key]
                     self._inflight.add(key)
                     QUEUED.set(len(self._pending))
                     return key, want
+                self._order.extendleft(reversed(no_token))
                 self._cv.wait(wait)
 
     def _ready_at(self, key: str, want: _Want) -> float:
@@ -318,7 +325,7 @@ class StatusWriter:
             if item is None:
                 return
             key, want = item
-            ok = False
+            ok: bool | None = False
             try:
                 ok = self._write(key, want)
             except Exception as exc:  # retried below: nothing is lost
@@ -331,7 +338,10 @@ class StatusWriter:
                     ok = True  # settled or forgotten meanwhile: not retried
                 self._superseded.discard(key)
                 self._gone.discard(key)
-                if not ok and key not in self._pending:
+                if ok is HELD and key not in self._pending:
+                    self._pending[key] = want  # the finalizer is on; the status waits
+                    self._order.append(key)
+                elif not ok and key not in self._pending:
                     want.failures += 1
                     want.not_before = self.clock() + min(RETRY_MAX,
                                                          RETRY_BASE * 2 ** (want.failures - 1))
@@ -342,8 +352,9 @@ class StatusWriter:
                 QUEUED.set(len(self._pending))
                 self._cv.notify_all()
 
-    def _write(self, key: str, want: _Want) -> bool:
-        """True when done (written, or nothing left to write)."""
+    def _write(self, key: str, want: _Want) -> bool | None:
+        """True when done (written, or nothing left to write); ``HELD``: the
+        finalizer was added and the status itself still waits its lag."""
         cached = self.workloads.get_by_name(want.name, want.namespace)
         if cached is not None and (cached.get("metadata") or {}).get("uid") != want.uid:
             WRITES.labels("gone").inc()
@@ -354,6 +365,9 @@ class StatusWriter:
         if want.finalizer and not finalized and cached is not None \
                 and not self._add_finalizer(cached):
             return False
+        if want.finalizer and self.pacer is not None and \
+                self.pacer.ready_at(want.status, want.since, False) > self.clock():
+            return HELD  # the finalizer could not wait; the status can
         try:
             written = patch_status(self.client, want.namespace, want.name, want.uid,
                                    want.status)

@@ -15,6 +15,7 @@ from api.v1alpha1.types import API_VERSION
 from controllers.status_pacing import Pacer, PacingOptions
 from controllers.status_writer import StatusWriter
 from runtime.store import Indexer, thaw
+from tests.waiting import eventually
 
 NS = "ns"
 
@@ -120,17 +121,18 @@ def test_running_and_terminal_states_are_not_held() -> None:
     w.stop()
 
 
-def test_the_finalizers_first_patch_is_not_held() -> None:
+def test_the_finalizer_is_not_held_the_status_it_came_with_is() -> None:
     api, clock = API(), Clock()
     w = writer(api, clock)
     raw = api.create("a")
     w.submit(raw, status("Scheduled"), finalizer=True)
-    assert w.flush(5)
-    assert api.writes == [("a", "finalizer"), ("a", "Scheduled")]
-    # the finalizer is on now: the next passing state is held again
-    w.submit(raw, status("Pending"))
+    eventually(lambda: api.writes == [("a", "finalizer")], what="the finalizer, at once")
     settle_for()
-    assert api.writes == [("a", "finalizer"), ("a", "Scheduled")]
+    assert api.writes == [("a", "finalizer")]  # Scheduled still held
+    assert w.has_finalizer(raw)
+    w.submit(raw, status("Running"))
+    assert w.flush(5)
+    assert api.writes == [("a", "finalizer"), ("a", "Running")]
     w.stop()
 
 
@@ -164,6 +166,27 @@ def test_a_status_waits_for_a_token_no_longer_than_the_max_lag() -> None:
     clock.now += 5.0  # still busy, but every status is max_lag old now
     assert w.flush(5)
     assert len(api.writes) == 3
+    w.stop()
+
+
+def test_an_old_status_goes_at_max_lag_behind_a_younger_one_without_a_token() -> None:
+    api, clock, busy = API(), Clock(), threading.Event()
+    busy.set()
+    w = writer(api, clock, busy, busy_qps=0.001, max_lag=5.0)
+    first, old, young = api.create("first"), api.create("old"), api.create("young")
+    w.submit(first, status("Running"))  # takes the one token
+    eventually(lambda: api.writes == [("first", "Running")], what="the first write")
+    t0 = clock.now
+    w.submit(old, status("Scheduled"))  # held, then behind ``young`` in the queue
+    clock.now = t0 + 0.5
+    w.submit(young, status("Running"))
+    settle_for()
+    clock.now = t0 + 5.0  # ``old`` is max_lag old, ``young`` is not: no token for it
+    eventually(lambda: ("old", "Scheduled") in api.writes, what="the old status")
+    settle_for()
+    assert [n for n, _ in api.writes] == ["first", "old"]
+    busy.clear()
+    assert w.flush(5)
     w.stop()
 
 
