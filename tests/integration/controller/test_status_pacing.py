@@ -3,9 +3,10 @@ manager on the local control plane: a workload whose pod starts within the lag g
 one status write, Running, and `kubectl get` shows Running as soon as the pod runs,
 well within the lag; nothing else of the workload is held back.
 
-The workload is created with our finalizer in it, as config/admission-finalizer
-leaves it (the session cluster serves no MutatingAdmissionPolicy): the status that
-carries the fallback's finalizer patch is never held."""
+Both ways a workload gets our finalizer: in the create, as config/admission-finalizer
+leaves it (the session cluster serves no MutatingAdmissionPolicy), and by the
+manager's patch (the fallback), which is sent at once while the status it came with
+is held like any other."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from tests.integration.controller.conftest import (
     NodeGroup,
     Running,
     delete_workload,
+    get_workload,
     pods_of,
     workload,
 )
@@ -46,13 +48,16 @@ def paced(installed: ControlPlane) -> Iterator[Running]:
     run.stop()
 
 
+@pytest.mark.parametrize("by_admission", [True, False], ids=["admission", "patch"])
 def test_a_user_sees_running_through_kubectl_one_write_within_the_lag(
-        paced: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+        paced: Running, admin: Client, namespace: str, group: NodeGroup,
+        by_admission: bool) -> None:
     paced.wait_nodes(group.add(1, gpus=2))
     written, coalesced = value(m.STATUS_WRITES.labels("written")), value(m.STATUS_COALESCED)
     w = workload("w", namespace, gpusPerReplica=1, nodeSelector=group.selector,
                  template={"spec": {"containers": [{"name": "c", "image": "busybox"}]}})
-    w["metadata"]["finalizers"] = [CHILDREN_FINALIZER]
+    if by_admission:
+        w["metadata"]["finalizers"] = [CHILDREN_FINALIZER]
     admin.create(w)
     seen: dict[str, float] = {}  # what was first seen when: the pod running, each phase
 
@@ -72,4 +77,5 @@ def test_a_user_sees_running_through_kubectl_one_write_within_the_lag(
     assert "Scheduled" not in seen  # held, and replaced by Running before it was sent
     assert value(m.STATUS_WRITES.labels("written")) - written == 1
     assert value(m.STATUS_COALESCED) - coalesced >= 1
+    assert CHILDREN_FINALIZER in get_workload(admin, namespace, "w")["metadata"]["finalizers"]
     delete_workload(admin, namespace, "w")
