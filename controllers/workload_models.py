@@ -19,7 +19,10 @@ Guarantees:
   other defaults is not reused.
 - **Invalid is not cached**: ``ValidationError`` is raised each time (rare, and the
   reconcile reports it).
-- **Bounded**: at most ``size`` entries, least recently used dropped first.
+- **Small**: one model per workload (its latest), at most ``size`` workloads, the
+  least recently used dropped first (a model is ~6.5 KB: the cache must not make
+  the controller's memory grow with the cluster; the reuse it is for happens
+  within a second of a version's arrival).
 """
 
 from __future__ import annotations
@@ -32,37 +35,37 @@ from typing import Any
 from api.v1alpha1.types import GPUWorkload
 from internal.objects import JSON
 
-_Key = tuple[str, str, Any]
-
 
 class WorkloadModels:
     def __init__(self, prepare: Callable[[GPUWorkload], None] = lambda w: None, *,
-                 size: int = 4096) -> None:
+                 size: int = 512) -> None:
         self.prepare = prepare
         self.size = size
         self._lock = threading.Lock()
-        self._entries: OrderedDict[_Key, tuple[Any, Any, Any, GPUWorkload]] = OrderedDict()
+        #: UID -> (resourceVersion, variant, metadata, spec, status, model)
+        self._entries: OrderedDict[str, tuple[Any, ...]] = OrderedDict()
         self.hits = self.misses = 0
 
     def model(self, raw: JSON, variant: Any = None) -> GPUWorkload:
         """The model of ``raw``, prepared (``variant``: what ``prepare`` reads, a
         hashable); raises pydantic's ValidationError."""
         meta = raw.get("metadata") or {}
-        key = (meta.get("uid") or "", meta.get("resourceVersion") or "", variant)
-        parts = (raw.get("metadata"), raw.get("spec"), raw.get("status"))
+        uid, rv = meta.get("uid") or "", meta.get("resourceVersion") or ""
+        parts = (rv, variant, raw.get("metadata"), raw.get("spec"), raw.get("status"))
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and all(a is b for a, b in zip(entry[:3], parts, strict=True)):
-                self._entries.move_to_end(key)
+            entry = self._entries.get(uid)
+            if entry is not None and entry[0] == rv and entry[1] == variant and \
+                    all(a is b for a, b in zip(entry[2:5], parts[2:], strict=True)):
+                self._entries.move_to_end(uid)
                 self.hits += 1
-                return entry[3]
+                return entry[5]
         w = GPUWorkload.model_validate(raw)
         self.prepare(w)
-        if key[0] and key[1]:  # an object from the API: versioned
+        if uid and rv:  # an object from the API: versioned
             with self._lock:
                 self.misses += 1
-                self._entries[key] = (*parts, w)
-                self._entries.move_to_end(key)
+                self._entries[uid] = (*parts, w)
+                self._entries.move_to_end(uid)
                 while len(self._entries) > self.size:
                     self._entries.popitem(last=False)
         return w

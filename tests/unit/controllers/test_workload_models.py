@@ -14,9 +14,9 @@ from controllers.workload_models import WorkloadModels
 from runtime.store import freeze
 
 
-def cached(rv: str = "7", **spec: Any) -> Any:
+def cached(rv: str = "7", uid: str = "u1", **spec: Any) -> Any:
     return freeze({"apiVersion": API_VERSION, "kind": "GPUWorkload",
-                   "metadata": {"name": "w", "namespace": "ns", "uid": "u1",
+                   "metadata": {"name": "w", "namespace": "ns", "uid": uid,
                                 "resourceVersion": rv},
                    "spec": {"gpusPerReplica": 1, **spec}, "status": {"phase": "Pending"}})
 
@@ -59,10 +59,15 @@ def test_an_invalid_spec_is_refused_every_time() -> None:
             models.model(raw)
 
 
-def test_it_keeps_at_most_size_versions() -> None:
+def test_it_keeps_one_version_per_workload_and_at_most_size_workloads() -> None:
     models = WorkloadModels(size=2)
-    raws = [cached(rv=str(i)) for i in range(3)]
-    first = models.model(raws[0])
-    models.model(raws[1])
-    models.model(raws[2])
-    assert models.model(raws[0]) is not first  # dropped, least recently used
+    old = cached(rv="1")
+    first = models.model(old)
+    models.model(cached(rv="2"))  # the newer version replaces it
+    assert models.model(old) is not first
+    newest = cached(rv="3")
+    a = models.model(newest)
+    assert models.model(newest) is a
+    for i in range(2):
+        models.model(cached(rv="1", uid=f"other-{i}"))
+    assert models.model(newest) is not a  # dropped, least recently used
