@@ -18,13 +18,15 @@ without a user noticing:
   has an item queued or being processed: pods being created, bound, committed),
   the writer sends at most ``busy_qps`` statuses per second (a token bucket, burst
   one); idle, it sends as fast as its client allows and so drains what waited.
-  A status waits for a token at most until ``max_lag`` after its first submit:
-  under a load that never pauses, the lag stays bounded.
+  A status waits for a token at most ``max_lag`` after it was ready to go (its
+  first submit, or the end of its hold): under a load that never pauses, the lag
+  stays bounded, by ``max_lag`` (``lag + max_lag`` for a held one). Statuses go
+  in the order they became ready.
 - **Draining ignores both** (``drain``): the writer's ``stop`` sends everything.
 
 The lag a user sees is the time from a status's first submit to its write,
 ``gpu_orchestrator_status_write_lag_seconds``; with these rules it is at most
-``max(lag, max_lag)`` plus the writer's queue over its client's QPS.
+``lag + max_lag`` plus the writer's queue over its client's QPS.
 
 Pure: the clock and ``busy`` are given, so tests drive it with a fake clock.
 """
@@ -49,7 +51,7 @@ class PacingOptions:
     #: statuses per second while placements are being made (--status-busy-qps);
     #: 0: no bound
     busy_qps: float = 20.0
-    #: a status older than this is sent whether placements are being made or not
+    #: a status ready this long is sent whether placements are being made or not
     #: (--status-max-lag)
     max_lag: float = 5.0
 
@@ -81,7 +83,7 @@ class Pacer:
         return since + self.options.lag
 
     def admit(self, since: float, now: float) -> float:
-        """0.0: send a status first submitted at ``since`` now (a token was taken,
+        """0.0: send a status ready to go since ``since`` now (a token was taken,
         if one was needed). Otherwise the seconds until a token comes; nothing taken."""
         opts = self.options
         if opts.busy_qps <= 0 or self._draining or now - since >= opts.max_lag:

@@ -43,6 +43,8 @@ Guarantees:
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
 import time
 from collections import deque
@@ -117,6 +119,9 @@ class StatusWriter:
         self._cv = threading.Condition()
         self._pending: dict[str, _Want] = {}
         self._order: deque[str] = deque()  # keys with a pending entry, oldest first
+        #: (when it may go, seq, key) of held or backing-off entries (``_next``)
+        self._later: list[tuple[float, int, str]] = []
+        self._seq = itertools.count()
         self._inflight: set[str] = set()
         self._seen: dict[str, _Seen] = {}
         self._finalized: dict[str, str] = {}  # key -> UID we saw our finalizer on
@@ -149,7 +154,8 @@ class StatusWriter:
                 old.finalizer = old.finalizer or finalizer
                 old.mark = mark
                 if self.pacer is not None:
-                    self._cv.notify()  # a held status may be due now
+                    self._order.append(key)  # a held status may be due now
+                    self._cv.notify()
                 return
             self._pending[key] = _Want(uid, meta["namespace"], meta["name"], status,
                                        finalizer, since=now, mark=mark)
@@ -270,7 +276,9 @@ class StatusWriter:
         """Writes what is queued (up to ``timeout``, held or not), then stops."""
         if self.pacer is not None:
             self.pacer.drain()
-            with self._cv:
+            with self._cv:  # what was held is due now
+                self._order.extend(key for _, _, key in sorted(self._later))
+                self._later.clear()
                 self._cv.notify_all()
         drained = self.flush(timeout)
         with self._cv:
@@ -284,33 +292,37 @@ class StatusWriter:
     # ------------------------------------------------------------------ writer side
 
     def _next(self) -> tuple[str, _Want] | None:
+        """The next write to send. ``_order`` holds the keys ready to go, in the
+        order they became ready; ``_later`` (a heap) those held or backing off,
+        until their time: no scan of the whole queue per write."""
         with self._cv:
             while True:
                 if self._stop:
                     return None
                 now = self.clock()
-                wait = 0.5
-                no_token: list[str] = []  # keep their turn: back at the front after
-                for _ in range(len(self._order)):
-                    key = self._order.popleft()
+                while self._later and self._later[0][0] <= now:
+                    self._order.append(heapq.heappop(self._later)[2])
+                wait = min(0.5, self._later[0][0] - now) if self._later else 0.5
+                while self._order:
+                    key = self._order[0]
                     want = self._pending.get(key)
                     if want is None or key in self._inflight:
-                        continue  # settled, forgotten, or taken by another thread
+                        self._order.popleft()  # settled, forgotten, taken, or a duplicate
+                        continue
                     ready = max(want.not_before, self._ready_at(key, want))
                     if ready > now:
-                        self._order.append(key)
+                        self._order.popleft()
+                        heapq.heappush(self._later, (ready, next(self._seq), key))
                         wait = min(wait, ready - now)
                         continue
-                    if self.pacer is not None and (later := self.pacer.admit(want.since, now)):
-                        no_token.append(key)  # one older than max_lag may still go
-                        wait = min(wait, later)
-                        continue
-                    self._order.extendleft(reversed(no_token))
+                    if self.pacer is not None and (later := self.pacer.admit(ready, now)):
+                        wait = min(wait, later)  # no token: the oldest keeps its turn
+                        break
+                    self._order.popleft()
                     del self._pending[key]
                     self._inflight.add(key)
                     QUEUED.set(len(self._pending))
                     return key, want
-                self._order.extendleft(reversed(no_token))
                 self._cv.wait(wait)
 
     def _ready_at(self, key: str, want: _Want) -> float:

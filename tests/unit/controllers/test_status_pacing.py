@@ -169,23 +169,24 @@ def test_a_status_waits_for_a_token_no_longer_than_the_max_lag() -> None:
     w.stop()
 
 
-def test_an_old_status_goes_at_max_lag_behind_a_younger_one_without_a_token() -> None:
+def test_without_tokens_statuses_go_in_ready_order_each_max_lag_after_it_was_ready() -> None:
     api, clock, busy = API(), Clock(), threading.Event()
     busy.set()
     w = writer(api, clock, busy, busy_qps=0.001, max_lag=5.0)
-    first, old, young = api.create("first"), api.create("old"), api.create("young")
+    first, held, young = api.create("first"), api.create("held"), api.create("young")
     w.submit(first, status("Running"))  # takes the one token
     eventually(lambda: api.writes == [("first", "Running")], what="the first write")
     t0 = clock.now
-    w.submit(old, status("Scheduled"))  # held, then behind ``young`` in the queue
+    w.submit(held, status("Scheduled"))  # ready at t0 + lag (1 s)
     clock.now = t0 + 0.5
-    w.submit(young, status("Running"))
+    w.submit(young, status("Running"))  # ready at once
     settle_for()
-    clock.now = t0 + 5.0  # ``old`` is max_lag old, ``young`` is not: no token for it
-    eventually(lambda: ("old", "Scheduled") in api.writes, what="the old status")
+    clock.now = t0 + 5.5  # ``young`` has waited max_lag, ``held`` 4.5 s since its hold
+    eventually(lambda: ("young", "Running") in api.writes, what="the young status")
     settle_for()
-    assert [n for n, _ in api.writes] == ["first", "old"]
-    busy.clear()
+    assert [n for n, _ in api.writes] == ["first", "young"]
+    clock.now = t0 + 6.0
+    eventually(lambda: ("held", "Scheduled") in api.writes, what="the held status")
     assert w.flush(5)
     w.stop()
 
