@@ -353,6 +353,9 @@ class StatusWriter:
                 if ok is HELD and key not in self._pending:
                     self._pending[key] = want  # the finalizer is on; the status waits
                     self._order.append(key)
+                elif ok is HELD:
+                    COALESCED.inc()  # a newer status, submitted meanwhile, replaces it
+                    self._order.append(key)
                 elif not ok and key not in self._pending:
                     want.failures += 1
                     want.not_before = self.clock() + min(RETRY_MAX,

@@ -20,7 +20,7 @@ from api.v1alpha1.keys import CHILDREN_FINALIZER
 from controllers.status_pacing import PacingOptions
 from hack.testenv import ControlPlane
 from internal import metrics as m
-from runtime import Client
+from runtime import Client, NotFound
 from tests.integration.controller.conftest import (
     NodeGroup,
     Running,
@@ -79,3 +79,11 @@ def test_a_user_sees_running_through_kubectl_one_write_within_the_lag(
     assert value(m.STATUS_COALESCED) - coalesced >= 1
     assert CHILDREN_FINALIZER in get_workload(admin, namespace, "w")["metadata"]["finalizers"]
     delete_workload(admin, namespace, "w")
+
+    def gone() -> bool:  # nothing of it left to count in the next test's writes
+        try:
+            get_workload(admin, namespace, "w")
+        except NotFound:
+            return True
+        return False
+    eventually(gone, timeout=30, what="the workload deleted")
