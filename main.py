@@ -147,18 +147,18 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--qps", type=float, default=50.0,
                    help="client-side API QPS limit, of each client: the workers' and the "
                         "status writer's (as kube-scheduler's main and events clients)")
-    p.add_argument("--status-lag", type=_seconds, default=1.0, metavar="SECONDS",
+    p.add_argument("--status-lag", type=_seconds, default=2.0, metavar="SECONDS",
                    help="a Pending or Scheduled status waits this long for a newer one "
                         "(Scheduled then Running within it is one Running write); Running, "
                         "Succeeded and Failed are never held. The lag users see is "
                         "gpu_orchestrator_status_write_lag_seconds")
-    p.add_argument("--status-busy-qps", type=float, default=20.0,
+    p.add_argument("--status-busy-qps", type=float, default=0.0,
                    help="while placements are being made (the work queue busy), write at "
                         "most this many statuses per second, draining afterwards (0: no "
                         "bound)")
     p.add_argument("--status-max-lag", type=_seconds, default=5.0, metavar="SECONDS",
-                   help="a status this old is written whether placements are being made "
-                        "or not")
+                   help="with --status-busy-qps: a status ready this long is written "
+                        "whether placements are being made or not")
     p.add_argument("--burst", type=int, default=100, help="client-side API burst, of each "
                                                           "client")
 
