@@ -19,7 +19,8 @@ Guarantees:
   forgotten (``forget``; nothing of it is recorded then, the finalizer included).
 - **Lag bounded and measured.** The time from the first submit of a status to its
   write is ``gpu_orchestrator_status_write_lag_seconds``; the queue is at most one
-  entry per workload, so the lag is at most the queue over the client's QPS.
+  entry per workload, so the lag is at most the queue over the client's QPS, plus
+  the pacer's hold (and, with a busy rate, its ``max_lag``).
 - **Synchronous commits win.** Gangs and Job mode commit their placement with a
   resourceVersion precondition on the workers' client; ``settle(key)`` first drops
   the pending write of that workload and waits for one in flight, which is then
