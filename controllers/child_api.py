@@ -4,10 +4,10 @@
 them back. Guarantees:
 
 - A child we created counts as there from the moment its create answers, before
-  the informer shows it (``Expectations``): it is never created twice, it holds its
-  devices in the ledger at once (a preemptor must see it among its victims'
-  holders; a Job's pod may come at any moment), and asking the workload's children
-  to go includes it.
+  the informer shows it (``OwnWrites.created``): it is never created twice, it
+  holds its devices in the ledger at once (``PlacementState.hold_created``: a
+  preemptor must see it among its victims' holders; a Job's pod may come at any
+  moment), and asking the workload's children to go includes it.
 - AlreadyExists adopts our own child of that name and never another's
   (``ChildNameTaken``); a create the API refuses for good ends the attempt
   (``ChildCreateFailed``); anything else is raised for the queue to retry.
@@ -23,7 +23,7 @@ from typing import Any
 
 from api.v1alpha1.keys import ATTEMPT_LABEL, INDEX_LABEL
 from controllers.conditions import child_phase
-from controllers.expectations import Expectations
+from controllers.own_writes import OwnWrites
 from controllers.placement_state import PlacementState
 from controllers.reconcile_outcome import EndAttempt
 from internal import metrics as m
@@ -40,13 +40,13 @@ CHILD_KINDS = (("v1", "Pod"), ("batch/v1", "Job"))
 
 class ChildAPI:
     def __init__(self, client: Any, pods: Indexer, jobs: Indexer,
-                 state: Callable[[], PlacementState]) -> None:
+                 state: Callable[[], PlacementState], own_writes: OwnWrites) -> None:
         self.client = client
         self.pods = pods
         self.jobs = jobs
         self._state = state
-        #: children created and not yet seen by the informer
-        self.expectations = Expectations()
+        #: children created and not yet seen by the informer (among our other writes)
+        self.own_writes = own_writes
 
     def _cache(self, kind: str) -> Indexer:
         return self.jobs if kind == "Job" else self.pods
@@ -56,7 +56,7 @@ class ChildAPI:
         that the cache does not show yet."""
         cached = self._cache(kind).by_index("owner-uid", uid)
         seen = {(o.get("metadata") or {}).get("uid") for o in cached}
-        made = [o for o in self.expectations.pending(uid)
+        made = [o for o in self.own_writes.children(uid)
                 if o.get("kind") == kind and o["metadata"].get("uid") not in seen]
         return [*cached, *made]
 
@@ -97,10 +97,9 @@ class ChildAPI:
                 if (seen or {}).get("metadata", {}).get("uid") != \
                         (created.get("metadata") or {}).get("uid"):
                     # (not when the informer already showed it: its event came first)
-                    self.expectations.created(meta["ownerReferences"][0]["uid"], created)
+                    self.own_writes.created(meta["ownerReferences"][0]["uid"], created)
                 # it holds its devices from now on, before the cache shows it
-                state = self._state()
-                (state.events.on_pod if obj["kind"] == "Pod" else state.events.on_job)(created)
+                self._state().hold_created(created)
             return None
         except AlreadyExists:
             if obj.get("kind") in ("Pod", "Job"):

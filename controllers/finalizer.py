@@ -20,6 +20,7 @@ from typing import Any
 from api.v1alpha1.keys import CHILDREN_FINALIZER
 from api.v1alpha1.types import API_VERSION
 from controllers.child_api import ChildAPI
+from controllers.own_writes import OwnWrites
 from controllers.status import add_finalizer_patch
 from controllers.status_writer import StatusWriter
 from internal.objects import JSON, object_key
@@ -32,7 +33,7 @@ FINALIZE_POLL = 1.0
 
 class ChildrenFinalizer:
     def __init__(self, client: Any, children: ChildAPI, status_writer: StatusWriter | None,
-                 release: Callable[[str], None], wrote: Callable[[JSON], None],
+                 release: Callable[[str], None], own_writes: OwnWrites,
                  children_gone: Callable[[JSON], None] = lambda raw: None) -> None:
         self.client = client
         #: called once none of the children is left, before the object may go (not
@@ -41,7 +42,7 @@ class ChildrenFinalizer:
         self.children = children
         self.status_writer = status_writer
         self._release = release  # the workload's booking goes (its pods keep theirs)
-        self._wrote = wrote  # records our own write of the object
+        self.own_writes = own_writes  # records our own write of the object
 
     def finalize(self, raw: JSON) -> Result | None:
         """Being deleted: release the booking, ask every child to go, and let the
@@ -86,5 +87,5 @@ class ChildrenFinalizer:
             API_VERSION, "GPUWorkload", meta["name"],
             add_finalizer_patch(meta, CHILDREN_FINALIZER),
             namespace=meta["namespace"], patch_type="merge")
-        self._wrote(written)
+        self.own_writes.wrote(written)
         return written

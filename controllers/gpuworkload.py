@@ -86,6 +86,7 @@ from controllers.conditions import (
 )
 from controllers.dra_availability import NOT_ENABLED
 from controllers.finalizer import ChildrenFinalizer
+from controllers.own_writes import OwnWrites
 from controllers.placement_state import PlacementState, PodBook
 from controllers.reconcile_outcome import EndAttempt, Outcome
 from controllers.status import (
@@ -133,8 +134,13 @@ class GPUWorkloadReconciler:
                  options: Options | None = None, clock: Callable[[], datetime] = _now,
                  rng: random.Random | None = None,
                  status_writer: StatusWriter | None = None,
-                 backstop: Backstop | None = None) -> None:
+                 backstop: Backstop | None = None,
+                 own_writes: OwnWrites | None = None) -> None:
         self.client = client
+        #: our writes the cache has not shown yet (children, status, commits), shared
+        #: with the status writer and the placement state
+        self.own_writes = own_writes if own_writes is not None else \
+            status_writer.own_writes if status_writer is not None else OwnWrites()
         #: reconciles unsettled workloads nobody looked at for a while, and counts
         #: those that were owed (a lost requeue); None: no backstop
         self.backstop = backstop
@@ -142,11 +148,9 @@ class GPUWorkloadReconciler:
         #: written synchronously by the worker, on ``client``)
         self.status_writer = status_writer
         #: the children in the API: listed, created, asked to go
-        self.children = ChildAPI(client, pods, jobs, self.ensure_state)
-        #: children created and not yet seen by the informer
-        self.expectations = self.children.expectations
+        self.children = ChildAPI(client, pods, jobs, self.ensure_state, self.own_writes)
         self.finalizer = ChildrenFinalizer(client, self.children, status_writer,
-                                           self._release, self._wrote,
+                                           self._release, self.own_writes,
                                            children_gone=self._claims_left)
         self.recorder = recorder
         self.workloads = workloads
@@ -185,10 +189,6 @@ class GPUWorkloadReconciler:
         self.ensure_state().forget(key)
         self._bound_observed.discard(key)
 
-    def _wrote(self, obj: JSON) -> None:
-        if self.state is not None:
-            self.state.wrote(obj)
-
     def reconcile(self, req: Request) -> Result | None:
         state = self.ensure_state()
         key = f"{req.namespace}/{req.name}"
@@ -204,10 +204,10 @@ class GPUWorkloadReconciler:
         state.release_if_other_object(key, raw["metadata"].get("uid"))
         if raw["metadata"].get("deletionTimestamp"):
             return self.finalizer.finalize(raw)
-        view = self.status_writer.view(raw) if self.status_writer is not None else None
+        view = self.own_writes.view(raw)
         if view is not None:
             raw = view  # the status we last asked for, not yet in the cache
-        elif state.is_behind(raw):
+        elif self.own_writes.is_behind(raw):
             # The cache has not caught up with our own last write of this object.
             return Result(requeue_after=0.1)
         out = self._observe_and_act(raw)
@@ -348,7 +348,7 @@ class GPUWorkloadReconciler:
         # of ours may be pending, in flight or ahead of the cache (a write still in
         # flight could land after the commit: no commit now)
         if writer is not None and not self._pod_is_commit_point(w) and \
-                (not writer.settle(key) or writer.ahead_of(raw)):
+                (not writer.settle(key) or self.own_writes.ahead_of(raw)):
             return Outcome(status, Result(requeue_after=0.1))
         started = time.perf_counter()
         decision = state.decide(w)
@@ -390,8 +390,8 @@ class GPUWorkloadReconciler:
                 state.forget(key)  # the booking was never committed: release it
                 raise
             state.commit(key)
-            if writer is not None:
-                writer.record(raw)
+            if writer is not None:  # read your writes: the commit's status
+                self.own_writes.wrote(raw, status=raw.get("status") or {})
             log.info("placement.committed", workload=key, strategy=strategy,
                      placements=";".join(f"{p.index}={p.node}:{','.join(map(str, p.devices))}"
                                          for p in decision.placements))
@@ -729,7 +729,7 @@ class GPUWorkloadReconciler:
         written = self.client.patch(API_VERSION, "GPUWorkload", meta["name"], body,
                                     namespace=meta["namespace"], patch_type="merge",
                                     subresource="status")
-        self._wrote(written)
+        self.own_writes.wrote(written)
         return written
 
 

@@ -9,8 +9,10 @@ snapshot are private, and every change or question is a method that takes the lo
 for what it reads and changes and calls out (the queue, the pod books) only after
 releasing it. The parts it owns rely on that lock: ``NodeViews`` (what the scheduler
 sees of each node's GPUs), ``Evictions`` (victims to tell, preemptors waiting),
-``PendingSet`` (who waits for capacity) and ``WriteTracker`` (our own writes, so an
-older cached copy is not taken for news). Nothing outside this module,
+``PendingSet`` (who waits for capacity). Our own writes the caches have not shown
+yet are the controller's ``OwnWrites`` (a collaborator with a lock of its own, a
+leaf: asked under this lock, it never calls out), so an older cached copy is not
+taken for news. Nothing outside this module,
 ``placement_state`` and ``placement_events`` touches them
 (``tests/unit/controllers/test_one_door.py`` greps for it).
 
@@ -34,9 +36,9 @@ import structlog
 from api.v1alpha1.types import GPUWorkload
 from controllers.evictions import Evictions
 from controllers.node_views import NodeViews
+from controllers.own_writes import OwnWrites
 from controllers.pending import PendingSet, is_placed, is_terminal
 from controllers.placement_events import Holder, holds_less, more_room
-from controllers.write_tracker import WriteTracker
 from internal.objects import JSON, object_key
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner
@@ -89,12 +91,14 @@ class PlacementCache:
                  stale_after: float = DEFAULT_STALE_AFTER.total_seconds(),
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  pod_books: Sequence[PodBook] = (),
-                 dra_driver: str | None = None) -> None:
+                 dra_driver: str | None = None,
+                 own_writes: OwnWrites | None = None) -> None:
         self._lock = threading.RLock()
         self.nodes = NodeViews(stale_after, clock,
                                SliceInventory(dra_driver) if dra_driver else None)
         self.evictions = Evictions()
-        self.writes = WriteTracker(self._lock)
+        #: our writes the caches have not shown yet (shared with the reconciler)
+        self.own_writes = own_writes if own_writes is not None else OwnWrites()
         self._ledger = Ledger()
         self._snapshot = Snapshot(self._ledger)
         self.pending = PendingSet()
@@ -361,7 +365,7 @@ class PlacementCache:
         with self._lock:
             if not self.ready:
                 return
-            if not self.writes.is_behind(obj):
+            if not self.own_writes.is_behind(obj):
                 _, victims = self._adopt(obj)
             self._track_pending(obj)
         if victims:
@@ -402,10 +406,11 @@ class PlacementCache:
             return False, []
 
     def workload_gone(self, key: str, uid: str) -> None:
-        """Workload ``key`` (UID ``uid``) is deleted: its booking, pending entry and
-        write record go. Identity is the UID: a late delete of an older object of
-        the same name (the reconciler reads the cache, which shows the new object
-        before this runs) releases nothing of the new object's; only the old one's
+        """Workload ``key`` (UID ``uid``) is deleted: its booking and pending entry
+        go (its own-writes record goes with the delete event, by UID). Identity is
+        the UID: a late delete of an older object of the same name (the reconciler
+        reads the cache, which shows the new object before this runs) releases
+        nothing of the new object's; only the old one's
         eviction is taken in (its preemptors stop waiting for it)."""
         with self._lock:
             if not self.ready:
@@ -422,7 +427,6 @@ class PlacementCache:
             if not self.ready:
                 return
             self.pending.discard(key)
-            self.writes.forget(key)
             waiting = self.evictions.acknowledge(key)
         if waiting:
             self._enqueue_waiting(waiting)

@@ -24,7 +24,7 @@ Guarantees, for every handler here:
   booked by their book. A holder that cannot be read, or holds devices someone
   else holds, is reported once (``on_problem``) and skipped, never raised.
 - **Our writes win.** A workload copy older than this controller's own last
-  write of it (``WriteTracker``) is not adopted: it would undo the write.
+  write of it (``OwnWrites.is_behind``) is not adopted: it would undo the write.
 """
 
 from __future__ import annotations

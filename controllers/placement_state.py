@@ -2,7 +2,8 @@
 nodes and GPUs and the ledger of who holds which device, behind one lock:
 ``placement_cache.PlacementCache``) with the scheduler over both.
 
-It is rebuilt from the informers' caches before the first placement after a start
+It is rebuilt from the informers' caches (and the children we created that they do
+not show yet, ``OwnWrites``) before the first placement after a start
 (docs/architecture.md, invariant 4) and then kept current by their events
 (``placement_events.CacheEvents``, composed onto it as ``events``). Every
 update is idempotent, so an event that the rebuild already saw and then delivers
@@ -32,6 +33,7 @@ import structlog
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
 from controllers.evictions import preempted_message
+from controllers.own_writes import OwnWrites
 from controllers.pending import PendingSet
 from controllers.placement_cache import LEDGER_READS, PlacementCache, PodBook
 from controllers.placement_events import CacheEvents
@@ -96,8 +98,10 @@ class PlacementState(PlacementCache):
                  pod_books: Sequence[PodBook] = (),
                  on_problem: Callable[[JSON, str, str], None] | None = None,
                  dra_driver: str | None = None,
-                 priority_class_value: Callable[[str], int | None] | None = None) -> None:
-        super().__init__(enqueue_waiting, stale_after, clock, pod_books, dra_driver)
+                 priority_class_value: Callable[[str], int | None] | None = None,
+                 own_writes: OwnWrites | None = None) -> None:
+        super().__init__(enqueue_waiting, stale_after, clock, pod_books, dra_driver,
+                         own_writes)
         self.default_exposure = default_exposure
         self.rng = rng or random.Random()
         self.scheduler = Scheduler(self._snapshot, self._ledger, rng=self.rng,
@@ -125,6 +129,7 @@ class PlacementState(PlacementCache):
         with self._lock:
             nodes, gpunodes, workloads, pods = read()
             jobs = read_jobs() if read_jobs is not None else []
+            pods, jobs = self._with_created(pods, jobs)
             ours = [p for p in pods if not self.owned(p)]
             slices, claims = read_dra() if read_dra is not None and self.slices else ([], [])
             for sl in slices:
@@ -153,6 +158,27 @@ class PlacementState(PlacementCache):
             log.warning("ledger.rebuild.problem", problem=p)
         log.info("ledger.rebuilt", nodes=len(self._snapshot), holders=len(ledger.allocations()))
         return problems
+
+    def _with_created(self, pods: list[JSON], jobs: list[JSON]
+                      ) -> tuple[list[JSON], list[JSON]]:
+        """``pods`` and ``jobs`` and the children we created that they do not show
+        yet: those hold their devices too (the informer will show them)."""
+        made = self.own_writes.all_children()
+        if not made:
+            return pods, jobs
+        seen = {(o.get("metadata") or {}).get("uid") for o in (*pods, *jobs)}
+        new = [o for o in made if (o.get("metadata") or {}).get("uid") not in seen]
+        return ([*pods, *(o for o in new if o.get("kind") == "Pod")],
+                [*jobs, *(o for o in new if o.get("kind") == "Job")])
+
+    def hold_created(self, child: JSON) -> None:
+        """A child we just created (a Pod or a Job) holds its devices from now on,
+        before the informer shows it: recorded as its event will record it (events
+        are idempotent); a rebuild meanwhile books it from ``OwnWrites``."""
+        if child.get("kind") == "Job":
+            self.events.on_job(child)
+        else:
+            self.events.on_pod(child)
 
     def invalidate(self, why: str) -> None:
         """An event of the caches was lost (its handler raised): this state may be
@@ -325,19 +351,3 @@ class PlacementState(PlacementCache):
         (a victim chosen while its own placement was being committed)."""
         with self._lock:
             return self.evictions.unacknowledged(key)
-
-    # ------------------------------------------------------- own writes
-
-    def wrote(self, obj: JSON, mark: int | None = None) -> None:
-        """Records the resourceVersion of this controller's write of ``obj`` (with
-        ``writing``'s ``mark``: unless a later write of it is on its way)."""
-        self.writes.wrote(obj, mark)
-
-    def writing(self, key: str) -> int:
-        """A write of ``key`` is on its way (the status writer): until ``wrote`` says
-        where it landed, every cached copy is older than it. Returns its mark."""
-        return self.writes.writing(key)
-
-    def is_behind(self, obj: JSON) -> bool:
-        """Is ``obj`` (from the cache) older than this controller's last write of it?"""
-        return self.writes.is_behind(obj)

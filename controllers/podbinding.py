@@ -63,6 +63,7 @@ import structlog
 from api.v1alpha1.keys import DEVICES_ANNOTATION
 from api.v1alpha1.types import SchedulingStrategy
 from controllers.gpuworkload import GPUWorkloadReconciler
+from controllers.own_writes import OwnWrites
 from controllers.placement_state import PlacementState
 from controllers.seedbook import (
     DEFAULT_SCHEDULER_NAME,
@@ -123,8 +124,11 @@ class _Waiting:
 class PodBindingReconciler:
     def __init__(self, client: Any, recorder: EventRecorder, pods: Indexer,
                  state: Callable[[], PlacementState], book: SeedBook,
-                 options: PodBindingOptions | None = None) -> None:
+                 options: PodBindingOptions | None = None,
+                 own_writes: OwnWrites | None = None) -> None:
         self.client = client
+        #: our Bindings the cache has not shown yet (the controller's ``OwnWrites``)
+        self.own_writes = own_writes if own_writes is not None else OwnWrites()
         self.recorder = recorder
         self.pods = pods
         self.state = state
@@ -161,8 +165,7 @@ class PodBindingReconciler:
             self._settled(key)
             self._release(state, key)
             return None
-        held = self.book.entry(key)
-        if held is not None and held.bound:
+        if self.own_writes.binding_on_its_way(pod):
             return None  # bound by us; the cache has not seen it yet
         entry, why = state.book_seed(
             self.book, key, lambda view: plan(view, pod, self.options.default_strategy))
@@ -196,6 +199,7 @@ class PodBindingReconciler:
         except Exception:
             self._release(state, key)  # never bound: release the booking
             raise
+        self.own_writes.bound(pod)
         state.mark_seed_bound(self.book, key)
         self._settled(key)
         what = f" (GPU devices {devs_text(devices)})" if devices else \
@@ -372,7 +376,7 @@ def setup_podbinding_controller(mgr: Manager, gpuworkload_reconciler: GPUWorkloa
     gpuworkload_reconciler.pod_books.append(book)
     reconciler = PodBindingReconciler(mgr.client, mgr.event_recorder(opts.scheduler_name),
                                       pods.indexer, gpuworkload_reconciler.ensure_state, book,
-                                      opts)
+                                      opts, gpuworkload_reconciler.own_writes)
     ctrl = (Builder(mgr).named("podbinding")
             .for_("v1", "Pod", pod_predicate(book))
             .with_options(max_concurrent_reconciles=opts.workers)

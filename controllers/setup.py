@@ -31,6 +31,7 @@ from controllers.dra_availability import (
 )
 from controllers.gpuworkload import GPUWorkloadReconciler, Options
 from controllers.intruders import IntruderEvictor
+from controllers.own_writes import OwnWrites
 from controllers.placement_state import PlacementState
 from controllers.status_writer import StatusWriter
 from controllers.template_check import ChildDryRun
@@ -164,6 +165,9 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     claims = mgr.informer_for(DRA_API_VERSION, "ResourceClaim") if dra else None
 
     holder: dict[str, Controller] = {}
+    #: our writes the caches have not shown yet: children, status writes, commits,
+    #: seed bindings (one record per UID, shared by everyone that writes or reads)
+    own_writes = OwnWrites()
 
     def enqueue(keys: Iterable[str]) -> None:
         ctrl = holder.get("ctrl")
@@ -182,7 +186,7 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
                                enqueue_on_node=enqueue_on_node, stale_after=opts.stale_after,
                                pod_books=reconciler.pod_books, on_problem=recorder.warning,
                                dra_driver=dra.driver if dra else None,
-                               priority_class_value=class_value)
+                               priority_class_value=class_value, own_writes=own_writes)
         reconciler.state = state  # handlers see it (not ready) before the rebuild
         state.rebuild(lambda: (nodes.indexer.list(), gpunodes.indexer.list(),
                                workloads.indexer.list(), pods.indexer.list()),
@@ -200,11 +204,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         recorder = EventRecorder(second_client(mgr), COMPONENT)
     writer = None
     if status_client is not None:
-        writer = StatusWriter(
-            status_client, workloads.indexer, threads=opts.status_writers,
-            on_pending=lambda key: reconciler.state.writing(key) if reconciler.state else None,
-            on_written=lambda obj, mark: reconciler.state.wrote(obj, mark)
-            if reconciler.state else None)
+        writer = StatusWriter(status_client, workloads.indexer, threads=opts.status_writers,
+                              own_writes=own_writes)
         mgr.add(writer)
     backstop = Backstop(workloads.indexer.list, lambda key: enqueue([key]),
                         opts.resync_unsettled) if opts.resync_unsettled > 0 else None
@@ -215,7 +216,7 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
                         default_strategy=opts.default_strategy,
                         check_children=ChildDryRun(mgr.client, opts.default_exposure).check
                         if opts.dry_run_children else None),
-        status_writer=writer, backstop=backstop)
+        status_writer=writer, backstop=backstop, own_writes=own_writes)
     reconciler.dra_why = dra_why or NOT_ENABLED
     if backstop is not None:
         mgr.add(Ticker("backstop", backstop.period / 2, backstop.sweep))
@@ -234,12 +235,10 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
                                   state_ready, opts.namespaces)
         pods.add_event_handler(FuncHandler(evictor.on_pod, evictor.on_pod,
                                            evictor.on_pod_deleted))
-    if writer is not None:
-        workloads.add_event_handler(
-            FuncHandler(writer.observed, lambda old, new: writer.observed(new), None))
-    seen = reconciler.expectations.observed
-    for children in (pods, jobs):
-        children.add_event_handler(FuncHandler(seen, lambda old, new: seen(new), seen))
+    for informer in (workloads, pods, jobs):  # the cache shows our writes
+        informer.add_event_handler(FuncHandler(
+            own_writes.observed, lambda old, new: own_writes.observed(new),
+            own_writes.deleted, name=f"own-writes-{informer.kind.lower()}"))
     workloads.add_event_handler(on("GPUWorkload", "on_workload"))
     if slices is not None and claims is not None:
         slices.add_event_handler(on("ResourceSlice", "on_resourceslice"))
@@ -257,7 +256,7 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
             reconciler.reconcile, workloads.indexer, opts.default_exposure,
             dra_why or NOT_ENABLED, recorder,
             writer.submit if writer is not None else status_submitter(mgr.client),
-            writer.view if writer is not None else lambda raw: None,
+            own_writes.view,
             has_children=lambda raw: any(
                 informer.indexer.by_index(OWNER_UID_INDEX, raw["metadata"].get("uid"))
                 for informer in (pods, jobs)))

@@ -10,9 +10,11 @@ Guarantees:
 - **Latest wins.** One entry per workload: a newer desired status replaces one not
   yet sent (counted in ``gpu_orchestrator_status_writes_coalesced_total``). Writes of
   one workload never overlap and go in order.
-- **Read your writes.** ``view(raw)`` gives a reconcile the object with the status
-  it last asked for, until the cache shows that write landed, so a decision is never
-  taken on a status older than our own.
+- **Read your writes.** Every submit is marked in the controller's ``OwnWrites``
+  (``controllers/own_writes.py``) before a writer thread can see it, with the status
+  it carries, and every write that lands says where: ``OwnWrites.view(raw)`` gives a
+  reconcile the object with the status it last asked for until the cache shows it,
+  so a decision is never taken on a status older than our own.
 - **Nothing lost.** A failed write is retried with backoff (capped) until it lands,
   the workload is gone (NotFound) or it is another object of that name (UID), or
   until a synchronous commit supersedes it (``settle``) or the workload is
@@ -25,7 +27,7 @@ Guarantees:
   the pending write of that workload and waits for one in flight, which is then
   never retried (the commit supersedes it). ``settle`` says whether it settled:
   False (a write still in flight after its timeout) means no commit now, requeue.
-  ``record`` tells the writer what the commit wrote.
+  The commit itself is recorded in ``OwnWrites`` (``wrote(..., status=...)``).
 - **Only on its object.** Every status write carries the workload's UID as a
   precondition, so it never lands on another object of the same name (deleted and
   re-created meanwhile): the write is dropped (``status_patches.patch_status``
@@ -49,9 +51,10 @@ from typing import Any
 import structlog
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
+from controllers.own_writes import OwnWrites
 from controllers.status_patches import add_finalizer, patch_status
 from internal import metrics as m
-from internal.objects import JSON, object_key, resource_version
+from internal.objects import JSON, object_key
 from runtime import NotFound
 from runtime.store import Indexer
 
@@ -78,37 +81,24 @@ class _Want:
     since: float  # first submit not yet written
     not_before: float = 0.0
     failures: int = 0
-    mark: int | None = None  # on_pending's mark of the latest submit it carries
-
-
-@dataclass
-class _Seen:
-    """What we asked for last: the status, and the resourceVersion it landed at
-    (0 while not written)."""
-
-    uid: str
-    status: dict[str, Any]
-    rv: int = 0
+    mark: int | None = None  # OwnWrites' mark of the latest submit it carries
 
 
 class StatusWriter:
     def __init__(self, client: Any, workloads: Indexer, *, threads: int = 2,
-                 on_pending: Callable[[str], int | None] | None = None,
-                 on_written: Callable[[JSON, int | None], None] | None = None,
+                 own_writes: OwnWrites | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self.workloads = workloads
         self.threads = threads
-        #: a write of ``key`` is on its way (called before it is queued); returns a
-        #: mark handed back to ``on_written`` with the write that carries it
-        self.on_pending = on_pending or (lambda key: None)
-        self.on_written = on_written or (lambda obj, mark: None)
+        #: our writes the cache has not shown yet (shared with the reconciler and
+        #: the placement state): marked at submit, recorded where they land
+        self.own_writes = own_writes if own_writes is not None else OwnWrites()
         self.clock = clock
         self._cv = threading.Condition()
         self._pending: dict[str, _Want] = {}
         self._order: deque[str] = deque()  # keys with a pending entry, oldest first
         self._inflight: set[str] = set()
-        self._seen: dict[str, _Seen] = {}
         self._finalized: dict[str, str] = {}  # key -> UID we saw our finalizer on
         #: keys whose write in flight was settled or forgotten: not retried if it fails
         self._superseded: set[str] = set()
@@ -126,12 +116,11 @@ class StatusWriter:
         uid = meta.get("uid") or ""
         now = self.clock()
         # Marked before a writer thread can see it: a mark made after the write
-        # landed (and after ``on_written``) would say "a write is on its way" for
-        # ever, and every cached copy would be taken as older than it; and no write
-        # of ours in flight, landing meanwhile, makes an older cached copy look current
-        mark = self.on_pending(key)
+        # landed (and after ``wrote``) would say "a write is on its way" for ever,
+        # and every cached copy would be taken as older than it; and no write of
+        # ours in flight, landing meanwhile, makes an older cached copy look current
+        mark = self.own_writes.writing(raw, status)
         with self._cv:
-            self._seen[key] = _Seen(uid, status)
             old = self._pending.get(key)
             if old is not None and old.uid == uid:
                 COALESCED.inc()
@@ -139,46 +128,14 @@ class StatusWriter:
                 old.finalizer = old.finalizer or finalizer
                 old.mark = mark
                 return
+            if old is not None:  # another object of that name: its write is dropped
+                self.own_writes.cancel(_ref(old), old.mark)
             self._pending[key] = _Want(uid, meta["namespace"], meta["name"], status,
                                        finalizer, since=now, mark=mark)
             if key not in self._inflight:
                 self._order.append(key)
             QUEUED.set(len(self._pending))
             self._cv.notify()
-
-    def view(self, raw: JSON) -> JSON | None:
-        """``raw`` with the status we last asked for, while the cache does not show it
-        yet (None: the cache is current, or we never wrote this object)."""
-        key = object_key(raw)
-        with self._cv:
-            seen = self._seen.get(key)
-            if seen is None:
-                return None
-            if seen.uid != (raw.get("metadata") or {}).get("uid"):
-                del self._seen[key]
-                return None
-            if seen.rv and resource_version(raw) >= seen.rv and key not in self._pending and \
-                    key not in self._inflight:
-                del self._seen[key]  # the cache caught up
-                return None
-            return {**raw, "status": seen.status}
-
-    def observed(self, obj: JSON) -> None:
-        """An informer event of a workload: once it shows our last write, the writer
-        forgets that status (the cache holds it now)."""
-        key = object_key(obj)
-        with self._cv:
-            seen = self._seen.get(key)
-            if seen is not None and seen.rv and resource_version(obj) >= seen.rv and \
-                    key not in self._pending and key not in self._inflight:
-                del self._seen[key]
-
-    def ahead_of(self, raw: JSON) -> bool:
-        """Did a write of ours land after the cache's copy of ``raw``? (A precondition
-        on that copy's resourceVersion would conflict.)"""
-        with self._cv:
-            seen = self._seen.get(object_key(raw))
-            return seen is not None and seen.rv > resource_version(raw)
 
     def settle(self, key: str, timeout: float = 30.0) -> bool:
         """Drops ``key``'s pending write and waits for one in flight (a synchronous
@@ -188,8 +145,10 @@ class StatusWriter:
         commit now (requeue)."""
         deadline = self.clock() + timeout
         with self._cv:
-            if self._pending.pop(key, None) is not None:
+            dropped = self._pending.pop(key, None)
+            if dropped is not None:
                 QUEUED.set(len(self._pending))
+                self.own_writes.cancel(_ref(dropped), dropped.mark)  # never sent
             if key in self._inflight:
                 self._superseded.add(key)
             while key in self._inflight:
@@ -199,18 +158,12 @@ class StatusWriter:
                 self._cv.wait(0.05)
             return True
 
-    def record(self, written: JSON) -> None:
-        """A synchronous write of ours (the gang commit) landed."""
-        with self._cv:
-            uid = (written.get("metadata") or {}).get("uid") or ""
-            self._seen[object_key(written)] = _Seen(uid, dict(written.get("status") or {}),
-                                                    resource_version(written))
-
     def forget(self, key: str) -> None:
         """The workload is gone: nothing of it is left to write."""
         with self._cv:
-            self._pending.pop(key, None)
-            self._seen.pop(key, None)
+            dropped = self._pending.pop(key, None)
+            if dropped is not None:
+                self.own_writes.cancel(_ref(dropped), dropped.mark)  # never sent
             self._finalized.pop(key, None)
             if key in self._inflight:  # it records nothing and is not retried
                 self._superseded.add(key)
@@ -322,7 +275,7 @@ class StatusWriter:
         cached = self.workloads.get_by_name(want.name, want.namespace)
         if cached is not None and (cached.get("metadata") or {}).get("uid") != want.uid:
             WRITES.labels("gone").inc()
-            self.on_written(cached, want.mark)  # another object of that name: current
+            self.own_writes.forget(want.uid)  # ours is gone: another object has the name
             return True
         with self._cv:
             finalized = self._finalized.get(key) == want.uid
@@ -336,22 +289,11 @@ class StatusWriter:
             written = None
         if written is None:  # gone, or another object of that name now
             WRITES.labels("gone").inc()
-            with self._cv:
-                seen = self._seen.get(key)
-                if seen is not None and seen.uid == want.uid:
-                    del self._seen[key]
-            return True
-        if (written.get("metadata") or {}).get("uid") != want.uid:
-            WRITES.labels("gone").inc()  # (and wrote it: ours is the status it wants)
-            self.on_written(written, want.mark)
+            self.own_writes.forget(want.uid)
             return True
         WRITES.labels("written").inc()
         LAG.observe(max(0.0, self.clock() - want.since))
-        with self._cv:
-            seen = self._seen.get(key)
-            if seen is not None and seen.status is want.status:
-                seen.rv = resource_version(written)
-        self.on_written(written, want.mark)
+        self.own_writes.wrote(written, want.mark)
         return True
 
     def _add_finalizer(self, obj: JSON) -> bool:
@@ -364,3 +306,8 @@ class StatusWriter:
             if key not in self._gone:  # forgotten meanwhile: nothing of it is kept
                 self._finalized[key] = obj["metadata"]["uid"]
         return True
+
+
+def _ref(want: _Want) -> JSON:
+    """The object a queued write is for, as ``OwnWrites`` keys it (its UID)."""
+    return {"metadata": {"uid": want.uid, "namespace": want.namespace, "name": want.name}}

@@ -24,6 +24,7 @@ from api.v1alpha1.types import API_VERSION, DeviceExposure
 from controllers.claims import bind as bind_claim
 from controllers.claims import claim_name
 from controllers.gpuworkload import GPUWorkloadReconciler
+from controllers.own_writes import OwnWrites
 from controllers.placement_state import PlacementState
 from runtime import AlreadyExists, ApiError, Conflict, NotFound, Request, Result
 from runtime.errors import Forbidden, InternalError, Invalid
@@ -255,10 +256,13 @@ class Env:
         #: ResourceSlices of the DRA driver (``with_dra``); None: the manager runs
         #: without DRA
         self.slices: list[dict[str, Any]] | None = None
+        #: our writes the caches have not shown yet, shared as setup.py shares them
+        self.own_writes = OwnWrites()
         self.state = self.new_state()
         self.rec = GPUWorkloadReconciler(
             self.client, self.recorder, self.workloads, self.pods, self.jobs,
-            state_factory=lambda: self.state, clock=lambda: self.now, rng=random.Random(1))
+            state_factory=lambda: self.state, clock=lambda: self.now, rng=random.Random(1),
+            own_writes=self.own_writes)
         self.rec.state = self.state
 
     # --------------------------------------------------------------- state
@@ -266,6 +270,7 @@ class Env:
     def new_state(self) -> PlacementState:
         """A placement state rebuilt from the caches (as after a restart)."""
         state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, rng=random.Random(1),
+                               own_writes=self.own_writes,
                                dra_driver=DRA_DRIVER if self.slices is not None else None,
                                enqueue_waiting=self.woken.extend,
                                on_problem=lambda obj, reason, msg: self.problems.append(
@@ -300,10 +305,12 @@ class Env:
             elif not dra:
                 self.slices = None
         self.decisions = 0
+        self.own_writes = OwnWrites()  # a new process remembers none of its writes
         self.state = self.new_state()
         self.rec = GPUWorkloadReconciler(
             self.client, self.recorder, self.workloads, self.pods, self.jobs,
-            state_factory=lambda: self.state, clock=lambda: self.now, rng=random.Random(1))
+            state_factory=lambda: self.state, clock=lambda: self.now, rng=random.Random(1),
+            own_writes=self.own_writes)
         self.rec.state = self.state
         if self.slices is not None:
             self.rec.claims = FakeClaims()
@@ -316,28 +323,26 @@ class Env:
     def put_pod(self, pod: dict[str, Any]) -> None:
         self.pods.add(pod)
         self.state.events.on_pod(pod)
-        if hasattr(self, "rec"):
-            self.rec.expectations.observed(pod)  # as the informer's handlers do
+        self.own_writes.observed(pod)  # as the informer's handlers do
 
     def pod_gone(self, name: str) -> None:
         """The pod is deleted from the API (its grace period is over)."""
         pod = self.pods.delete(f"{NS}/{name}")
         assert pod is not None, f"no pod {name}"
         self.state.events.on_pod_deleted(pod)
-        self.rec.expectations.observed(pod)
+        self.own_writes.deleted(pod)
 
     def put_job(self, job: dict[str, Any]) -> None:
         self.jobs.add(job)
         self.state.events.on_job(job)
-        if hasattr(self, "rec"):
-            self.rec.expectations.observed(job)
+        self.own_writes.observed(job)
 
     def job_gone(self, name: str) -> None:
         """The Job is deleted from the API (in the foreground: once its pods are)."""
         job = self.jobs.delete(f"{NS}/{name}")
         assert job is not None, f"no job {name}"
         self.state.events.on_job_deleted(job)
-        self.rec.expectations.observed(job)
+        self.own_writes.deleted(job)
 
     def job_pod(self, job_name: str, *, lagging: bool = False) -> dict[str, Any]:
         """What the Job controller does, at a moment of its own: the Job's pod, from
