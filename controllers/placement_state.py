@@ -43,6 +43,7 @@ from internal.scheduling.framework import PREEMPT, Decision
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.ledger import Ledger, LedgerConflict
 from internal.scheduling.scheduler import Scheduler
+from internal.scheduling.search import check_exact
 from internal.scheduling.snapshot import NodeInfo, Snapshot
 
 if TYPE_CHECKING:
@@ -76,6 +77,12 @@ class PlacementView:
     def schedule(self, w: GPUWorkload) -> Decision:
         """Where ``w`` would go now (nothing is booked)."""
         return self._state.schedule(w)
+
+    def check_exact(self, w: GPUWorkload, owner: str, node: str,
+                    devices: tuple[int, ...]) -> str | None:
+        """Why one replica of ``w`` under ``owner`` cannot have exactly ``devices`` of
+        ``node`` (None: it can); see ``PlacementState.check_exact``."""
+        return self._state.check_exact(w, owner, node, devices)
 
     def __getattr__(self, name: str) -> Any:
         if name not in self.READS:
@@ -273,6 +280,14 @@ class PlacementState(PlacementCache):
         """Where ``w`` would go now, booking nothing (``decide`` books)."""
         with self._lock:
             return self.scheduler.schedule(w)
+
+    def check_exact(self, w: GPUWorkload, owner: str, node: str,
+                    devices: tuple[int, ...]) -> str | None:
+        """The shared filters' exact-map check (``search.check_exact``) of one
+        replica of ``w`` booked under ``owner``: the reason ``node`` refuses exactly
+        ``devices``, or None. Books nothing."""
+        with self._lock:
+            return check_exact(w, self._snapshot, self._ledger, owner, node, devices)
 
     def view(self) -> PlacementView:
         """A read-only view of the nodes and holders (see ``PlacementView``)."""

@@ -79,12 +79,6 @@ def is_seed_key(key: str) -> bool:
     return ":" in key.partition("/")[0]
 
 
-def describe_holder(key: str) -> str:
-    """``StatefulSet ns/name`` for a pod book's key, ``GPUWorkload ns/name`` else."""
-    kind, sep, rest = key.partition(":")
-    return f"{kind} {rest}" if sep else f"GPUWorkload {key}"
-
-
 def devs_text(devices: list[int] | tuple[int, ...]) -> str:
     return ",".join(map(str, devices))
 
