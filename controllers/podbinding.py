@@ -11,8 +11,10 @@ One reconcile of pod ``namespace/name``:
 3. Unbound, with the ``gpu-scheduling-map`` annotation: its replica index (the
    ``apps.kubernetes.io/pod-index`` label, else the name's ordinal) picks the line
    of the map; the named node must exist, be Ready, and be neither cordoned nor
-   tainted NoSchedule/NoExecute unless the pod tolerates it; the named devices must
-   exist, be healthy and be held by no other workload.
+   tainted NoSchedule/NoExecute unless the pod tolerates it, and its GPU agent must
+   be reporting; the named devices must exist, be healthy and be held by no other
+   owner: the exact-map filters of a mapped GPUWorkload, in their words
+   (``internal/scheduling/filters.py``, through ``PlacementView.check_exact``).
    Unbound, without a map: the default strategy places one replica of
    ``nvidia.com/gpu`` limit (else 1) GPUs, honouring the pod's nodeSelector and
    tolerations.
