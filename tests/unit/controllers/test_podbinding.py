@@ -17,7 +17,7 @@ from controllers.seedbook import SeedBook, bound_entry, owner_key, read_bound
 from runtime import ApiError, Conflict, Request
 from runtime.predicates import UpdateEvent
 from runtime.store import Indexer
-from tests.unit.scheduling.helpers import SEED_MAP, node
+from tests.unit.scheduling.helpers import SEED_MAP, gpunode, node
 
 NS = "ns"
 STS = f"StatefulSet:{NS}/check"
@@ -481,3 +481,17 @@ def test_a_device_a_preemptor_is_nominated_over_is_refused_by_the_plan() -> None
     env.reconcile("check-4")
     assert "check-4" not in env.bound()
     assert "node4: replica 4: device 3 held by" in env.warnings("check-4")[-1]
+
+
+def test_a_map_naming_a_node_whose_gpu_agent_went_silent_is_refused() -> None:
+    """A node whose GPU agent stopped reporting offers nothing; the seed path's own
+    check did not ask, and refused the pod for devices "unhealthy", which they are
+    not. The shared filters say why, as they say it to a GPUWorkload."""
+    env = Env()
+    silent = gpunode("node1")
+    silent["status"]["lastHeartbeatTime"] = "2020-01-01T00:00:00Z"
+    env.state.events.on_gpunode(silent)
+    env.add(pod("check-0"))
+    env.reconcile("check-0")
+    assert env.bound() == {}
+    assert "node1: replica 0: GPUNode heartbeat stale" in env.warnings("check-0")[-1]
