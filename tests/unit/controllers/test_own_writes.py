@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from api.v1alpha1.types import DeviceExposure
 from controllers.own_writes import OwnWrites
+from controllers.placement_state import PlacementState
+from tests.unit.scheduling.helpers import node
+from tests.unit.scheduling.test_pod_holdings import pod as holder_pod
 
 
 def pod(uid: str, name: str = "w-0", node: str | None = None) -> dict:
@@ -162,3 +166,23 @@ def test_a_binding_lasts_until_the_pod_shows_its_node_or_is_deleted() -> None:
     own.bound(pod("p3"))
     own.deleted(Tombstone(pod("p3")))
     assert not own.binding_on_its_way(pod("p3"))
+
+
+# ------------------------------------------------- the placement state's rebuild
+
+
+def test_a_rebuild_books_a_child_the_informer_has_not_shown_yet() -> None:
+    """A state invalidated (a handler raised) right after a create is rebuilt from
+    the caches, which lack the new pod: it still holds its devices, so nobody else
+    is placed onto them meanwhile."""
+    own = OwnWrites()
+    child = {"apiVersion": "v1", "kind": "Pod",
+             **holder_pod("w-0", "node1", uid="c1", ns="ns", devices="2")}
+    own.created("owner", child)
+    state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, own_writes=own)
+    state.rebuild(lambda: ([node("node1", 4)], [], [], []))
+    assert state.view().holder("node1", 2) is not None
+    own.observed(child)  # shown: the next rebuild reads it from the cache
+    again = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, own_writes=own)
+    again.rebuild(lambda: ([node("node1", 4)], [], [], []))
+    assert again.view().holder("node1", 2) is None
