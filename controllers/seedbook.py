@@ -93,7 +93,10 @@ class Entry:
     ledger_key: str
     placement: Placement
     gpus: int  # counted GPUs when the placement names no devices
-    bound: bool = False
+    #: the pod is bound, so its part of the owner's booking is committed (assumed
+    #: until then). Whether a Binding of ours is on its way while the cache shows
+    #: the pod unbound is ``OwnWrites``' to say, not this booking's
+    committed: bool = False
     priority: int = 0
     uid: str = ""  # the pod's: a pod created again under its name is another one
 
@@ -170,7 +173,7 @@ def without_unknown(pod: JSON, entry: Entry | None, known: frozenset[int] | None
         return replace(entry, placement=entry.placement.model_copy(
             update={"devices": kept}), gpus=len(kept)), [problem]
     return Entry(f"Pod:{object_key(pod)}", Placement(index=entry.placement.index, node=node),
-                 1, entry.bound, entry.priority), [problem]
+                 1, entry.committed, entry.priority), [problem]
 
 
 class SeedBook:
@@ -236,7 +239,7 @@ class SeedBook:
         ledger.assume(ledger_key, [e.placement for e in entries],
                       gpus_per_replica=max(e.gpus for e in entries),
                       priority=max(e.priority for e in entries),
-                      committed=all(e.bound for e in entries), check_capacity=False)
+                      committed=all(e.committed for e in entries), check_capacity=False)
 
     def book(self, ledger: Ledger, key: str, entry: Entry) -> None:
         """Book ``entry`` for pod ``key`` with the other pods of its owner (raises
@@ -253,10 +256,10 @@ class SeedBook:
 
     def mark_bound(self, ledger: Ledger, key: str) -> None:
         entry = self.pods.get(key)
-        if entry is None or entry.bound:
+        if entry is None or entry.committed:
             return
-        entry.bound = True
-        if all(self.pods[k].bound for k in self._by_key.get(entry.ledger_key, ())):
+        entry.committed = True
+        if all(self.pods[k].committed for k in self._by_key.get(entry.ledger_key, ())):
             with contextlib.suppress(KeyError):
                 ledger.commit(entry.ledger_key)
 
