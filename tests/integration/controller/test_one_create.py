@@ -8,9 +8,9 @@ fills: the pod cache stays empty, as an informer's is for the moment after a cre
 from __future__ import annotations
 
 from api.v1alpha1.types import DeviceExposure
-from controllers.gpuworkload import GPUWorkloadReconciler
-from controllers.placement_state import PlacementState
-from controllers.status_writer import StatusWriter
+from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
+from controllers.placement.state import PlacementState
+from controllers.status.writer import StatusWriter
 from internal import metrics as m
 from runtime import Client, Request
 from runtime.events import EventRecorder

@@ -21,10 +21,10 @@ from typing import Any
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION, WORKLOAD_UID_LABEL
 from api.v1alpha1.types import API_VERSION, DeviceExposure
-from controllers.claims import bind as bind_claim
-from controllers.claims import claim_name
-from controllers.gpuworkload import GPUWorkloadReconciler
-from controllers.placement_state import PlacementState
+from controllers.dra.claims import bind as bind_claim
+from controllers.dra.claims import claim_name
+from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
+from controllers.placement.state import PlacementState
 from runtime import AlreadyExists, ApiError, Conflict, NotFound, Request, Result
 from runtime.errors import Forbidden, InternalError, Invalid
 from runtime.store import (

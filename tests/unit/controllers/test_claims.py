@@ -6,8 +6,7 @@ from typing import Any
 
 from api.v1alpha1.keys import CLAIM_FINALIZER
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
-from controllers import children as ch
-from controllers.claims import (
+from controllers.dra.claims import (
     ClaimManager,
     DraOptions,
     allocation_problem,
@@ -17,7 +16,8 @@ from controllers.claims import (
     index_pods_by_claim,
     node_selector,
 )
-from controllers.placement_state import PlacementState
+from controllers.gpuworkload import children as ch
+from controllers.placement.state import PlacementState
 from runtime.store import Indexer
 from tests.unit.scheduling.helpers import dra_slice, node
 

@@ -4,7 +4,7 @@ strategy used; a pending workload shows 0 GPUs and the Scheduled reason."""
 
 from __future__ import annotations
 
-from controllers.gpuworkload import Options
+from controllers.gpuworkload.reconciler import Options
 from tests.unit.controllers.fakes import Env
 
 

@@ -11,8 +11,8 @@ import threading
 from typing import Any
 
 from api.v1alpha1.types import DeviceExposure
-from controllers.placement_state import PlacementState
-from controllers.setup import placement_handler
+from controllers.gpuworkload.setup import placement_handler
+from controllers.placement.state import PlacementState
 from runtime.informer import SharedIndexInformer
 from runtime.store import thaw
 from tests.unit.controllers.fakes import NS, Env

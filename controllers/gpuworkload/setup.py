@@ -19,21 +19,21 @@ from typing import Any
 import structlog
 
 from api.v1alpha1.types import API_VERSION, DeviceExposure
-from controllers.backstop import DEFAULT_PERIOD, Backstop
-from controllers.claim_controller import setup_claims
-from controllers.claims import DraOptions
-from controllers.conditions import MANAGED, get_condition
-from controllers.dra_availability import (
+from controllers.dra.availability import (
     NOT_ENABLED,
     DraUnavailableGate,
     dra_unavailable,
     status_submitter,
 )
-from controllers.gpuworkload import GPUWorkloadReconciler, Options
-from controllers.intruders import IntruderEvictor
-from controllers.placement_state import PlacementState
-from controllers.status_writer import StatusWriter
-from controllers.template_check import ChildDryRun
+from controllers.dra.claim_controller import setup_claims
+from controllers.dra.claims import DraOptions
+from controllers.gpuworkload.backstop import DEFAULT_PERIOD, Backstop
+from controllers.gpuworkload.intruders import IntruderEvictor
+from controllers.gpuworkload.reconciler import GPUWorkloadReconciler, Options
+from controllers.gpuworkload.template_check import ChildDryRun
+from controllers.placement.state import PlacementState
+from controllers.status.conditions import MANAGED, get_condition
+from controllers.status.writer import StatusWriter
 from internal.metrics.domain import STATE
 from internal.scheduling.inventory import heartbeat
 from internal.scheduling.resourceslices import DRA_API_VERSION
@@ -72,13 +72,13 @@ class ControllerOptions:
     #: claims as holders); None: off (the API may not serve resource.k8s.io/v1)
     dra: DraOptions | None = None
     #: seconds after which an unsettled workload nobody reconciled is reconciled
-    #: again (controllers/backstop.py); 0: no backstop
+    #: again (controllers/gpuworkload/backstop.py); 0: no backstop
     resync_unsettled: float = DEFAULT_PERIOD
     #: evict pods that name devices no controller or webhook of ours gave them
-    #: (controllers/intruders.py); the manager's --evict-conflicting-pods, on by default
+    #: (controllers/gpuworkload/intruders.py); the manager's --evict-conflicting-pods, on by default
     evict_conflicting_pods: bool = False
     #: before placing a spec, create its highest-index child with dryRun=All and report
-    #: a template the API server refuses as InvalidSpec (controllers/template_check.py)
+    #: a template the API server refuses as InvalidSpec (controllers/gpuworkload/template_check.py)
     dry_run_children: bool = True
     async_status: bool = True  # status written by the StatusWriter, off the workers' client
     status_writers: int = 4  # writer threads (each waits on one write at a time)

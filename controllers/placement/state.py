@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
-from controllers.evictions import preempted_message
-from controllers.pending import PendingSet
-from controllers.placement_cache import LEDGER_READS, PlacementCache, PodBook
-from controllers.placement_events import CacheEvents
+from controllers.placement.cache import LEDGER_READS, PlacementCache, PodBook
+from controllers.placement.events import CacheEvents
+from controllers.placement.evictions import preempted_message
+from controllers.placement.pending import PendingSet
 from internal.metrics.domain import BAD_OBJECTS
 from internal.objects import JSON
 from internal.scheduling.framework import PREEMPT, Decision
@@ -44,7 +44,7 @@ from internal.scheduling.scheduler import Scheduler
 from internal.scheduling.snapshot import NodeInfo, Snapshot
 
 if TYPE_CHECKING:
-    from controllers.seedbook import Entry, SeedBook
+    from controllers.podbinding.seedbook import Entry, SeedBook
 
 log = structlog.get_logger("placement")
 

@@ -18,7 +18,7 @@ stops the one before it; none is ever done twice):
 5. and, once a claim is no longer wanted (its workload's booking no longer holds
    that replica's placement: deleted, finished, another attempt, a crash before
    the pod existed) and no pod uses it, removes its allocation, then our
-   finalizer, then the claim (controllers/claim_release.py). Claims nobody owns any
+   finalizer, then the claim (controllers/dra/claim_release.py). Claims nobody owns any
    more go the same way; a workload deleted while the manager runs without DRA
    releases its own once its pods are gone.
 
@@ -51,10 +51,10 @@ from api.v1alpha1.keys import (
     WORKLOAD_UID_LABEL,
 )
 from api.v1alpha1.types import GPUWorkload, Placement
-from controllers.child_api import PERMANENT_CREATE_ERRORS
-from controllers.children import child_name, owner_reference
-from controllers.gpuworkload import GPUWorkloadReconciler
-from controllers.reconcile_outcome import EndAttempt
+from controllers.gpuworkload.child_api import PERMANENT_CREATE_ERRORS
+from controllers.gpuworkload.children import child_name, owner_reference
+from controllers.gpuworkload.reconcile_outcome import EndAttempt
+from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
 from internal.objects import JSON
 from internal.scheduling.pods import controller_ref, parse_devices
 from internal.scheduling.resourceslices import (

@@ -49,7 +49,7 @@ from typing import Any
 import structlog
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
-from controllers.status_patches import add_finalizer, patch_status
+from controllers.status.patches import add_finalizer, patch_status
 from internal import metrics as m
 from internal.objects import JSON, object_key, resource_version
 from runtime import NotFound

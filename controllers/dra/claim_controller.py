@@ -1,5 +1,5 @@
 """The claim controller of ``deviceExposure: dra`` (steps 4 and 5 of
-controllers/claims.py): every claim of ours has ``status.reservedFor`` equal to the
+controllers/dra/claims.py): every claim of ours has ``status.reservedFor`` equal to the
 live pods that use it, and a claim no longer wanted that no pod uses loses its
 allocation, then our finalizer, then goes. Claims whose workload is gone (or that a
 crash left behind before their pod existed) are released the same way. It runs on
@@ -19,15 +19,15 @@ import structlog
 
 from api.v1alpha1.keys import ATTEMPT_LABEL, CLAIM_FINALIZER, INDEX_LABEL, WORKLOAD_UID_LABEL
 from api.v1alpha1.types import API_VERSION
-from controllers.claim_release import release_claim
-from controllers.claims import (
+from controllers.dra.claim_release import release_claim
+from controllers.dra.claims import (
     POD_CLAIM_INDEX,
     ClaimManager,
     DraOptions,
     claim_placement,
     index_pods_by_claim,
 )
-from controllers.gpuworkload import GPUWorkloadReconciler
+from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
 from internal.objects import JSON, object_key
 from internal.scheduling.pods import controller_ref, pod_is_active, workload_owner
 from internal.scheduling.resourceslices import DRA_API_VERSION

@@ -40,8 +40,11 @@ import structlog
 
 from api.v1alpha1.keys import EXPOSURE_ANNOTATION
 from api.v1alpha1.types import DeviceExposure, Phase
-from controllers.claim_release import release_workload_claims
-from controllers.conditions import (
+from controllers.dra.availability import REASON
+from controllers.dra.claim_release import release_workload_claims
+from controllers.gpuworkload.reconcile_outcome import Outcome
+from controllers.status.builder import StatusBuilder
+from controllers.status.conditions import (
     MANAGED,
     READY,
     SCHEDULED,
@@ -49,9 +52,6 @@ from controllers.conditions import (
     child_phase,
     get_condition,
 )
-from controllers.dra_availability import REASON
-from controllers.reconcile_outcome import Outcome
-from controllers.status import StatusBuilder
 from internal.objects import JSON
 from runtime import ApiError
 from runtime.events import EventRecorder
@@ -139,7 +139,7 @@ def release_claims_of_deleted(client: Any, recorder: EventRecorder, raw: JSON,
                               default_exposure: DeviceExposure) -> None:
     """A dra workload deleted while the manager runs without DRA (the API served):
     no claim controller releases its claims, so its deletion does, once its pods are
-    gone (controllers/claim_release.py). A manager that may not touch ResourceClaims
+    gone (controllers/dra/claim_release.py). A manager that may not touch ResourceClaims
     (403), or an API that does not serve them (404), says so and lets the object go
     (a manager with DRA releases them later); other errors are retried."""
     exposure = (raw.get("spec") or {}).get("deviceExposure") or default_exposure.value

@@ -32,11 +32,11 @@ from typing import Any, Protocol, TypeVar
 import structlog
 
 from api.v1alpha1.types import GPUWorkload
-from controllers.evictions import Evictions
-from controllers.node_views import NodeViews
-from controllers.pending import PendingSet, is_placed, is_terminal
-from controllers.placement_events import Holder, holds_less, more_room
-from controllers.write_tracker import WriteTracker
+from controllers.placement.events import Holder, holds_less, more_room
+from controllers.placement.evictions import Evictions
+from controllers.placement.node_views import NodeViews
+from controllers.placement.pending import PendingSet, is_placed, is_terminal
+from controllers.placement.write_tracker import WriteTracker
 from internal.objects import JSON, object_key
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner

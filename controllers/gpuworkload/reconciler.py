@@ -21,7 +21,7 @@ One reconcile of ``namespace/name`` observes, decides, acts, then reports:
 |                                           | a failed replica, a lost node, a child that    |
 |                                           | cannot be created end the attempt              |
 | placed, ``dra``, manager without DRA      | left running as it is, ``Managed=False``       |
-|                                           | (controllers/unmanaged.py)                     |
+|                                           | (controllers/gpuworkload/unmanaged.py)         |
 
 Commit points. One replica in Pod mode: the bound pod itself (its ``nodeName`` and
 env cannot change after creation) — the status write that follows only reports.
@@ -71,11 +71,21 @@ from api.v1alpha1.types import (
     SchedulingStrategy,
     WorkloadKind,
 )
-from controllers import children as ch
-from controllers import unmanaged
-from controllers.backstop import Backstop
-from controllers.child_api import ChildAPI
-from controllers.conditions import (
+from controllers.dra.availability import NOT_ENABLED
+from controllers.gpuworkload import children as ch
+from controllers.gpuworkload import unmanaged
+from controllers.gpuworkload.backstop import Backstop
+from controllers.gpuworkload.child_api import ChildAPI
+from controllers.gpuworkload.finalizer import ChildrenFinalizer
+from controllers.gpuworkload.reconcile_outcome import EndAttempt, Outcome
+from controllers.placement.state import PlacementState, PodBook
+from controllers.status.builder import (
+    StatusBuilder,
+    fmt_time,
+    parse_time,
+    same_status,
+)
+from controllers.status.conditions import (
     FAILED,
     PREEMPTED,
     READY,
@@ -84,17 +94,7 @@ from controllers.conditions import (
     child_phase,
     get_condition,
 )
-from controllers.dra_availability import NOT_ENABLED
-from controllers.finalizer import ChildrenFinalizer
-from controllers.placement_state import PlacementState, PodBook
-from controllers.reconcile_outcome import EndAttempt, Outcome
-from controllers.status import (
-    StatusBuilder,
-    fmt_time,
-    parse_time,
-    same_status,
-)
-from controllers.status_writer import StatusWriter
+from controllers.status.writer import StatusWriter
 from internal import metrics as m
 from internal.backoff import next_delay, should_retry
 from internal.objects import JSON, object_key
@@ -123,7 +123,7 @@ class Options:
     default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES
     default_strategy: str | None = None  # used when a spec names none (else leastLoaded)
     #: before placing a spec, why the API server would refuse its children (None:
-    #: it would not); controllers/template_check.py. None: not checked
+    #: it would not); controllers/gpuworkload/template_check.py. None: not checked
     check_children: Callable[[GPUWorkload, JSON], str | None] | None = None
 
 
@@ -162,7 +162,7 @@ class GPUWorkloadReconciler:
         self.pod_books: list[PodBook] = []
         self._state_lock = threading.Lock()
         self._bound_observed: set[str] = set()
-        #: ``deviceExposure: dra``: the ResourceClaims of replicas (controllers/claims.py);
+        #: ``deviceExposure: dra``: the ResourceClaims of replicas (controllers/dra/claims.py);
         #: None while DRA is off
         self.claims: Any = None
         #: why DRA is off (a sentence), while ``claims`` is None
@@ -594,7 +594,7 @@ class GPUWorkloadReconciler:
     def _unmanaged(self, w: GPUWorkload, raw: JSON, out: Outcome,
                    mine: Mapping[int, JSON], changed: str) -> Outcome:
         """A ``dra`` attempt in a manager without DRA: never torn down
-        (controllers/unmanaged.py). No retry is spent, nothing is requeued: its
+        (controllers/gpuworkload/unmanaged.py). No retry is spent, nothing is requeued: its
         children's events, or a restart with DRA, wake it."""
         if not mine:
             self._release(w.key)
@@ -611,7 +611,7 @@ class GPUWorkloadReconciler:
 
     def _claims_left(self, raw: JSON) -> None:
         """A dra workload deleted while this manager runs without DRA releases its
-        claims once its pods are gone (controllers/unmanaged.py)."""
+        claims once its pods are gone (controllers/gpuworkload/unmanaged.py)."""
         if self.claims is None and self.dra_why == NOT_ENABLED:
             unmanaged.release_claims_of_deleted(self.client, self.recorder, raw,
                                                 self.options.default_exposure)
@@ -619,7 +619,7 @@ class GPUWorkloadReconciler:
     def _claims(self, w: GPUWorkload, raw: JSON, placements: list[Placement], attempt: int,
                 mine: Mapping[int, JSON]) -> dict[int, str] | None:
         """``deviceExposure: dra``: each replica's claim, allocated to its devices
-        before its pod exists (controllers/claims.py). None: wait and come back."""
+        before its pod exists (controllers/dra/claims.py). None: wait and come back."""
         out: dict[int, str] = {}
         for p in placements:
             name = self.claims.ensure(w, raw, p, attempt, p.index in mine)

@@ -44,7 +44,7 @@ from internal.scheduling.pods import pod_uid
 from internal.scheduling.resourceslices import claim_holder_key
 
 if TYPE_CHECKING:
-    from controllers.placement_state import PlacementState
+    from controllers.placement.state import PlacementState
 
 log = structlog.get_logger("placement")
 
