@@ -27,7 +27,7 @@ from controllers.dra.claims import (
     claim_placement,
     index_pods_by_claim,
 )
-from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
+from controllers.placement.source import PlacementStateSource
 from internal.objects import JSON, object_key
 from internal.scheduling.pods import controller_ref, pod_is_active, workload_owner
 from internal.scheduling.resourceslices import DRA_API_VERSION
@@ -66,8 +66,8 @@ class ClaimReconciler:
     """
 
     def __init__(self, client: Any, claims: Indexer, pods: Indexer,
-                 reconciler: GPUWorkloadReconciler, manager: ClaimManager) -> None:
-        self.client, self.claims, self.pods, self.reconciler = client, claims, pods, reconciler
+                 states: PlacementStateSource, manager: ClaimManager) -> None:
+        self.client, self.claims, self.pods, self.states = client, claims, pods, states
         self.manager = manager
 
     def reconcile(self, req: Request) -> Result | None:
@@ -97,7 +97,7 @@ class ClaimReconciler:
         ref = controller_ref(claim) or {}
         meta = claim["metadata"]
         labels = meta.get("labels") or {}
-        state = self.reconciler.ensure_state()
+        state = self.states.get()
         booking = state.booking(f"{meta['namespace']}/{ref.get('name')}")
         if booking is None or (booking.uid and booking.uid != ref.get("uid")):
             return False
@@ -145,26 +145,33 @@ def _uses(pod: JSON) -> bool:
     return pod_is_active(pod)
 
 
-def setup_claims(mgr: Manager, reconciler: GPUWorkloadReconciler, recorder: EventRecorder,
-                 opts: DraOptions, workers: int = 2) -> tuple[Controller, ClaimManager]:
-    """Wires DRA into a manager: ResourceSlice and ResourceClaim informers feeding the
-    placement state, the claim manager on the reconciler, the claim controller."""
+def claim_manager(mgr: Manager, states: PlacementStateSource, recorder: EventRecorder,
+                  opts: DraOptions) -> ClaimManager:
+    """The claim manager the GPUWorkload reconciler is made with (its ResourceClaim
+    informer, indexed by owner), booking in the manager's placement state."""
+    claims = mgr.informer_for(DRA_API_VERSION, "ResourceClaim",
+                              indexers={OWNER_UID_INDEX: index_by_owner_uid})
+    return ClaimManager(mgr.client, recorder, claims.indexer, states, opts)
+
+
+def setup_claims(mgr: Manager, states: PlacementStateSource, manager: ClaimManager,
+                 workers: int = 2) -> Controller:
+    """Wires the claim controller into a manager, on the placement state and the
+    claim manager the GPUWorkload reconciler uses."""
     claims = mgr.informer_for(DRA_API_VERSION, "ResourceClaim",
                               indexers={OWNER_UID_INDEX: index_by_owner_uid})
     pods = mgr.informer_for("v1", "Pod", indexers={POD_CLAIM_INDEX: index_pods_by_claim})
-    manager = ClaimManager(mgr.client, recorder, claims.indexer, reconciler, opts)
-    reconciler.claims = manager
     ctrl = (Builder(mgr).named("resourceclaims")
             .for_(DRA_API_VERSION, "ResourceClaim")
             .watches("v1", "Pod", _pod_claims)
             .watches(API_VERSION, "GPUWorkload", _workload_claims(claims.indexer))
             .with_options(max_concurrent_reconciles=workers)
-            .complete(ClaimReconciler(mgr.client, claims.indexer, pods.indexer, reconciler,
+            .complete(ClaimReconciler(mgr.client, claims.indexer, pods.indexer, states,
                                       manager)))
     # a released claim's mark goes with it
     claims.add_event_handler(FuncHandler(None, None, lambda obj: manager.unmark(
         str(((getattr(obj, "obj", obj) or {}).get("metadata") or {}).get("uid") or ""))))
-    return ctrl, manager
+    return ctrl
 
 
 def _pod_claims(pod: JSON) -> list[Request]:

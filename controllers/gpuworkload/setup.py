@@ -25,12 +25,15 @@ from controllers.dra.availability import (
     dra_unavailable,
     status_submitter,
 )
-from controllers.dra.claim_controller import setup_claims
+from controllers.dra.claim_controller import claim_manager, setup_claims
 from controllers.dra.claims import DraOptions
 from controllers.gpuworkload.backstop import DEFAULT_PERIOD, Backstop
 from controllers.gpuworkload.intruders import IntruderEvictor
-from controllers.gpuworkload.reconciler import GPUWorkloadReconciler, Options
+from controllers.gpuworkload.options import Options
+from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
 from controllers.gpuworkload.template_check import ChildDryRun
+from controllers.placement.cache import PodBook
+from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
 from controllers.status.conditions import MANAGED, get_condition
 from controllers.status.writer import StatusWriter
@@ -177,19 +180,21 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         enqueue(f"{w['metadata']['namespace']}/{w['metadata']['name']}"
                 for w in workloads.indexer.by_index(PLACEMENT_NODE_INDEX, node))
 
-    def make_state() -> PlacementState:
-        state = PlacementState(opts.default_exposure, enqueue_waiting=enqueue,
-                               enqueue_on_node=enqueue_on_node, stale_after=opts.stale_after,
-                               pod_books=reconciler.pod_books, on_problem=recorder.warning,
-                               dra_driver=dra.driver if dra else None,
-                               priority_class_value=class_value)
-        reconciler.state = state  # handlers see it (not ready) before the rebuild
+    def new_state(pod_books: tuple[PodBook, ...]) -> PlacementState:
+        return PlacementState(opts.default_exposure, enqueue_waiting=enqueue,
+                              enqueue_on_node=enqueue_on_node, stale_after=opts.stale_after,
+                              pod_books=pod_books, on_problem=recorder.warning,
+                              dra_driver=dra.driver if dra else None,
+                              priority_class_value=class_value)
+
+    def fill(state: PlacementState) -> None:
         state.rebuild(lambda: (nodes.indexer.list(), gpunodes.indexer.list(),
                                workloads.indexer.list(), pods.indexer.list()),
                       (lambda: (slices.indexer.list(), claims.indexer.list()))
                       if slices is not None and claims is not None else None,
                       read_jobs=jobs.indexer.list)
-        return state
+
+    states = PlacementStateSource(new_state, fill)
 
     status_client = second_client(mgr) if opts.async_status else None
     if getattr(mgr, "events_client", None) is not None or status_client is None:
@@ -208,15 +213,16 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         mgr.add(writer)
     backstop = Backstop(workloads.indexer.list, lambda key: enqueue([key]),
                         opts.resync_unsettled) if opts.resync_unsettled > 0 else None
+    claim_mgr = claim_manager(mgr, states, recorder, dra) if dra is not None else None
     reconciler = GPUWorkloadReconciler(
         mgr.client, recorder, workloads.indexer, pods.indexer,
-        jobs.indexer, state_factory=make_state,
+        jobs.indexer, states,
         options=Options(default_exposure=opts.default_exposure,
                         default_strategy=opts.default_strategy,
                         check_children=ChildDryRun(mgr.client, opts.default_exposure).check
                         if opts.dry_run_children else None),
-        status_writer=writer, backstop=backstop)
-    reconciler.dra_why = dra_why or NOT_ENABLED
+        status_writer=writer, backstop=backstop, claims=claim_mgr,
+        dra_why=dra_why or NOT_ENABLED)
     if backstop is not None:
         mgr.add(Ticker("backstop", backstop.period / 2, backstop.sweep))
 
@@ -230,7 +236,7 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     if opts.evict_conflicting_pods:
         state_ready = lambda: reconciler.state is not None and reconciler.state.ready  # noqa: E731
         evictor = IntruderEvictor(mgr.client, recorder,
-                                  lambda p: any(b.owns(p) for b in reconciler.pod_books),
+                                  lambda p: any(b.owns(p) for b in states.pod_books),
                                   state_ready, opts.namespaces)
         pods.add_event_handler(FuncHandler(evictor.on_pod, evictor.on_pod,
                                            evictor.on_pod_deleted))
@@ -264,8 +270,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     ctrl = builder.with_options(max_concurrent_reconciles=opts.workers).complete(
         only_in(opts.namespaces, gated))
     holder["ctrl"] = ctrl
-    if dra is not None:
-        setup_claims(mgr, reconciler, recorder, dra)
+    if claim_mgr is not None:
+        setup_claims(mgr, states, claim_mgr)
     mgr.add(Ticker("gpunode-staleness", opts.stale_check_period,
                    lambda: _refresh_stale(reconciler)))
 
