@@ -78,7 +78,7 @@ from controllers.gpuworkload.finalizer import ChildrenFinalizer
 from controllers.gpuworkload.options import Options
 from controllers.gpuworkload.placing import Placer, changed_message, pod_is_commit_point
 from controllers.gpuworkload.reconcile_outcome import EndAttempt, Outcome
-from controllers.placement.cache import PodBook
+from controllers.placement.pod_book import PodBook
 from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
 from controllers.status.builder import StatusBuilder, same_status

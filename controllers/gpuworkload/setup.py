@@ -32,7 +32,7 @@ from controllers.gpuworkload.intruders import IntruderEvictor
 from controllers.gpuworkload.options import Options
 from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
 from controllers.gpuworkload.template_check import ChildDryRun
-from controllers.placement.cache import PodBook
+from controllers.placement.pod_book import PodBook
 from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
 from controllers.status.conditions import MANAGED, get_condition

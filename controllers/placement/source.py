@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from controllers.placement.cache import PodBook
+from controllers.placement.pod_book import PodBook
 from controllers.placement.state import PlacementState
 
 #: makes a new, empty state with these pod books
