@@ -124,7 +124,7 @@ class ClaimReconciler:
         uid = (controller_ref(claim) or {}).get("uid")
         pods = self.client.list_all("v1", "Pod", meta["namespace"],
                                     label_selector=f"{WORKLOAD_UID_LABEL}={uid}")
-        return any(f"{meta['namespace']}/{meta['name']}" in index_pods_by_claim(p) and _uses(p)
+        return any(object_key(claim) in index_pods_by_claim(p) and _uses(p)
                    for p in pods.get("items") or ())
 
     def _release(self, claim: JSON) -> None:

@@ -38,6 +38,7 @@ from controllers.placement.state import PlacementState
 from controllers.status.conditions import MANAGED, get_condition
 from controllers.status.writer import StatusWriter
 from internal.metrics.domain import STATE
+from internal.objects import object_key
 from internal.scheduling.inventory import heartbeat
 from internal.scheduling.resourceslices import DRA_API_VERSION
 from runtime import Builder, Client, Controller, FuncHandler, Manager, Request
@@ -177,8 +178,7 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
             ctrl.enqueue(Request(ns, name))
 
     def enqueue_on_node(node: str) -> None:
-        enqueue(f"{w['metadata']['namespace']}/{w['metadata']['name']}"
-                for w in workloads.indexer.by_index(PLACEMENT_NODE_INDEX, node))
+        enqueue(object_key(w) for w in workloads.indexer.by_index(PLACEMENT_NODE_INDEX, node))
 
     def new_state(pod_books: tuple[PodBook, ...]) -> PlacementState:
         return PlacementState(opts.default_exposure, enqueue_waiting=enqueue,

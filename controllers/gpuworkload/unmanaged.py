@@ -52,7 +52,7 @@ from controllers.status.conditions import (
     child_phase,
     get_condition,
 )
-from internal.objects import JSON
+from internal.objects import JSON, object_key
 from runtime import ApiError
 from runtime.events import EventRecorder
 
@@ -150,14 +150,10 @@ def release_claims_of_deleted(client: Any, recorder: EventRecorder, raw: JSON,
     except ApiError as exc:
         if exc.status not in (403, 404):
             raise  # the API failed for a moment: the deletion is tried again
-        meta = raw.get("metadata") or {}
-        log.warning("claims.kept", workload=f"{meta.get('namespace')}/{meta.get('name')}",
-                    error=str(exc))
+        log.warning("claims.kept", workload=object_key(raw), error=str(exc))
         recorder.warning(raw, "ClaimsKept", f"its ResourceClaims stay allocated "
                          f"({exc.status} {exc.reason}): a manager with --enable-dra "
                          f"releases them")
         return
     if names:
-        meta = raw.get("metadata") or {}
-        log.info("claims.released", workload=f"{meta.get('namespace')}/{meta.get('name')}",
-                 claims=names)
+        log.info("claims.released", workload=object_key(raw), claims=names)
