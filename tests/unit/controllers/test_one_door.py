@@ -1,5 +1,5 @@
 """The placement state has one door: nothing outside its modules touches its lock,
-its ledger or its snapshot (docs/architecture.md, "The placement state"); readers
+its ledger or its snapshot (docs/architecture.md, "The controllers"); readers
 get ``view()``, the seed path ``book_seed`` and its kin, the claims ``atomically``.
 A grep of the tree says so, so a new shortcut fails here rather than in a race."""
 
