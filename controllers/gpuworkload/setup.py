@@ -234,10 +234,9 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     pods.add_event_handler(on("Pod", "on_pod"))
     jobs.add_event_handler(on("Job", "on_job"))
     if opts.evict_conflicting_pods:
-        state_ready = lambda: reconciler.state is not None and reconciler.state.ready  # noqa: E731
         evictor = IntruderEvictor(mgr.client, recorder,
                                   lambda p: any(b.owns(p) for b in states.pod_books),
-                                  state_ready, opts.namespaces)
+                                  lambda: states.if_ready() is not None, opts.namespaces)
         pods.add_event_handler(FuncHandler(evictor.on_pod, evictor.on_pod,
                                            evictor.on_pod_deleted))
     if writer is not None:
@@ -283,8 +282,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         return counts
 
     def node_gpus() -> tuple[dict[str, int], dict[str, int]]:
-        state = reconciler.state
-        return state.node_gpus() if state is not None and state.ready else ({}, {})
+        state = states.if_ready()
+        return state.node_gpus() if state is not None else ({}, {})
 
     def unmanaged() -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -305,8 +304,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         return out
 
     def shares() -> list[tuple[str, int, float, int | None]]:
-        state = reconciler.state
-        return state.device_shares() if state is not None and state.ready else []
+        state = states.if_ready()
+        return state.device_shares() if state is not None else []
 
     STATE.set_sources(phases, node_gpus, heartbeats, unmanaged, shares)
     return ctrl, reconciler
