@@ -8,9 +8,10 @@ fills: the pod cache stays empty, as an informer's is for the moment after a cre
 from __future__ import annotations
 
 from api.v1alpha1.types import DeviceExposure
-from controllers.gpuworkload import GPUWorkloadReconciler
-from controllers.placement_state import PlacementState
-from controllers.status_writer import StatusWriter
+from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
+from controllers.placement.source import PlacementStateSource
+from controllers.placement.state import PlacementState
+from controllers.status.writer import StatusWriter
 from internal import metrics as m
 from runtime import Client, Request
 from runtime.events import EventRecorder
@@ -37,7 +38,8 @@ def test_a_child_not_yet_in_the_cache_is_not_created_again(
 
     writer = StatusWriter(admin, workloads)  # not started: the status stays queued
     reconciler = GPUWorkloadReconciler(admin, EventRecorder(admin, "test"), workloads, pods,
-                                       jobs, state_factory=make_state, status_writer=writer)
+                                       jobs, PlacementStateSource(lambda books: make_state()),
+                                       status_writer=writer)
     created = m.CHILD_CREATES.labels("created")._value.get()
     again = m.CHILD_CREATES.labels("already_exists")._value.get()
     for _ in range(3):

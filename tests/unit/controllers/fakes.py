@@ -21,10 +21,11 @@ from typing import Any
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION, WORKLOAD_UID_LABEL
 from api.v1alpha1.types import API_VERSION, DeviceExposure
-from controllers.claims import bind as bind_claim
-from controllers.claims import claim_name
-from controllers.gpuworkload import GPUWorkloadReconciler
-from controllers.placement_state import PlacementState
+from controllers.dra.claims import bind as bind_claim
+from controllers.dra.claims import claim_name
+from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
+from controllers.placement.source import PlacementStateSource
+from controllers.placement.state import PlacementState
 from runtime import AlreadyExists, ApiError, Conflict, NotFound, Request, Result
 from runtime.errors import Forbidden, InternalError, Invalid
 from runtime.store import (
@@ -256,10 +257,22 @@ class Env:
         #: without DRA
         self.slices: list[dict[str, Any]] | None = None
         self.state = self.new_state()
-        self.rec = GPUWorkloadReconciler(
-            self.client, self.recorder, self.workloads, self.pods, self.jobs,
-            state_factory=lambda: self.state, clock=lambda: self.now, rng=random.Random(1))
-        self.rec.state = self.state
+        self.rec = self.new_reconciler()
+
+    def new_reconciler(self, **kw: Any) -> GPUWorkloadReconciler:
+        """A reconciler on this environment's state (made with ``kw``: options, a
+        status writer, a backstop, claims), as the manager's setup makes it."""
+        def current(books: Any) -> PlacementState:
+            # the state tests set up; once invalidated (a handler raised), a new one
+            # rebuilt from the caches, as the manager's
+            if not self.state.ready:
+                self.state = self.new_state()
+            return self.state
+        states = PlacementStateSource(current)
+        states.get()
+        return GPUWorkloadReconciler(
+            self.client, self.recorder, self.workloads, self.pods, self.jobs, states,
+            clock=lambda: self.now, rng=random.Random(1), **kw)
 
     # --------------------------------------------------------------- state
 
@@ -287,8 +300,7 @@ class Env:
         and each replica's claim is ``FakeClaims``' (allocated at once)."""
         self.slices = [dra_slice(n["metadata"]["name"], self.gpus) for n in self.nodes]
         self.state = self.new_state()
-        self.rec.state = self.state
-        self.rec.claims = FakeClaims()
+        self.rec = self.new_reconciler(claims=FakeClaims())
         return self
 
     def restart(self, *, dra: bool | None = None) -> None:
@@ -301,12 +313,8 @@ class Env:
                 self.slices = None
         self.decisions = 0
         self.state = self.new_state()
-        self.rec = GPUWorkloadReconciler(
-            self.client, self.recorder, self.workloads, self.pods, self.jobs,
-            state_factory=lambda: self.state, clock=lambda: self.now, rng=random.Random(1))
-        self.rec.state = self.state
-        if self.slices is not None:
-            self.rec.claims = FakeClaims()
+        self.rec = self.new_reconciler(
+            claims=FakeClaims() if self.slices is not None else None)
 
     # --------------------------------------------------------------- caches
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controllers.expectations import Expectations
+from controllers.gpuworkload.expectations import Expectations
 
 
 def pod(uid: str, name: str = "w-0") -> dict:

@@ -28,7 +28,7 @@ Guarantees:
   ``record`` tells the writer what the commit wrote.
 - **Only on its object.** Every status write carries the workload's UID as a
   precondition, so it never lands on another object of the same name (deleted and
-  re-created meanwhile): the write is dropped (``status_patches.patch_status``
+  re-created meanwhile): the write is dropped (``patches.patch_status``
   says how). It carries no resourceVersion: the writer coalesces and writes over its own
   previous writes (latest wins), and what must not be undone by an older write, a
   gang's commit, is protected by ``settle`` above.
@@ -49,7 +49,7 @@ from typing import Any
 import structlog
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
-from controllers.status_patches import add_finalizer, patch_status
+from controllers.status.patches import add_finalizer, patch_status
 from internal import metrics as m
 from internal.objects import JSON, object_key, resource_version
 from runtime import NotFound
@@ -355,7 +355,7 @@ class StatusWriter:
         return True
 
     def _add_finalizer(self, obj: JSON) -> bool:
-        """Adds our finalizer (``status_patches.add_finalizer``) and remembers it,
+        """Adds our finalizer (``patches.add_finalizer``) and remembers it,
         unless the workload was forgotten meanwhile. False: try again."""
         if not add_finalizer(self.client, obj):
             return False
