@@ -172,8 +172,8 @@ def _bool(v: str) -> bool:
 
 
 def run_manager(args: argparse.Namespace) -> int:
-    from controllers.claims import DraOptions
-    from controllers.setup import ControllerOptions, setup_gpuworkload_controller
+    from controllers.dra.claims import DraOptions
+    from controllers.gpuworkload.setup import ControllerOptions, setup_gpuworkload_controller
     from runtime import Manager, Options, RestConfig
 
     config = RestConfig.load(args.kubeconfig)
@@ -208,7 +208,7 @@ def run_manager(args: argparse.Namespace) -> int:
         dra=DraOptions(driver=args.dra_driver, device_class=args.dra_device_class)
         if args.enable_dra or args.device_exposure == DeviceExposure.DRA.value else None))
     if args.enable_pod_binding:
-        from controllers.podbinding import PodBindingOptions, setup_podbinding_controller
+        from controllers.podbinding.controller import PodBindingOptions, setup_podbinding_controller
         setup_podbinding_controller(mgr, reconciler, PodBindingOptions(
             scheduler_name=args.scheduler_name, workers=args.workers,
             default_strategy=args.default_strategy,

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from api.v1alpha1.types import API_VERSION, DeviceExposure
-from controllers.gpuworkload import GPUWorkloadReconciler
-from controllers.podbinding import PodBindingOptions, setup_podbinding_controller
-from controllers.setup import ControllerOptions, setup_gpuworkload_controller
+from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
+from controllers.gpuworkload.setup import ControllerOptions, setup_gpuworkload_controller
+from controllers.podbinding.controller import PodBindingOptions, setup_podbinding_controller
 from hack.testenv import ControlPlane
 from runtime import Client, Forbidden, Manager, NotFound, Options, RestConfig
 from runtime.errors import TooManyRequests

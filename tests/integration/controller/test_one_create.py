@@ -8,10 +8,11 @@ fills: the pod cache stays empty, as an informer's is for the moment after a cre
 from __future__ import annotations
 
 from api.v1alpha1.types import DeviceExposure
-from controllers.gpuworkload import GPUWorkloadReconciler
-from controllers.own_writes import OwnWrites
-from controllers.placement_state import PlacementState
-from controllers.status_writer import StatusWriter
+from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
+from controllers.placement.source import PlacementStateSource
+from controllers.placement.state import PlacementState
+from controllers.shared.own_writes import OwnWrites
+from controllers.status.writer import StatusWriter
 from internal import metrics as m
 from runtime import Client, Request
 from runtime.events import EventRecorder
@@ -41,7 +42,8 @@ def test_a_child_not_yet_in_the_cache_is_not_created_again(
     # not started: the status stays queued
     writer = StatusWriter(admin, workloads, own_writes=own_writes)
     reconciler = GPUWorkloadReconciler(admin, EventRecorder(admin, "test"), workloads, pods,
-                                       jobs, state_factory=make_state, status_writer=writer,
+                                       jobs, PlacementStateSource(lambda books: make_state()),
+                                       status_writer=writer,
                                        own_writes=own_writes)
     created = m.CHILD_CREATES.labels("created")._value.get()
     again = m.CHILD_CREATES.labels("already_exists")._value.get()

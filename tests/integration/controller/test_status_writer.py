@@ -15,7 +15,7 @@ import pytest
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
 from api.v1alpha1.types import API_VERSION
-from controllers.status_writer import StatusWriter
+from controllers.status.writer import StatusWriter
 from hack.testenv import ControlPlane
 from internal import metrics as m
 from runtime import Client, NotFound, RestConfig

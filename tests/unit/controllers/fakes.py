@@ -21,11 +21,12 @@ from typing import Any
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION, WORKLOAD_UID_LABEL
 from api.v1alpha1.types import API_VERSION, DeviceExposure
-from controllers.claims import bind as bind_claim
-from controllers.claims import claim_name
-from controllers.gpuworkload import GPUWorkloadReconciler
-from controllers.own_writes import OwnWrites
-from controllers.placement_state import PlacementState
+from controllers.dra.claims import bind as bind_claim
+from controllers.dra.claims import claim_name
+from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
+from controllers.placement.source import PlacementStateSource
+from controllers.placement.state import PlacementState
+from controllers.shared.own_writes import OwnWrites
 from runtime import AlreadyExists, ApiError, Conflict, NotFound, Request, Result
 from runtime.errors import Forbidden, InternalError, Invalid
 from runtime.store import (
@@ -259,11 +260,24 @@ class Env:
         #: our writes the caches have not shown yet, shared as setup.py shares them
         self.own_writes = OwnWrites()
         self.state = self.new_state()
-        self.rec = GPUWorkloadReconciler(
-            self.client, self.recorder, self.workloads, self.pods, self.jobs,
-            state_factory=lambda: self.state, clock=lambda: self.now, rng=random.Random(1),
-            own_writes=self.own_writes)
-        self.rec.state = self.state
+        self.rec = self.new_reconciler()
+
+    def new_reconciler(self, **kw: Any) -> GPUWorkloadReconciler:
+        """A reconciler on this environment's state (made with ``kw``: options, a
+        status writer, a backstop, claims; its ``own_writes``
+        are this environment's), as the manager's setup makes it."""
+        def current(books: Any) -> PlacementState:
+            # the state tests set up; once invalidated (a handler raised), a new one
+            # rebuilt from the caches, as the manager's
+            if not self.state.ready:
+                self.state = self.new_state()
+            return self.state
+        states = PlacementStateSource(current)
+        states.get()
+        kw.setdefault("own_writes", self.own_writes)
+        return GPUWorkloadReconciler(
+            self.client, self.recorder, self.workloads, self.pods, self.jobs, states,
+            clock=lambda: self.now, rng=random.Random(1), **kw)
 
     # --------------------------------------------------------------- state
 
@@ -292,8 +306,7 @@ class Env:
         and each replica's claim is ``FakeClaims``' (allocated at once)."""
         self.slices = [dra_slice(n["metadata"]["name"], self.gpus) for n in self.nodes]
         self.state = self.new_state()
-        self.rec.state = self.state
-        self.rec.claims = FakeClaims()
+        self.rec = self.new_reconciler(claims=FakeClaims())
         return self
 
     def restart(self, *, dra: bool | None = None) -> None:
@@ -307,13 +320,8 @@ class Env:
         self.decisions = 0
         self.own_writes = OwnWrites()  # a new process remembers none of its writes
         self.state = self.new_state()
-        self.rec = GPUWorkloadReconciler(
-            self.client, self.recorder, self.workloads, self.pods, self.jobs,
-            state_factory=lambda: self.state, clock=lambda: self.now, rng=random.Random(1),
-            own_writes=self.own_writes)
-        self.rec.state = self.state
-        if self.slices is not None:
-            self.rec.claims = FakeClaims()
+        self.rec = self.new_reconciler(
+            claims=FakeClaims() if self.slices is not None else None)
 
     # --------------------------------------------------------------- caches
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from api.v1alpha1.types import DeviceExposure
-from controllers.own_writes import OwnWrites
-from controllers.placement_state import PlacementState
+from controllers.placement.state import PlacementState
+from controllers.shared.own_writes import OwnWrites
 from tests.unit.scheduling.helpers import node
 from tests.unit.scheduling.test_pod_holdings import pod as holder_pod
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
-from controllers.placement_state import PlacementState
-from controllers.podbinding import PodBindingOptions, PodBindingReconciler, pod_predicate
-from controllers.seedbook import SeedBook, bound_entry, owner_key, read_bound
+from controllers.placement.state import PlacementState
+from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler, pod_predicate
+from controllers.podbinding.seedbook import SeedBook, bound_entry, owner_key, read_bound
 from runtime import ApiError, Conflict, Request
 from runtime.predicates import UpdateEvent
 from runtime.store import Indexer
@@ -425,7 +425,7 @@ def test_a_pod_bound_by_someone_else_onto_held_devices(evict: bool) -> None:
 def test_evict_holder_asks_every_pod_of_a_seed_holder_to_go() -> None:
     """What preemption of a seed-path holder needs: its pods evicted (the ledger keeps
     their devices until they are gone)."""
-    from controllers.seedbook import is_seed_key
+    from controllers.podbinding.seedbook import is_seed_key
 
     env = Env()
     for i in (3, 4):

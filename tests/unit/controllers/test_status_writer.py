@@ -15,8 +15,8 @@ import pytest
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
 from api.v1alpha1.types import API_VERSION
-from controllers.own_writes import OwnWrites
-from controllers.status_writer import StatusWriter
+from controllers.shared.own_writes import OwnWrites
+from controllers.status.writer import StatusWriter
 from runtime import Conflict, Invalid, NotFound
 from runtime.store import Indexer, thaw
 from tests.unit.controllers.fakes import internal, merge

@@ -19,8 +19,8 @@ Guarantees:
   It stays Pending until its spec changes (a spec edit is an event that reconciles
   it again) or the controller restarts with DRA available. Everything else goes to
   the reconciler unchanged: a placed workload, or one with children (left running
-  as it is: controllers/unmanaged.py), one being deleted, a finished one, an invalid spec (its
-  ``InvalidSpec`` says more).
+  as it is: controllers/gpuworkload/unmanaged.py), one being deleted, a finished
+  one, an invalid spec (its ``InvalidSpec`` says more).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ import structlog
 from pydantic import ValidationError
 
 from api.v1alpha1.types import API_VERSION, DeviceExposure, GPUWorkload, Phase
-from controllers.conditions import SCHEDULED, get_condition
-from controllers.status import StatusBuilder, same_status
+from controllers.status.builder import StatusBuilder, same_status
+from controllers.status.conditions import SCHEDULED, get_condition
 from internal.objects import JSON
 from internal.scheduling.resourceslices import DRA_API_VERSION
 from runtime import NotFound, Request, Result

@@ -18,14 +18,14 @@ One reconcile of pod ``namespace/name``:
    Unbound, without a map: the default strategy places one replica of
    ``nvidia.com/gpu`` limit (else 1) GPUs, honouring the pod's nodeSelector and
    tolerations.
-   Where it goes is ``controllers.seedplan``'s, read from a read-only view of the
+   Where it goes is ``controllers.podbinding.seedplan``'s, read from a read-only view of the
    placement state. The placement is booked in the shared ledger, under the state
    lock (``PlacementState.book_seed``), then the pod is bound; a failed bind
    releases the booking. When it cannot be placed, a
    ``FailedScheduling`` Warning Event on the pod says why, the pod stays Pending and
    is retried with exponential backoff, and at once when capacity is freed.
 
-Ledger keys and what a bound pod holds are ``controllers.seedbook``'s: a pod's
+Ledger keys and what a bound pod holds are ``controllers.podbinding.seedbook``'s: a pod's
 booking is held under its controlling owner (``StatefulSet:<ns>/<name>``), with the
 pod's own priority, so a higher-priority workload may preempt it: the preemptor is
 nominated over the booking, the pods are evicted (``evict_holder``), and the booking
@@ -64,10 +64,10 @@ import structlog
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION
 from api.v1alpha1.types import SchedulingStrategy
-from controllers.gpuworkload import GPUWorkloadReconciler
-from controllers.own_writes import OwnWrites
-from controllers.placement_state import PlacementState
-from controllers.seedbook import (
+from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
+from controllers.gpuworkload.setup import only_in
+from controllers.placement.state import PlacementState
+from controllers.podbinding.seedbook import (
     DEFAULT_SCHEDULER_NAME,
     Entry,
     SeedBook,
@@ -77,8 +77,8 @@ from controllers.seedbook import (
     read_bound,
     without_unknown,
 )
-from controllers.seedplan import plan
-from controllers.setup import only_in
+from controllers.podbinding.seedplan import plan
+from controllers.shared.own_writes import OwnWrites
 from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
 from internal.objects import JSON
 from internal.scheduling.pods import (

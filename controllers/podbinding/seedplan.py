@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from api.v1alpha1.keys import SCHEDULING_MAP_ANNOTATION
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement, SchedulingStrategy
-from controllers.placement_state import PlacementView
-from controllers.seedbook import (
+from controllers.placement.state import PlacementView
+from controllers.podbinding.seedbook import (
     Entry,
     owner_key,
     pod_meta,

@@ -1,6 +1,6 @@
 """The placement cache: the snapshot of nodes and GPUs and the ledger of who holds
 which device, behind one lock, with the informers' changes applied to them and the
-questions the reconcilers ask of them. ``PlacementState`` (``placement_state.py``)
+questions the reconcilers ask of them. ``PlacementState`` (``state.py``)
 is this cache with the scheduler on top: it rebuilds it, places workloads in it,
 and is the only class that extends it.
 
@@ -13,11 +13,11 @@ sees of each node's GPUs), ``Evictions`` (victims to tell, preemptors waiting),
 yet are the controller's ``OwnWrites`` (a collaborator with a lock of its own, a
 leaf: asked under this lock, it never calls out), so an older cached copy is not
 taken for news. Nothing outside this module,
-``placement_state`` and ``placement_events`` touches them
+``state`` and ``events`` of this package touches them
 (``tests/unit/controllers/test_one_door.py`` greps for it).
 
 The informers' changes (``set_node``, ``set_holder``, ``set_claim``,
-``set_workload``, ``workload_gone``) are called by ``placement_events.CacheEvents``;
+``set_workload``, ``workload_gone``) are called by ``events.CacheEvents``;
 most return what to wake (None: nothing) so the caller wakes it unlocked
 (``wake_if``). Bookings are committed and forgotten here (``commit``, ``forget``),
 and a committed placement this ledger does not know is adopted from the workload's
@@ -29,16 +29,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
 from api.v1alpha1.types import GPUWorkload
-from controllers.evictions import Evictions
-from controllers.node_views import NodeViews
-from controllers.own_writes import OwnWrites
-from controllers.pending import PendingSet, is_placed, is_terminal
-from controllers.placement_events import Holder, holds_less, more_room
+from controllers.placement.events import Holder, holds_less, more_room
+from controllers.placement.evictions import Evictions
+from controllers.placement.node_views import NodeViews
+from controllers.placement.pending import PendingSet, is_placed, is_terminal
+from controllers.placement.pod_book import PodBook
+from controllers.shared.own_writes import OwnWrites
 from internal.objects import JSON, object_key
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner
@@ -54,33 +55,6 @@ LEDGER_READS = frozenset({
     "allocation", "allocations", "bookings", "blockers", "counted", "counted_total",
     "device_holds", "device_owners", "free_count", "free_devices", "holder",
     "holders", "holding", "is_committed", "job", "pod", "sharing", "usable"})
-
-
-class PodBook(Protocol):
-    """Another placing controller that books pods of its own in this ledger (the
-    seed path's pod binding). Its pods are never counted as foreign GPU pods."""
-
-    def owns(self, pod: JSON) -> bool:
-        """Is ``pod`` booked by this book (and so not a foreign pod)?"""
-        ...
-
-    def rebuild(self, ledger: Ledger, pods: list[JSON]) -> list[str]:
-        """Re-book its bound pods in a freshly rebuilt ``ledger`` (called under the
-        state lock, after the workloads' placements). Returns problems found."""
-        ...
-
-    def wake(self) -> None:
-        """Capacity was freed: retry the pods waiting for it (called unlocked)."""
-        ...
-
-    def owns_key(self, ledger_key: str) -> bool:
-        """Is ``ledger_key`` one of this book's bookings?"""
-        ...
-
-    def evict(self, ledger_key: str, message: str) -> None:
-        """A preemptor took this booking's devices: ask its pods to go (called
-        unlocked). The booking stays until they are gone."""
-        ...
 
 
 class PlacementCache:

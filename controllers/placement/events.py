@@ -8,7 +8,7 @@ the state's methods (``set_node``, ``set_holder``, ``workload_gone``...), which
 applies it under the state's lock, and then reports problems and wakes the waiting.
 Guarantees, for every handler here:
 
-- **One lock.** The state's methods (``placement_cache.py``) take its lock for
+- **One lock.** The state's methods (``cache.py``) take its lock for
   what they read and change; the waiting workloads (the queue, the pod books) are
   woken only after it is released (``PlacementState.wake_if``).
 - **Nothing before the rebuild.** Before ``rebuild`` has run (``ready`` false) an
@@ -44,7 +44,7 @@ from internal.scheduling.pods import pod_uid
 from internal.scheduling.resourceslices import claim_holder_key
 
 if TYPE_CHECKING:
-    from controllers.placement_state import PlacementState
+    from controllers.placement.state import PlacementState
 
 log = structlog.get_logger("placement")
 

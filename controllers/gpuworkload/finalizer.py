@@ -19,10 +19,10 @@ from typing import Any
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
 from api.v1alpha1.types import API_VERSION
-from controllers.child_api import ChildAPI
-from controllers.own_writes import OwnWrites
-from controllers.status import add_finalizer_patch
-from controllers.status_writer import StatusWriter
+from controllers.gpuworkload.child_api import ChildAPI
+from controllers.shared.own_writes import OwnWrites
+from controllers.status.builder import add_finalizer_patch
+from controllers.status.writer import StatusWriter
 from internal.objects import JSON, object_key
 from runtime import NotFound, Result
 

@@ -30,11 +30,11 @@ from typing import Any
 import structlog
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
-from controllers.children import build_child
+from controllers.gpuworkload.children import build_child
 from internal.objects import JSON
 from runtime import ApiError
 
-log = structlog.get_logger("controllers.template_check")
+log = structlog.get_logger("controllers.gpuworkload.template_check")
 
 #: remembered verdicts, beyond which the oldest are dropped
 MAX_REMEMBERED = 10_000

@@ -11,7 +11,7 @@ Guarantees:
   yet sent (counted in ``gpu_orchestrator_status_writes_coalesced_total``). Writes of
   one workload never overlap and go in order.
 - **Read your writes.** Every submit is marked in the controller's ``OwnWrites``
-  (``controllers/own_writes.py``) before a writer thread can see it, with the status
+  (``controllers/shared/own_writes.py``) before a writer thread can see it, with the status
   it carries, and every write that lands says where: ``OwnWrites.view(raw)`` gives a
   reconcile the object with the status it last asked for until the cache shows it,
   so a decision is never taken on a status older than our own.
@@ -30,7 +30,7 @@ Guarantees:
   The commit itself is recorded in ``OwnWrites`` (``wrote(..., status=...)``).
 - **Only on its object.** Every status write carries the workload's UID as a
   precondition, so it never lands on another object of the same name (deleted and
-  re-created meanwhile): the write is dropped (``status_patches.patch_status``
+  re-created meanwhile): the write is dropped (``patches.patch_status``
   says how). It carries no resourceVersion: the writer coalesces and writes over its own
   previous writes (latest wins), and what must not be undone by an older write, a
   gang's commit, is protected by ``settle`` above.
@@ -51,8 +51,8 @@ from typing import Any
 import structlog
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
-from controllers.own_writes import OwnWrites
-from controllers.status_patches import add_finalizer, patch_status
+from controllers.shared.own_writes import OwnWrites
+from controllers.status.patches import add_finalizer, patch_status
 from internal import metrics as m
 from internal.objects import JSON, object_key
 from runtime import NotFound
@@ -297,7 +297,7 @@ class StatusWriter:
         return True
 
     def _add_finalizer(self, obj: JSON) -> bool:
-        """Adds our finalizer (``status_patches.add_finalizer``) and remembers it,
+        """Adds our finalizer (``patches.add_finalizer``) and remembers it,
         unless the workload was forgotten meanwhile. False: try again."""
         if not add_finalizer(self.client, obj):
             return False

@@ -18,7 +18,7 @@ stops the one before it; none is ever done twice):
 5. and, once a claim is no longer wanted (its workload's booking no longer holds
    that replica's placement: deleted, finished, another attempt, a crash before
    the pod existed) and no pod uses it, removes its allocation, then our
-   finalizer, then the claim (controllers/claim_release.py). Claims nobody owns any
+   finalizer, then the claim (controllers/dra/claim_release.py). Claims nobody owns any
    more go the same way; a workload deleted while the manager runs without DRA
    releases its own once its pods are gone.
 
@@ -51,10 +51,10 @@ from api.v1alpha1.keys import (
     WORKLOAD_UID_LABEL,
 )
 from api.v1alpha1.types import GPUWorkload, Placement
-from controllers.child_api import PERMANENT_CREATE_ERRORS
-from controllers.children import child_name, owner_reference
-from controllers.gpuworkload import GPUWorkloadReconciler
-from controllers.reconcile_outcome import EndAttempt
+from controllers.gpuworkload.child_api import PERMANENT_CREATE_ERRORS
+from controllers.gpuworkload.children import child_name, owner_reference
+from controllers.gpuworkload.reconcile_outcome import EndAttempt
+from controllers.placement.source import PlacementStateSource
 from internal.objects import JSON
 from internal.scheduling.pods import controller_ref, parse_devices
 from internal.scheduling.resourceslices import (
@@ -183,9 +183,9 @@ class ClaimManager:
     bind = staticmethod(bind)
 
     def __init__(self, client: Any, recorder: EventRecorder, claims: Indexer,
-                 reconciler: GPUWorkloadReconciler, opts: DraOptions) -> None:
+                 states: PlacementStateSource, opts: DraOptions) -> None:
         self.client, self.recorder, self.claims = client, recorder, claims
-        self.reconciler, self.opts = reconciler, opts
+        self.states, self.opts = states, opts
         #: UIDs of claims the claim controller decided to release (changed and read
         #: only atomically with the bookings: ``PlacementState.atomically``)
         self.releasing: set[str] = set()
@@ -200,10 +200,10 @@ class ClaimManager:
                 return False
             self.releasing.add(uid)
             return True
-        return self.reconciler.ensure_state().atomically(mark)
+        return self.states.get().atomically(mark)
 
     def unmark(self, uid: str) -> None:
-        state = self.reconciler.state  # never built here (informer threads call this)
+        state = self.states.current  # never built here (informer threads call this)
         if state is None:
             self.releasing.discard(uid)
             return
@@ -211,12 +211,12 @@ class ClaimManager:
 
     def _going(self, claim: JSON) -> bool:
         meta = claim.get("metadata") or {}
-        return self.reconciler.ensure_state().atomically(
+        return self.states.get().atomically(
             lambda: bool(meta.get("deletionTimestamp")) or str(meta.get("uid")) in self.releasing)
 
     @property
     def slices(self) -> SliceInventory:
-        state = self.reconciler.ensure_state()
+        state = self.states.get()
         assert state.slices is not None
         return state.slices
 
@@ -224,7 +224,7 @@ class ClaimManager:
         """The allocation of replica ``p``. Its devices must be in the slices to be
         allocated now (``published``); a claim allocated earlier is checked against
         NVIDIA's names (pool = node, ``gpu-<minor>``) while its driver republishes."""
-        state = self.reconciler.ensure_state()
+        state = self.states.get()
         results = state.atomically(lambda: results_for(self.slices, p.node, p.devices, REQUEST))
         if results is None and not published:
             results = [{"request": REQUEST, "driver": self.opts.driver, "pool": p.node,
@@ -245,7 +245,7 @@ class ClaimManager:
         want = self.allocation(p, published=not pod_exists)
         claim = self.claims.get_by_name(name, ns)
         if claim is None:
-            uuids = self.reconciler.ensure_state().uuids(p.node, p.devices)
+            uuids = self.states.get().uuids(p.node, p.devices)
             claim = self._create(build_claim(w, raw, p, attempt, self.opts, uuids))
         ref = controller_ref(claim)
         if ref is None or ref.get("uid") != raw["metadata"]["uid"]:

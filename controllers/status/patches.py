@@ -18,7 +18,7 @@ from typing import Any
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
 from api.v1alpha1.types import API_VERSION
-from controllers.status import add_finalizer_patch
+from controllers.status.builder import add_finalizer_patch
 from internal.objects import JSON
 from runtime import Conflict, Invalid, NotFound
 

@@ -1,5 +1,5 @@
 """Releasing a ResourceClaim of ours (``deviceExposure: dra``, step 5 of
-controllers/claims.py): its allocation is removed (and ``reservedFor`` with it), then
+controllers/dra/claims.py): its allocation is removed (and ``reservedFor`` with it), then
 our finalizer, then the claim. Used by the claim controller for every claim no
 booking wants and no pod uses, and, in a manager running without DRA, by a dra
 workload's deletion once its pods are gone, so that its claims are not left

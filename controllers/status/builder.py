@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from api.v1alpha1.types import Phase, pod_selector
-from controllers.conditions import set_condition
+from controllers.status.conditions import set_condition
 from internal.objects import JSON
 
 

@@ -29,7 +29,7 @@ from internal.objects import JSON, object_key
 from internal.scheduling.pods import is_controller_pod, pod_is_active
 from runtime import ApiError, NotFound
 
-log = structlog.get_logger("controllers.intruders")
+log = structlog.get_logger("controllers.gpuworkload.intruders")
 
 REASON = "UnauthorizedDevices"
 

@@ -31,11 +31,6 @@ from api.v1alpha1.types import API_VERSION, DeviceExposure, GPUWorkload, Placeme
 from internal.scheduling import exposure as exp
 from internal.scheduling.sharefilter import is_mps
 
-__all__ = ["ATTEMPT_LABEL", "DEVICES_ANNOTATION", "EXPOSURE_ANNOTATION", "GPU_RESOURCE",
-           "INDEX_LABEL", "NODE_ANNOTATION", "WORKLOAD_LABEL", "WORKLOAD_UID_LABEL",
-           "build_child", "build_service", "child_name", "device_env", "owner_reference",
-           "spec_hash"]
-
 MASTER_PORT = "29500"
 DEFAULT_IMAGE = "busybox:1.36"
 

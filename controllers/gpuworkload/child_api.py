@@ -1,6 +1,6 @@
 """A GPUWorkload's children in the API: listed by attempt, created, asked to go.
 
-``controllers/children.py`` builds the manifests; this module sends them and reads
+``controllers/gpuworkload/children.py`` builds the manifests; this module sends them and reads
 them back. Guarantees:
 
 - A child we created counts as there from the moment its create answers, before
@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from api.v1alpha1.keys import ATTEMPT_LABEL, INDEX_LABEL
-from controllers.conditions import child_phase
-from controllers.own_writes import OwnWrites
-from controllers.placement_state import PlacementState
-from controllers.reconcile_outcome import EndAttempt
+from controllers.gpuworkload.reconcile_outcome import EndAttempt
+from controllers.placement.state import PlacementState
+from controllers.shared.own_writes import OwnWrites
+from controllers.status.conditions import child_phase
 from internal import metrics as m
 from internal.objects import JSON
 from internal.scheduling.pods import controller_ref

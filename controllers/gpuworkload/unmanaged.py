@@ -40,8 +40,11 @@ import structlog
 
 from api.v1alpha1.keys import EXPOSURE_ANNOTATION
 from api.v1alpha1.types import DeviceExposure, Phase
-from controllers.claim_release import release_workload_claims
-from controllers.conditions import (
+from controllers.dra.availability import REASON
+from controllers.dra.claim_release import release_workload_claims
+from controllers.gpuworkload.reconcile_outcome import Outcome
+from controllers.status.builder import StatusBuilder
+from controllers.status.conditions import (
     MANAGED,
     READY,
     SCHEDULED,
@@ -49,10 +52,7 @@ from controllers.conditions import (
     child_phase,
     get_condition,
 )
-from controllers.dra_availability import REASON
-from controllers.reconcile_outcome import Outcome
-from controllers.status import StatusBuilder
-from internal.objects import JSON
+from internal.objects import JSON, object_key
 from runtime import ApiError
 from runtime.events import EventRecorder
 
@@ -139,7 +139,7 @@ def release_claims_of_deleted(client: Any, recorder: EventRecorder, raw: JSON,
                               default_exposure: DeviceExposure) -> None:
     """A dra workload deleted while the manager runs without DRA (the API served):
     no claim controller releases its claims, so its deletion does, once its pods are
-    gone (controllers/claim_release.py). A manager that may not touch ResourceClaims
+    gone (controllers/dra/claim_release.py). A manager that may not touch ResourceClaims
     (403), or an API that does not serve them (404), says so and lets the object go
     (a manager with DRA releases them later); other errors are retried."""
     exposure = (raw.get("spec") or {}).get("deviceExposure") or default_exposure.value
@@ -150,14 +150,10 @@ def release_claims_of_deleted(client: Any, recorder: EventRecorder, raw: JSON,
     except ApiError as exc:
         if exc.status not in (403, 404):
             raise  # the API failed for a moment: the deletion is tried again
-        meta = raw.get("metadata") or {}
-        log.warning("claims.kept", workload=f"{meta.get('namespace')}/{meta.get('name')}",
-                    error=str(exc))
+        log.warning("claims.kept", workload=object_key(raw), error=str(exc))
         recorder.warning(raw, "ClaimsKept", f"its ResourceClaims stay allocated "
                          f"({exc.status} {exc.reason}): a manager with --enable-dra "
                          f"releases them")
         return
     if names:
-        meta = raw.get("metadata") or {}
-        log.info("claims.released", workload=f"{meta.get('namespace')}/{meta.get('name')}",
-                 claims=names)
+        log.info("claims.released", workload=object_key(raw), claims=names)

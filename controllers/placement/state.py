@@ -1,16 +1,16 @@
 """The placing side's view of the cluster: the placement cache (the snapshot of
 nodes and GPUs and the ledger of who holds which device, behind one lock:
-``placement_cache.PlacementCache``) with the scheduler over both.
+``cache.PlacementCache``) with the scheduler over both.
 
 It is rebuilt from the informers' caches (and the children we created that they do
 not show yet, ``OwnWrites``) before the first placement after a start
 (docs/architecture.md, invariant 4) and then kept current by their events
-(``placement_events.CacheEvents``, composed onto it as ``events``). Every
+(``events.CacheEvents``, composed onto it as ``events``). Every
 update is idempotent, so an event that the rebuild already saw and then delivers
 again changes nothing. Only the leader's reconciler uses it: it is created when
 the controller starts leading.
 
-The cache's one lock (re-entrant) guards all of it (see ``placement_cache`` for the
+The cache's one lock (re-entrant) guards all of it (see ``cache`` for the
 parts it owns). Every public method here takes the lock for what it reads and
 changes and calls out (the queue, the pod books) only after releasing it;
 ``decide`` books a preemption under it in one go. The seed path books through
@@ -32,11 +32,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
-from controllers.evictions import preempted_message
-from controllers.own_writes import OwnWrites
-from controllers.pending import PendingSet
-from controllers.placement_cache import LEDGER_READS, PlacementCache, PodBook
-from controllers.placement_events import CacheEvents
+from controllers.placement.cache import LEDGER_READS, PlacementCache
+from controllers.placement.events import CacheEvents
+from controllers.placement.evictions import preempted_message
+from controllers.placement.pending import PendingSet
+from controllers.placement.pod_book import PodBook
+from controllers.shared.own_writes import OwnWrites
 from internal.metrics.domain import BAD_OBJECTS
 from internal.objects import JSON
 from internal.scheduling.framework import PREEMPT, Decision
@@ -47,7 +48,7 @@ from internal.scheduling.search import check_exact
 from internal.scheduling.snapshot import NodeInfo, Snapshot
 
 if TYPE_CHECKING:
-    from controllers.seedbook import Entry, SeedBook
+    from controllers.podbinding.seedbook import Entry, SeedBook
 
 log = structlog.get_logger("placement")
 
@@ -113,7 +114,7 @@ class PlacementState(PlacementCache):
         self.rng = rng or random.Random()
         self.scheduler = Scheduler(self._snapshot, self._ledger, rng=self.rng,
                                    default_exposure=default_exposure)
-        #: the informers' handlers (``setup.py`` wires the informers to them)
+        #: the informers' handlers (controllers/gpuworkload/setup.py wires them)
         self.events = CacheEvents(self, on_problem, enqueue_on_node)
         #: a PriorityClass's value by name (None: no such class), from the cache
         self._class_value = priority_class_value or (lambda name: None)

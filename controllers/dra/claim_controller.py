@@ -1,5 +1,5 @@
 """The claim controller of ``deviceExposure: dra`` (steps 4 and 5 of
-controllers/claims.py): every claim of ours has ``status.reservedFor`` equal to the
+controllers/dra/claims.py): every claim of ours has ``status.reservedFor`` equal to the
 live pods that use it, and a claim no longer wanted that no pod uses loses its
 allocation, then our finalizer, then goes. Claims whose workload is gone (or that a
 crash left behind before their pod existed) are released the same way. It runs on
@@ -19,15 +19,15 @@ import structlog
 
 from api.v1alpha1.keys import ATTEMPT_LABEL, CLAIM_FINALIZER, INDEX_LABEL, WORKLOAD_UID_LABEL
 from api.v1alpha1.types import API_VERSION
-from controllers.claim_release import release_claim
-from controllers.claims import (
+from controllers.dra.claim_release import release_claim
+from controllers.dra.claims import (
     POD_CLAIM_INDEX,
     ClaimManager,
     DraOptions,
     claim_placement,
     index_pods_by_claim,
 )
-from controllers.gpuworkload import GPUWorkloadReconciler
+from controllers.placement.source import PlacementStateSource
 from internal.objects import JSON, object_key
 from internal.scheduling.pods import controller_ref, pod_is_active, workload_owner
 from internal.scheduling.resourceslices import DRA_API_VERSION
@@ -66,8 +66,8 @@ class ClaimReconciler:
     """
 
     def __init__(self, client: Any, claims: Indexer, pods: Indexer,
-                 reconciler: GPUWorkloadReconciler, manager: ClaimManager) -> None:
-        self.client, self.claims, self.pods, self.reconciler = client, claims, pods, reconciler
+                 states: PlacementStateSource, manager: ClaimManager) -> None:
+        self.client, self.claims, self.pods, self.states = client, claims, pods, states
         self.manager = manager
 
     def reconcile(self, req: Request) -> Result | None:
@@ -97,7 +97,7 @@ class ClaimReconciler:
         ref = controller_ref(claim) or {}
         meta = claim["metadata"]
         labels = meta.get("labels") or {}
-        state = self.reconciler.ensure_state()
+        state = self.states.get()
         booking = state.booking(f"{meta['namespace']}/{ref.get('name')}")
         if booking is None or (booking.uid and booking.uid != ref.get("uid")):
             return False
@@ -124,7 +124,7 @@ class ClaimReconciler:
         uid = (controller_ref(claim) or {}).get("uid")
         pods = self.client.list_all("v1", "Pod", meta["namespace"],
                                     label_selector=f"{WORKLOAD_UID_LABEL}={uid}")
-        return any(f"{meta['namespace']}/{meta['name']}" in index_pods_by_claim(p) and _uses(p)
+        return any(object_key(claim) in index_pods_by_claim(p) and _uses(p)
                    for p in pods.get("items") or ())
 
     def _release(self, claim: JSON) -> None:
@@ -145,26 +145,33 @@ def _uses(pod: JSON) -> bool:
     return pod_is_active(pod)
 
 
-def setup_claims(mgr: Manager, reconciler: GPUWorkloadReconciler, recorder: EventRecorder,
-                 opts: DraOptions, workers: int = 2) -> tuple[Controller, ClaimManager]:
-    """Wires DRA into a manager: ResourceSlice and ResourceClaim informers feeding the
-    placement state, the claim manager on the reconciler, the claim controller."""
+def claim_manager(mgr: Manager, states: PlacementStateSource, recorder: EventRecorder,
+                  opts: DraOptions) -> ClaimManager:
+    """The claim manager the GPUWorkload reconciler is made with (its ResourceClaim
+    informer, indexed by owner), booking in the manager's placement state."""
+    claims = mgr.informer_for(DRA_API_VERSION, "ResourceClaim",
+                              indexers={OWNER_UID_INDEX: index_by_owner_uid})
+    return ClaimManager(mgr.client, recorder, claims.indexer, states, opts)
+
+
+def setup_claims(mgr: Manager, states: PlacementStateSource, manager: ClaimManager,
+                 workers: int = 2) -> Controller:
+    """Wires the claim controller into a manager, on the placement state and the
+    claim manager the GPUWorkload reconciler uses."""
     claims = mgr.informer_for(DRA_API_VERSION, "ResourceClaim",
                               indexers={OWNER_UID_INDEX: index_by_owner_uid})
     pods = mgr.informer_for("v1", "Pod", indexers={POD_CLAIM_INDEX: index_pods_by_claim})
-    manager = ClaimManager(mgr.client, recorder, claims.indexer, reconciler, opts)
-    reconciler.claims = manager
     ctrl = (Builder(mgr).named("resourceclaims")
             .for_(DRA_API_VERSION, "ResourceClaim")
             .watches("v1", "Pod", _pod_claims)
             .watches(API_VERSION, "GPUWorkload", _workload_claims(claims.indexer))
             .with_options(max_concurrent_reconciles=workers)
-            .complete(ClaimReconciler(mgr.client, claims.indexer, pods.indexer, reconciler,
+            .complete(ClaimReconciler(mgr.client, claims.indexer, pods.indexer, states,
                                       manager)))
     # a released claim's mark goes with it
     claims.add_event_handler(FuncHandler(None, None, lambda obj: manager.unmark(
         str(((getattr(obj, "obj", obj) or {}).get("metadata") or {}).get("uid") or ""))))
-    return ctrl, manager
+    return ctrl
 
 
 def _pod_claims(pod: JSON) -> list[Request]:

@@ -19,23 +19,27 @@ from typing import Any
 import structlog
 
 from api.v1alpha1.types import API_VERSION, DeviceExposure
-from controllers.backstop import DEFAULT_PERIOD, Backstop
-from controllers.claim_controller import setup_claims
-from controllers.claims import DraOptions
-from controllers.conditions import MANAGED, get_condition
-from controllers.dra_availability import (
+from controllers.dra.availability import (
     NOT_ENABLED,
     DraUnavailableGate,
     dra_unavailable,
     status_submitter,
 )
-from controllers.gpuworkload import GPUWorkloadReconciler, Options
-from controllers.intruders import IntruderEvictor
-from controllers.own_writes import OwnWrites
-from controllers.placement_state import PlacementState
-from controllers.status_writer import StatusWriter
-from controllers.template_check import ChildDryRun
+from controllers.dra.claim_controller import claim_manager, setup_claims
+from controllers.dra.claims import DraOptions
+from controllers.gpuworkload.backstop import DEFAULT_PERIOD, Backstop
+from controllers.gpuworkload.intruders import IntruderEvictor
+from controllers.gpuworkload.options import Options
+from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
+from controllers.gpuworkload.template_check import ChildDryRun
+from controllers.placement.pod_book import PodBook
+from controllers.placement.source import PlacementStateSource
+from controllers.placement.state import PlacementState
+from controllers.shared.own_writes import OwnWrites
+from controllers.status.conditions import MANAGED, get_condition
+from controllers.status.writer import StatusWriter
 from internal.metrics.domain import STATE
+from internal.objects import object_key
 from internal.scheduling.inventory import heartbeat
 from internal.scheduling.resourceslices import DRA_API_VERSION
 from runtime import Builder, Client, Controller, FuncHandler, Manager, Request
@@ -73,13 +77,13 @@ class ControllerOptions:
     #: claims as holders); None: off (the API may not serve resource.k8s.io/v1)
     dra: DraOptions | None = None
     #: seconds after which an unsettled workload nobody reconciled is reconciled
-    #: again (controllers/backstop.py); 0: no backstop
+    #: again (controllers/gpuworkload/backstop.py); 0: no backstop
     resync_unsettled: float = DEFAULT_PERIOD
     #: evict pods that name devices no controller or webhook of ours gave them
-    #: (controllers/intruders.py); the manager's --evict-conflicting-pods, on by default
+    #: (controllers/gpuworkload/intruders.py); the manager's --evict-conflicting-pods, on by default
     evict_conflicting_pods: bool = False
     #: before placing a spec, create its highest-index child with dryRun=All and report
-    #: a template the API server refuses as InvalidSpec (controllers/template_check.py)
+    #: a template the API server refuses as InvalidSpec (controllers/gpuworkload/template_check.py)
     dry_run_children: bool = True
     async_status: bool = True  # status written by the StatusWriter, off the workers' client
     status_writers: int = 4  # writer threads (each waits on one write at a time)
@@ -178,22 +182,23 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
             ctrl.enqueue(Request(ns, name))
 
     def enqueue_on_node(node: str) -> None:
-        enqueue(f"{w['metadata']['namespace']}/{w['metadata']['name']}"
-                for w in workloads.indexer.by_index(PLACEMENT_NODE_INDEX, node))
+        enqueue(object_key(w) for w in workloads.indexer.by_index(PLACEMENT_NODE_INDEX, node))
 
-    def make_state() -> PlacementState:
-        state = PlacementState(opts.default_exposure, enqueue_waiting=enqueue,
-                               enqueue_on_node=enqueue_on_node, stale_after=opts.stale_after,
-                               pod_books=reconciler.pod_books, on_problem=recorder.warning,
-                               dra_driver=dra.driver if dra else None,
-                               priority_class_value=class_value, own_writes=own_writes)
-        reconciler.state = state  # handlers see it (not ready) before the rebuild
+    def new_state(pod_books: tuple[PodBook, ...]) -> PlacementState:
+        return PlacementState(opts.default_exposure, enqueue_waiting=enqueue,
+                              enqueue_on_node=enqueue_on_node, stale_after=opts.stale_after,
+                              pod_books=pod_books, on_problem=recorder.warning,
+                              dra_driver=dra.driver if dra else None,
+                              priority_class_value=class_value, own_writes=own_writes)
+
+    def fill(state: PlacementState) -> None:
         state.rebuild(lambda: (nodes.indexer.list(), gpunodes.indexer.list(),
                                workloads.indexer.list(), pods.indexer.list()),
                       (lambda: (slices.indexer.list(), claims.indexer.list()))
                       if slices is not None and claims is not None else None,
                       read_jobs=jobs.indexer.list)
-        return state
+
+    states = PlacementStateSource(new_state, fill)
 
     status_client = second_client(mgr) if opts.async_status else None
     if getattr(mgr, "events_client", None) is not None or status_client is None:
@@ -209,15 +214,16 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         mgr.add(writer)
     backstop = Backstop(workloads.indexer.list, lambda key: enqueue([key]),
                         opts.resync_unsettled) if opts.resync_unsettled > 0 else None
+    claim_mgr = claim_manager(mgr, states, recorder, dra) if dra is not None else None
     reconciler = GPUWorkloadReconciler(
         mgr.client, recorder, workloads.indexer, pods.indexer,
-        jobs.indexer, state_factory=make_state,
+        jobs.indexer, states,
         options=Options(default_exposure=opts.default_exposure,
                         default_strategy=opts.default_strategy,
                         check_children=ChildDryRun(mgr.client, opts.default_exposure).check
                         if opts.dry_run_children else None),
-        status_writer=writer, backstop=backstop, own_writes=own_writes)
-    reconciler.dra_why = dra_why or NOT_ENABLED
+        status_writer=writer, backstop=backstop, claims=claim_mgr, own_writes=own_writes,
+        dra_why=dra_why or NOT_ENABLED)
     if backstop is not None:
         mgr.add(Ticker("backstop", backstop.period / 2, backstop.sweep))
 
@@ -229,10 +235,9 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     pods.add_event_handler(on("Pod", "on_pod"))
     jobs.add_event_handler(on("Job", "on_job"))
     if opts.evict_conflicting_pods:
-        state_ready = lambda: reconciler.state is not None and reconciler.state.ready  # noqa: E731
         evictor = IntruderEvictor(mgr.client, recorder,
-                                  lambda p: any(b.owns(p) for b in reconciler.pod_books),
-                                  state_ready, opts.namespaces)
+                                  lambda p: any(b.owns(p) for b in states.pod_books),
+                                  lambda: states.if_ready() is not None, opts.namespaces)
         pods.add_event_handler(FuncHandler(evictor.on_pod, evictor.on_pod,
                                            evictor.on_pod_deleted))
     for informer in (workloads, pods, jobs):  # the cache shows our writes
@@ -263,8 +268,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     ctrl = builder.with_options(max_concurrent_reconciles=opts.workers).complete(
         only_in(opts.namespaces, gated))
     holder["ctrl"] = ctrl
-    if dra is not None:
-        setup_claims(mgr, reconciler, recorder, dra)
+    if claim_mgr is not None:
+        setup_claims(mgr, states, claim_mgr)
     mgr.add(Ticker("gpunode-staleness", opts.stale_check_period,
                    lambda: _refresh_stale(reconciler)))
 
@@ -276,8 +281,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         return counts
 
     def node_gpus() -> tuple[dict[str, int], dict[str, int]]:
-        state = reconciler.state
-        return state.node_gpus() if state is not None and state.ready else ({}, {})
+        state = states.if_ready()
+        return state.node_gpus() if state is not None else ({}, {})
 
     def unmanaged() -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -298,8 +303,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         return out
 
     def shares() -> list[tuple[str, int, float, int | None]]:
-        state = reconciler.state
-        return state.device_shares() if state is not None and state.ready else []
+        state = states.if_ready()
+        return state.device_shares() if state is not None else []
 
     STATE.set_sources(phases, node_gpus, heartbeats, unmanaged, shares)
     return ctrl, reconciler

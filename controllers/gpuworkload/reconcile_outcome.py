@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from controllers.status import StatusBuilder
+from controllers.status.builder import StatusBuilder
 from internal.objects import JSON
 from runtime import Result
 
