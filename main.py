@@ -209,10 +209,11 @@ def run_manager(args: argparse.Namespace) -> int:
         if args.enable_dra or args.device_exposure == DeviceExposure.DRA.value else None))
     if args.enable_pod_binding:
         from controllers.podbinding.controller import PodBindingOptions, setup_podbinding_controller
-        setup_podbinding_controller(mgr, reconciler, PodBindingOptions(
-            scheduler_name=args.scheduler_name, workers=args.workers,
-            default_strategy=args.default_strategy,
-            evict_conflicting_pods=args.evict_conflicting_pods, namespaces=namespaces))
+        setup_podbinding_controller(
+            mgr, reconciler.states, reconciler.own_writes, PodBindingOptions(
+                scheduler_name=args.scheduler_name, workers=args.workers,
+                default_strategy=args.default_strategy,
+                evict_conflicting_pods=args.evict_conflicting_pods, namespaces=namespaces))
     return mgr.start(install_signal_handlers=True)
 
 

@@ -64,8 +64,8 @@ import structlog
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION
 from api.v1alpha1.types import SchedulingStrategy
-from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
 from controllers.gpuworkload.setup import only_in
+from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
 from controllers.podbinding.seedbook import (
     DEFAULT_SCHEDULER_NAME,
@@ -363,22 +363,20 @@ def pod_predicate(book: SeedBook) -> Funcs:
                  delete=lambda e: book.owns(e.obj), generic=lambda e: book.owns(e.obj))
 
 
-def setup_podbinding_controller(mgr: Manager, gpuworkload_reconciler: GPUWorkloadReconciler,
-                                opts: PodBindingOptions | None = None
+def setup_podbinding_controller(mgr: Manager, states: PlacementStateSource,
+                                own_writes: OwnWrites, opts: PodBindingOptions | None = None
                                 ) -> tuple[Controller, PodBindingReconciler]:
     """Adds the pod-binding controller on the shared Pod informer, booking in the
-    GPUWorkload reconciler's placement state. Call before the manager starts (the
-    state reads its pod books at its rebuild)."""
+    manager's one placement state (``states``, the GPUWorkload reconciler's) and
+    recording its Bindings in the controller's ``own_writes``. Call before the
+    manager starts: its book is registered with the source before the state is
+    built (``add_pod_book`` refuses after)."""
     opts = opts or PodBindingOptions()
-    if gpuworkload_reconciler.state is not None:
-        raise RuntimeError("set up the pod-binding controller before the placement state "
-                           "is built (before the manager starts)")
     pods = mgr.informer_for("v1", "Pod")
     book = SeedBook(opts.scheduler_name)
-    gpuworkload_reconciler.pod_books.append(book)
+    states.add_pod_book(book)
     reconciler = PodBindingReconciler(mgr.client, mgr.event_recorder(opts.scheduler_name),
-                                      pods.indexer, gpuworkload_reconciler.ensure_state, book,
-                                      opts, gpuworkload_reconciler.own_writes)
+                                      pods.indexer, states.get, book, opts, own_writes)
     ctrl = (Builder(mgr).named("podbinding")
             .for_("v1", "Pod", pod_predicate(book))
             .with_options(max_concurrent_reconciles=opts.workers)

@@ -78,7 +78,8 @@ class Running:
         if self.pod_binding:
             pb = self.pod_binding if isinstance(self.pod_binding, PodBindingOptions) else \
                 PodBindingOptions(max_backoff=5.0)
-            _, self.binder = setup_podbinding_controller(self.mgr, self.reconciler, pb)
+            _, self.binder = setup_podbinding_controller(
+                self.mgr, self.reconciler.states, self.reconciler.own_writes, pb)
         mgr = self.mgr
         self.thread = threading.Thread(target=lambda: self.codes.append(mgr.start()),
                                        daemon=True, name="test-manager")
