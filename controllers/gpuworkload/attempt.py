@@ -135,7 +135,8 @@ class AttemptRunner:
             out.result = Result(requeue_after=0.5)
             return out
         if w.spec.replicas > 1:
-            self.children.create(ch.build_service(w, raw), kind_word="headless Service")
+            self.children.create(ch.build_service(w, raw), kind_word="headless Service",
+                                 state=state)
         claims = self._claims(w, raw, placements, attempt, mine) \
             if exposure is DeviceExposure.DRA else {}
         if claims is None:
@@ -154,7 +155,7 @@ class AttemptRunner:
             if p.index in claims:
                 assert self.claims is not None
                 child = self.claims.bind(child, claims[p.index])
-            existing = self.children.create(child, kind_word=kind)
+            existing = self.children.create(child, kind_word=kind, state=state)
             if existing is None:
                 created_now = True
                 if fresh:

@@ -18,7 +18,7 @@ them back. Guarantees:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from api.v1alpha1.keys import ATTEMPT_LABEL, INDEX_LABEL
@@ -40,11 +40,10 @@ CHILD_KINDS = (("v1", "Pod"), ("batch/v1", "Job"))
 
 class ChildAPI:
     def __init__(self, client: Any, pods: Indexer, jobs: Indexer,
-                 state: Callable[[], PlacementState], own_writes: OwnWrites) -> None:
+                 own_writes: OwnWrites) -> None:
         self.client = client
         self.pods = pods
         self.jobs = jobs
-        self._state = state
         #: children created and not yet seen by the informer (among our other writes)
         self.own_writes = own_writes
 
@@ -83,10 +82,12 @@ class ChildAPI:
         """Every Pod and Job that ``uid`` owns and the cache still shows."""
         return [o for cache in (self.pods, self.jobs) for o in cache.by_index("owner-uid", uid)]
 
-    def create(self, obj: dict[str, Any], *, kind_word: str) -> JSON | None:
+    def create(self, obj: dict[str, Any], *, kind_word: str,
+               state: PlacementState) -> JSON | None:
         """Creates ``obj``: None when created now; the existing object when one of
         ours (this workload, this attempt) is already there. Anything else ends the
-        attempt with a reason a user can act on."""
+        attempt with a reason a user can act on. A Pod or Job created holds its
+        devices in ``state`` (the reconcile's one state) from then on."""
         meta = obj["metadata"]
         try:
             # a retried create that already went through answers AlreadyExists: handled
@@ -99,7 +100,7 @@ class ChildAPI:
                     # (not when the informer already showed it: its event came first)
                     self.own_writes.created(meta["ownerReferences"][0]["uid"], created)
                 # it holds its devices from now on, before the cache shows it
-                self._state().hold_created(created)
+                state.hold_created(created)
             return None
         except AlreadyExists:
             if obj.get("kind") in ("Pod", "Job"):

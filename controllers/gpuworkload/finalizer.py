@@ -20,6 +20,7 @@ from typing import Any
 from api.v1alpha1.keys import CHILDREN_FINALIZER
 from api.v1alpha1.types import API_VERSION
 from controllers.gpuworkload.child_api import ChildAPI
+from controllers.placement.state import PlacementState
 from controllers.shared.own_writes import OwnWrites
 from controllers.status.builder import add_finalizer_patch
 from controllers.status.writer import StatusWriter
@@ -33,7 +34,7 @@ FINALIZE_POLL = 1.0
 
 class ChildrenFinalizer:
     def __init__(self, client: Any, children: ChildAPI, status_writer: StatusWriter | None,
-                 release: Callable[[str], None], own_writes: OwnWrites,
+                 release: Callable[[PlacementState, str], None], own_writes: OwnWrites,
                  children_gone: Callable[[JSON], None] = lambda raw: None) -> None:
         self.client = client
         #: called once none of the children is left, before the object may go (not
@@ -44,11 +45,11 @@ class ChildrenFinalizer:
         self._release = release  # the workload's booking goes (its pods keep theirs)
         self.own_writes = own_writes  # records our own write of the object
 
-    def finalize(self, raw: JSON) -> Result | None:
-        """Being deleted: release the booking, ask every child to go, and let the
-        object go once none is left."""
+    def finalize(self, state: PlacementState, raw: JSON) -> Result | None:
+        """Being deleted: release the booking (in ``state``, the reconcile's one
+        state), ask every child to go, and let the object go once none is left."""
         key = object_key(raw)
-        self._release(key)
+        self._release(state, key)
         meta = raw["metadata"]
         finalizers = meta.get("finalizers") or ()
         if CHILDREN_FINALIZER not in finalizers:

@@ -37,7 +37,8 @@ once at its end, and not at all when nothing a user sees changed.
 The reconcile is split by step: this module observes and reports (and holds the
 adopted placements of a crash); ``placing.py`` decides, books and commits a
 placement; ``attempt.py`` runs an attempt on it and ends it. The placement state
-is fetched once per reconcile (``PlacementStateSource.get``) and passed down.
+is fetched once per reconcile (``PlacementStateSource.get``) and passed down (to
+the children's creates and the finalizer's release too).
 Beside this flow: ``child_api.py`` sends and reads back the children (created
 once, adopted when ours, asked to go), ``finalizer.py`` holds our finalizer and
 the deletion, ``reconcile_outcome.py`` what a reconcile reports.
@@ -127,7 +128,7 @@ class GPUWorkloadReconciler:
         #: written synchronously by the worker, on ``client``)
         self.status_writer = status_writer
         #: the children in the API: listed, created, asked to go
-        self.children = ChildAPI(client, pods, jobs, states.get, self.own_writes)
+        self.children = ChildAPI(client, pods, jobs, self.own_writes)
         self.recorder = recorder
         self.workloads = workloads
         self.pods = pods
@@ -145,7 +146,7 @@ class GPUWorkloadReconciler:
         self.placer = Placer(self.children, self.attempts, status_writer, self._write_status,
                              self.own_writes, clock, rng)
         self.finalizer = ChildrenFinalizer(client, self.children, status_writer,
-                                           self._release, self.own_writes,
+                                           self.attempts.release, self.own_writes,
                                            children_gone=self._claims_left)
 
     # ------------------------------------------------------------------ entry
@@ -166,10 +167,6 @@ class GPUWorkloadReconciler:
         """The ledger is rebuilt from the cache before the first placement."""
         return self.states.get()
 
-    def _release(self, key: str) -> None:
-        """Releases ``key``'s booking (its pods keep what they hold)."""
-        self.attempts.release(self.ensure_state(), key)
-
     def reconcile(self, req: Request) -> Result | None:
         state = self.ensure_state()  # the one state of this reconcile
         key = f"{req.namespace}/{req.name}"
@@ -183,7 +180,7 @@ class GPUWorkloadReconciler:
             return None
         state.release_if_other_object(key, raw["metadata"].get("uid"))
         if raw["metadata"].get("deletionTimestamp"):
-            return self.finalizer.finalize(raw)
+            return self.finalizer.finalize(state, raw)
         view = self.own_writes.view(raw)
         if view is not None:
             raw = view  # the status we last asked for, not yet in the cache
