@@ -136,17 +136,8 @@ class UnsettledWriter:
     def submit(self, raw: Any, status: dict[str, Any], *, finalizer: bool = False) -> None:
         self.submitted.append(status)
 
-    def view(self, raw: Any) -> None:
-        return None
-
-    def ahead_of(self, raw: Any) -> bool:
-        return False
-
     def has_finalizer(self, raw: Any) -> bool:
         return False
-
-    def record(self, written: Any) -> None:
-        pass
 
     def forget(self, key: str) -> None:
         pass
