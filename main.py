@@ -184,8 +184,8 @@ def _bool(v: str) -> bool:
 
 
 def run_manager(args: argparse.Namespace) -> int:
-    from controllers.claims import DraOptions
-    from controllers.setup import ControllerOptions, setup_gpuworkload_controller
+    from controllers.dra.claims import DraOptions
+    from controllers.gpuworkload.setup import ControllerOptions, setup_gpuworkload_controller
     from runtime import Manager, Options, RestConfig
 
     config = RestConfig.load(args.kubeconfig)
@@ -212,7 +212,7 @@ def run_manager(args: argparse.Namespace) -> int:
         retry_period=args.leader_elect_retry_period,
     ))
     namespaces = frozenset(n.strip() for n in args.namespaces.split(",") if n.strip())
-    from controllers.status_pacing import PacingOptions
+    from controllers.status.pacing import PacingOptions
     _, reconciler = setup_gpuworkload_controller(mgr, ControllerOptions(
         workers=args.workers, default_exposure=DeviceExposure(args.device_exposure),
         stale_after=args.gpunode_stale_after, default_strategy=args.default_strategy,
@@ -223,11 +223,12 @@ def run_manager(args: argparse.Namespace) -> int:
         dra=DraOptions(driver=args.dra_driver, device_class=args.dra_device_class)
         if args.enable_dra or args.device_exposure == DeviceExposure.DRA.value else None))
     if args.enable_pod_binding:
-        from controllers.podbinding import PodBindingOptions, setup_podbinding_controller
-        setup_podbinding_controller(mgr, reconciler, PodBindingOptions(
-            scheduler_name=args.scheduler_name, workers=args.workers,
-            default_strategy=args.default_strategy,
-            evict_conflicting_pods=args.evict_conflicting_pods, namespaces=namespaces))
+        from controllers.podbinding.controller import PodBindingOptions, setup_podbinding_controller
+        setup_podbinding_controller(
+            mgr, reconciler.states, reconciler.own_writes, PodBindingOptions(
+                scheduler_name=args.scheduler_name, workers=args.workers,
+                default_strategy=args.default_strategy,
+                evict_conflicting_pods=args.evict_conflicting_pods, namespaces=namespaces))
     return mgr.start(install_signal_handlers=True)
 
 

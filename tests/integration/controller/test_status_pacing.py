@@ -1,4 +1,4 @@
-"""The paced status writer (controllers/status_pacing.py) as a user sees it, with a
+"""The paced status writer (controllers/status/pacing.py) as a user sees it, with a
 manager on the local control plane: a workload whose pod starts within the lag gets
 one status write, Running, and `kubectl get` shows Running as soon as the pod runs,
 well within the lag; nothing else of the workload is held back.
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
-from controllers.status_pacing import PacingOptions
+from controllers.status.pacing import PacingOptions
 from hack.testenv import ControlPlane
 from internal import metrics as m
 from runtime import Client, NotFound

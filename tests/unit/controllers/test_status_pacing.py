@@ -1,4 +1,4 @@
-"""The status writer's pacing (controllers/status_pacing.py) on a fake clock that
+"""The status writer's pacing (controllers/status/pacing.py) on a fake clock that
 only the test moves: a passing state (Scheduled) is held for the lag and a newer
 one replaces it, what a user waits for (Running, the finalizer) is never held,
 writes go at a bounded rate while placements are being made and drain afterwards,
@@ -12,8 +12,8 @@ import time
 from typing import Any
 
 from api.v1alpha1.types import API_VERSION
-from controllers.status_pacing import Pacer, PacingOptions
-from controllers.status_writer import StatusWriter
+from controllers.status.pacing import Pacer, PacingOptions
+from controllers.status.writer import StatusWriter
 from runtime.store import Indexer, thaw
 from tests.waiting import eventually
 
@@ -88,7 +88,7 @@ def test_scheduled_then_running_within_the_lag_is_one_running_write() -> None:
     w.submit(raw, status("Scheduled"))
     settle_for()
     assert api.writes == []  # held: the lag has not passed
-    assert w.view(raw)["status"]["phase"] == "Scheduled"  # read your writes meanwhile
+    assert w.own_writes.view(raw)["status"]["phase"] == "Scheduled"  # read your writes meanwhile
     clock.now += 0.4
     w.submit(raw, status("Running"))
     assert w.flush(5)

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from api.v1alpha1.types import API_VERSION, GPUWorkload
-from controllers.workload_models import WorkloadModels
+from controllers.gpuworkload.models import WorkloadModels
 from runtime.store import freeze
 
 
