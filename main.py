@@ -148,7 +148,7 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                    help="client-side API QPS limit, of each client: the workers' and the "
                         "status writer's (as kube-scheduler's main and events clients)")
     p.add_argument("--status-lag", type=_seconds, default=2.0, metavar="SECONDS",
-                   help="a Pending or Scheduled status waits this long for a newer one "
+                   help="a Scheduled status waits this long for a newer one "
                         "(Scheduled then Running within it is one Running write); Running, "
                         "Succeeded and Failed are never held. The lag users see is "
                         "gpu_orchestrator_status_write_lag_seconds")

@@ -89,7 +89,7 @@ class ControllerOptions:
     async_status: bool = True  # status written by the StatusWriter, off the workers' client
     status_writers: int = 4  # writer threads (each waits on one write at a time)
     #: when the status writer sends (controllers/status/pacing.py): the lag a
-    #: Pending or Scheduled status waits for a newer one, the rate while placing
+    #: Scheduled status waits for a newer one, the rate while placing
     status_pacing: PacingOptions = field(default_factory=PacingOptions)
 
 

@@ -6,10 +6,13 @@ custom-resource write of its own per state, and each costs the API server more t
 the pod it reports (issue 26). Two rules keep those writes off the placement path
 without a user noticing:
 
-- **Passing states are held.** A status whose phase is ``Pending`` or ``Scheduled``
-  is sent ``lag`` seconds after its first submit, not before; a newer status
-  submitted meanwhile replaces it (the writer's latest-wins), so Scheduled then
-  Running within the lag is one Running write. ``Running``, ``Succeeded`` and
+- **Passing states are held.** A status whose phase is ``Scheduled`` is sent
+  ``lag`` seconds after its first submit, not before; a newer status submitted
+  meanwhile replaces it (the writer's latest-wins), so Scheduled then Running
+  within the lag is one Running write. ``Pending`` is not held: it says why a
+  workload waits or why its last attempt ended (``ClaimMismatch``, a failed child:
+  the retry that follows within the lag would otherwise replace it, and the user
+  would see ``retries: 1`` and never the reason). ``Running``, ``Succeeded`` and
   ``Failed`` are not held. Nor is the finalizer's patch (the fallback where
   admission did not add it: a finalizer held back would leave a just-placed
   workload deletable before its pods are gone): the writer sends it at once and
@@ -39,13 +42,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-#: phases a workload passes through on its way to Running: held for ``lag``
-HELD_PHASES = frozenset({"Pending", "Scheduled"})
+#: the phase a workload passes through on its way to Running: held for ``lag``
+#: (not Pending: it carries the reason a user waits for, see above)
+HELD_PHASES = frozenset({"Scheduled"})
 
 
 @dataclass(frozen=True)
 class PacingOptions:
-    #: seconds a Pending or Scheduled status waits for a newer one (the manager's
+    #: seconds a Scheduled status waits for a newer one (the manager's
     #: --status-lag); 0: sent at once
     lag: float = 2.0
     #: statuses per second while placements are being made (--status-busy-qps);

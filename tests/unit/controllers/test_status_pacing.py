@@ -101,12 +101,28 @@ def test_a_held_status_is_written_once_the_lag_passed() -> None:
     api, clock = API(), Clock()
     w = writer(api, clock)
     raw = api.create("a")
-    w.submit(raw, status("Pending"))
+    w.submit(raw, status("Scheduled"))
     settle_for()
     assert api.writes == []
     clock.now += 1.0
     assert w.flush(5)
+    assert api.writes == [("a", "Scheduled")]
+    w.stop()
+
+
+def test_why_an_attempt_ended_is_not_replaced_by_the_retry_that_follows() -> None:
+    # an ended attempt's Pending status (its reason) goes at once: the next attempt's
+    # Scheduled, submitted a moment later, must not fold it away
+    api, clock = API(), Clock()
+    w = writer(api, clock)
+    raw = api.create("a")
+    w.submit(raw, status("Pending"))
+    settle_for()  # the fake clock stands still: a held status would not be written
     assert api.writes == [("a", "Pending")]
+    w.submit(raw, status("Scheduled"))
+    clock.now += 1.0
+    assert w.flush(5)
+    assert api.writes == [("a", "Pending"), ("a", "Scheduled")]
     w.stop()
 
 
@@ -209,7 +225,7 @@ def test_pacer_holds_only_passing_states() -> None:
     clock = Clock()
     p = Pacer(PacingOptions(lag=1.5), clock=clock)
     assert p.ready_at({"phase": "Scheduled"}, 10.0, False) == 11.5
-    assert p.ready_at({"phase": "Pending"}, 10.0, False) == 11.5
+    assert p.ready_at({"phase": "Pending"}, 10.0, False) == 10.0
     assert p.ready_at({"phase": "Scheduled"}, 10.0, True) == 10.0
     for phase in ("Running", "Succeeded", "Failed"):
         assert p.ready_at({"phase": phase}, 10.0, False) == 10.0
