@@ -87,6 +87,7 @@ from controllers.conditions import (
 from controllers.dra_availability import NOT_ENABLED
 from controllers.finalizer import ChildrenFinalizer
 from controllers.placement_state import PlacementState, PodBook
+from controllers.queue_wait import wait_in_queue
 from controllers.reconcile_outcome import EndAttempt, Outcome
 from controllers.status import (
     StatusBuilder,
@@ -405,6 +406,8 @@ class GPUWorkloadReconciler:
             return self._unplaced(raw, status, "InvalidSchedulingMap", decision.message)
 
         m.SCHEDULING_ATTEMPTS.labels(strategy, "unschedulable").inc()
+        if decision.queue is not None or decision.wait_reason:
+            return wait_in_queue(raw, status, decision)  # no retry spent
         return self._unschedulable(w, raw, status, decision.message)
 
     @staticmethod

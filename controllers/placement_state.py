@@ -36,6 +36,7 @@ from controllers.evictions import Evictions, preempted_message
 from controllers.node_views import NodeViews
 from controllers.pending import PendingSet
 from controllers.placement_events import CacheEvents
+from controllers.queue_book import QueueBook
 from controllers.write_tracker import WriteTracker
 from internal.metrics.domain import BAD_OBJECTS
 from internal.scheduling.framework import PREEMPT, Decision
@@ -92,8 +93,9 @@ class PlacementState(CacheEvents):
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  pod_books: Sequence[PodBook] = (),
                  on_problem: Callable[[JSON, str, str], None] | None = None,
-                 dra_driver: str | None = None) -> None:
+                 dra_driver: str | None = None, queues: QueueBook | None = None) -> None:
         self.lock = threading.RLock()
+        self.queues = queues  # the GPUQueues' gate (None: no queues)
         self.nodes = NodeViews(stale_after, clock,
                                SliceInventory(dra_driver) if dra_driver else None)
         self.evictions = Evictions()
@@ -197,7 +199,8 @@ class PlacementState(CacheEvents):
         victims: list[str] = []
         booked: list[tuple[PodBook, str]] = []  # victims of a pod book: their pods go
         with self.lock:
-            decision = self.scheduler.schedule(w)
+            decision = (self.queues.gate(w, self.ledger, self.scheduler) if self.queues
+                        else self.scheduler.schedule(w))
             if decision.ok:
                 decision.assume(self.ledger, w)
                 self.evictions.unblock(w.key)
@@ -210,7 +213,8 @@ class PlacementState(CacheEvents):
                     self.ledger.forget(v)
                     victims.append(v)
                 # workload victims acknowledge their eviction in their own reconcile
-                self.evictions.evict(w.key, victims, preempted_message(w.key, w.spec.priority))
+                self.evictions.evict(w.key, victims, decision.evict_message
+                                     or preempted_message(w.key, w.spec.priority))
                 decision.assume(self.ledger, w)
                 self.evictions.block(w.key)
             if decision.ok or decision.outcome == PREEMPT:
@@ -220,6 +224,11 @@ class PlacementState(CacheEvents):
         for book, key in booked:
             book.evict(key, f"preempted by {w.key} (priority {w.spec.priority}) to make room")
         return decision
+
+    def queue_usage(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(queue -> GPUs used, owner -> what it holds), for the queues' status."""
+        with self.lock:
+            return self.queues.usage(self.ledger) if self.queues else ({}, {})
 
     def commit(self, key: str) -> None:
         with self.lock:

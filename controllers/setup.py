@@ -32,6 +32,7 @@ from controllers.dra_availability import (
 )
 from controllers.gpuworkload import GPUWorkloadReconciler, Options
 from controllers.placement_state import PlacementState
+from controllers.queue_status import setup_queues
 from controllers.status_writer import StatusWriter
 from internal.metrics.domain import STATE
 from internal.scheduling.inventory import heartbeat
@@ -74,6 +75,7 @@ class ControllerOptions:
     resync_unsettled: float = DEFAULT_PERIOD
     async_status: bool = True  # status written by the StatusWriter, off the workers' client
     status_writers: int = 4  # writer threads (each waits on one write at a time)
+    require_queue: bool = False  # a workload in no GPUQueue waits (NoQueue) instead of placed
 
 
 def only_in(namespaces: frozenset[str], reconciler: Any) -> Any:
@@ -167,6 +169,7 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     claims = mgr.informer_for(DRA_API_VERSION, "ResourceClaim") if dra else None
 
     holder: dict[str, Controller] = {}
+    queue_book = setup_queues(mgr, workloads, lambda: reconciler.state, opts.require_queue)
 
     def enqueue(keys: Iterable[str]) -> None:
         ctrl = holder.get("ctrl")
@@ -184,7 +187,7 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         state = PlacementState(opts.default_exposure, enqueue_waiting=enqueue,
                                enqueue_on_node=enqueue_on_node, stale_after=opts.stale_after,
                                pod_books=reconciler.pod_books, on_problem=recorder.warning,
-                               dra_driver=dra.driver if dra else None)
+                               dra_driver=dra.driver if dra else None, queues=queue_book)
         reconciler.state = state  # handlers see it (not ready) before the rebuild
         state.rebuild(lambda: (nodes.indexer.list(), gpunodes.indexer.list(),
                                workloads.indexer.list(), pods.indexer.list()),
