@@ -1,0 +1,152 @@
+"""The queue gate in ``PlacementState.decide`` (no server): two teams' queues of
+nominal 8 in one cohort on 4 nodes x 4 GPUs. A borrows the whole cluster, b
+takes its 8 back by reclaim (no more than it needs), a workload above its quota
+waits with the queue's message, a gang is never half admitted, and the order
+within a queue is BestEffortFIFO."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from api.v1alpha1.types import DeviceExposure, GPUWorkload
+from controllers.placement_state import PlacementState
+from controllers.queue_book import (
+    NO_QUEUE,
+    QUEUE_NOT_ALLOWED,
+    QUEUE_NOT_FOUND,
+    QUEUED,
+    WAITING_FOR_QUOTA,
+    QueueBook,
+)
+from internal.scheduling.framework import PREEMPT, UNSCHEDULABLE
+from runtime.store import Indexer
+from tests.unit.scheduling.helpers import node
+
+NODES = [node(f"node{i}", 4) for i in range(1, 5)]
+
+
+def queue(name: str, nominal: int, ns: str, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name},
+            "spec": {"nominalGPUs": nominal, "cohort": "research",
+                     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                     **spec}}
+
+
+class Cluster:
+    def __init__(self, *queues: dict[str, Any], require_queue: bool = False) -> None:
+        self.queues, self.namespaces, self.workloads = Indexer(), Indexer(), Indexer()
+        for q in queues or (queue("a", 8, "ns-a"), queue("b", 8, "ns-b")):
+            self.queues.add(q)
+        self.book = QueueBook(self.queues, self.namespaces, self.workloads, require_queue)
+        self.state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, rng=random.Random(1),
+                                    queues=self.book)
+        self.state.rebuild(lambda: (NODES, [], [], []))
+        self.n = 0
+
+    def submit(self, ns: str, name: str, gpus: int = 4, **spec: Any) -> GPUWorkload:
+        self.n += 1
+        raw = {"apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUWorkload",
+               "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}",
+                            "creationTimestamp": f"2026-01-01T00:00:{self.n:02d}Z"},
+               "spec": {"gpusPerReplica": gpus, **spec}}
+        self.workloads.add(raw)
+        return GPUWorkload.model_validate(raw)
+
+    def used(self) -> dict[str, float]:
+        return {q: float(f) for q, f in self.state.queue_usage()[0].items()}
+
+
+def test_a_queue_alone_borrows_the_cohort_then_waits_with_the_queues_message() -> None:
+    c = Cluster()
+    for i in range(4):
+        d = c.state.decide(c.submit("ns-a", f"a{i}"))
+        assert d.ok and d.queue == "a", d.message
+    assert c.used() == {"a": 16.0}
+    d = c.state.decide(c.submit("ns-a", "a4"))
+    assert (d.outcome, d.wait_reason) == (UNSCHEDULABLE, WAITING_FOR_QUOTA)
+    assert d.message == ("queue a: 16 GPUs used, 8 nominal; cohort research has 0 to lend; "
+                         "needs 4")
+    assert c.state.booking("ns-a/a4") is None
+
+
+def test_the_lender_reclaims_its_quota_newest_borrower_first_and_no_more_than_it_needs() -> None:
+    c = Cluster()
+    for i in range(4):
+        assert c.state.decide(c.submit("ns-a", f"a{i}")).ok
+    first = c.state.decide(c.submit("ns-b", "b0"))
+    assert first.outcome == PREEMPT, first.message
+    assert first.victims == ["ns-a/a3"]  # the newest of a's
+    assert "reclaiming 4 GPU(s) of queue b's quota lent to a" in first.message
+    assert c.state.eviction("ns-a/a3") == ("reclaimed by queue b for ns-b/b0; "
+                                          "waiting to be placed again")
+    second = c.state.decide(c.submit("ns-b", "b1"))
+    assert second.outcome == PREEMPT and second.victims == ["ns-a/a2"], second.message
+    # b holds its nominal; a is back to its own: nothing more is taken from a
+    assert c.used() == {"a": 8.0, "b": 8.0}
+    third = c.state.decide(c.submit("ns-b", "b2"))
+    assert (third.outcome, third.wait_reason) == (UNSCHEDULABLE, WAITING_FOR_QUOTA)
+    assert c.state.booking("ns-a/a1") is not None and c.state.booking("ns-a/a0") is not None
+
+
+def test_the_queue_reclaimed_from_cannot_take_it_back() -> None:
+    c = Cluster()
+    for i in range(4):
+        assert c.state.decide(c.submit("ns-a", f"a{i}")).ok
+    for i in range(2):
+        assert c.state.decide(c.submit("ns-b", f"b{i}")).outcome == PREEMPT
+    # a's victims come back, even at the highest priority: a is at its nominal and
+    # b is not borrowing, so there is nothing a may reclaim
+    again = c.state.decide(c.submit("ns-a", "a3-again", priority=1_000_000))
+    assert again.outcome == UNSCHEDULABLE and again.wait_reason == WAITING_FOR_QUOTA
+    assert c.state.eviction("ns-b/b0") is None and c.state.eviction("ns-b/b1") is None
+
+
+def test_a_gang_is_admitted_whole_or_not_at_all() -> None:
+    c = Cluster(queue("a", 8, "ns-a", borrowingLimit=0), queue("b", 8, "ns-b"))
+    assert c.state.decide(c.submit("ns-a", "small")).ok
+    gang = c.state.decide(c.submit("ns-a", "gang", replicas=2))  # 2 x 4 > 4 left
+    assert gang.wait_reason == WAITING_FOR_QUOTA
+    assert gang.message == "queue a: 4 of 8 GPUs used; cohort research has 8 to lend; needs 8"
+    assert c.state.booking("ns-a/gang") is None and c.used() == {"a": 4.0}
+
+
+def test_a_workload_without_a_usable_queue_waits_with_the_reason() -> None:
+    c = Cluster(require_queue=True)
+    missing = c.state.decide(c.submit("ns-a", "m", queueName="nope"))
+    assert (missing.wait_reason, missing.message) == (QUEUE_NOT_FOUND,
+                                                      "GPUQueue nope does not exist")
+    other = c.state.decide(c.submit("ns-a", "o", queueName="b"))
+    assert other.wait_reason == QUEUE_NOT_ALLOWED
+    assert "does not admit namespace ns-a" in other.message
+    none = c.state.decide(c.submit("elsewhere", "n"))
+    assert none.wait_reason == NO_QUEUE
+
+
+def test_without_require_queue_a_workload_in_no_queue_is_placed_as_today() -> None:
+    c = Cluster()
+    d = c.state.decide(c.submit("elsewhere", "n", gpus=4))
+    assert d.ok and d.queue is None and not d.wait_reason
+
+
+def test_best_effort_fifo_a_blocked_head_does_not_stall_a_smaller_workload() -> None:
+    c = Cluster(queue("a", 8, "ns-a", borrowingLimit=0), queue("b", 8, "ns-b"))
+    assert c.state.decide(c.submit("ns-a", "running")).ok  # 4 of 8
+    big = c.state.decide(c.submit("ns-a", "big", gpus=8))
+    assert big.wait_reason == WAITING_FOR_QUOTA
+    small = c.state.decide(c.submit("ns-a", "small", gpus=4))
+    assert small.ok, small.message  # the head needs 8: it does not stall a 4
+
+
+def test_a_younger_workload_waits_while_an_older_one_of_its_queue_fits() -> None:
+    c = Cluster(queue("a", 8, "ns-a", borrowingLimit=0), queue("b", 8, "ns-b"))
+    assert c.state.decide(c.submit("ns-a", "r0")).ok
+    assert c.state.decide(c.submit("ns-a", "r1")).ok
+    old = c.submit("ns-a", "old", gpus=4)
+    assert c.state.decide(old).wait_reason == WAITING_FOR_QUOTA
+    young = c.submit("ns-a", "young", gpus=4)
+    c.state.forget("ns-a/r1")  # 4 GPUs of quota free again
+    d = c.state.decide(young)
+    assert (d.wait_reason, d.message) == (
+        QUEUED, "waiting behind ns-a/old in queue a (priority, then creation time)")
+    assert c.state.decide(old).ok
