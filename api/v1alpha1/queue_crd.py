@@ -29,13 +29,16 @@ COLUMNS: list[dict[str, Any]] = [
 
 
 def queue_crd() -> dict[str, Any]:
+    schema = crd._root_schema(crd._doc(GPUQueue), GPUQueueSpec, GPUQueueStatus, QUEUE_RULES)
+    del schema["properties"]["spec"]["default"]  # nominalGPUs has none: spec is required
+    schema["required"] = ["spec"]
     return crd._crd(
         plural="gpuqueues",
         kind="GPUQueue",
         singular="gpuqueue",
         scope="Cluster",
         short_names=["gq"],
-        schema=crd._root_schema(crd._doc(GPUQueue), GPUQueueSpec, GPUQueueStatus, QUEUE_RULES),
+        schema=schema,
         columns=COLUMNS,
     )
 
