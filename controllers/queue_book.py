@@ -35,6 +35,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
@@ -42,6 +43,8 @@ from pydantic import ValidationError
 
 from api.v1alpha1.queues import GPUQueue
 from api.v1alpha1.types import GPUWorkload, Phase
+from controllers.status import parse_time
+from internal.metrics.domain import QUEUE_ADMISSION_WAIT
 from internal.scheduling.framework import PREEMPT, UNSCHEDULABLE, Decision
 from internal.scheduling.ledger import Allocation, Ledger
 from internal.scheduling.queue_usage import OwnerUse, by_owner, namespace_of, used_by_queue
@@ -91,17 +94,32 @@ class QueueBook:
         self.require_queue = require_queue
         self._lock = threading.Lock()
         self._waiting: dict[str, _Waiting] = {}
+        # parsed queues and namespace -> default queue, kept while no queue changes
+        self._seen: tuple[Any, ...] = ()
+        self._parsed: list[GPUQueue] = []
+        self._defaults: dict[tuple[str, str], str | None] = {}
 
     # ------------------------------------------------------------ reading
 
     def queues(self) -> list[GPUQueue]:
+        """The GPUQueues by name (parsed again only when one changed)."""
+        raws = self._queues.list()
+        seen = tuple(sorted((((r.get("metadata") or {}).get("name") or ""),
+                             ((r.get("metadata") or {}).get("resourceVersion") or ""), id(r))
+                            for r in raws))
+        with self._lock:
+            if seen == self._seen:
+                return self._parsed
         out = []
-        for raw in self._queues.list():
+        for raw in raws:
             try:
                 out.append(GPUQueue.model_validate(raw))
             except ValidationError:
                 continue  # the CRD's schema refuses what would fail here
-        return sorted(out, key=lambda q: q.metadata.name)
+        out.sort(key=lambda q: q.metadata.name)
+        with self._lock:
+            self._seen, self._parsed, self._defaults = seen, out, {}
+        return out
 
     def queue(self, name: str) -> JSON | None:
         """The GPUQueue ``name`` as cached, or None."""
@@ -118,12 +136,20 @@ class QueueBook:
 
     def default_queue(self, namespace: str, queues: list[GPUQueue] | None = None) -> str | None:
         """The first queue (by name) whose namespaceSelector selects ``namespace``."""
+        queues = self.queues() if queues is None else queues
+        if not queues:
+            return None
+        ns = self._namespaces.get_by_name(namespace) if namespace else None
+        memo = (namespace, ((ns or {}).get("metadata") or {}).get("resourceVersion") or "")
+        with self._lock:
+            if memo in self._defaults:
+                return self._defaults[memo]
         labels = self._labels(namespace)
-        for q in self.queues() if queues is None else queues:
-            sel = q.spec.namespace_selector
-            if sel is not None and sel.selects(labels):
-                return q.metadata.name
-        return None
+        found = next((q.metadata.name for q in queues if q.spec.namespace_selector is not None
+                      and q.spec.namespace_selector.selects(labels)), None)
+        with self._lock:
+            self._defaults[memo] = found
+        return found
 
     def resolve(self, w: GPUWorkload) -> tuple[str | None, str, str]:
         """(queue, refusal reason, message): the workload's queue, or why it has none."""
@@ -195,13 +221,13 @@ class QueueBook:
         placed = decision.ok or decision.outcome == PREEMPT
         why = quotas.check(q, need, used)
         if why is None and placed:
-            self._settle(w.key)
+            self._admitted(w, name)
             return decision
         plan = plan_reclaim(w, scheduler.snapshot, ledger, scheduler.strategy(decision.strategy),
                             decision.counted, quotas, q, need, used,
                             self._candidates(w, ledger, owners))
         if plan is not None:
-            self._settle(w.key)
+            self._admitted(w, name)
             return _reclaiming(decision, w.key, q, need, *plan)
         if why is None:
             self._settle(w.key)  # refused for capacity, not quota: stalls nobody
@@ -209,6 +235,13 @@ class QueueBook:
         with self._lock:
             self._waiting[w.key] = me
         return _wait(decision.strategy, name, WAITING_FOR_QUOTA, why)
+
+    def _admitted(self, w: GPUWorkload, queue: str) -> None:
+        self._settle(w.key)
+        created = parse_time(w.metadata.creation_timestamp)
+        if created is not None:
+            wait = (datetime.now(UTC) - created).total_seconds()
+            QUEUE_ADMISSION_WAIT.labels(queue).observe(max(0.0, wait))
 
     def _settle(self, key: str) -> None:
         with self._lock:

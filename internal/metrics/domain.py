@@ -99,6 +99,10 @@ class QueueCollector(Collector):
 
 QUEUES = QueueCollector()
 REGISTRY.register(QUEUES)
+QUEUE_ADMISSION_WAIT = Histogram(
+    "gpu_orchestrator_queue_admission_wait_seconds", "From a queued GPUWorkload's "
+    "creationTimestamp to its admission by its GPUQueue (quota and devices found).",
+    ["queue"], buckets=(*_LATENCY_BUCKETS, 600, 1800, 3600), registry=REGISTRY)
 
 SCHEDULING_ATTEMPTS = Counter(
     "gpu_orchestrator_scheduling_attempts", "Placement decisions by strategy and result "

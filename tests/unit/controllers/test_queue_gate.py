@@ -150,3 +150,18 @@ def test_a_younger_workload_waits_while_an_older_one_of_its_queue_fits() -> None
     assert (d.wait_reason, d.message) == (
         QUEUED, "waiting behind ns-a/old in queue a (priority, then creation time)")
     assert c.state.decide(old).ok
+
+
+def test_across_borrowing_queues_the_lowest_weighted_share_goes_first() -> None:
+    c = Cluster(queue("a", 4, "ns-a"), queue("b", 4, "ns-b"), queue("c", 8, "ns-c"))
+    for ns, name in (("ns-a", "a0"), ("ns-a", "a1"), ("ns-b", "b0"), ("ns-c", "c0")):
+        assert c.state.decide(c.submit(ns, name)).ok
+    b_wait = c.submit("ns-b", "b-wait")
+    assert c.state.decide(b_wait).wait_reason == WAITING_FOR_QUOTA
+    a_wait = c.submit("ns-a", "a-wait")
+    assert c.state.decide(a_wait).wait_reason == WAITING_FOR_QUOTA
+    c.state.forget("ns-c/c0")  # 4 GPUs to lend again
+    d = c.state.decide(a_wait)  # a borrows 4 already, b nothing: b goes first
+    assert d.wait_reason == QUEUED
+    assert d.message.startswith("waiting for ns-b/b-wait of queue b: queue a borrows more")
+    assert c.state.decide(b_wait).ok
