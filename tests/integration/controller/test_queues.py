@@ -18,6 +18,7 @@ import pytest
 
 from api.v1alpha1.types import API_VERSION
 from hack.testenv import ControlPlane
+from internal.cli.main import main as gpu_main
 from runtime import Client, NotFound
 from tests.integration.controller.conftest import (
     NodeGroup,
@@ -90,7 +91,8 @@ def teams(installed: ControlPlane, admin: Client) -> Iterator[Teams]:
 
 
 def test_two_teams_borrow_wait_and_reclaim(controller: Running, admin: Client, teams: Teams,
-                                           group: NodeGroup) -> None:
+                                           group: NodeGroup,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
     controller.wait_nodes(group.add(4, gpus=4))
     a, b = teams.ns["a"], teams.ns["b"]
     watch = HolderWatch(admin).start()
@@ -111,6 +113,15 @@ def test_two_teams_borrow_wait_and_reclaim(controller: Running, admin: Client, t
         wait_events(admin, a, "a4", "WaitingForQuota")
         eventually(lambda: teams.queue_status("a").get("pendingWorkloads") == 1, timeout=20,
                    what="queue a counts a4 pending")
+        # kubectl get gpuqueues and kubectl gpu queues say the same
+        got = teams.cluster.kubectl("get", "gpuqueues", teams.queue["a"], "--no-headers").stdout
+        assert got.split()[1:6] == [teams.cohort, "8", "16", "8", "1"], got
+        capsys.readouterr()
+        assert gpu_main(["queues", teams.queue["a"], teams.queue["b"],
+                         "--kubeconfig", str(teams.cluster.kubeconfig)]) == 0
+        table = capsys.readouterr().out
+        line = next(ln for ln in table.splitlines() if teams.queue["a"] in ln)
+        assert "[##########++++++++++]" in line, table
 
         # b arrives: it takes its 8 back, the newest of a's first, no more than needed
         teams.submit("b", "b0", group)
