@@ -48,7 +48,7 @@ from internal.metrics.domain import QUEUE_ADMISSION_WAIT
 from internal.scheduling.framework import PREEMPT, UNSCHEDULABLE, Decision
 from internal.scheduling.ledger import Allocation, Ledger
 from internal.scheduling.queue_usage import OwnerUse, by_owner, namespace_of, used_by_queue
-from internal.scheduling.quota import Candidate, Queue, Quotas, gpus_text
+from internal.scheduling.quota import Candidate, Queue, Quotas, gpus_text, without
 from internal.scheduling.reclaim import plan_reclaim
 from internal.scheduling.scheduler import Scheduler
 from internal.scheduling.shares import parse_fraction
@@ -209,6 +209,9 @@ class QueueBook:
         if name is None:
             return decision  # outside any queue: today's meaning
         decision.queue = name
+        if decision.outcome == PREEMPT and any(
+                self.queue_of_key(v, v.partition("/")[0]) != name for v in decision.victims):
+            decision = _not_across_queues(decision)
         quotas = self.quotas()
         q = quotas.get(name)
         assert q is not None  # resolve() found it
@@ -219,7 +222,8 @@ class QueueBook:
         if ahead is not None:
             return _wait(decision.strategy, name, QUEUED, ahead)
         placed = decision.ok or decision.outcome == PREEMPT
-        why = quotas.check(q, need, used)
+        # a preemption within the queue frees what its victims hold of the quota
+        why = quotas.check(q, need, without(used, self._victims(decision, ledger, owners)))
         if why is None and placed:
             self._admitted(w, name)
             return decision
@@ -282,6 +286,19 @@ class QueueBook:
             return False
         return True
 
+    @staticmethod
+    def _victims(decision: Decision, ledger: Ledger,
+                 owners: Mapping[str, OwnerUse]) -> list[Candidate]:
+        if decision.outcome != PREEMPT:
+            return []
+        out = []
+        for v in decision.victims:
+            a = ledger.allocation(v)
+            if a is not None and a.owner in owners:
+                out.append(Candidate(v, a.owner, decision.queue or "", a.priority, "",
+                                     owners[a.owner].gpus))
+        return out
+
     def _candidates(self, w: GPUWorkload, ledger: Ledger,
                     owners: Mapping[str, OwnerUse]) -> list[Candidate]:
         out = []
@@ -323,6 +340,16 @@ class QueueBook:
                 pending += 1
             out[name] = (admitted, pending)
         return out
+
+
+def _not_across_queues(decision: Decision) -> Decision:
+    """Priority preemption stays within a queue: another queue's workloads hold its
+    quota, taken back only by reclaim (of what they borrowed)."""
+    was = decision.message.split("; was: ", 1)[-1]
+    d = Decision(UNSCHEDULABLE, decision.strategy, message=was, counted=decision.counted,
+                 gpus_per_replica=decision.gpus_per_replica, visited=decision.visited)
+    d.queue = decision.queue
+    return d
 
 
 def _wait(strategy: str, queue: str | None, reason: str, message: str) -> Decision:

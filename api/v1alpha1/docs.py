@@ -257,10 +257,10 @@ def render_markdown() -> str:
         "",
     ]
     out += DOC_SECTION + _columns_section() + _changes_section() + _failure_section()
-    from api.v1alpha1.queue_crd import columns_section
+    from api.v1alpha1.queue_crd import columns_section, waiting_section
     from api.v1alpha1.queues import GPUQueue
 
-    out += columns_section()
+    out += waiting_section() + columns_section()
     for kind in (GPUWorkload, GPUNode, GPUQueue):
         out += [f"## {kind.__name__}", ""]
         models: list[type[BaseModel]] = []

@@ -49,3 +49,33 @@ def columns_section() -> list[str]:
             f"`{c['jsonPath']}` | {c.get('description', '')} |" for c in COLUMNS]
     return ["## `kubectl get gpuqueues`", "", "| column | from | what |",
             "| --- | --- | --- |", *rows, ""]
+
+
+def waiting_section() -> list[str]:
+    """docs/api.md: what retryPolicy counts, in a queue and outside any, side by side."""
+    return [
+        "## Waiting in a queue is not failing",
+        "",
+        "A workload is *in a queue* when its `spec.queueName` names a GPUQueue, or when "
+        "a GPUQueue's `namespaceSelector` selects its namespace ([queues.md](queues.md)). "
+        "`retryPolicy` means something different in a queue and outside any:",
+        "",
+        "| what happens | in a queue | in no queue (as the seed operator) |",
+        "| --- | --- | --- |",
+        "| its quota is used up (`WaitingForQuota`), another of its queue goes first "
+        "(`Queued`), its queue does not exist (`QueueNotFound`) or does not admit its "
+        "namespace (`QueueNotAllowed`) | Pending with the reason; no retry spent, no "
+        "`nextRetryTime`; tried again when devices are released or a GPUQueue changes "
+        "| (not in a queue) |",
+        "| its quota allows it but no node has the devices now | Pending, "
+        "`WaitingForCapacity`; no retry spent | Pending, `Unschedulable`; each try on "
+        "the retry timer spends a retry, `Failed` after `maxRetries` |",
+        "| a replica failed, a child could not be created, a placement conflict "
+        "(an attempt that failed once admitted) | spends a retry | spends a retry |",
+        "| preempted, or its quota reclaimed by another queue (`Preempted`) | Pending, "
+        "no retry spent | Pending, no retry spent |",
+        "",
+        "With `--require-queue`, a workload in no queue is not placed: it waits Pending "
+        "with reason `NoQueue`.",
+        "",
+    ]

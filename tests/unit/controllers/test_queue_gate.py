@@ -165,3 +165,25 @@ def test_across_borrowing_queues_the_lowest_weighted_share_goes_first() -> None:
     assert d.wait_reason == QUEUED
     assert d.message.startswith("waiting for ns-b/b-wait of queue b: queue a borrows more")
     assert c.state.decide(b_wait).ok
+
+
+def test_priority_preemption_never_takes_another_queues_guaranteed_quota() -> None:
+    c = Cluster()
+    for i in range(2):
+        assert c.state.decide(c.submit("ns-a", f"a{i}")).ok  # a within its 8
+    for i in range(2):
+        assert c.state.decide(c.submit("ns-b", f"b{i}")).ok  # b within its 8
+    urgent = c.state.decide(c.submit("ns-b", "urgent", priority=100,
+                                     schedulingStrategy="priority"))
+    # b would go to 12: not a reclaim; and a's 8 are a's, whatever the priority
+    assert urgent.outcome == UNSCHEDULABLE and urgent.wait_reason == WAITING_FOR_QUOTA
+    assert c.state.eviction("ns-a/a0") is None and c.state.eviction("ns-a/a1") is None
+
+
+def test_priority_preemption_within_one_queue_still_works() -> None:
+    c = Cluster(queue("a", 16, "ns-a"), queue("b", 0, "ns-b"))
+    for i in range(4):
+        assert c.state.decide(c.submit("ns-a", f"a{i}")).ok
+    urgent = c.state.decide(c.submit("ns-a", "urgent", priority=100,
+                                     schedulingStrategy="priority"))
+    assert urgent.outcome == PREEMPT and urgent.queue == "a", urgent.message
