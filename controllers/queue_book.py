@@ -206,12 +206,12 @@ class QueueBook:
         if reason:
             return _wait(strategy, name, reason, message)
         decision = scheduler.schedule(w)
-        if name is None:
-            return decision  # outside any queue: today's meaning
-        decision.queue = name
         if decision.outcome == PREEMPT and any(
                 self.queue_of_key(v, v.partition("/")[0]) != name for v in decision.victims):
             decision = _not_across_queues(decision)
+        if name is None:
+            return decision  # outside any queue: today's meaning
+        decision.queue = name
         quotas = self.quotas()
         q = quotas.get(name)
         assert q is not None  # resolve() found it

@@ -187,3 +187,13 @@ def test_priority_preemption_within_one_queue_still_works() -> None:
     urgent = c.state.decide(c.submit("ns-a", "urgent", priority=100,
                                      schedulingStrategy="priority"))
     assert urgent.outcome == PREEMPT and urgent.queue == "a", urgent.message
+
+
+def test_a_workload_in_no_queue_never_preempts_one_in_a_queue() -> None:
+    c = Cluster()
+    for i in range(4):
+        assert c.state.decide(c.submit("ns-a", f"a{i}")).ok
+    d = c.state.decide(c.submit("elsewhere", "urgent", priority=100,
+                                schedulingStrategy="priority"))
+    assert d.outcome == UNSCHEDULABLE and d.queue is None and not d.wait_reason
+    assert all(c.state.eviction(f"ns-a/a{i}") is None for i in range(4))
