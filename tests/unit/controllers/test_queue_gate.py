@@ -197,3 +197,30 @@ def test_a_workload_in_no_queue_never_preempts_one_in_a_queue() -> None:
                                 schedulingStrategy="priority"))
     assert d.outcome == UNSCHEDULABLE and d.queue is None and not d.wait_reason
     assert all(c.state.eviction(f"ns-a/a{i}") is None for i in range(4))
+
+
+def gpu_pod(name: str, ns: str, node_name: str, gpus: int) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}"},
+            "spec": {"nodeName": node_name, "containers": [
+                {"name": "c", "image": "x",
+                 "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+            "status": {"phase": "Running"}}
+
+
+def test_a_plain_gpu_pod_in_a_queues_namespace_counts_against_its_quota() -> None:
+    c = Cluster(queue("a", 8, "ns-a", borrowingLimit=0), queue("b", 8, "ns-b"))
+    c.state.on_pod(gpu_pod("sneaky", "ns-a", "node1", 4))
+    assert c.used() == {"a": 4.0}
+    assert c.state.decide(c.submit("ns-a", "w0")).ok
+    d = c.state.decide(c.submit("ns-a", "w1"))
+    assert d.wait_reason == WAITING_FOR_QUOTA and d.message.startswith("queue a: 8 of 8")
+
+
+def test_a_share_counts_as_its_fraction_of_a_gpu() -> None:
+    c = Cluster(queue("a", 1, "ns-a", borrowingLimit=0), queue("b", 8, "ns-b"))
+    for i in range(4):
+        d = c.state.decide(c.submit("ns-a", f"s{i}", gpus=1, gpuShare={"fraction": "0.25"}))
+        assert d.ok, d.message
+    assert c.used() == {"a": 1.0}
+    d = c.state.decide(c.submit("ns-a", "s4", gpus=1, gpuShare={"fraction": "0.25"}))
+    assert d.message == "queue a: 1 of 1 GPUs used; cohort research has 8 to lend; needs 0.25"
