@@ -224,3 +224,20 @@ def test_a_share_counts_as_its_fraction_of_a_gpu() -> None:
     assert c.used() == {"a": 1.0}
     d = c.state.decide(c.submit("ns-a", "s4", gpus=1, gpuShare={"fraction": "0.25"}))
     assert d.message == "queue a: 1 of 1 GPUs used; cohort research has 8 to lend; needs 0.25"
+
+
+def test_within_queue_lower_priority_makes_room_in_its_own_quota() -> None:
+    c = Cluster(queue("a", 8, "ns-a", borrowingLimit=0,
+                      preemption={"withinQueue": "LowerPriority"}), queue("b", 8, "ns-b"))
+    assert c.state.decide(c.submit("ns-a", "low0", priority=1)).ok
+    assert c.state.decide(c.submit("ns-a", "low1", priority=1)).ok
+    d = c.state.decide(c.submit("ns-a", "high", priority=50))
+    assert d.outcome == PREEMPT and d.victims == ["ns-a/low1"], d.message
+    assert c.state.eviction("ns-a/low1") == (
+        "preempted by ns-a/high within queue a to fit its quota; waiting to be placed again")
+    # the default, withinQueue Never, waits instead
+    c2 = Cluster(queue("a", 8, "ns-a", borrowingLimit=0), queue("b", 8, "ns-b"))
+    for name in ("low0", "low1"):
+        assert c2.state.decide(c2.submit("ns-a", name, priority=1)).ok
+    assert c2.state.decide(c2.submit("ns-a", "high", priority=50)).wait_reason == \
+        WAITING_FOR_QUOTA
