@@ -188,13 +188,25 @@ class QueueBook:
         return self.default_queue(ns)
 
     def usage(self, ledger: Ledger) -> tuple[dict[str, Fraction], dict[str, OwnerUse]]:
-        """(queue -> GPUs used, owner -> what it holds). Owners a nomination was
-        booked over are left out: their devices are the nominee's, counted in its
-        booking, though their pods are still terminating."""
-        gone = {o for a in ledger.bookings() if a.overlap for o in a.overlap}
-        owners = {o: u for o, u in by_owner(ledger.allocations().values(), ledger.sharing).items()
-                  if o not in gone}
+        """(queue -> GPUs used, owner -> what it holds). Every holder counts: a
+        preemption's victims while their pods terminate, and the preemptor's
+        nomination booked over them, so that no queue's live pods exceed its quota
+        at any moment."""
+        owners = by_owner(ledger.allocations().values(), ledger.sharing)
         return used_by_queue(ledger, self.queue_of, owners), owners
+
+    def _settled(self, used: Mapping[str, Fraction], owners: Mapping[str, OwnerUse],
+                 ledger: Ledger) -> dict[str, Fraction]:
+        """``used`` once the victims of the preemptions under way are gone (their
+        devices are their preemptors', counted in their bookings): what a reclaim
+        plans from, so that it never takes again what is already being taken."""
+        gone = {o for a in ledger.bookings() if a.overlap for o in a.overlap}
+        victims = []
+        for o in gone & owners.keys():
+            queue = self.queue_of(owners[o].holder)
+            if queue is not None:
+                victims.append(Candidate(o, o, queue, 0, "", owners[o].gpus))
+        return without(used, victims)
 
     # ------------------------------------------------------------ the gate
 
@@ -222,13 +234,16 @@ class QueueBook:
         if ahead is not None:
             return _wait(decision.strategy, name, QUEUED, ahead)
         placed = decision.ok or decision.outcome == PREEMPT
-        # a preemption within the queue frees what its victims hold of the quota
-        why = quotas.check(q, need, without(used, self._victims(decision, ledger, owners)))
+        settled = self._settled(used, owners, ledger)
+        # a preemption (within the queue) is nominated: its pods start once its
+        # victims' are gone, so it is held to the quota as it will be then
+        why = (quotas.check(q, need, without(settled, self._victims(decision, ledger, owners)))
+               if decision.outcome == PREEMPT else quotas.check(q, need, used))
         if why is None and placed:
             self._admitted(w, name)
             return decision
         plan = plan_reclaim(w, scheduler.snapshot, ledger, scheduler.strategy(decision.strategy),
-                            decision.counted, quotas, q, need, used,
+                            decision.counted, quotas, q, need, settled,
                             self._candidates(w, ledger, owners))
         if plan is not None:
             self._admitted(w, name)

@@ -41,6 +41,8 @@ def plan_reclaim(workload: GPUWorkload, snapshot: Snapshot, ledger: Ledger,
         return c.queue == q.name or (owner is not None
                                      and sim.get(c.queue, Fraction(0)) > owner.nominal)
 
+    if quotas.fits(q, need, used) and place([]) is not None:
+        return None  # it fits once what is being taken already is gone: nothing to take
     ordered = reclaimable(quotas, q, workload.spec.priority, need, used, candidates)
     chosen: list[Candidate] = []
     placements: list[Placement] | None = None

@@ -241,3 +241,33 @@ def test_within_queue_lower_priority_makes_room_in_its_own_quota() -> None:
         assert c2.state.decide(c2.submit("ns-a", name, priority=1)).ok
     assert c2.state.decide(c2.submit("ns-a", "high", priority=50)).wait_reason == \
         WAITING_FOR_QUOTA
+
+
+def child_pod(ns: str, workload: str, node_name: str, devices: list[int]) -> dict[str, Any]:
+    """The running pod of ``ns/workload`` (attempt 0) on ``devices`` of ``node_name``."""
+    ref = {"apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUWorkload",
+           "name": workload, "uid": f"uid-{workload}", "controller": True}
+    return {"metadata": {"name": f"{workload}-0", "namespace": ns, "uid": f"pod-{workload}",
+                         "ownerReferences": [ref],
+                         "labels": {"gpu.orchestrator.dev/attempt": "0"},
+                         "annotations": {"gpu.orchestrator.dev/devices":
+                                         ",".join(map(str, devices))}},
+            "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "x"}]},
+            "status": {"phase": "Running"}}
+
+
+def test_a_victims_terminating_pods_still_count_against_its_queue() -> None:
+    """a may use 12 (8 + borrowing 4). b reclaims one of a's; until that victim's pod
+    is gone, a's live pods are still 12: a's next workload waits, though 4 devices
+    are free, so that a's live pods never exceed its quota."""
+    c = Cluster(queue("a", 8, "ns-a", borrowingLimit=4), queue("b", 8, "ns-b"))
+    for i in range(3):
+        d = c.state.decide(c.submit("ns-a", f"a{i}"))
+        assert d.ok
+        p = d.placements[0]
+        c.state.on_pod(child_pod("ns-a", f"a{i}", p.node, p.devices))
+    b0 = c.state.decide(c.submit("ns-b", "b0", replicas=2))  # 2 x 4: one of a's must go
+    assert b0.outcome == PREEMPT and len(b0.victims) == 1, b0.message
+    assert c.used()["a"] == 12.0  # the victim's pod is still running
+    d = c.state.decide(c.submit("ns-a", "a3"))
+    assert d.wait_reason == WAITING_FOR_QUOTA and d.message.startswith("queue a: 12 of 12")
