@@ -43,15 +43,21 @@ from pydantic import ValidationError
 
 from api.v1alpha1.queues import GPUQueue
 from api.v1alpha1.types import GPUWorkload, Phase
+from controllers.queue_outcomes import not_across_queues, reclaiming, wait, workload_need
 from controllers.status import parse_time
 from internal.metrics.domain import QUEUE_ADMISSION_WAIT
-from internal.scheduling.framework import PREEMPT, UNSCHEDULABLE, Decision
+from internal.scheduling.framework import PREEMPT, Decision
 from internal.scheduling.ledger import Allocation, Ledger
-from internal.scheduling.queue_usage import OwnerUse, by_owner, namespace_of, used_by_queue
-from internal.scheduling.quota import Candidate, Queue, Quotas, gpus_text, without
+from internal.scheduling.queue_usage import (
+    OwnerUse,
+    by_owner,
+    namespace_of,
+    placement_gpus,
+    used_by_queue,
+)
+from internal.scheduling.quota import Candidate, Queue, Quotas, without
 from internal.scheduling.reclaim import plan_reclaim
 from internal.scheduling.scheduler import Scheduler
-from internal.scheduling.shares import parse_fraction
 
 JSON = Mapping[str, Any]
 
@@ -73,16 +79,6 @@ class _Waiting:
 
     def ahead_of(self, other: _Waiting, key: str, other_key: str) -> bool:
         return (-self.priority, self.created, key) < (-other.priority, other.created, other_key)
-
-
-def workload_need(w: GPUWorkload) -> Fraction:
-    """GPUs ``w`` will hold, before it is placed (a memory share counts whole)."""
-    share = w.spec.gpu_share
-    if share is not None and share.fraction:
-        return w.spec.replicas * parse_fraction(share.fraction)
-    if share is not None or w.spec.mig_profile:
-        return Fraction(w.spec.replicas)
-    return Fraction(w.spec.replicas * w.spec.gpus)
 
 
 class QueueBook:
@@ -216,11 +212,11 @@ class QueueBook:
         strategy = (w.spec.scheduling_strategy.value if w.spec.scheduling_strategy
                     else "leastLoaded")
         if reason:
-            return _wait(strategy, name, reason, message)
+            return wait(strategy, name, reason, message)
         decision = scheduler.schedule(w)
         if decision.outcome == PREEMPT and any(
                 self.queue_of_key(v, v.partition("/")[0]) != name for v in decision.victims):
-            decision = _not_across_queues(decision)
+            decision = not_across_queues(decision)
         if name is None:
             return decision  # outside any queue: today's meaning
         decision.queue = name
@@ -229,10 +225,13 @@ class QueueBook:
         assert q is not None  # resolve() found it
         used, owners = self.usage(ledger)
         need = workload_need(w)
+        if decision.placements and not decision.counted:  # what it would hold exactly
+            need = sum((placement_gpus(p, ledger.sharing(p.node)) for p in decision.placements),
+                       Fraction(0))
         me = _Waiting(name, w.spec.priority, w.metadata.creation_timestamp or "", need)
         ahead = self._ahead(w.key, me, q, quotas, used)
         if ahead is not None:
-            return _wait(decision.strategy, name, QUEUED, ahead)
+            return wait(decision.strategy, name, QUEUED, ahead)
         placed = decision.ok or decision.outcome == PREEMPT
         settled = self._settled(used, owners, ledger)
         # a preemption (within the queue) is nominated: its pods start once its
@@ -247,13 +246,13 @@ class QueueBook:
                             self._candidates(w, ledger, owners))
         if plan is not None:
             self._admitted(w, name)
-            return _reclaiming(decision, w.key, q, need, *plan)
+            return reclaiming(decision, w.key, q, need, *plan)
         if why is None:
             self._settle(w.key)  # refused for capacity, not quota: stalls nobody
             return decision
         with self._lock:
             self._waiting[w.key] = me
-        return _wait(decision.strategy, name, WAITING_FOR_QUOTA, why)
+        return wait(decision.strategy, name, WAITING_FOR_QUOTA, why)
 
     def _admitted(self, w: GPUWorkload, queue: str) -> None:
         self._settle(w.key)
@@ -355,40 +354,3 @@ class QueueBook:
                 pending += 1
             out[name] = (admitted, pending)
         return out
-
-
-def _not_across_queues(decision: Decision) -> Decision:
-    """Priority preemption stays within a queue: another queue's workloads hold its
-    quota, taken back only by reclaim (of what they borrowed)."""
-    was = decision.message.split("; was: ", 1)[-1]
-    d = Decision(UNSCHEDULABLE, decision.strategy, message=was, counted=decision.counted,
-                 gpus_per_replica=decision.gpus_per_replica, visited=decision.visited)
-    d.queue = decision.queue
-    return d
-
-
-def _wait(strategy: str, queue: str | None, reason: str, message: str) -> Decision:
-    d = Decision(UNSCHEDULABLE, strategy, message=message)
-    d.queue, d.wait_reason = queue, reason
-    return d
-
-
-def _reclaiming(decision: Decision, key: str, q: Queue, need: Fraction,
-                victims: list[Candidate], placements: list[Any]) -> Decision:
-    keys = [v.key for v in victims]
-    others = sorted({v.queue for v in victims if v.queue != q.name})
-    if others:
-        decision.message = (f"reclaiming {gpus_text(need)} GPU(s) of queue {q.name}'s quota "
-                            f"lent to {', '.join(others)}: preempting {', '.join(keys)}")
-        decision.evict_message = (f"reclaimed by queue {q.name} for {key}; "
-                                  "waiting to be placed again")
-    else:
-        decision.message = (f"preempting lower-priority {', '.join(keys)} within queue "
-                            f"{q.name} to fit its quota")
-        decision.evict_message = (f"preempted by {key} within queue {q.name} to fit its "
-                                  "quota; waiting to be placed again")
-    decision.outcome = PREEMPT
-    decision.victims = keys
-    decision.overlap = sorted({v.owner for v in victims})
-    decision.placements = list(placements)
-    return decision

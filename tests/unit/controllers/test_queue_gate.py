@@ -271,3 +271,20 @@ def test_a_victims_terminating_pods_still_count_against_its_queue() -> None:
     assert c.used()["a"] == 12.0  # the victim's pod is still running
     d = c.state.decide(c.submit("ns-a", "a3"))
     assert d.wait_reason == WAITING_FOR_QUOTA and d.message.startswith("queue a: 12 of 12")
+
+
+def test_a_memory_share_counts_as_its_part_of_the_devices_memory() -> None:
+    """Devices of 80Gi (GPUNodes): a 20Gi share is a quarter of a GPU."""
+    from tests.unit.scheduling.helpers import gpunode
+
+    c = Cluster(queue("a", 1, "ns-a", borrowingLimit=0), queue("b", 8, "ns-b"))
+    gpunodes = [gpunode(f"node{i}", 4, memory=81920) for i in range(1, 5)]
+    for g in gpunodes:  # a heartbeat in the future is fresh
+        g["status"]["lastHeartbeatTime"] = "2999-01-01T00:00:00Z"
+    c.state.rebuild(lambda: (NODES, gpunodes, [], []))
+    for i in range(4):
+        d = c.state.decide(c.submit("ns-a", f"m{i}", gpus=1, gpuShare={"memory": "20Gi"}))
+        assert d.ok, d.message
+    assert c.used() == {"a": 1.0}
+    assert c.state.decide(c.submit("ns-a", "m4", gpus=1, gpuShare={"memory": "20Gi"})
+                          ).wait_reason == WAITING_FOR_QUOTA
