@@ -48,13 +48,7 @@ from controllers.status import parse_time
 from internal.metrics.domain import QUEUE_ADMISSION_WAIT
 from internal.scheduling.framework import PREEMPT, Decision
 from internal.scheduling.ledger import Allocation, Ledger
-from internal.scheduling.queue_usage import (
-    OwnerUse,
-    by_owner,
-    namespace_of,
-    placement_gpus,
-    used_by_queue,
-)
+from internal.scheduling.queue_usage import OwnerUse, UsageIndex, namespace_of, placement_gpus
 from internal.scheduling.quota import Candidate, Queue, Quotas, without
 from internal.scheduling.reclaim import plan_reclaim
 from internal.scheduling.scheduler import Scheduler
@@ -94,6 +88,8 @@ class QueueBook:
         self._seen: tuple[Any, ...] = ()
         self._parsed: list[GPUQueue] = []
         self._defaults: dict[tuple[str, str], str | None] = {}
+        self._index: UsageIndex | None = None
+        self._index_seen: tuple[Any, ...] = ()
 
     # ------------------------------------------------------------ reading
 
@@ -173,7 +169,7 @@ class QueueBook:
         ns, _, name = key.partition("/")
         raw = self._workloads.get_by_name(name, ns) if name else None
         named = ((raw or {}).get("spec") or {}).get("queueName")
-        return named or self.default_queue(namespace)
+        return named or self.default_queue(namespace, self._parsed)
 
     def queue_of(self, a: Allocation) -> str | None:
         """Whose quota a holder counts against: its booking's workload's queue, else
@@ -181,15 +177,25 @@ class QueueBook:
         ns = namespace_of(a)
         if not a.pod and not a.job:
             return self.queue_of_key(a.name, ns)
-        return self.default_queue(ns)
+        return self.default_queue(ns, self._parsed)
 
-    def usage(self, ledger: Ledger) -> tuple[dict[str, Fraction], dict[str, OwnerUse]]:
+    def usage(self, ledger: Ledger) -> tuple[dict[str, Fraction], Mapping[str, OwnerUse]]:
         """(queue -> GPUs used, owner -> what it holds). Every holder counts: a
         preemption's victims while their pods terminate, and the preemptor's
         nomination booked over them, so that no queue's live pods exceed its quota
-        at any moment."""
-        owners = by_owner(ledger.allocations().values(), ledger.sharing)
-        return used_by_queue(ledger, self.queue_of, owners), owners
+        at any moment. Kept by a ``UsageIndex`` that follows ``ledger`` (built again
+        for another ledger, or when a GPUQueue changed). Call under the placement
+        state's lock, as every change of the ledger is made."""
+        self.queues()  # parsed again if a queue changed
+        with self._lock:
+            index, seen = self._index, self._seen
+        if index is None or index.ledger is not ledger or self._index_seen != seen:
+            if index is not None:
+                index.close()
+            index = UsageIndex(ledger, self.queue_of)
+            with self._lock:
+                self._index, self._index_seen = index, seen
+        return dict(index.used), index.owners
 
     def _settled(self, used: Mapping[str, Fraction], owners: Mapping[str, OwnerUse],
                  ledger: Ledger) -> dict[str, Fraction]:
@@ -233,14 +239,15 @@ class QueueBook:
         if ahead is not None:
             return wait(decision.strategy, name, QUEUED, ahead)
         placed = decision.ok or decision.outcome == PREEMPT
-        settled = self._settled(used, owners, ledger)
         # a preemption (within the queue) is nominated: its pods start once its
         # victims' are gone, so it is held to the quota as it will be then
-        why = (quotas.check(q, need, without(settled, self._victims(decision, ledger, owners)))
+        why = (quotas.check(q, need, without(self._settled(used, owners, ledger),
+                                             self._victims(decision, ledger, owners)))
                if decision.outcome == PREEMPT else quotas.check(q, need, used))
         if why is None and placed:
             self._admitted(w, name)
             return decision
+        settled = self._settled(used, owners, ledger)
         plan = plan_reclaim(w, scheduler.snapshot, ledger, scheduler.strategy(decision.strategy),
                             decision.counted, quotas, q, need, settled,
                             self._candidates(w, ledger, owners))

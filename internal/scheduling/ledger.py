@@ -122,6 +122,9 @@ class Ledger:
         self._allocs: dict[str, Allocation] = {}
         self._sharing: dict[str, NodeSharing] = {}
         self.index = FreeIndex()
+        #: called with (holder, True) when a holder is added, (holder, False) when it
+        #: goes (quota's usage index keeps its sums by them)
+        self.watchers: list[Callable[[Allocation, bool], None]] = []
 
     # ------------------------------------------------------------------- nodes
 
@@ -491,6 +494,8 @@ class Ledger:
         self._allocs[alloc.key] = alloc
         for node in touched:
             self._reindex(node)
+        for watch in self.watchers:
+            watch(alloc, True)
 
     def _release(self, alloc: Allocation) -> None:
         touched = set()
@@ -516,6 +521,8 @@ class Ledger:
         self._allocs.pop(alloc.key, None)
         for node in touched:
             self._reindex(node)
+        for watch in self.watchers:
+            watch(alloc, False)
 
     # ------------------------------------------------------------------ rebuild
 

@@ -91,3 +91,72 @@ def used_by_queue(ledger: Ledger, queue_of: QueueOf,
         if q is not None:
             out[q] = out.get(q, Fraction(0)) + use.gpus
     return out
+
+
+_SIDES = ("booking", "pod", "job")
+
+
+def _side(a: Allocation) -> str:
+    return "job" if a.job else "pod" if a.pod else "booking"
+
+
+class UsageIndex:
+    """``used_by_queue`` and ``by_owner`` kept current from the ledger's changes
+    (``Ledger.watchers``) instead of summed again at every decision: each holder's
+    GPUs and each owner's queue are worked out when it is added, and its GPUs taken
+    off again, exactly, when it goes.
+
+    An owner's queue is read when one of its holders changes: a queue created or
+    changed later re-attributes nothing until the index is built again (the queue
+    gate builds a new one whenever a GPUQueue changes).
+    """
+
+    def __init__(self, ledger: Ledger, queue_of: QueueOf) -> None:
+        self.ledger, self.queue_of = ledger, queue_of
+        self.used: dict[str, Fraction] = {}
+        self.owners: dict[str, OwnerUse] = {}
+        self._holders: dict[str, dict[str, tuple[Allocation, Fraction]]] = {}
+        self._queue: dict[str, str | None] = {}
+        for a in ledger.allocations().values():
+            self.on_change(a, True)
+        ledger.watchers.append(self.on_change)
+
+    def close(self) -> None:
+        """Stop following the ledger."""
+        if self.on_change in self.ledger.watchers:
+            self.ledger.watchers.remove(self.on_change)
+
+    def on_change(self, a: Allocation, added: bool) -> None:
+        owner = a.owner
+        holders = self._holders.setdefault(owner, {})
+        before = self.owners.get(owner)
+        if added:
+            holders[a.key] = (a, holder_gpus(a, self.ledger.sharing))
+        else:
+            holders.pop(a.key, None)
+        if before is not None:
+            self._add(self._queue.get(owner), -before.gpus)
+        if not holders:
+            del self._holders[owner]
+            self.owners.pop(owner, None)
+            self._queue.pop(owner, None)
+            return
+        sides = dict.fromkeys(_SIDES, Fraction(0))
+        for held, gpus in holders.values():
+            sides[_side(held)] += gpus
+        rep = next((h for h, _ in holders.values() if not h.pod and not h.job),
+                   next(iter(holders.values()))[0])
+        use = OwnerUse(max(sides.values()), rep)
+        if before is None or before.holder is not rep:
+            self._queue[owner] = self.queue_of(rep)
+        self.owners[owner] = use
+        self._add(self._queue.get(owner), use.gpus)
+
+    def _add(self, queue: str | None, gpus: Fraction) -> None:
+        if queue is None or not gpus:
+            return
+        total = self.used.get(queue, Fraction(0)) + gpus
+        if total:
+            self.used[queue] = total
+        else:
+            self.used.pop(queue, None)
