@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,8 @@ class HolderWatch:
 
     client: Client
     jobs: bool = False
+    #: called, on the watcher's thread, with the live pods after every pod event
+    on_live: Callable[[list[dict[str, Any]]], None] | None = None
     samples: int = 0
     overlaps: list[Overlap] = field(default_factory=list)
     log: list[tuple[float, str, str, int]] = field(default_factory=list)
@@ -158,3 +161,6 @@ class HolderWatch:
         for (node, d), owners in held.items():
             if len(owners) > 1:
                 self.overlaps.append(Overlap(node, d, sorted(owners.values())))
+        if self.on_live is not None:
+            self.on_live([p for p in self._live.values() if (p.get("spec") or {}).get("nodeName")
+                          and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")])
