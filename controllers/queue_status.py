@@ -59,8 +59,8 @@ class QueueStatusReconciler:
         u = quotas.usage(q, used)
         admitted, pending = counts.get(name, (0, 0))
         if q.cohort is None and q.borrowing_limit:
-            active = (False, "NoCohort", "borrowingLimit is set but the queue has no cohort "
-                      "to borrow from; it admits up to nominalGPUs")
+            active = (True, "NoCohort", "admitting workloads up to nominalGPUs: "
+                      "borrowingLimit is set but the queue has no cohort to borrow from")
         else:
             active = (True, "Ready", "admitting workloads")
         status = {

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from api.v1alpha1.types import API_VERSION, Condition, ObjectMeta, _Base
 
-#: the condition a queue's status carries: Active=False says why it admits nothing
+#: the condition a queue's status carries (its reason says how it admits)
 QUEUE_ACTIVE = "Active"
 
 #: spec-level rules of a GPUQueue (CEL)
@@ -190,7 +190,10 @@ class GPUQueueStatus(_Base):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Active: True while the queue admits workloads; False says why not.",
+        description=(
+            "Active: True while the queue admits workloads (reason Ready, or NoCohort: "
+            "a borrowingLimit with no cohort to borrow from)."
+        ),
     )
     last_update_time: datetime | None = Field(
         None, alias="lastUpdateTime", description="When the controller last wrote this status."
