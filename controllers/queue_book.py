@@ -323,9 +323,12 @@ class QueueBook:
     def _candidates(self, w: GPUWorkload, ledger: Ledger,
                     owners: Mapping[str, OwnerUse]) -> list[Candidate]:
         out = []
+        index = self._index
         for a in ledger.bookings():
             if a.job or a.key == w.key or a.owner not in owners:
                 continue
+            if index is None or not index.backed(a.owner):
+                continue  # its pods are still being made: see UsageIndex.backed
             ns, _, name = a.key.partition("/")
             raw = self._workloads.get_by_name(name, ns) if name else None
             if raw is None:

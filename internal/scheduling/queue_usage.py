@@ -152,6 +152,15 @@ class UsageIndex:
         self.owners[owner] = use
         self._add(self._queue.get(owner), use.gpus)
 
+    def backed(self, owner: str) -> bool:
+        """Do ``owner``'s pods (or Jobs) hold all its bookings hold? A booking not
+        yet backed may still be creating its pods, on devices that only the booking
+        keeps from others: a reclaim does not take it (below, quota.py)."""
+        sides = dict.fromkeys(_SIDES, Fraction(0))
+        for held, gpus in self._holders.get(owner, {}).values():
+            sides[_side(held)] += gpus
+        return max(sides["pod"], sides["job"]) >= sides["booking"] > 0
+
     def _add(self, queue: str | None, gpus: Fraction) -> None:
         if queue is None or not gpus:
             return

@@ -33,6 +33,20 @@ def queue(name: str, nominal: int, ns: str, **spec: Any) -> dict[str, Any]:
                      **spec}}
 
 
+def child_pod(ns: str, workload: str, node_name: str, devices: list[int],
+              index: int = 0) -> dict[str, Any]:
+    """Replica ``index`` of ``ns/workload`` (attempt 0), running on ``devices``."""
+    ref = {"apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUWorkload",
+           "name": workload, "uid": f"uid-{workload}", "controller": True}
+    return {"metadata": {"name": f"{workload}-{index}", "namespace": ns,
+                         "uid": f"pod-{workload}-{index}", "ownerReferences": [ref],
+                         "labels": {"gpu.orchestrator.dev/attempt": "0"},
+                         "annotations": {"gpu.orchestrator.dev/devices":
+                                         ",".join(map(str, devices))}},
+            "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "x"}]},
+            "status": {"phase": "Running"}}
+
+
 class Cluster:
     def __init__(self, *queues: dict[str, Any], require_queue: bool = False) -> None:
         self.queues, self.namespaces, self.workloads = Indexer(), Indexer(), Indexer()
@@ -52,6 +66,18 @@ class Cluster:
                "spec": {"gpusPerReplica": gpus, **spec}}
         self.workloads.add(raw)
         return GPUWorkload.model_validate(raw)
+
+    def run(self, ns: str, name: str, gpus: int = 4, **spec: Any) -> None:
+        """Admitted, placed, and its pods running (as the informer reports them)."""
+        d = self.state.decide(self.submit(ns, name, gpus, **spec))
+        assert d.ok, d.message
+        for p in d.placements:
+            self.state.on_pod(child_pod(ns, name, p.node, p.devices, p.index))
+
+    def gone(self, ns: str, name: str, replicas: int = 1) -> None:
+        """The pods of ``ns/name`` are gone."""
+        for i in range(replicas):
+            self.state.on_pod_deleted(child_pod(ns, name, "", [], i))
 
     def used(self) -> dict[str, float]:
         return {q: float(f) for q, f in self.state.queue_usage()[0].items()}
@@ -73,7 +99,7 @@ def test_a_queue_alone_borrows_the_cohort_then_waits_with_the_queues_message() -
 def test_the_lender_reclaims_its_quota_newest_borrower_first_and_no_more_than_it_needs() -> None:
     c = Cluster()
     for i in range(4):
-        assert c.state.decide(c.submit("ns-a", f"a{i}")).ok
+        c.run("ns-a", f"a{i}")
     first = c.state.decide(c.submit("ns-b", "b0"))
     assert first.outcome == PREEMPT, first.message
     assert first.victims == ["ns-a/a3"]  # the newest of a's
@@ -82,6 +108,10 @@ def test_the_lender_reclaims_its_quota_newest_borrower_first_and_no_more_than_it
                                           "waiting to be placed again")
     second = c.state.decide(c.submit("ns-b", "b1"))
     assert second.outcome == PREEMPT and second.victims == ["ns-a/a2"], second.message
+    # the victims' pods hold until they are gone, and count until then
+    assert c.used() == {"a": 16.0, "b": 8.0}
+    c.gone("ns-a", "a3")
+    c.gone("ns-a", "a2")
     # b holds its nominal; a is back to its own: nothing more is taken from a
     assert c.used() == {"a": 8.0, "b": 8.0}
     third = c.state.decide(c.submit("ns-b", "b2"))
@@ -92,7 +122,7 @@ def test_the_lender_reclaims_its_quota_newest_borrower_first_and_no_more_than_it
 def test_the_queue_reclaimed_from_cannot_take_it_back() -> None:
     c = Cluster()
     for i in range(4):
-        assert c.state.decide(c.submit("ns-a", f"a{i}")).ok
+        c.run("ns-a", f"a{i}")
     for i in range(2):
         assert c.state.decide(c.submit("ns-b", f"b{i}")).outcome == PREEMPT
     # a's victims come back, even at the highest priority: a is at its nominal and
@@ -229,8 +259,8 @@ def test_a_share_counts_as_its_fraction_of_a_gpu() -> None:
 def test_within_queue_lower_priority_makes_room_in_its_own_quota() -> None:
     c = Cluster(queue("a", 8, "ns-a", borrowingLimit=0,
                       preemption={"withinQueue": "LowerPriority"}), queue("b", 8, "ns-b"))
-    assert c.state.decide(c.submit("ns-a", "low0", priority=1)).ok
-    assert c.state.decide(c.submit("ns-a", "low1", priority=1)).ok
+    c.run("ns-a", "low0", priority=1)
+    c.run("ns-a", "low1", priority=1)
     d = c.state.decide(c.submit("ns-a", "high", priority=50))
     assert d.outcome == PREEMPT and d.victims == ["ns-a/low1"], d.message
     assert c.state.eviction("ns-a/low1") == (
@@ -243,29 +273,13 @@ def test_within_queue_lower_priority_makes_room_in_its_own_quota() -> None:
         WAITING_FOR_QUOTA
 
 
-def child_pod(ns: str, workload: str, node_name: str, devices: list[int]) -> dict[str, Any]:
-    """The running pod of ``ns/workload`` (attempt 0) on ``devices`` of ``node_name``."""
-    ref = {"apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUWorkload",
-           "name": workload, "uid": f"uid-{workload}", "controller": True}
-    return {"metadata": {"name": f"{workload}-0", "namespace": ns, "uid": f"pod-{workload}",
-                         "ownerReferences": [ref],
-                         "labels": {"gpu.orchestrator.dev/attempt": "0"},
-                         "annotations": {"gpu.orchestrator.dev/devices":
-                                         ",".join(map(str, devices))}},
-            "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "x"}]},
-            "status": {"phase": "Running"}}
-
-
 def test_a_victims_terminating_pods_still_count_against_its_queue() -> None:
     """a may use 12 (8 + borrowing 4). b reclaims one of a's; until that victim's pod
     is gone, a's live pods are still 12: a's next workload waits, though 4 devices
     are free, so that a's live pods never exceed its quota."""
     c = Cluster(queue("a", 8, "ns-a", borrowingLimit=4), queue("b", 8, "ns-b"))
     for i in range(3):
-        d = c.state.decide(c.submit("ns-a", f"a{i}"))
-        assert d.ok
-        p = d.placements[0]
-        c.state.on_pod(child_pod("ns-a", f"a{i}", p.node, p.devices))
+        c.run("ns-a", f"a{i}")
     b0 = c.state.decide(c.submit("ns-b", "b0", replicas=2))  # 2 x 4: one of a's must go
     assert b0.outcome == PREEMPT and len(b0.victims) == 1, b0.message
     assert c.used()["a"] == 12.0  # the victim's pod is still running
@@ -288,3 +302,14 @@ def test_a_memory_share_counts_as_its_part_of_the_devices_memory() -> None:
     assert c.used() == {"a": 1.0}
     assert c.state.decide(c.submit("ns-a", "m4", gpus=1, gpuShare={"memory": "20Gi"})
                           ).wait_reason == WAITING_FOR_QUOTA
+
+
+def test_a_borrower_still_making_its_pods_is_not_reclaimed() -> None:
+    """A booking whose pods are not all there yet may be creating them: released, its
+    devices would look free to others while its pods land on them. Reclaim waits."""
+    c = Cluster()
+    for i in range(3):
+        c.run("ns-a", f"a{i}")
+    assert c.state.decide(c.submit("ns-a", "starting")).ok  # booked, no pod yet
+    d = c.state.decide(c.submit("ns-b", "b0"))
+    assert d.outcome == PREEMPT and d.victims == ["ns-a/a2"], d.message  # not "starting"
