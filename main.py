@@ -132,9 +132,12 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                    help="run the pod-binding controller of the seed-compatible path: bind "
                         "pods whose schedulerName is --scheduler-name as their "
                         "gpu-scheduling-map says, through the same ledger")
-    p.add_argument("--evict-conflicting-pods", action="store_true",
-                   help="evict a --scheduler-name pod bound by someone else onto devices "
-                        "another workload holds (default: report it by Event and metric)")
+    p.add_argument("--evict-conflicting-pods", action=argparse.BooleanOptionalAction,
+                   default=True,
+                   help="evict a pod that names GPU devices neither the controller nor the "
+                        "webhook gave it, and a --scheduler-name pod bound by someone else "
+                        "onto devices another workload holds (--no-evict-conflicting-pods: "
+                        "report them by Event and metric only)")
     p.add_argument("--scheduler-name", default="gpu-scheduler",
                    help="schedulerName of the pods the pod-binding controller binds")
     p.add_argument("--enable-dra", action="store_true",
@@ -206,6 +209,7 @@ def run_manager(args: argparse.Namespace) -> int:
         stale_after=args.gpunode_stale_after, default_strategy=args.default_strategy,
         namespaces=namespaces, resync_unsettled=args.resync_unsettled_period,
         require_queue=args.require_queue,
+        evict_conflicting_pods=args.evict_conflicting_pods,
         dra=DraOptions(driver=args.dra_driver, device_class=args.dra_device_class)
         if args.enable_dra or args.device_exposure == DeviceExposure.DRA.value else None))
     if args.enable_pod_binding:
@@ -243,6 +247,15 @@ def main(argv: list[str] | None = None) -> int:
     _common(cp)
     args = parser.parse_args(argv)
     configure_logging(args.log_format, args.log_level)
+    from runtime.httpserver import AddressInUse
+    try:
+        return _run(args)
+    except AddressInUse as exc:
+        print(f"gpu-orchestrator {args.command}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "agent":
         from internal.agent.cli import agent_main
         return agent_main(args)

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from bench import e2e, micro, report
+from bench import e2e, micro, profile, report
 
 HERE = Path(__file__).resolve().parent
 
@@ -68,7 +68,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-micro", action="store_true", help="skip the micro-benchmark")
     p.add_argument("--micro-only", action="store_true", help="only the micro-benchmark")
     p.add_argument("--profile", action="store_true",
-                   help="py-spy record the controller during the largest burst (needs py-spy)")
+                   help="py-spy record the controller during the burst and the steady phase "
+                        "of the largest burst's size (needs py-spy; bench/profile.py)")
+    p.add_argument("--no-finalizer-policy", action="store_true",
+                   help="ours without config/admission-finalizer: the controller adds its "
+                        "finalizer with a patch (clusters without MutatingAdmissionPolicy)")
     p.add_argument("--out", type=Path, default=HERE / "results", help="results folder")
     p.add_argument("--keep", action="store_true", help="keep the control plane's work dir")
     p.add_argument("--bin-dir", type=Path, default=None,
@@ -140,8 +144,10 @@ def run_e2e(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, Any
                      duration=args.duration, clients=args.clients, workers=args.workers,
                      qps=args.qps, api_burst=args.api_burst,
                      systems=[s for s in args.systems.split(",") if s],
-                     kill_burst=not args.no_kill, static_nodes=args.static_nodes)
+                     kill_burst=not args.no_kill, static_nodes=args.static_nodes,
+                     finalizer_policy=not args.no_finalizer_policy)
     doc["benchmark_only_static_nodes"] = args.static_nodes
+    doc["finalizer_policy"] = not args.no_finalizer_policy
     cp = e2e.BenchPlane(workdir, nodes=0, gpus=args.gpus, scheduler=False, bin_dir=bin_dir,
                         static_nodes=args.static_nodes)
     cp.kcm_qps, cp.kcm_burst = args.qps, args.api_burst
@@ -160,14 +166,16 @@ def run_e2e(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, Any
             spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
             if args.profile:
                 if os.path.exists(spy):
-                    bench.profiler = e2e.PySpy(spy, args.out / "profile")
+                    bench.profiler = profile.PySpy(spy, args.out / "profile")
                 else:
                     progress("profile: py-spy not found, not profiling")
             results = bench.run()
             if args.profile and bench.profiler is not None:
-                folded = args.out / "profile" / "controller-burst.folded"
-                if folded.exists():
-                    doc["profile_top"] = e2e.summarize_profile(folded)
+                doc["profile_top"] = {}
+                for phase in ("burst", "steady"):
+                    folded = args.out / "profile" / f"controller-{phase}.folded"
+                    if folded.exists():
+                        doc["profile_top"][phase] = profile.summarize(folded)
             return results
         finally:
             progress("stopping everything this run started")

@@ -1,7 +1,9 @@
 """``python -m bench.apicost``: kube-apiserver CPU per request, for each kind of
 request a unit costs (ours and kube-scheduler's), on a fresh local control plane.
 
-Each kind is sent N times over 8 connections; the CPU the kube-apiserver process
+Each kind is sent N times over 8 connections (the GPUWorkload create twice: without
+any mutating admission, and with config/admission-finalizer putting our finalizer
+into it, installed just before); the CPU the kube-apiserver process
 used meanwhile (``/proc/<pid>/stat``), divided by N, is printed. Nothing else
 writes meanwhile (no controller, no scheduler; kwok runs no pods: no node exists),
 so the numbers are the requests' own cost plus their watch fan-out.
@@ -25,6 +27,9 @@ CONDITIONS = [{"type": t, "status": "True", "reason": t, "message": "placed on n
               for t in ("Scheduled", "Ready")]
 
 
+FINALIZER_POLICY_CREATE = "GPUWorkload create, finalizer by policy"
+
+
 def status(message: str) -> dict[str, Any]:
     """A status the size of the controller's for a running one-GPU workload."""
     return {"phase": "Running", "message": message, "observedGeneration": 1, "retries": 0,
@@ -45,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
                         static_nodes=True)
     try:
         cp.start()
-        bench = e2e.Bench(cp, e2e.Config(sizes=[0], bursts=[0]), print)
+        bench = e2e.Bench(cp, e2e.Config(sizes=[0], bursts=[0], finalizer_policy=False), print)
         bench.install_crds()
         ns = "apicost"
         bench._namespace(ns)
@@ -54,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         wl = f"/apis/{e2e.GROUP}/{e2e.VERSION}/namespaces/{ns}/gpuworkloads"
         merge = "application/merge-patch+json"
         kinds: list[tuple[str, list[tuple[str, str, Any, str]]]] = [
-            ("GPUWorkload create (the user's)",
+            ("GPUWorkload create, no admission policy",
              [("POST", wl, e2e._workload(ns, f"u-{i}"), "application/json") for i in range(n)]),
             ("GPUWorkload status merge patch",
              [("PATCH", f"{wl}/u-{i}/status", {"status": status("placed")}, merge)
@@ -74,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
                {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": f"p-{i}"},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": "n"}},
                "application/json") for i in range(n)]),
+            (FINALIZER_POLICY_CREATE,
+             [("POST", wl, e2e._workload(ns, f"f-{i}"), "application/json") for i in range(n)]),
             ("Event create",
              [("POST", f"/api/v1/namespaces/{ns}/events",
                {"metadata": {"name": f"e-{i}"}, "reason": "Scheduled", "message": "placed",
@@ -84,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         pid = cp.pids()["kube-apiserver"]
         print(f"kube-apiserver CPU per request ({n} of each, 8 connections):")
         for label, items in kinds:
+            if label == FINALIZER_POLICY_CREATE:
+                bench.install_finalizer_policy()
             before = proc_stats(pid)["cpu_s"]
             errors: list[str] = []
             t0 = time.time()

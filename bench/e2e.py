@@ -24,7 +24,6 @@ just before this process sent the create, to that.
 from __future__ import annotations
 
 import collections
-import contextlib
 import os
 import statistics
 import sys
@@ -48,6 +47,7 @@ SCHEDULER = "kube-scheduler"
 JOBS = "kube-scheduler-jobs"  # a batch/v1 Job per unit, its pod bound by kube-scheduler
 OURS = "gpu-orchestrator"
 DEVICES_ANNOTATION = f"{GROUP}/devices"
+FINALIZER = f"{GROUP}/children"
 NODE_PREFIX = "bench-node-"
 
 AUDIT_POLICY = """\
@@ -57,6 +57,10 @@ omitStages: ["RequestReceived", "ResponseStarted"]
 rules:
 - level: Metadata
 """
+
+#: kube-apiserver 1.34 serves MutatingAdmissionPolicy (beta) only with these
+MUTATING_ADMISSION_POLICY = ("--feature-gates=MutatingAdmissionPolicy=true",
+                             "--runtime-config=admissionregistration.k8s.io/v1beta1=true")
 
 Progress = Callable[[str], None]
 
@@ -74,7 +78,7 @@ class BenchPlane(ControlPlane):
         # maxsize in MB: never rotate (0 would mean lumberjack's default of 100)
         return [*super()._apiserver_argv(), f"--audit-policy-file={policy}",
                 f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=1000000",
-                "--audit-log-format=json"]
+                "--audit-log-format=json", *MUTATING_ADMISSION_POLICY]
 
     #: the client limits of kube-controller-manager (its job controller creates the Job
     #: baseline's pods): the benchmark's --qps/--api-burst, like the other systems'
@@ -209,7 +213,9 @@ class Config:
     qps: float | None = None  # None: each system's default (50, burst 100)
     api_burst: int | None = None
     systems: list[str] = field(default_factory=lambda: [SCHEDULER, OURS])
-    profile_dir: Path | None = None  # py-spy the controller during the largest burst
+    #: ours gets its finalizer from config/admission-finalizer (a MutatingAdmission-
+    #: Policy; the bench's kube-apiserver serves the API); False: the controller's patch
+    finalizer_policy: bool = True
     controller_env: dict[str, str] = field(default_factory=dict)
     kill_burst: bool = True  # ours: one more burst with a kill -9 of the controller in it
     static_nodes: bool = False  # BENCHMARK-ONLY nodes (see ControlPlane.static_nodes)
@@ -294,6 +300,8 @@ class Bench:
         self.controller: Process | None = None
         self.metrics_port: int | None = None
         self.profiler: Any = None
+        # py-spy (--profile): ours' burst and steady phase at the size of the largest burst
+        self.profile_nodes = cfg.sizes[max(range(len(cfg.sizes)), key=lambda i: cfg.bursts[i])]
 
     # ---------------------------------------------------------------- setup
 
@@ -301,6 +309,22 @@ class Bench:
         self.cp.kubectl("apply", "-k", str(ROOT / "config" / "crd"))
         self.cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                         f"crd/gpuworkloads.{GROUP}", f"crd/gpunodes.{GROUP}")
+        if self.cfg.finalizer_policy:
+            self.install_finalizer_policy()
+
+    def install_finalizer_policy(self) -> None:
+        """config/admission-finalizer, and a wait until it is in force."""
+        self.cp.kubectl("apply", "-k", str(ROOT / "config" / "admission-finalizer"))
+        # in force once kube-apiserver loaded it: a dry-run create shows it
+        deadline = time.time() + 60
+        path = OURS_SYSTEM.resource_path.format(ns="default") + "?dryRun=All"
+        while True:
+            code, out = self.api.request("POST", path, _workload("default", "probe"))
+            if code == 201 and FINALIZER in (out["metadata"].get("finalizers") or ()):
+                return
+            if time.time() > deadline:
+                raise RuntimeError("config/admission-finalizer not in force after 60s")
+            time.sleep(0.5)
 
     def ensure_nodes(self, n: int) -> None:
         if len(self.nodes) >= n:
@@ -462,9 +486,10 @@ class Bench:
                   "audit": self.cp.audit_log.stat().st_size, "metrics": _metrics_total(self.api)}
         foreign_before = foreign_apiservers(self.cp.pids().get("kube-apiserver"))
         writer_before = self._writer_metrics() if system.name == OURS else {}
-        profiling = kind == "burst" and self.profiler is not None and system.name == OURS
+        profiling = kind in ("burst", "steady") and self.profiler is not None and \
+            system.name == OURS and len(self.nodes) == self.profile_nodes
         if profiling:
-            self.profiler.start(pid)
+            self.profiler.start(pid, kind)
         stop = threading.Event()
         t_start = time.time()
         if rate:
@@ -671,7 +696,6 @@ class Bench:
     def run(self) -> list[dict[str, Any]]:
         results = []
         systems = SYSTEMS
-        largest = max(range(len(self.cfg.sizes)), key=lambda i: self.cfg.bursts[i])
         for i, n in enumerate(self.cfg.sizes):
             self.ensure_nodes(n)
             capacity = n * self.cfg.gpus
@@ -695,15 +719,9 @@ class Bench:
                     tag = f"{ {SCHEDULER: 's', JOBS: 'j', OURS: 'o'}[name]}{n}"
                     self.warm_up(system, tag)
                     res: dict[str, Any] = {"pid_start": started}
-                    keep = self.profiler
-                    if i != largest:
-                        self.profiler = None
-                    try:
-                        if burst:
-                            res["burst"] = self.phase(system, pid, "burst", f"burst-{tag}",
-                                                      burst, None)
-                    finally:
-                        self.profiler = keep
+                    if burst:
+                        res["burst"] = self.phase(system, pid, "burst", f"burst-{tag}",
+                                                  burst, None)
                     entry["systems"][name] = res
                     self.save([*results, entry])
                     if steady:
@@ -776,53 +794,6 @@ def _round(x: float | None) -> float | None:
 
 def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1000:.0f}ms"
-
-
-class PySpy:
-    """py-spy record of the controller during the largest burst (when installed)."""
-
-    def __init__(self, exe: str, out_dir: Path) -> None:
-        self.exe, self.out_dir = exe, out_dir
-        self.proc: Any = None
-
-    def start(self, pid: int) -> None:
-        import subprocess
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [self.exe, "record", "--pid", str(pid), "--rate", "50", "--format", "raw",
-             "--output", str(self.out_dir / "controller-burst.folded"), "--nonblocking"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def stop(self) -> None:
-        import signal
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(30)
-        except Exception:
-            self.proc.kill()
-            self.proc.wait(5)
-        self.proc = None
-
-
-def summarize_profile(folded: Path, top: int = 25) -> list[tuple[str, float]]:
-    """Self-time and inclusive share of the hottest functions in a py-spy raw file."""
-    incl: collections.Counter[str] = collections.Counter()
-    total = 0
-    for line in folded.read_text().splitlines():
-        stack, _, n = line.rpartition(" ")
-        try:
-            count = int(n)
-        except ValueError:
-            continue
-        total += count
-        for frame in set(stack.split(";")):
-            incl[frame] += count
-    if not total:
-        return []
-    return [(f, round(100 * c / total, 1)) for f, c in incl.most_common(top)]
 
 
 def median(xs: list[float]) -> float | None:

@@ -14,24 +14,24 @@ find. A marked reconcile that changes nothing is counted ``idle`` (a workload th
 waits for pods to go, for instance, has no timer of its own).
 
 Guarantees: a workload is enqueued by the backstop at most once per period; a
-reconcile clears its mark whether or not the backstop started it. Only the leader
-runs it (it is a leader runnable of the manager).
+reconcile clears its mark whether or not the backstop started it. ``sweep`` is
+called every half period by a ``runtime.ticker.Ticker``, a leader runnable of the
+manager: only the leader sweeps.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable
 
 import structlog
 
 from internal.metrics.domain import BACKSTOP_RECONCILES
+from internal.objects import JSON, object_key
 
 log = structlog.get_logger("backstop")
 
-JSON = Mapping[str, Any]
 
 #: default seconds between two sweeps (``--resync-unsettled-period``)
 DEFAULT_PERIOD = 60.0
@@ -43,10 +43,6 @@ def unsettled(obj: JSON) -> bool:
     phase = (obj.get("status") or {}).get("phase") or "Pending"
     return bool(meta.get("deletionTimestamp")) or phase in ("Pending", "Scheduled")
 
-
-def _key(obj: JSON) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
 class Backstop:
@@ -62,8 +58,6 @@ class Backstop:
         self._lock = threading.Lock()
         self._last: dict[str, float] = {}  # key -> when a reconcile last looked at it
         self._marked: set[str] = set()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------ reconcile side
 
@@ -94,7 +88,7 @@ class Backstop:
         due = []
         with self._lock:
             for obj in self._workloads():
-                key = _key(obj)
+                key = object_key(obj)
                 if not unsettled(obj):
                     continue
                 last = self._last.setdefault(key, now)  # first seen: a period from now
@@ -104,22 +98,3 @@ class Backstop:
         for key in due:
             self._enqueue(key)
         return due
-
-    def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="backstop", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.period / 2):
-            try:
-                self.sweep()
-            except Exception:  # a sweep that fails is tried again next time
-                log.exception("backstop.sweep_failed")
-
-    def stop(self, timeout: float = 5.0) -> bool:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            return not self._thread.is_alive()
-        return True

@@ -27,11 +27,10 @@ from controllers.expectations import Expectations
 from controllers.placement_state import PlacementState
 from controllers.reconcile_outcome import EndAttempt
 from internal import metrics as m
+from internal.objects import JSON
 from internal.scheduling.pods import controller_ref
 from runtime import AlreadyExists, ApiError, Conflict, NotFound
 from runtime.store import NODE_NAME_INDEX, Indexer
-
-JSON = Mapping[str, Any]
 
 #: API answers to a create that no retry of the same request can fix
 PERMANENT_CREATE_ERRORS = (400, 403, 422)
@@ -101,7 +100,7 @@ class ChildAPI:
                     self.expectations.created(meta["ownerReferences"][0]["uid"], created)
                 # it holds its devices from now on, before the cache shows it
                 state = self._state()
-                (state.on_pod if obj["kind"] == "Pod" else state.on_job)(created)
+                (state.events.on_pod if obj["kind"] == "Pod" else state.events.on_job)(created)
             return None
         except AlreadyExists:
             if obj.get("kind") in ("Pod", "Job"):

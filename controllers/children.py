@@ -107,6 +107,10 @@ def pod_template(w: GPUWorkload, raw: Mapping[str, Any], p: Placement,
     spec["nodeName"] = p.node
     spec.pop("schedulerName", None)
     spec.setdefault("restartPolicy", "Never")  # our retryPolicy replaces restarts
+    if w.spec.priority_class_name:
+        # the pod's priority comes from the class (the API server refuses both)
+        spec["priorityClassName"] = w.spec.priority_class_name
+        spec.pop("priority", None)
     env = device_env(exposure, p.devices, uuids(p.node, p.devices) if p.devices else None)
     env = _merge_env(env, [{"name": k, "value": v} for k, v in exp.portion_env(
         exposure, p.mig, p.share, is_mps(w.spec)).items()])

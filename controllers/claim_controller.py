@@ -12,7 +12,7 @@ claim, even while the cache still shows it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -28,6 +28,7 @@ from controllers.claims import (
     index_pods_by_claim,
 )
 from controllers.gpuworkload import GPUWorkloadReconciler
+from internal.objects import JSON, object_key
 from internal.scheduling.pods import controller_ref, pod_is_active, workload_owner
 from internal.scheduling.resourceslices import DRA_API_VERSION
 from runtime import (
@@ -45,7 +46,6 @@ from runtime.store import OWNER_UID_INDEX, Indexer, index_by_owner_uid
 
 log = structlog.get_logger("claims")
 
-JSON = Mapping[str, Any]
 
 #: how often a wanted claim that no pod uses yet is looked at again (a booking can
 #: be released without any event on the claim or its pods)
@@ -117,7 +117,7 @@ class ClaimReconciler:
         status = {**(claim.get("status") or {}), "reservedFor": want or None}
         with contextlib.suppress(NotFound, Conflict):
             self.client.update_status({**claim, "status": status})
-            log.info("claim.reserved", claim=_key(claim), pods=[r["name"] for r in want])
+            log.info("claim.reserved", claim=object_key(claim), pods=[r["name"] for r in want])
 
     def _live_users(self, claim: JSON) -> bool:
         meta = claim["metadata"]
@@ -130,10 +130,6 @@ class ClaimReconciler:
     def _release(self, claim: JSON) -> None:
         release_claim(self.client, claim)
 
-
-def _key(obj: JSON) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
 def _ours(claim: JSON) -> bool:

@@ -9,18 +9,17 @@ claim controller runs. Each step is repaired by the next call if one fails."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
 from api.v1alpha1.keys import CLAIM_FINALIZER, WORKLOAD_UID_LABEL
+from internal.objects import JSON
 from internal.scheduling.resourceslices import DRA_API_VERSION
 from runtime import NotFound
 
 log = structlog.get_logger("claims")
 
-JSON = Mapping[str, Any]
 
 
 def release_claim(client: Any, claim: JSON) -> None:

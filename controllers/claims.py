@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +55,7 @@ from controllers.child_api import PERMANENT_CREATE_ERRORS
 from controllers.children import child_name, owner_reference
 from controllers.gpuworkload import GPUWorkloadReconciler
 from controllers.reconcile_outcome import EndAttempt
+from internal.objects import JSON
 from internal.scheduling.pods import controller_ref, parse_devices
 from internal.scheduling.resourceslices import (
     DEFAULT_DEVICE_CLASS,
@@ -74,7 +75,6 @@ from runtime.store import Indexer
 
 log = structlog.get_logger("claims")
 
-JSON = Mapping[str, Any]
 
 #: the request in our claims, and the pod's name for the claim
 REQUEST = "gpus"
@@ -186,8 +186,8 @@ class ClaimManager:
                  reconciler: GPUWorkloadReconciler, opts: DraOptions) -> None:
         self.client, self.recorder, self.claims = client, recorder, claims
         self.reconciler, self.opts = reconciler, opts
-        #: UIDs of claims the claim controller decided to release (guarded by the
-        #: placement state's lock, the one every booking is made under)
+        #: UIDs of claims the claim controller decided to release (changed and read
+        #: only atomically with the bookings: ``PlacementState.atomically``)
         self.releasing: set[str] = set()
 
     def mark_releasing(self, claim: JSON, wanted: Callable[[], bool]) -> bool:
@@ -195,24 +195,24 @@ class ClaimManager:
         as going, and ``ensure`` adopts it no more (it waits for it to be gone, even
         while the cache still shows it). True when marked."""
         uid = str((claim.get("metadata") or {}).get("uid") or "")
-        with self.reconciler.ensure_state().lock:
+        def mark() -> bool:
             if wanted():
                 return False
             self.releasing.add(uid)
             return True
+        return self.reconciler.ensure_state().atomically(mark)
 
     def unmark(self, uid: str) -> None:
         state = self.reconciler.state  # never built here (informer threads call this)
         if state is None:
             self.releasing.discard(uid)
             return
-        with state.lock:
-            self.releasing.discard(uid)
+        state.atomically(lambda: self.releasing.discard(uid))
 
     def _going(self, claim: JSON) -> bool:
         meta = claim.get("metadata") or {}
-        with self.reconciler.ensure_state().lock:
-            return bool(meta.get("deletionTimestamp")) or str(meta.get("uid")) in self.releasing
+        return self.reconciler.ensure_state().atomically(
+            lambda: bool(meta.get("deletionTimestamp")) or str(meta.get("uid")) in self.releasing)
 
     @property
     def slices(self) -> SliceInventory:
@@ -225,8 +225,7 @@ class ClaimManager:
         allocated now (``published``); a claim allocated earlier is checked against
         NVIDIA's names (pool = node, ``gpu-<minor>``) while its driver republishes."""
         state = self.reconciler.ensure_state()
-        with state.lock:
-            results = results_for(self.slices, p.node, p.devices, REQUEST)
+        results = state.atomically(lambda: results_for(self.slices, p.node, p.devices, REQUEST))
         if results is None and not published:
             results = [{"request": REQUEST, "driver": self.opts.driver, "pool": p.node,
                         "device": f"gpu-{d}"} for d in p.devices]

@@ -26,7 +26,7 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from api.v1alpha1.types import API_VERSION, DeviceExposure, GPUWorkload, Phase
 from controllers.conditions import SCHEDULED, get_condition
 from controllers.status import StatusBuilder, same_status
+from internal.objects import JSON
 from internal.scheduling.resourceslices import DRA_API_VERSION
 from runtime import NotFound, Request, Result
 from runtime.errors import ApiError
@@ -44,7 +45,6 @@ from runtime.store import Indexer
 
 log = structlog.get_logger("dra")
 
-JSON = Mapping[str, Any]
 
 REASON = "DRAUnavailable"
 NOT_ENABLED = "the controller runs without --enable-dra"

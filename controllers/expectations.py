@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-JSON = Mapping[str, Any]
+from internal.objects import JSON
 
 #: how long a created child is assumed to exist without the informer showing it
 TTL = 60.0

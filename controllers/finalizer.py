@@ -1,6 +1,8 @@
 """Our finalizer ``gpu.orchestrator.dev/children`` on a GPUWorkload.
 
-Added with the first status that places the workload; on deletion the controller
+Put into the create by the MutatingAdmissionPolicy of ``config/admission-finalizer``
+where the cluster serves one (api/v1alpha1/finalizer_policy.py), else added with the
+first status that places the workload (``ensure``); on deletion the controller
 asks every child to go itself (instead of waiting for the garbage collector) and
 removes the finalizer once the cache shows none left, so ``kubectl delete gw x``
 returns when its pods (and Jobs) are gone and whatever waits for their GPUs is
@@ -12,7 +14,7 @@ whoever owns them. Nothing of ours is written once the object may go.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
@@ -20,17 +22,12 @@ from api.v1alpha1.types import API_VERSION
 from controllers.child_api import ChildAPI
 from controllers.status import add_finalizer_patch
 from controllers.status_writer import StatusWriter
+from internal.objects import JSON, object_key
 from runtime import NotFound, Result
-
-JSON = Mapping[str, Any]
 
 #: how often a deleting workload looks again for children still going away
 FINALIZE_POLL = 1.0
 
-
-def _key(raw: JSON) -> str:
-    meta = raw.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
 class ChildrenFinalizer:
@@ -49,7 +46,7 @@ class ChildrenFinalizer:
     def finalize(self, raw: JSON) -> Result | None:
         """Being deleted: release the booking, ask every child to go, and let the
         object go once none is left."""
-        key = _key(raw)
+        key = object_key(raw)
         self._release(key)
         meta = raw["metadata"]
         finalizers = meta.get("finalizers") or ()

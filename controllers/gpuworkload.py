@@ -98,6 +98,7 @@ from controllers.status import (
 from controllers.status_writer import StatusWriter
 from internal import metrics as m
 from internal.backoff import next_delay, should_retry
+from internal.objects import JSON, object_key
 from internal.scheduling.framework import INVALID_MAP, PREEMPT, UNSCHEDULABLE
 from internal.scheduling.jobs import is_job_holder
 from internal.scheduling.pods import BadPod, parse_devices
@@ -112,7 +113,6 @@ PRIORITY_GATE_DELAY = 0.2
 #: condition type set False when status.placements was edited by someone else
 PLACEMENT_TRUSTED = "PlacementTrusted"
 
-JSON = Mapping[str, Any]
 
 
 def _now() -> datetime:
@@ -123,6 +123,9 @@ def _now() -> datetime:
 class Options:
     default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES
     default_strategy: str | None = None  # used when a spec names none (else leastLoaded)
+    #: before placing a spec, why the API server would refuse its children (None:
+    #: it would not); controllers/template_check.py. None: not checked
+    check_children: Callable[[GPUWorkload, JSON], str | None] | None = None
 
 
 class GPUWorkloadReconciler:
@@ -199,7 +202,7 @@ class GPUWorkloadReconciler:
             if self.backstop is not None:
                 self.backstop.forget(key)
             return None
-        state.claim(key, raw["metadata"].get("uid"))
+        state.release_if_other_object(key, raw["metadata"].get("uid"))
         if raw["metadata"].get("deletionTimestamp"):
             return self.finalizer.finalize(raw)
         view = self.status_writer.view(raw) if self.status_writer is not None else None
@@ -213,18 +216,13 @@ class GPUWorkloadReconciler:
 
     def _observe_and_act(self, raw: JSON) -> Outcome:
         state = self.ensure_state()
-        key = _key(raw)
+        key = object_key(raw)
         status = StatusBuilder(raw, self.clock())
         try:
             w = GPUWorkload.model_validate(raw)
         except ValidationError as exc:
             errs = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            message = f"invalid spec: {errs}"
-            # Its pods, if any, keep holding their devices: the ledger follows them.
-            status.phase(Phase.PENDING, message).condition(SCHEDULED, False, "InvalidSpec",
-                                                           message)
-            out = Outcome(status)
-            return out.warn("InvalidSpec", message) if _changed_message(raw, message) else out
+            return _invalid_spec(raw, status, f"invalid spec: {errs}")
         if w.spec.scheduling_strategy is None:  # the manager's --default-strategy
             w.spec.scheduling_strategy = SchedulingStrategy(
                 self.options.default_strategy or SchedulingStrategy.LEAST_LOADED.value)
@@ -243,6 +241,9 @@ class GPUWorkloadReconciler:
             placements = self._placements(w, raw)
         except EndAttempt as end:
             return self._end_attempt(w, raw, status, end.reason, end.message)
+        check = self.options.check_children
+        if placements is None and check is not None and (why := check(w, raw)) is not None:
+            return _invalid_spec(raw, status, f"invalid spec: {why}")
         if placements is None:
             waiting = self._previous_attempt(w, raw, status)
             return waiting if waiting is not None else self._place(w, raw, status)
@@ -457,7 +458,7 @@ class GPUWorkloadReconciler:
         preemptor; its children are asked to go (their devices stay nominated to the
         preemptor until they are gone); back to Pending."""
         self.children.delete(raw)
-        self.ensure_state().evicted(_key(raw))
+        self.ensure_state().evicted(object_key(raw))
         status.placements(None).retry(next_retry=None).phase(Phase.PENDING, msg)
         status.condition(SCHEDULED, False, "Preempted", msg)
         status.condition(PREEMPTED, True, "Preempted", msg)
@@ -676,9 +677,9 @@ class GPUWorkloadReconciler:
         """Failed for good: ``Failed=True`` and ``Scheduled=False`` with the reason
         (``kubectl wait --for=condition=Scheduled=false`` finds it); an unschedulable
         workload's Event is ``FailedScheduling``, as every try before it."""
-        self.ensure_state().forget(_key(raw))
+        self.ensure_state().forget(object_key(raw))
         m.FAILURES.labels(reason).inc()
-        log.info("workload.failed", workload=_key(raw), reason=reason, message=message)
+        log.info("workload.failed", workload=object_key(raw), reason=reason, message=message)
         status.retry(retries, None).phase(Phase.FAILED, message)
         status.condition(FAILED, True, reason, message).condition(READY, False, reason, message)
         status.condition(SCHEDULED, False, reason, message)
@@ -701,7 +702,7 @@ class GPUWorkloadReconciler:
             finalize = finalize and not self.status_writer.has_finalizer(raw)
         acted = finalize or not same_status(out.status.old, status)
         if self.backstop is not None:
-            self.backstop.reconciled(_key(raw), acted)
+            self.backstop.reconciled(object_key(raw), acted)
         if self.status_writer is not None:
             if acted:
                 self.status_writer.submit(raw, status, finalizer=finalize)
@@ -733,11 +734,6 @@ class GPUWorkloadReconciler:
                                     subresource="status")
         self._wrote(written)
         return written
-
-
-def _key(raw: JSON) -> str:
-    meta = raw.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
 def _shape(placements: Any) -> list[tuple[int, str, tuple[int, ...]]]:
@@ -774,6 +770,14 @@ def _placed(status: StatusBuilder, placements: list[Placement]) -> None:
         nodes = ", ".join(sorted({p.node for p in placements}))
         status.condition(SCHEDULED, True, "Scheduled",
                          f"placed {len(placements)} replica(s) on {nodes}")
+
+
+def _invalid_spec(raw: JSON, status: StatusBuilder, message: str) -> Outcome:
+    """A spec that can never be placed: said once (condition and Event), no retry
+    spent. Its pods, if any, keep holding their devices: the ledger follows them."""
+    status.phase(Phase.PENDING, message).condition(SCHEDULED, False, "InvalidSpec", message)
+    out = Outcome(status)
+    return out.warn("InvalidSpec", message) if _changed_message(raw, message) else out
 
 
 def _changed_message(raw: JSON, message: str) -> bool:

@@ -17,15 +17,13 @@ Not thread-safe: the placement state's lock guards every call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
+from internal.objects import JSON
 from internal.scheduling.inventory import is_stale, stale_view
 from internal.scheduling.resourceslices import SliceInventory, with_slices
 from runtime.store import thaw
-
-JSON = Mapping[str, Any]
 
 
 class NodeViews:

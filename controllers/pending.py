@@ -4,17 +4,9 @@ gate) and those waiting for capacity (woken when devices free up)."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
-from typing import Any
 
 from api.v1alpha1.types import GPUWorkload, Phase
-
-JSON = Mapping[str, Any]
-
-
-def _key(obj: JSON) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+from internal.objects import JSON, object_key
 
 
 def is_placed(status: JSON) -> bool:
@@ -35,7 +27,7 @@ class PendingSet:
         self.waiting: set[str] = set()  # attempted, unschedulable
 
     def update(self, obj: JSON) -> None:
-        key = _key(obj)
+        key = object_key(obj)
         self.discard(key)
         status = obj.get("status") or {}
         meta = obj.get("metadata") or {}

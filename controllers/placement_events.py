@@ -1,13 +1,16 @@
 """The informers' events that keep the placement state in step with the cluster:
 Nodes, GPUNodes, ResourceSlices, ResourceClaims, Pods, Jobs and GPUWorkloads.
 
-``CacheEvents`` is the half of ``PlacementState`` that the informers call; the
-other half (``placement_state.py``) rebuilds the state and places workloads.
+``CacheEvents`` is the informers' handlers of the placement state, composed onto it
+as client-go composes ``ResourceEventHandlerFuncs`` onto an informer: it holds the
+state (``PlacementState.events``), reads each object, hands the change to one of
+the state's methods (``set_node``, ``set_holder``, ``workload_gone``...), which
+applies it under the state's lock, and then reports problems and wakes the waiting.
 Guarantees, for every handler here:
 
-- **One lock.** It takes the state's lock (``PlacementState.lock``) for what it
-  reads and changes, and wakes the waiting workloads (``_wake``, the queue, the
-  pod books) only after releasing it.
+- **One lock.** The state's methods (``placement_cache.py``) take its lock for
+  what they read and change; the waiting workloads (the queue, the pod books) are
+  woken only after it is released (``PlacementState.wake_if``).
 - **Nothing before the rebuild.** Before ``rebuild`` has run (``ready`` false) an
   event changes nothing (the rebuild reads the caches, which already hold it);
   the only exception is a ResourceSlice, which is recorded so the rebuild sees it.
@@ -27,30 +30,27 @@ Guarantees, for every handler here:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from api.v1alpha1.types import GPUWorkload
-from controllers.evictions import Evictions
-from controllers.node_views import NodeViews
-from controllers.pending import PendingSet, is_placed, is_terminal
-from controllers.write_tracker import WriteTracker, object_key
 from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
+from internal.objects import JSON, object_key
 from internal.scheduling.jobs import job_uid
-from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner
+from internal.scheduling.ledger import Ledger
 from internal.scheduling.pods import pod_uid
-from internal.scheduling.resourceslices import claim_holder_key, claim_holding
-from internal.scheduling.snapshot import Snapshot
+from internal.scheduling.resourceslices import claim_holder_key
+
+if TYPE_CHECKING:
+    from controllers.placement_state import PlacementState
 
 log = structlog.get_logger("placement")
 
-JSON = Mapping[str, Any]
 
 
-def _more_room(before: Any, after: Any) -> bool:
+def more_room(before: Any, after: Any) -> bool:
     """Could this node change let a waiting workload fit where it did not before?
     (Heartbeats and status churn must not wake every waiting workload.)"""
     if after is None or not after.ready or after.unschedulable:
@@ -61,7 +61,7 @@ def _more_room(before: Any, after: Any) -> bool:
         after.taints != before.taints or after.devices != before.devices
 
 
-def _less(after: Any, before: Any) -> bool:
+def holds_less(after: Any, before: Any) -> bool:
     """Does the pod hold less now than before?"""
     def size(a: Any) -> int:
         return sum(len(p.devices) for p in a.placements) + sum(a.counted.values())
@@ -69,7 +69,7 @@ def _less(after: Any, before: Any) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class _Holder:
+class Holder:
     """How the ledger records one kind of holder (pods, our Jobs), by UID."""
 
     kind: str
@@ -79,128 +79,62 @@ class _Holder:
     remove: Callable[[Ledger, str], bool]  # forget it: was it recorded?
 
 
-_POD = _Holder("Pod", pod_uid, lambda led, uid: led.pod(uid),
+POD = Holder("Pod", pod_uid, lambda led, uid: led.pod(uid),
                lambda led, pod: led.sync_pod(pod), lambda led, uid: led.remove_pod(uid))
-_JOB = _Holder("Job", job_uid, lambda led, uid: led.job(uid),
+JOB = Holder("Job", job_uid, lambda led, uid: led.job(uid),
                lambda led, job: led.sync_job(job), lambda led, uid: led.remove_job(uid))
 
 
 class CacheEvents:
-    """The informer handlers of ``PlacementState`` (a mixin: the attributes and
-    methods below are ``PlacementState``'s)."""
+    """The informer handlers of a ``PlacementState`` (``state.events``): each reads
+    the object, asks the state to apply the change, then reports and wakes."""
 
-    lock: threading.RLock
-    ready: bool
-    ledger: Ledger
-    snapshot: Snapshot
-    pending: PendingSet
-    nodes: NodeViews
-    evictions: Evictions
-    writes: WriteTracker
-    _reported: set[str]  # pod/Job UIDs whose problem was reported
-    _on_problem: Callable[[JSON, str, str], None]
-    _enqueue_waiting: Callable[[list[str]], None]
-    _enqueue_on_node: Callable[[str], None]
-    _wake: Callable[[list[str]], None]
-    _owned: Callable[[JSON], bool]
-    _booked_elsewhere: Callable[[str], bool]
-    forget: Callable[[str], None]
+    def __init__(self, state: PlacementState,
+                 on_problem: Callable[[JSON, str, str], None] | None = None,
+                 enqueue_on_node: Callable[[str], None] | None = None) -> None:
+        self._state = state
+        self._on_problem = on_problem or (lambda obj, reason, message: None)
+        self._enqueue_on_node = enqueue_on_node or (lambda node: None)
+        self._reported: set[str] = set()  # pod/Job UIDs whose problem was reported
+        self._lock = threading.Lock()  # guards _reported
 
     # ---------------------------------------------------------------- nodes
 
     def on_node(self, node: JSON) -> None:
-        name = str((node.get("metadata") or {}).get("name"))
-        with self.lock:
-            if not self.ready:
-                return
-            waiting = self._node_changed(name, lambda: self.snapshot.upsert_node(node))
-        if waiting is not None:
-            self._wake(waiting)
+        self._state.wake_if(self._state.set_node(node))
 
     def on_node_deleted(self, node: Any) -> None:
         meta = (getattr(node, "obj", node) or {}).get("metadata") or {}
         name = str(meta.get("name"))
-        with self.lock:
-            # a late delete of an older Node of that name removes nothing
-            if not self.ready or not self.snapshot.remove_node(name, str(meta.get("uid") or "")):
-                return
-        self._enqueue_on_node(name)
+        # a late delete of an older Node of that name removes nothing
+        if self._state.remove_node(name, str(meta.get("uid") or "")):
+            self._enqueue_on_node(name)
 
     def on_gpunode(self, gpunode: JSON) -> None:
-        name = str((gpunode.get("metadata") or {}).get("name"))
-        with self.lock:
-            if not self.ready:
-                return
-            waiting = self._node_changed(
-                name, lambda: self.snapshot.upsert_gpunode(self.nodes.set_gpunode(gpunode)))
-        if waiting is not None:
-            self._wake(waiting)
+        self._state.wake_if(self._state.set_gpunode(gpunode))
 
     def on_gpunode_deleted(self, gpunode: Any) -> None:
-        obj = getattr(gpunode, "obj", gpunode) or {}
-        meta = obj.get("metadata") or {}
-        with self.lock:
-            name = str(meta.get("name"))
-            # a late delete of an older GPUNode of that name drops nothing
-            if self.ready and self.nodes.drop_gpunode(name, str(meta.get("uid") or "")):
-                self._refresh_node(name)
-
-    def _node_changed(self, name: str, change: Callable[[], None]) -> list[str] | None:
-        """Under the lock: applies ``change`` to node ``name`` in the snapshot; the
-        workloads to wake (unlocked) when the node could now fit more, else None."""
-        before = self.snapshot.get(name)
-        change()
-        return list(self.pending.waiting) if _more_room(before, self.snapshot.get(name)) \
-            else None
-
-    def _refresh_node(self, name: str) -> None:
-        """Re-derives ``name``'s devices from its GPUNode and its ResourceSlices."""
-        view = self.nodes.view(name)
-        if view is not None:
-            self.snapshot.upsert_gpunode(view)
-        else:
-            self.snapshot.remove_gpunode(name)
+        meta = (getattr(gpunode, "obj", gpunode) or {}).get("metadata") or {}
+        # a late delete of an older GPUNode of that name drops nothing
+        self._state.remove_gpunode(str(meta.get("name")), str(meta.get("uid") or ""))
 
     # ------------------------------------------------------------------- DRA
 
     def on_resourceslice(self, rslice: JSON) -> None:
         """A ResourceSlice of the driver: the node's devices come from its slices."""
-        slices = self.nodes.slices
-        if slices is None:
-            return
-        with self.lock:
-            node = slices.upsert(rslice)
-            if not self.ready or node is None:
-                return
-            waiting = self._node_changed(node, lambda: self._refresh_node(node))
-        if waiting is not None:
-            self._wake(waiting)
+        self._state.wake_if(self._state.set_slice(rslice))
 
     def on_resourceslice_deleted(self, rslice: Any) -> None:
-        obj = getattr(rslice, "obj", rslice) or {}
-        slices = self.nodes.slices
-        if slices is None:
-            return
-        with self.lock:
-            node = slices.remove(obj)
-            if self.ready and node is not None:
-                self._refresh_node(node)
+        self._state.remove_slice(getattr(rslice, "obj", rslice) or {})
 
     def on_claim(self, claim: JSON) -> None:
         """An allocated ResourceClaim holds its devices, whoever allocated it
         (docs/architecture.md, invariant 1): kube-scheduler's claims keep ours off
         their GPUs."""
-        if self.nodes.slices is None:
+        changed = self._state.set_claim(claim)
+        if changed is None:
             return
-        key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
-        with self.lock:
-            if not self.ready:
-                return
-            before = self.ledger.holding(key)
-            problems = self._sync_claim(self.ledger, claim)
-            after = self.ledger.holding(key)
-            freed = before is not None and (after is None or _less(after, before))
-            waiting = list(self.pending.waiting) if freed else []
+        problems, waiting = changed
         for p in problems:
             conflict = "also held by" in p
             if conflict:
@@ -209,75 +143,55 @@ class CacheEvents:
                 BAD_OBJECTS.labels("ResourceClaim").inc()
             log.warning("ledger.claim.problem", problem=p)
             self._on_problem(claim, "DeviceConflict" if conflict else "UnreadableClaim", p)
-        if freed:
-            self._wake(waiting)
+        self._state.wake_if(waiting)
 
     def on_claim_deleted(self, claim: Any) -> None:
         obj = getattr(claim, "obj", claim) or {}
         key = claim_holder_key(str((obj.get("metadata") or {}).get("uid") or ""))
-        with self.lock:
-            if not self.ready or not self.ledger.remove_holder(key):
-                return
-            waiting = list(self.pending.waiting)
-        self._wake(waiting)
-
-    def _sync_claim(self, ledger: Ledger, claim: JSON) -> list[str]:
-        """Records in ``ledger`` what ``claim`` holds now (under the lock)."""
-        key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
-        slices = self.nodes.slices
-        assert slices is not None
-        return ledger.sync(key, lambda: claim_holding(claim, slices), key)
+        self._state.wake_if(self._state.remove_holder_key(key))
 
     # ----------------------------------------------------------- pods, Jobs
 
     def on_pod(self, pod: JSON) -> None:
         """Every pod holds what it holds (docs/architecture.md, invariant 1), whoever
-        made it;
-        pod books' pods are booked by their book."""
-        if not self._owned(pod):
-            self._sync_holder(pod, _POD)
+        made it; pod books' pods are booked by their book."""
+        if not self._state.owned(pod):
+            self._sync_holder(pod, POD)
 
     def on_pod_deleted(self, pod: Any) -> None:
-        self._holder_gone(getattr(pod, "obj", pod) or {}, _POD)
+        self._holder_gone(getattr(pod, "obj", pod) or {}, POD)
 
     def on_job(self, job: JSON) -> None:
         """An unfinished Job of ours holds what its template names until it is gone
         (``internal/scheduling/jobs.py``): the Job controller may still make a pod."""
-        self._sync_holder(job, _JOB)
+        self._sync_holder(job, JOB)
 
     def on_job_deleted(self, job: Any) -> None:
-        self._holder_gone(getattr(job, "obj", job) or {}, _JOB)
+        self._holder_gone(getattr(job, "obj", job) or {}, JOB)
 
-    def _sync_holder(self, obj: JSON, holder: _Holder) -> None:
+    def _sync_holder(self, obj: JSON, holder: Holder) -> None:
         """Records what ``obj`` (a pod, a Job) holds now; reports its problems once;
         wakes the waiting workloads when it holds less than before."""
-        kind, uid = holder.kind, holder.uid(obj)
-        with self.lock:
-            if not self.ready:
-                return
-            before = holder.held(self.ledger, uid)
-            problems = holder.sync(self.ledger, obj)
-            after = holder.held(self.ledger, uid)
-            freed = before is not None and (after is None or _less(after, before))
-            waiting = list(self.pending.waiting) if freed else []
+        uid = holder.uid(obj)
+        changed = self._state.set_holder(obj, holder)
+        if changed is None:
+            return
+        problems, waiting = changed
+        with self._lock:
             report = bool(problems) and uid not in self._reported
             if report:
                 self._reported.add(uid)
             elif not problems:
                 self._reported.discard(uid)
         if report:
-            self._report(obj, kind, problems)
-        if freed:
-            self._wake(waiting)
+            self._report(obj, holder.kind, problems)
+        self._state.wake_if(waiting)
 
-    def _holder_gone(self, obj: JSON, holder: _Holder) -> None:
+    def _holder_gone(self, obj: JSON, holder: Holder) -> None:
         uid = holder.uid(obj)
-        with self.lock:
+        with self._lock:
             self._reported.discard(uid)
-            if not self.ready or not holder.remove(self.ledger, uid):
-                return
-            waiting = list(self.pending.waiting)
-        self._wake(waiting)
+        self._state.wake_if(self._state.remove_holder(uid, holder))
 
     def _report(self, obj: JSON, kind: str, problems: list[str]) -> None:
         for p in problems:
@@ -291,90 +205,15 @@ class CacheEvents:
 
     # ------------------------------------------------------------ workloads
 
-    def _track_pending(self, obj: JSON) -> None:
-        """Under the lock: ``obj`` waits for capacity unless the ledger books it."""
-        key = object_key(obj)
-        if self.ledger.allocation(key) is not None:
-            self.pending.discard(key)
-        else:
-            self.pending.update(obj)
-
     def on_workload(self, obj: JSON) -> None:
-        """Keeps the pending set current, and adopts a committed placement that this
+        """Keeps the pending set current, and adopts a committed placement that the
         ledger does not know (written by a previous leader). Objects older than this
         controller's own last write of them are skipped: they would undo it."""
-        victims: list[str] = []
-        with self.lock:
-            if not self.ready:
-                return
-            if not self.writes.is_behind(obj):
-                _, victims = self._adopt(obj)
-            self._track_pending(obj)
-        if victims:
-            self._enqueue_waiting(victims)
-
-    def adopt(self, obj: JSON) -> bool:
-        """Books the committed placement of ``obj`` if this ledger does not hold it.
-        False when it conflicts with what the ledger holds for other owners (running
-        pods win)."""
-        with self.lock:
-            ok, victims = self._adopt(obj)
-        if victims:
-            self._enqueue_waiting(victims)
-        return ok
-
-    def _adopt(self, obj: JSON) -> tuple[bool, list[str]]:
-        """Under the lock: (adopted or nothing to adopt, the victims of its
-        nomination to enqueue once the lock is released)."""
-        status = obj.get("status") or {}
-        key = object_key(obj)
-        meta = obj.get("metadata") or {}
-        if not is_placed(status) or is_terminal(status) or self.ledger.allocation(key) or \
-                self.evictions.is_evicting(key) or meta.get("deletionTimestamp"):
-            return True, []
-        try:
-            w = GPUWorkload.model_validate(obj)
-            a = self.ledger.assume(key, w.status.placements, gpus_per_replica=w.spec.gpus,
-                                   priority=w.spec.priority, committed=True,
-                                   check_capacity=False, owner=booking_owner(w),
-                                   uid=w.metadata.uid or "", overlap=w.status.nominated_over)
-            log.info("ledger.adopted", workload=key, nominated_over=w.status.nominated_over)
-            if not a.overlap:
-                return True, []
-            self.evictions.block(key)
-            return True, self.evictions.resume(self.ledger, a, self._booked_elsewhere)
-        except (ValueError, LedgerConflict) as exc:
-            log.warning("ledger.adopt.failed", workload=key, error=str(exc))
-            return False, []
+        self._state.set_workload(obj)
 
     def on_workload_deleted(self, obj: Any) -> None:
-        """The workload is gone: its booking, pending entry and write record go.
-        Identity is the UID: a late delete of an older object of the same name (the
-        reconciler reads the cache, which shows the new object before this handler
-        runs) releases nothing of the new object's; only the old one's eviction is
-        taken in (its preemptors stop waiting for it)."""
+        """The workload is gone: its booking, pending entry and write record go, if
+        they are this object's (identity is the UID: ``PlacementState.workload_gone``)."""
         raw = getattr(obj, "obj", obj) or {}
         key = object_key(raw) if raw else str(getattr(obj, "key", ""))
-        uid = str((raw.get("metadata") or {}).get("uid") or "")
-        with self.lock:
-            if not self.ready:
-                return
-            booked = self.ledger.allocation(key)
-            late = bool(uid) and booked is not None and bool(booked.uid) and booked.uid != uid
-            waiting = self.evictions.acknowledge(key) if late else []
-        if late:
-            log.info("workload.delete.stale", workload=key, uid=uid, booked_uid=booked.uid)
-            if waiting:
-                self._enqueue_waiting(waiting)
-            return
-        with self.lock:
-            if not self.ready:
-                return
-            self.pending.discard(key)
-            self.writes.forget(key)
-            waiting = self.evictions.acknowledge(key)
-        if waiting:
-            self._enqueue_waiting(waiting)
-        with self.lock:
-            self.evictions.stop_waiting(key)
-        self.forget(key)
+        self._state.workload_gone(key, str((raw.get("metadata") or {}).get("uid") or ""))

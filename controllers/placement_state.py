@@ -1,19 +1,19 @@
-"""The placing side's view of the cluster: the snapshot of nodes and GPUs, the
-ledger of who holds which device, and the scheduler over both, behind one lock.
+"""The placing side's view of the cluster: the placement cache (the snapshot of
+nodes and GPUs and the ledger of who holds which device, behind one lock:
+``placement_cache.PlacementCache``) with the scheduler over both.
 
 It is rebuilt from the informers' caches before the first placement after a start
 (docs/architecture.md, invariant 4) and then kept current by their events
-(``placement_events.CacheEvents``, which ``PlacementState`` inherits). Every
+(``placement_events.CacheEvents``, composed onto it as ``events``). Every
 update is idempotent, so an event that the rebuild already saw and then delivers
 again changes nothing. Only the leader's reconciler uses it: it is created when
 the controller starts leading.
 
-One lock (``PlacementState.lock``, re-entrant) guards all of it, and the parts it
-owns rely on it: ``NodeViews`` (what the scheduler sees of each node's GPUs),
-``Evictions`` (victims to tell, preemptors waiting) and ``WriteTracker`` (our own
-writes, so an older cached copy is not taken for news). Every public method here
-takes the lock for what it reads and changes and calls out (the queue, the pod
-books) only after releasing it; ``decide`` books a preemption under it in one go.
+The cache's one lock (re-entrant) guards all of it (see ``placement_cache`` for the
+parts it owns). Every public method here takes the lock for what it reads and
+changes and calls out (the queue, the pod books) only after releasing it;
+``decide`` books a preemption under it in one go. The seed path books through
+``book_seed`` and its kin, planning on a read-only ``PlacementView``.
 
 Every pod event goes to the ledger (``Ledger.sync_pod``): pods are the holders, so
 a device comes back only when the last pod holding it is deleted or finishes, and
@@ -24,67 +24,70 @@ that cannot be read is reported (``on_problem``) and skipped, never raised.
 from __future__ import annotations
 
 import random
-import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
-from controllers.evictions import Evictions, preempted_message
-from controllers.node_views import NodeViews
+from controllers.evictions import preempted_message
 from controllers.pending import PendingSet
+from controllers.placement_cache import LEDGER_READS, PlacementCache, PodBook
 from controllers.placement_events import CacheEvents
-from controllers.queue_book import QueueBook
-from controllers.write_tracker import WriteTracker
 from internal.metrics.domain import BAD_OBJECTS
+from internal.objects import JSON
 from internal.scheduling.framework import PREEMPT, Decision
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
-from internal.scheduling.ledger import Ledger
-from internal.scheduling.resourceslices import SliceInventory
+from internal.scheduling.ledger import Ledger, LedgerConflict
 from internal.scheduling.scheduler import Scheduler
-from internal.scheduling.snapshot import Snapshot
+from internal.scheduling.snapshot import NodeInfo, Snapshot
+
+if TYPE_CHECKING:
+    from controllers.queue_book import QueueBook
+    from controllers.seedbook import Entry, SeedBook
 
 log = structlog.get_logger("placement")
 
-JSON = Mapping[str, Any]
 #: (nodes, gpunodes, workloads, pods) as listed from the caches
 Sources = tuple[list[JSON], list[JSON], list[JSON], list[JSON]]
 #: (resourceslices, resourceclaims) as listed from the caches (DRA on)
 DraSources = tuple[list[JSON], list[JSON]]
+T = TypeVar("T")
 
 
-class PodBook(Protocol):
-    """Another placing controller that books pods of its own in this ledger (the
-    seed path's pod binding). Its pods are never counted as foreign GPU pods."""
+class PlacementView:
+    """A read-only view of the state's nodes and holders, as a kube-scheduler plugin
+    gets a snapshot: what a seed pod's plan (``PlacementState.book_seed``) and the
+    tests read. Every question takes the state's lock (re-entrant: a plan already
+    runs under it), and always asks the state's current ledger (a rebuild replaces
+    it)."""
 
-    def owns(self, pod: JSON) -> bool:
-        """Is ``pod`` booked by this book (and so not a foreign pod)?"""
-        ...
+    READS = LEDGER_READS
 
-    def rebuild(self, ledger: Ledger, pods: list[JSON]) -> list[str]:
-        """Re-book its bound pods in a freshly rebuilt ``ledger`` (called under the
-        state lock, after the workloads' placements). Returns problems found."""
-        ...
+    def __init__(self, state: PlacementState) -> None:
+        self._state = state
 
-    def wake(self) -> None:
-        """Capacity was freed: retry the pods waiting for it (called unlocked)."""
-        ...
+    def node(self, name: str) -> NodeInfo | None:
+        """What the snapshot knows of node ``name`` (None: no such node)."""
+        return self._state.node_info(name)
 
-    def owns_key(self, ledger_key: str) -> bool:
-        """Is ``ledger_key`` one of this book's bookings?"""
-        ...
+    def schedule(self, w: GPUWorkload) -> Decision:
+        """Where ``w`` would go now (nothing is booked)."""
+        return self._state.schedule(w)
 
-    def evict(self, ledger_key: str, message: str) -> None:
-        """A preemptor took this booking's devices: ask its pods to go (called
-        unlocked). The booking stays until they are gone."""
-        ...
+    def __getattr__(self, name: str) -> Any:
+        if name not in self.READS:
+            raise AttributeError(f"the placement view reads the ledger only; {name!r} "
+                                 "is not one of its questions")
+        return self._state.ledger_read(name)
 
 
-class PlacementState(CacheEvents):
-    """The snapshot, the ledger and the scheduler, kept by the informers' events
-    (``CacheEvents``) and asked by the reconcilers; every method takes ``lock``."""
+class PlacementState(PlacementCache):
+    """The placement cache and the scheduler over it, kept by the informers' events
+    (``events``, a ``CacheEvents``) and asked by the reconcilers; every method
+    takes the lock. Readers get ``view()``, the seed path ``book_seed`` and its
+    kin, the claims ``atomically``."""
 
     def __init__(self, default_exposure: DeviceExposure, rng: random.Random | None = None,
                  enqueue_waiting: Callable[[Iterable[str]], None] | None = None,
@@ -93,31 +96,19 @@ class PlacementState(CacheEvents):
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  pod_books: Sequence[PodBook] = (),
                  on_problem: Callable[[JSON, str, str], None] | None = None,
-                 dra_driver: str | None = None, queues: QueueBook | None = None) -> None:
-        self.lock = threading.RLock()
+                 dra_driver: str | None = None,
+                 priority_class_value: Callable[[str], int | None] | None = None,
+                 queues: QueueBook | None = None) -> None:
+        super().__init__(enqueue_waiting, stale_after, clock, pod_books, dra_driver)
         self.queues = queues  # the GPUQueues' gate (None: no queues)
-        self.nodes = NodeViews(stale_after, clock,
-                               SliceInventory(dra_driver) if dra_driver else None)
-        self.evictions = Evictions()
-        self.writes = WriteTracker(self.lock)
-        self._reported: set[str] = set()  # pod/Job UIDs whose problem was reported
         self.default_exposure = default_exposure
         self.rng = rng or random.Random()
-        self.ledger = Ledger()
-        self.snapshot = Snapshot(self.ledger)
-        self.scheduler = Scheduler(self.snapshot, self.ledger, rng=self.rng,
+        self.scheduler = Scheduler(self._snapshot, self._ledger, rng=self.rng,
                                    default_exposure=default_exposure)
-        self.pending = PendingSet()
-        self.ready = False
-        self._enqueue_waiting = enqueue_waiting or (lambda keys: None)
-        self._enqueue_on_node = enqueue_on_node or (lambda node: None)
-        self._on_problem = on_problem or (lambda obj, reason, message: None)
-        self.pod_books = tuple(pod_books)
-
-    @property
-    def slices(self) -> SliceInventory | None:
-        """ResourceSlices of the DRA driver (None: DRA off); see resourceslices.py."""
-        return self.nodes.slices
+        #: the informers' handlers (``setup.py`` wires the informers to them)
+        self.events = CacheEvents(self, on_problem, enqueue_on_node)
+        #: a PriorityClass's value by name (None: no such class), from the cache
+        self._class_value = priority_class_value or (lambda name: None)
 
     # ------------------------------------------------------------------ rebuild
 
@@ -134,10 +125,10 @@ class PlacementState(CacheEvents):
         so an event whose handler waits on the lock meanwhile is applied after the
         rebuild (events are idempotent, so one the rebuild already saw changes
         nothing)."""
-        with self.lock:
+        with self._lock:
             nodes, gpunodes, workloads, pods = read()
             jobs = read_jobs() if read_jobs is not None else []
-            ours = [p for p in pods if not self._owned(p)]
+            ours = [p for p in pods if not self.owned(p)]
             slices, claims = read_dra() if read_dra is not None and self.slices else ([], [])
             for sl in slices:
                 self.slices.upsert(sl)  # type: ignore[union-attr]
@@ -147,9 +138,9 @@ class PlacementState(CacheEvents):
             for book in self.pod_books:
                 problems += book.rebuild(ledger, pods)
             problems += ledger.book_nominations(workloads)
-            self.ledger = ledger
-            self.snapshot = Snapshot.build(nodes, self.nodes.reset(gpunodes), ledger)
-            self.scheduler = Scheduler(self.snapshot, ledger, rng=self.rng,
+            self._ledger = ledger
+            self._snapshot = Snapshot.build(nodes, self.nodes.reset(gpunodes), ledger)
+            self.scheduler = Scheduler(self._snapshot, ledger, rng=self.rng,
                                        default_exposure=self.default_exposure)
             self.pending = PendingSet()
             for w in workloads:
@@ -163,7 +154,7 @@ class PlacementState(CacheEvents):
         for p in problems:
             BAD_OBJECTS.labels("rebuild").inc()
             log.warning("ledger.rebuild.problem", problem=p)
-        log.info("ledger.rebuilt", nodes=len(self.snapshot), holders=len(ledger.allocations()))
+        log.info("ledger.rebuilt", nodes=len(self._snapshot), holders=len(ledger.allocations()))
         return problems
 
     def invalidate(self, why: str) -> None:
@@ -171,7 +162,7 @@ class PlacementState(CacheEvents):
         short of a holder. From now on it takes in no event (``ready`` false), and the
         reconciler's next ``ensure_state()`` rebuilds a new one from the caches
         before any placement."""
-        with self.lock:
+        with self._lock:
             self.ready = False
             waiting = list(self.pending.waiting)
         log.error("placement.invalidated", reason=why,
@@ -182,13 +173,20 @@ class PlacementState(CacheEvents):
 
     def refresh_stale(self) -> None:
         """Re-judges heartbeats (time passes without events); call periodically."""
-        with self.lock:
+        with self._lock:
             if not self.ready:
                 return
             for view in self.nodes.views():
-                self.snapshot.upsert_gpunode(view)
+                self._snapshot.upsert_gpunode(view)
 
     # ------------------------------------------------------------- placing
+
+    def admin_priority(self, w: GPUWorkload) -> bool:
+        """Does ``w``'s priority come from an admin: a PriorityClass that exists with
+        exactly that value? Only then may it preempt workloads of other namespaces (a
+        tenant writes its own ``spec.priority``, never a PriorityClass)."""
+        name = w.spec.priority_class_name
+        return bool(name) and self._class_value(str(name)) == w.spec.priority
 
     def decide(self, w: GPUWorkload) -> Decision:
         """Schedule ``w`` and, if it fits, book it in the ledger (assumed, uncommitted).
@@ -198,11 +196,12 @@ class PlacementState(CacheEvents):
         queued) and ``w`` is nominated over the devices their pods still hold."""
         victims: list[str] = []
         booked: list[tuple[PodBook, str]] = []  # victims of a pod book: their pods go
-        with self.lock:
-            decision = (self.queues.gate(w, self.ledger, self.scheduler) if self.queues
-                        else self.scheduler.schedule(w))
+        across = self.admin_priority(w)
+        with self._lock:
+            decision = (self.queues.gate(w, self._ledger, self.scheduler, across)
+                        if self.queues else self.scheduler.schedule(w, across_namespaces=across))
             if decision.ok:
-                decision.assume(self.ledger, w)
+                decision.assume(self._ledger, w)
                 self.evictions.unblock(w.key)
             elif decision.outcome == PREEMPT:
                 for v in decision.victims:
@@ -210,12 +209,12 @@ class PlacementState(CacheEvents):
                     if book is not None:
                         booked.append((book, v))  # its booking stays till its pods go
                         continue
-                    self.ledger.forget(v)
+                    self._ledger.forget(v)
                     victims.append(v)
                 # workload victims acknowledge their eviction in their own reconcile
                 self.evictions.evict(w.key, victims, decision.evict_message
                                      or preempted_message(w.key, w.spec.priority))
-                decision.assume(self.ledger, w)
+                decision.assume(self._ledger, w)
                 self.evictions.block(w.key)
             if decision.ok or decision.outcome == PREEMPT:
                 self.pending.discard(w.key)
@@ -227,71 +226,22 @@ class PlacementState(CacheEvents):
 
     def queue_usage(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """(queue -> GPUs used, owner -> what it holds), for the queues' status."""
-        with self.lock:
-            return self.queues.usage(self.ledger) if self.queues else ({}, {})
+        with self._lock:
+            return self.queues.usage(self._ledger) if self.queues else ({}, {})
 
-    def commit(self, key: str) -> None:
-        with self.lock:
-            if self.ledger.allocation(key) is not None:
-                self.ledger.commit(key)
-
-    def forget(self, key: str) -> None:
-        """Release ``key``'s booking (its pods keep what they hold); wakes workloads
-        waiting for capacity."""
-        with self.lock:
-            released = self.ledger.forget(key)
-            self.evictions.unblock(key)
-            self.evictions.stop_waiting(key)
-            waiting = list(self.pending.waiting) if released is not None else []
-        if released is not None:
-            self._wake(waiting)
-
-    def claim(self, key: str, uid: str | None) -> None:
+    def release_if_other_object(self, key: str, uid: str | None) -> None:
         """A booking under ``key`` made for another object of that name (deleted and
         re-created) is not this one's: release it."""
-        with self.lock:
-            a = self.ledger.allocation(key)
+        with self._lock:
+            a = self._ledger.allocation(key)
             stale = a is not None and bool(a.uid) and bool(uid) and a.uid != uid
         if stale:
             self.forget(key)
 
-    def capacity_freed(self) -> None:
-        """Devices were released outside ``forget`` (a pod book's own release):
-        wake whatever waits for capacity."""
-        with self.lock:
-            waiting = list(self.pending.waiting)
-        self._wake(waiting)
-
-    def _wake(self, waiting: list[str]) -> None:
-        """Unlocked: enqueue ``waiting`` and the blocked preemptors; wake the books."""
-        with self.lock:
-            waiting = waiting + self.evictions.blocked()
-        if waiting:
-            self._enqueue_waiting(waiting)
-        for book in self.pod_books:
-            book.wake()
-
-    def _owned(self, pod: JSON) -> bool:
-        """Is ``pod`` booked by one of the pod books (not by the pod events)?"""
-        return any(book.owns(pod) for book in self.pod_books)
-
-    def is_committed(self, key: str) -> bool:
-        with self.lock:
-            return self.ledger.is_committed(key)
-
-    def booking(self, key: str) -> Any:
-        """The ledger's booking of ``key`` (an Allocation), or None."""
-        with self.lock:
-            return self.ledger.allocation(key)
-
-    def held_by(self, key: str) -> bool:
-        with self.lock:
-            return self.ledger.allocation(key) is not None
-
     def blockers(self, key: str) -> dict[str, list[str]]:
         """node -> pods that ``key``'s nomination still waits for (empty: none)."""
-        with self.lock:
-            out = self.ledger.blockers(key)
+        with self._lock:
+            out = self._ledger.blockers(key)
             if out:
                 self.evictions.block(key)
             else:
@@ -300,46 +250,81 @@ class PlacementState(CacheEvents):
 
     def block(self, key: str) -> None:
         """``key`` waits for pods to go: any pod's deletion wakes it."""
-        with self.lock:
+        with self._lock:
             self.evictions.block(key)
 
-    def has_node(self, node: str) -> bool:
-        with self.lock:
-            return self.snapshot.get(node) is not None
+    def schedule(self, w: GPUWorkload) -> Decision:
+        """Where ``w`` would go now, booking nothing (``decide`` books)."""
+        with self._lock:
+            return self.scheduler.schedule(w)
 
-    def uuids(self, node: str, devices: list[int]) -> list[str] | None:
-        with self.lock:
-            info = self.snapshot.get(node)
-            if info is None or not info.has_gpunode:
-                return None
-            out = [info.devices[d].uuid if d in info.devices else "" for d in devices]
-        return out if all(out) else None
+    def view(self) -> PlacementView:
+        """A read-only view of the nodes and holders (see ``PlacementView``)."""
+        return PlacementView(self)
 
-    def higher_priority_fresh(self, key: str, priority: int) -> bool:
-        with self.lock:
-            return self.pending.higher_fresh(key, priority)
+    # ------------------------------------------------------------ seed pods
 
-    def node_gpus(self) -> tuple[dict[str, int], dict[str, int]]:
-        """(total usable, allocated) GPUs per node, for the metrics."""
-        with self.lock:
-            total, used = {}, {}
-            for name in self.snapshot.names:
-                t = len(self.ledger.usable(name))
-                total[name] = t
-                used[name] = max(0, t - self.ledger.free_count(name))
-            return total, used
+    def book_seed(self, book: SeedBook, key: str,
+                  plan: Callable[[PlacementView], tuple[Entry | None, str]]
+                  ) -> tuple[Entry | None, str]:
+        """Plans seed pod ``key`` on a read-only view and books the plan in ``book``,
+        both under the lock, so nothing is booked between the two. Seed pods take
+        whole GPUs. Returns (the booked entry, "") or (None, why not)."""
+        with self._lock:
+            entry, why = plan(self.view())
+            if entry is None:
+                return None, why
+            try:
+                self._ledger.refuse_mig(entry.placement)
+                book.book(self._ledger, key, entry)
+            except LedgerConflict as exc:
+                return None, str(exc)
+            return entry, ""
+
+    def mark_seed_bound(self, book: SeedBook, key: str) -> None:
+        """Seed pod ``key`` is bound: its owner's booking commits once all are."""
+        with self._lock:
+            book.mark_bound(self._ledger, key)
+
+    def adopt_seed(self, book: SeedBook, key: str, want: Entry | None,
+                   keep: Callable[[Entry], bool]) -> tuple[Entry | None, str]:
+        """A bound seed pod: what ``book`` already books for ``key`` stays (marked
+        bound) when ``keep`` says so, else ``want`` is booked. Returns (what the pod
+        is taken to hold, the conflict that refused ``want`` or "")."""
+        with self._lock:
+            have = book.entry(key)
+            if have is not None and want is not None and keep(have):
+                book.mark_bound(self._ledger, key)
+                return have, ""
+            if want is not None:
+                try:
+                    book.book(self._ledger, key, want)
+                except LedgerConflict as exc:
+                    return want, str(exc)
+            return want, ""
+
+    def release_seed(self, book: SeedBook, key: str) -> Entry | None:
+        """Releases seed pod ``key``'s booking in ``book``; what it held, or None.
+        The caller wakes the waiting (``capacity_freed``) once it has said so."""
+        with self._lock:
+            return book.release(self._ledger, key)
+
+    def seed_pod_keys(self, book: SeedBook, ledger_key: str) -> list[str]:
+        """The pods (``ns/name``) whose bookings make up ``ledger_key`` in ``book``."""
+        with self._lock:
+            return book.pod_keys(ledger_key)
 
     # ------------------------------------------------------- preemption
 
     def eviction(self, key: str) -> str | None:
         """The eviction ``key``'s reconcile is to take in (its message), or None."""
-        with self.lock:
+        with self._lock:
             return self.evictions.message(key)
 
     def evicted(self, key: str) -> None:
         """The victim's own reconcile took in its eviction (and asked its children
         to go): its preemptors wait only for its pods from now on."""
-        with self.lock:
+        with self._lock:
             waiting = self.evictions.acknowledge(key)
         if waiting:
             self._enqueue_waiting(waiting)
@@ -348,12 +333,8 @@ class PlacementState(CacheEvents):
         """Victims of ``key``'s preemption whose reconcile has not yet taken in the
         eviction: one of theirs may still be creating pods on the nominated devices
         (a victim chosen while its own placement was being committed)."""
-        with self.lock:
+        with self._lock:
             return self.evictions.unacknowledged(key)
-
-    def _booked_elsewhere(self, ledger_key: str) -> bool:
-        """Is ``ledger_key`` a pod book's booking (evicted through its book)?"""
-        return any(book.owns_key(ledger_key) for book in self.pod_books)
 
     # ------------------------------------------------------- own writes
 

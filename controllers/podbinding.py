@@ -16,8 +16,10 @@ One reconcile of pod ``namespace/name``:
    Unbound, without a map: the default strategy places one replica of
    ``nvidia.com/gpu`` limit (else 1) GPUs, honouring the pod's nodeSelector and
    tolerations.
-   The placement is booked in the shared ledger, under the state lock, then the
-   pod is bound; a failed bind releases the booking. When it cannot be placed, a
+   Where it goes is ``controllers.seedplan``'s, read from a read-only view of the
+   placement state. The placement is booked in the shared ledger, under the state
+   lock (``PlacementState.book_seed``), then the pod is bound; a failed bind
+   releases the booking. When it cannot be placed, a
    ``FailedScheduling`` Warning Event on the pod says why, the pod stays Pending and
    is retried with exponential backoff, and at once when capacity is freed.
 
@@ -52,45 +54,34 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION
-from api.v1alpha1.types import (
-    SCHEDULING_MAP_ANNOTATION,
-    DeviceExposure,
-    GPUWorkload,
-    Placement,
-    SchedulingStrategy,
-)
+from api.v1alpha1.types import SchedulingStrategy
 from controllers.gpuworkload import GPUWorkloadReconciler
 from controllers.placement_state import PlacementState
 from controllers.seedbook import (
     DEFAULT_SCHEDULER_NAME,
     Entry,
     SeedBook,
-    describe_holder,
     devs_text,
-    owner_key,
     pod_meta,
-    pod_priority,
     pod_spec,
     read_bound,
+    without_unknown,
 )
+from controllers.seedplan import plan
 from controllers.setup import only_in
 from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
-from internal.scheduling.ledger import LedgerConflict
-from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
-from internal.scheduling.podindex import pod_index
+from internal.objects import JSON
 from internal.scheduling.pods import (
-    pod_gpu_request,
     pod_is_active,
     pod_uid,
 )
-from internal.scheduling.snapshot import tolerates, untolerated_taint
 from runtime import Builder, Conflict, Controller, Manager, NotFound, Request, Result
 from runtime.errors import ApiError
 from runtime.events import EventRecorder
@@ -99,11 +90,8 @@ from runtime.store import Indexer
 
 log = structlog.get_logger("podbinding")
 
-JSON = Mapping[str, Any]
 
 FAILED_SCHEDULING = "FailedScheduling"
-#: the taint a cordoned node carries (the node lifecycle controller adds it)
-CORDON_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 
 
 # ------------------------------------------------------------------ reconciler
@@ -176,119 +164,11 @@ class PodBindingReconciler:
         held = self.book.entry(key)
         if held is not None and held.bound:
             return None  # bound by us; the cache has not seen it yet
-        with state.lock:
-            entry, why = self._plan(state, pod)
-            if entry is not None:
-                try:
-                    state.ledger.refuse_mig(entry.placement)  # seed pods take whole GPUs
-                    self.book.book(state.ledger, key, entry)
-                except LedgerConflict as exc:
-                    entry, why = None, str(exc)
+        entry, why = state.book_seed(
+            self.book, key, lambda view: plan(view, pod, self.options.default_strategy))
         if entry is None:
             return self._unschedulable(pod, key, why)
         return self._bind(state, pod, key, entry)
-
-    # --------------------------------------------------------------- planning
-
-    def _plan(self, state: PlacementState, pod: JSON) -> tuple[Entry | None, str]:
-        """Where ``pod`` goes, or why it cannot go anywhere. Under the state lock."""
-        text = (pod_meta(pod).get("annotations") or {}).get(SCHEDULING_MAP_ANNOTATION)
-        index, source = pod_index(pod)
-        if text is None or not text.strip():
-            return self._plan_default(state, pod, index)
-        try:
-            lines = parse_scheduling_map(text)
-        except MapParseError as exc:
-            return None, f"invalid {SCHEDULING_MAP_ANNOTATION} annotation: {exc}"
-        if index is None:
-            return None, f"cannot tell the pod's replica index: {source}"
-        line = lines.get(index)
-        if line is None:
-            return None, (f"{SCHEDULING_MAP_ANNOTATION} has no entry for replica index "
-                          f"{index} ({source}); it maps index(es) "
-                          f"{', '.join(map(str, lines))}")
-        key = owner_key(pod)
-        why = self._check_exact(state, key, index, line.node, line.devices,
-                                tuple(pod_spec(pod).get("tolerations") or ()))
-        if why:
-            return None, why
-        return Entry(key, Placement(index=index, node=line.node, devices=list(line.devices)),
-                     len(line.devices), priority=pod_priority(pod), uid=pod_uid(pod)), ""
-
-    @staticmethod
-    def _check_exact(state: PlacementState, key: str, index: int, node: str,
-                     devices: tuple[int, ...],
-                     tolerations: tuple[Mapping[str, Any], ...] = ()) -> str:
-        ledger = state.ledger
-        info = state.snapshot.get(node)
-        where = f"replica index {index}: node {node}"
-        if info is None:
-            return f"{where} does not exist"
-        if not info.ready:
-            return f"{where} is not Ready"
-        if info.unschedulable and not tolerates(tolerations, CORDON_TAINT):
-            return f"{where} is cordoned (unschedulable) and the pod does not tolerate it"
-        taint = untolerated_taint(info, tolerations)
-        if taint is not None:
-            return (f"{where} has the taint {taint.get('key')}"
-                    f"{'=' + taint['value'] if taint.get('value') else ''}:"
-                    f"{taint.get('effect')} that the pod does not tolerate")
-        missing = [d for d in devices if d not in info.devices]
-        if missing:
-            return (f"{where}: device(s) {devs_text(missing)} beyond the node's "
-                    f"{len(info.devices)} GPU(s)")
-        unhealthy = [d for d in devices if not info.devices[d].healthy]
-        if unhealthy:
-            return f"{where}: device(s) {devs_text(unhealthy)} unhealthy"
-        held: dict[int, str] = {}
-        for d in devices:
-            holder = ledger.holder(node, d)
-            if holder is not None and holder != key:
-                held[d] = holder
-        if held:
-            owners = ", ".join(describe_holder(h) for h in sorted(set(held.values())))
-            return f"{where}: device(s) {devs_text(sorted(held))} held by {owners}"
-        new = [d for d in devices if ledger.holder(node, d) != key]
-        free = ledger.free_count(node)
-        if len(new) > free:
-            return f"{where}: {free} free GPU(s), needs {len(new)} (other GPU pods)"
-        return ""
-
-    def _plan_default(self, state: PlacementState, pod: JSON,
-                      index: int | None) -> tuple[Entry | None, str]:
-        """No map: one replica by the default strategy."""
-        meta, spec = pod_meta(pod), pod_spec(pod)
-        requested = pod_gpu_request(pod)
-        gpus = min(max(requested, 1), 64)
-        counted = requested > 0  # the device plugin picks the devices
-        strategy = self.options.default_strategy
-        if strategy == SchedulingStrategy.ANNOTATION_MAP.value:
-            strategy = SchedulingStrategy.LEAST_LOADED.value
-        exposure = DeviceExposure.DEVICE_PLUGIN if counted else \
-            DeviceExposure.CUDA_VISIBLE_DEVICES
-        try:
-            model = GPUWorkload.model_validate({
-                # the model's key is the pod's own ``Pod:`` ledger key
-                "metadata": {"name": meta.get("name"),
-                             "namespace": f"Pod:{meta.get('namespace') or 'default'}"},
-                "spec": {"gpusPerReplica": gpus, "schedulingStrategy": strategy,
-                         "deviceExposure": exposure.value,
-                         "nodeSelector": dict(spec.get("nodeSelector") or {}),
-                         "template": {"spec": {"tolerations": [
-                             dict(t) for t in spec.get("tolerations") or ()]}}},
-            })
-        except ValueError as exc:
-            return None, f"cannot place the pod: {exc}"
-        decision = state.scheduler.schedule(model)
-        if not decision.ok or not decision.placements:
-            return None, decision.message or "no node fits"
-        p = decision.placements[0]
-        i = index if index is not None else 0
-        if decision.counted:
-            return Entry(model.key, Placement(index=i, node=p.node), gpus,
-                         priority=pod_priority(pod), uid=pod_uid(pod)), ""
-        return Entry(owner_key(pod), Placement(index=i, node=p.node, devices=list(p.devices)),
-                     gpus, priority=pod_priority(pod), uid=pod_uid(pod)), ""
 
     # ---------------------------------------------------------------- binding
 
@@ -316,8 +196,7 @@ class PodBindingReconciler:
         except Exception:
             self._release(state, key)  # never bound: release the booking
             raise
-        with state.lock:
-            self.book.mark_bound(state.ledger, key)
+        state.mark_seed_bound(self.book, key)
         self._settled(key)
         what = f" (GPU devices {devs_text(devices)})" if devices else \
             f" ({entry.gpus} GPU(s) for the device plugin)"
@@ -344,19 +223,18 @@ class PodBindingReconciler:
         cannot be read is reported (``_report_bad``); what the ledger already books for
         it on its node stays (surer than a guess from the rest of the pod)."""
         want, problems = read_bound(pod)
-        conflict = ""
-        with state.lock:
-            have = self.book.entry(key)
-            if have is not None and want is not None and (
-                    (have.ledger_key, have.placement) == (want.ledger_key, want.placement)
-                    or (problems and have.placement.node == want.placement.node)):
-                want = have
-                self.book.mark_bound(state.ledger, key)
-            elif want is not None:
-                try:
-                    self.book.book(state.ledger, key, want)
-                except LedgerConflict as exc:
-                    conflict = str(exc)
+        unknown: list[str] = []
+        if want is not None:
+            want, unknown = without_unknown(pod, want, state.node_devices(want.placement.node))
+            problems += unknown
+        def keep(have: Entry) -> bool:
+            # what is booked stays when the pod cannot be read, unless it is a device
+            # the node lacks (booked by a rebuild, which does not know the nodes yet)
+            assert want is not None
+            return (have.ledger_key, have.placement) == (want.ledger_key, want.placement) \
+                or (bool(problems) and not unknown
+                    and have.placement.node == want.placement.node)
+        want, conflict = state.adopt_seed(self.book, key, want, keep)
         if problems:
             self._report_bad(pod, key, problems, None if conflict else want)
         if conflict:
@@ -401,8 +279,7 @@ class PodBindingReconciler:
         how many were asked. For preemption: the devices stay held until the pods are
         gone (docs/architecture.md, invariants 2 and 3), so a caller keeps them
         nominated meanwhile."""
-        with self.state().lock:
-            keys = self.book.pod_keys(ledger_key)
+        keys = self.state().seed_pod_keys(self.book, ledger_key)
         asked = 0
         for key in keys:
             ns, name = key.split("/", 1)
@@ -434,8 +311,7 @@ class PodBindingReconciler:
         return True
 
     def _release(self, state: PlacementState, key: str) -> None:
-        with state.lock:
-            released = self.book.release(state.ledger, key)
+        released = state.release_seed(self.book, key)
         if released is not None:
             log.info("pod.released", pod=key, node=released.placement.node,
                      devices=devs_text(released.placement.devices), holder=released.ledger_key)

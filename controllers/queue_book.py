@@ -175,7 +175,7 @@ class QueueBook:
         """Whose quota a holder counts against: its booking's workload's queue, else
         its namespace's queue."""
         ns = namespace_of(a)
-        if not a.pod and not a.job:
+        if not a.holder and not a.job:
             return self.queue_of_key(a.name, ns)
         return self.default_queue(ns, self._parsed)
 
@@ -212,14 +212,16 @@ class QueueBook:
 
     # ------------------------------------------------------------ the gate
 
-    def gate(self, w: GPUWorkload, ledger: Ledger, scheduler: Scheduler) -> Decision:
-        """The decision for ``w``: the scheduler's, held to its queue's quota."""
+    def gate(self, w: GPUWorkload, ledger: Ledger, scheduler: Scheduler,
+             across_namespaces: bool = False) -> Decision:
+        """The decision for ``w``: the scheduler's, held to its queue's quota
+        (``across_namespaces``: its priority is an admin's, see ``admin_priority``)."""
         name, reason, message = self.resolve(w)
         strategy = (w.spec.scheduling_strategy.value if w.spec.scheduling_strategy
                     else "leastLoaded")
         if reason:
             return wait(strategy, name, reason, message)
-        decision = scheduler.schedule(w)
+        decision = scheduler.schedule(w, across_namespaces=across_namespaces)
         if decision.outcome == PREEMPT and any(
                 self.queue_of_key(v, v.partition("/")[0]) != name for v in decision.victims):
             decision = not_across_queues(decision)

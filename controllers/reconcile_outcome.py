@@ -3,14 +3,11 @@ the attempt cannot go on (``EndAttempt``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from controllers.status import StatusBuilder
+from internal.objects import JSON
 from runtime import Result
-
-JSON = Mapping[str, Any]
 
 
 @dataclass

@@ -20,12 +20,13 @@ An annotation that cannot be read never makes a pod hold nothing.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
-from api.v1alpha1.keys import DEVICES_ANNOTATION
-from api.v1alpha1.types import MAX_PRIORITY, SCHEDULING_MAP_ANNOTATION, Placement
+from api.v1alpha1.keys import DEVICES_ANNOTATION, SCHEDULING_MAP_ANNOTATION
+from api.v1alpha1.types import MAX_PRIORITY, Placement
+from internal.objects import JSON, object_key
 from internal.scheduling.ledger import Ledger, LedgerConflict
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
@@ -35,11 +36,8 @@ from internal.scheduling.pods import (
     parse_devices,
     pod_gpu_request,
     pod_is_active,
-    pod_key,
     pod_uid,
 )
-
-JSON = Mapping[str, Any]
 
 DEFAULT_SCHEDULER_NAME = "gpu-scheduler"
 
@@ -154,9 +152,31 @@ def read_bound(pod: JSON) -> tuple[Entry | None, list[str]]:
     if problems:
         gpus = max(gpus, 1)
     if gpus > 0:
-        return Entry(f"Pod:{pod_key(pod)}", Placement(index=placement_index, node=node), gpus,
+        return Entry(f"Pod:{object_key(pod)}", Placement(index=placement_index, node=node), gpus,
                      True, pod_priority(pod), pod_uid(pod)), problems
     return None, problems
+
+
+def without_unknown(pod: JSON, entry: Entry | None, known: frozenset[int] | None
+                    ) -> tuple[Entry | None, list[str]]:
+    """``entry`` less the devices its node does not have (``known``: every index of
+    the node, None while unknown), so a pod annotated ``"99"`` on a 4-GPU node holds
+    no phantom device 99: it holds what it names that exists, else one GPU, counted."""
+    if entry is None or known is None or entry.counted:
+        return entry, []
+    devs = entry.placement.devices
+    unknown = [d for d in devs if d not in known]
+    if not unknown:
+        return entry, []
+    node = entry.placement.node
+    problem = (f"annotation {DEVICES_ANNOTATION} names device(s) {devs_text(unknown)}, which "
+               f"{node} does not have (it has {devs_text(sorted(known))})")
+    kept = [d for d in devs if d in known]
+    if kept:
+        return replace(entry, placement=entry.placement.model_copy(
+            update={"devices": kept}), gpus=len(kept)), [problem]
+    return Entry(f"Pod:{object_key(pod)}", Placement(index=entry.placement.index, node=node),
+                 1, entry.bound, entry.priority), [problem]
 
 
 class SeedBook:
@@ -182,10 +202,10 @@ class SeedBook:
         self.pods.clear()
         self._by_key.clear()
         problems: list[str] = []
-        for pod in sorted(pods, key=pod_key):
+        for pod in sorted(pods, key=object_key):
             if not self.owns(pod):
                 continue
-            key = pod_key(pod)
+            key = object_key(pod)
             ledger.remove_pod(pod_uid(pod))  # booked by its binding, not counted twice
             if not pod_is_active(pod):
                 continue

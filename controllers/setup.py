@@ -11,7 +11,6 @@ no Events client of its own.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,9 +30,11 @@ from controllers.dra_availability import (
     status_submitter,
 )
 from controllers.gpuworkload import GPUWorkloadReconciler, Options
+from controllers.intruders import IntruderEvictor
 from controllers.placement_state import PlacementState
 from controllers.queue_status import setup_queues
 from controllers.status_writer import StatusWriter
+from controllers.template_check import ChildDryRun
 from internal.metrics.domain import STATE
 from internal.scheduling.inventory import heartbeat
 from internal.scheduling.resourceslices import DRA_API_VERSION
@@ -45,6 +46,7 @@ from runtime.store import (
     index_by_node_name,
     index_by_owner_uid,
 )
+from runtime.ticker import Ticker
 
 log = structlog.get_logger("setup")
 
@@ -73,6 +75,12 @@ class ControllerOptions:
     #: seconds after which an unsettled workload nobody reconciled is reconciled
     #: again (controllers/backstop.py); 0: no backstop
     resync_unsettled: float = DEFAULT_PERIOD
+    #: evict pods that name devices no controller or webhook of ours gave them
+    #: (controllers/intruders.py); the manager's --evict-conflicting-pods, on by default
+    evict_conflicting_pods: bool = False
+    #: before placing a spec, create its highest-index child with dryRun=All and report
+    #: a template the API server refuses as InvalidSpec (controllers/template_check.py)
+    dry_run_children: bool = True
     async_status: bool = True  # status written by the StatusWriter, off the workers' client
     status_writers: int = 4  # writer threads (each waits on one write at a time)
     require_queue: bool = False  # a workload in no GPUQueue waits (NoQueue) instead of placed
@@ -100,14 +108,15 @@ def second_client(mgr: Manager) -> Client:
 def placement_handler(reconciler: GPUWorkloadReconciler, kind: str, method: str
                       ) -> FuncHandler:
     """The placement state's handler of one kind: adds and updates go to the
-    state's ``method``, deletes to ``<method>_deleted``. A call that raises loses
-    that event, so the state may be short of a holder: it is invalidated and
-    rebuilt from the caches before the next placement (``ensure_state()``)."""
+    state's ``events.<method>`` (its ``CacheEvents``), deletes to
+    ``<method>_deleted``. A call that raises loses that event, so the state may be
+    short of a holder: it is invalidated and rebuilt from the caches before the
+    next placement (``ensure_state()``)."""
     def call(name: str) -> Any:
         def deliver(*args: Any) -> None:
             state = reconciler.state
             if state is not None:
-                getattr(state, name)(args[-1])
+                getattr(state.events, name)(args[-1])
         return deliver
 
     def lost(op: str, obj: Any, exc: BaseException) -> None:
@@ -119,29 +128,10 @@ def placement_handler(reconciler: GPUWorkloadReconciler, kind: str, method: str
                        name=f"placement-{kind.lower()}", on_error=lost)
 
 
-class _StaleTicker:
-    """While leading, re-judges GPUNode heartbeats every period."""
-
-    def __init__(self, reconciler: GPUWorkloadReconciler, period: float) -> None:
-        self.reconciler, self.period = reconciler, period
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="gpunode-staleness", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.period):
-            if self.reconciler.state is not None:
-                self.reconciler.state.refresh_stale()
-
-    def stop(self, timeout: float = 5.0) -> bool:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            return not self._thread.is_alive()
-        return True
+def _refresh_stale(reconciler: GPUWorkloadReconciler) -> None:
+    """Re-judges GPUNode heartbeats (time passes without events)."""
+    if reconciler.state is not None:
+        reconciler.state.refresh_stale()
 
 
 def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
@@ -156,6 +146,13 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     jobs = mgr.informer_for("batch/v1", "Job", indexers=owner_index)
     nodes = mgr.informer_for("v1", "Node")
     gpunodes = mgr.informer_for(API_VERSION, "GPUNode")
+    # whether a workload's priority is an admin's (it may then preempt elsewhere)
+    classes = mgr.informer_for("scheduling.k8s.io/v1", "PriorityClass")
+
+    def class_value(name: str) -> int | None:
+        pc = classes.indexer.get_by_name(name)
+        value = pc.get("value") if pc is not None else None
+        return value if isinstance(value, int) else None
     dra = opts.dra
     dra_why = NOT_ENABLED if dra is None else dra_unavailable(mgr.client)
     if dra is not None and dra_why is not None:
@@ -187,7 +184,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         state = PlacementState(opts.default_exposure, enqueue_waiting=enqueue,
                                enqueue_on_node=enqueue_on_node, stale_after=opts.stale_after,
                                pod_books=reconciler.pod_books, on_problem=recorder.warning,
-                               dra_driver=dra.driver if dra else None, queues=queue_book)
+                               dra_driver=dra.driver if dra else None,
+                               priority_class_value=class_value, queues=queue_book)
         reconciler.state = state  # handlers see it (not ready) before the rebuild
         state.rebuild(lambda: (nodes.indexer.list(), gpunodes.indexer.list(),
                                workloads.indexer.list(), pods.indexer.list()),
@@ -217,11 +215,13 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         mgr.client, recorder, workloads.indexer, pods.indexer,
         jobs.indexer, state_factory=make_state,
         options=Options(default_exposure=opts.default_exposure,
-                        default_strategy=opts.default_strategy),
+                        default_strategy=opts.default_strategy,
+                        check_children=ChildDryRun(mgr.client, opts.default_exposure).check
+                        if opts.dry_run_children else None),
         status_writer=writer, backstop=backstop)
     reconciler.dra_why = dra_why or NOT_ENABLED
     if backstop is not None:
-        mgr.add(backstop)
+        mgr.add(Ticker("backstop", backstop.period / 2, backstop.sweep))
 
     def on(kind: str, method: str) -> FuncHandler:
         return placement_handler(reconciler, kind, method)
@@ -230,6 +230,13 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     gpunodes.add_event_handler(on("GPUNode", "on_gpunode"))
     pods.add_event_handler(on("Pod", "on_pod"))
     jobs.add_event_handler(on("Job", "on_job"))
+    if opts.evict_conflicting_pods:
+        state_ready = lambda: reconciler.state is not None and reconciler.state.ready  # noqa: E731
+        evictor = IntruderEvictor(mgr.client, recorder,
+                                  lambda p: any(b.owns(p) for b in reconciler.pod_books),
+                                  state_ready, opts.namespaces)
+        pods.add_event_handler(FuncHandler(evictor.on_pod, evictor.on_pod,
+                                           evictor.on_pod_deleted))
     if writer is not None:
         workloads.add_event_handler(
             FuncHandler(writer.observed, lambda old, new: writer.observed(new), None))
@@ -262,7 +269,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     holder["ctrl"] = ctrl
     if dra is not None:
         setup_claims(mgr, reconciler, recorder, dra)
-    mgr.add(_StaleTicker(reconciler, opts.stale_check_period))
+    mgr.add(Ticker("gpunode-staleness", opts.stale_check_period,
+                   lambda: _refresh_stale(reconciler)))
 
     def phases() -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -293,5 +301,9 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
                 out[g["metadata"]["name"]] = max(0.0, (now - beat).total_seconds())
         return out
 
-    STATE.set_sources(phases, node_gpus, heartbeats, unmanaged)
+    def shares() -> list[tuple[str, int, float, int | None]]:
+        state = reconciler.state
+        return state.device_shares() if state is not None and state.ready else []
+
+    STATE.set_sources(phases, node_gpus, heartbeats, unmanaged, shares)
     return ctrl, reconciler

@@ -9,14 +9,12 @@ timestamps).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from api.v1alpha1.types import Phase, pod_selector
 from controllers.conditions import set_condition
-
-JSON = Mapping[str, Any]
+from internal.objects import JSON
 
 
 def fmt_time(t: datetime) -> str:

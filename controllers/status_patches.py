@@ -19,9 +19,8 @@ from typing import Any
 from api.v1alpha1.keys import CHILDREN_FINALIZER
 from api.v1alpha1.types import API_VERSION
 from controllers.status import add_finalizer_patch
+from internal.objects import JSON
 from runtime import Conflict, Invalid, NotFound
-
-JSON = Mapping[str, Any]
 
 
 def without_nulls(value: Any) -> Any:

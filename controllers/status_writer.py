@@ -42,7 +42,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,12 +51,12 @@ import structlog
 from api.v1alpha1.keys import CHILDREN_FINALIZER
 from controllers.status_patches import add_finalizer, patch_status
 from internal import metrics as m
+from internal.objects import JSON, object_key, resource_version
 from runtime import NotFound
 from runtime.store import Indexer
 
 log = structlog.get_logger("status_writer")
 
-JSON = Mapping[str, Any]
 
 LAG, WRITES = m.STATUS_WRITE_LAG, m.STATUS_WRITES
 COALESCED, QUEUED = m.STATUS_COALESCED, m.STATUS_QUEUED
@@ -66,16 +66,6 @@ RETRY_BASE = 0.2
 RETRY_MAX = 10.0
 
 
-def _rv(obj: JSON) -> int:
-    try:
-        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
-    except ValueError:
-        return 0
-
-
-def _key(obj: JSON) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
 @dataclass
@@ -132,7 +122,7 @@ class StatusWriter:
         """Wants ``status`` written for ``raw`` (and, with ``finalizer``, our finalizer
         added). Returns at once."""
         meta = raw["metadata"]
-        key = _key(raw)
+        key = object_key(raw)
         uid = meta.get("uid") or ""
         now = self.clock()
         # Marked before a writer thread can see it: a mark made after the write
@@ -159,7 +149,7 @@ class StatusWriter:
     def view(self, raw: JSON) -> JSON | None:
         """``raw`` with the status we last asked for, while the cache does not show it
         yet (None: the cache is current, or we never wrote this object)."""
-        key = _key(raw)
+        key = object_key(raw)
         with self._cv:
             seen = self._seen.get(key)
             if seen is None:
@@ -167,7 +157,7 @@ class StatusWriter:
             if seen.uid != (raw.get("metadata") or {}).get("uid"):
                 del self._seen[key]
                 return None
-            if seen.rv and _rv(raw) >= seen.rv and key not in self._pending and \
+            if seen.rv and resource_version(raw) >= seen.rv and key not in self._pending and \
                     key not in self._inflight:
                 del self._seen[key]  # the cache caught up
                 return None
@@ -176,10 +166,10 @@ class StatusWriter:
     def observed(self, obj: JSON) -> None:
         """An informer event of a workload: once it shows our last write, the writer
         forgets that status (the cache holds it now)."""
-        key = _key(obj)
+        key = object_key(obj)
         with self._cv:
             seen = self._seen.get(key)
-            if seen is not None and seen.rv and _rv(obj) >= seen.rv and \
+            if seen is not None and seen.rv and resource_version(obj) >= seen.rv and \
                     key not in self._pending and key not in self._inflight:
                 del self._seen[key]
 
@@ -187,8 +177,8 @@ class StatusWriter:
         """Did a write of ours land after the cache's copy of ``raw``? (A precondition
         on that copy's resourceVersion would conflict.)"""
         with self._cv:
-            seen = self._seen.get(_key(raw))
-            return seen is not None and seen.rv > _rv(raw)
+            seen = self._seen.get(object_key(raw))
+            return seen is not None and seen.rv > resource_version(raw)
 
     def settle(self, key: str, timeout: float = 30.0) -> bool:
         """Drops ``key``'s pending write and waits for one in flight (a synchronous
@@ -212,8 +202,9 @@ class StatusWriter:
     def record(self, written: JSON) -> None:
         """A synchronous write of ours (the gang commit) landed."""
         with self._cv:
-            self._seen[_key(written)] = _Seen((written.get("metadata") or {}).get("uid") or "",
-                                              dict(written.get("status") or {}), _rv(written))
+            uid = (written.get("metadata") or {}).get("uid") or ""
+            self._seen[object_key(written)] = _Seen(uid, dict(written.get("status") or {}),
+                                                    resource_version(written))
 
     def forget(self, key: str) -> None:
         """The workload is gone: nothing of it is left to write."""
@@ -231,7 +222,7 @@ class StatusWriter:
         meta = raw.get("metadata") or {}
         if CHILDREN_FINALIZER in (meta.get("finalizers") or ()):
             return True
-        key, uid = _key(raw), meta.get("uid")
+        key, uid = object_key(raw), meta.get("uid")
         with self._cv:
             want = self._pending.get(key)
             return self._finalized.get(key) == uid or (
@@ -359,7 +350,7 @@ class StatusWriter:
         with self._cv:
             seen = self._seen.get(key)
             if seen is not None and seen.status is want.status:
-                seen.rv = _rv(written)
+                seen.rv = resource_version(written)
         self.on_written(written, want.mark)
         return True
 
@@ -368,7 +359,7 @@ class StatusWriter:
         unless the workload was forgotten meanwhile. False: try again."""
         if not add_finalizer(self.client, obj):
             return False
-        key = _key(obj)
+        key = object_key(obj)
         with self._cv:
             if key not in self._gone:  # forgotten meanwhile: nothing of it is kept
                 self._finalized[key] = obj["metadata"]["uid"]

@@ -52,12 +52,12 @@ from controllers.conditions import (
 from controllers.dra_availability import REASON
 from controllers.reconcile_outcome import Outcome
 from controllers.status import StatusBuilder
+from internal.objects import JSON
 from runtime import ApiError
 from runtime.events import EventRecorder
 
 log = structlog.get_logger("gpuworkload")
 
-JSON = Mapping[str, Any]
 
 #: the reason ``Managed`` turns True with, once the configuration manages it again
 MANAGED_AGAIN = "ManagedAgain"

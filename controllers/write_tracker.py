@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Mapping
-from typing import Any
 
-JSON = Mapping[str, Any]
+from internal.objects import JSON, object_key, resource_version
 
 #: a key's record while a write is on its way: newer than any resourceVersion
 WRITING = 1 << 62
@@ -34,19 +32,6 @@ WRITING = 1 << 62
 _marks = itertools.count(1)  # one per write on its way, unique across trackers
 
 
-def object_key(obj: JSON) -> str:
-    """``namespace/name`` of a namespaced object (``default`` when it has none)."""
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
-
-
-def resource_version(obj: JSON) -> int:
-    """etcd's resourceVersions are increasing integers (opaque by contract, but
-    kube-apiserver's are revisions); 0 when unknown."""
-    try:
-        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
-    except (TypeError, ValueError):
-        return 0
 
 
 class WriteTracker:

@@ -32,6 +32,7 @@ COPIED = (
     "crd/gpu.orchestrator.dev_gpuworkloads.yaml",
     "crd/gpuworkload-validating-admission-policy.yaml",
     "crd/tenant-isolation-admission-policies.yaml",
+    "admission-finalizer/gpuworkload-finalizer-policy.yaml",
     "rbac/service_account.yaml",
     "rbac/role.yaml",
     "rbac/children_role.yaml",

@@ -8,6 +8,7 @@ given, serves HTTPS: each connection's handshake runs in its own thread (bounded
 from __future__ import annotations
 
 import contextlib
+import errno
 import socket
 import ssl
 import threading
@@ -23,6 +24,24 @@ Route = Callable[[str], tuple[int, str, bytes]]  # query -> (status, content typ
 HANDSHAKE_TIMEOUT = 10.0
 #: (request headers, path) -> None to serve, or (status, message) to refuse
 Authorize = Callable[[Mapping[str, str], str], tuple[int, str] | None]
+
+
+class AddressInUse(RuntimeError):
+    """The address a server should listen on is taken (another manager, webhook or
+    agent on this host): said in one line, not an OSError traceback."""
+
+
+def binding(what: str, addr: tuple[str, int], make: Callable[[], Any]) -> Any:
+    """``make()`` (a server that binds ``addr``), or AddressInUse naming it."""
+    try:
+        return make()
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        host = addr[0] or "0.0.0.0"
+        raise AddressInUse(f"cannot listen on {host}:{addr[1]} ({what}): the address is "
+                           "already in use (is another gpu-orchestrator process running?)"
+                           ) from None
 
 
 def parse_bind_address(addr: str | None) -> tuple[str, int] | None:
@@ -94,9 +113,9 @@ class HTTPServer:
                 pass
 
         if tls is None:
-            self._httpd = ThreadingHTTPServer(parsed, Handler)
+            self._httpd = binding(name, parsed, lambda: ThreadingHTTPServer(parsed, Handler))
         else:
-            self._httpd = _TLSServer(parsed, Handler)
+            self._httpd = binding(name, parsed, lambda: _TLSServer(parsed, Handler))
             self._httpd.tls = tls
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None

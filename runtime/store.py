@@ -3,7 +3,7 @@
 Cached objects are shared by every reader, so they are *frozen* when they enter the store:
 dicts become :class:`FrozenDict` and lists :class:`FrozenList`, subclasses of ``dict`` and
 ``list`` whose mutating methods raise ``TypeError``. Reads are then free (no copy per get);
-the cost is one recursive conversion per object per watch event, about the price of one
+the cost is one recursive conversion per object per watch event, less than one
 deep copy. A caller that wants to change an object takes a private mutable copy with
 :func:`thaw` (``obj = thaw(cached)``) and sends that to the API server.
 """
@@ -77,20 +77,43 @@ class FrozenList(list):
 
 
 def freeze(obj: Any) -> Any:
-    """Recursively convert dicts/lists to their read-only variants."""
-    if isinstance(obj, FrozenDict | FrozenList):
+    """Recursively convert dicts/lists to their read-only variants.
+
+    Objects from the wire are plain dicts, lists and scalars: each container is copied
+    at C speed (``FrozenDict(d)``, ``FrozenList(l)``) and only its container values are
+    visited again, so a scalar costs no Python call. Already frozen parts are kept."""
+    t = type(obj)
+    if t is dict:
+        return _freeze_dict(obj)
+    if t is list:
+        return _freeze_list(obj)
+    if t is FrozenDict or t is FrozenList or not isinstance(obj, (dict, list)):
         return obj
-    if isinstance(obj, dict):
-        d = FrozenDict()
-        for k, v in obj.items():
-            dict.__setitem__(d, k, freeze(v))
-        return d
-    if isinstance(obj, list):
-        lst = FrozenList()
-        for v in obj:
-            list.append(lst, freeze(v))
-        return lst
-    return obj
+    return _freeze_dict(obj) if isinstance(obj, dict) else _freeze_list(obj)
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _freeze_dict(d: dict) -> FrozenDict:
+    out = FrozenDict(d)
+    for k, v in d.items():
+        t = type(v)
+        if t is dict:
+            dict.__setitem__(out, k, _freeze_dict(v))
+        elif t is list:
+            dict.__setitem__(out, k, _freeze_list(v))
+        elif t not in _SCALARS and t is not FrozenDict and t is not FrozenList \
+                and isinstance(v, (dict, list)):
+            dict.__setitem__(out, k, freeze(v))
+    return out
+
+
+def _freeze_list(lst: list) -> FrozenList:
+    for v in lst:
+        if type(v) not in _SCALARS:
+            return FrozenList([freeze(x) for x in lst])
+    return FrozenList(lst)
 
 
 def thaw(obj: Any) -> Any:

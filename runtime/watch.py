@@ -31,12 +31,13 @@ class Watch:
             for chunk in self._resp.stream(65536, decode_content=True):
                 if self._closed:
                     return
-                buf += chunk
-                while True:
-                    i = buf.find(b"\n")
-                    if i < 0:
-                        break
-                    line, buf = buf[:i], buf[i + 1 :]
+                if b"\n" not in chunk:
+                    buf += chunk
+                    continue
+                # one split per chunk: a burst's chunk holds many events, each copied once
+                lines = (buf + chunk).split(b"\n")
+                buf = lines.pop()
+                for line in lines:
                     if line.strip():
                         yield _watch_event(line)
             if buf.strip() and not self._closed:

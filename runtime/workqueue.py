@@ -9,6 +9,9 @@
 * ``shut_down`` makes ``get`` return ``(None, True)`` once the queue is empty; adds are
   ignored from then on; pending delayed adds are dropped. ``shut_down_with_drain`` also
   waits until every queued and processing item is done.
+* Wake-ups are counted: an add (or a ``done`` that puts a dirty item back) wakes one
+  idle worker, never all of them; the last ``done`` wakes only a drain waiter. Idle
+  workers sleep on one condition, the drain waiter on another over the same lock.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ class WorkQueue:
     def __init__(self, name: str = "", rate_limiter: RateLimiter | None = None) -> None:
         self.name = name
         self.rate_limiter: RateLimiter = rate_limiter or default_controller_rate_limiter()
-        self._cond = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # idle workers in ``get``
+        self._drained = threading.Condition(lock)  # ``shut_down_with_drain``
         self._queue: deque[Hashable] = deque()
         self._dirty: set[Hashable] = set()
         self._processing: dict[Hashable, float] = {}  # item -> start time
@@ -98,8 +103,8 @@ class WorkQueue:
                 self._queue.append(item)
                 self._added_at[item] = time.monotonic()
                 self._cond.notify()
-            elif not self._processing:
-                self._cond.notify_all()
+            elif self._drain and not self._processing and not self._queue:
+                self._drained.notify_all()
 
     def __len__(self) -> int:
         with self._cond:
@@ -121,6 +126,7 @@ class WorkQueue:
         with self._cond:
             self._shutting_down = True
             self._cond.notify_all()
+            self._drained.notify_all()
 
     def shut_down_with_drain(self, timeout: float | None = None) -> bool:
         """Shut down, then wait until queued and processing items are all done.
@@ -132,12 +138,12 @@ class WorkQueue:
             self._drain = True
             while self._queue or self._processing:
                 if deadline is None:
-                    self._cond.wait()
+                    self._drained.wait()
                 else:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         return False
-                    self._cond.wait(left)
+                    self._drained.wait(left)
             return True
 
     def _metric_snapshot(self) -> tuple[int, list[float]]:

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from api.v1alpha1.types import SCHEDULING_MAP_ANNOTATION, SchedulingStrategy
+from api.v1alpha1.keys import SCHEDULING_MAP_ANNOTATION
+from api.v1alpha1.types import SchedulingStrategy
 
 #: Scheduled=False reason and Event reason while a spec change is being applied.
 SPEC_CHANGED_REASON = "SpecChanged"
@@ -124,6 +125,8 @@ SPEC_CHANGES: tuple[FieldChange, ...] = (
             "string(self.priority) == string(oldSelf.priority))"
         ),
     ),
+    _refused("priorityClassName", "Decides the priority, and whether it may preempt "
+             "workloads of other namespaces."),
     _refused("schedulingStrategy", "Decides the placement."),
     _refused(
         "schedulingMap",

@@ -9,11 +9,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from api.v1alpha1 import changes, crd
+from api.v1alpha1.keys import SCHEDULING_MAP_ANNOTATION
 from api.v1alpha1.sharing import DOC_SECTION, SHARING_RULES
 from api.v1alpha1.types import (
     API_VERSION,
     PRIORITY_NAMES,
-    SCHEDULING_MAP_ANNOTATION,
     GPUDevice,
     GPUNode,
     GPUWorkload,
@@ -94,8 +94,7 @@ def _model_rules(model: type[BaseModel]) -> list[dict[str, str]]:
     extra = model.model_config.get("json_schema_extra")
     rules = list(extra.get("x-kubernetes-validations", [])) if isinstance(extra, dict) else []
     if model is GPUWorkloadSpec:
-        rules.append(crd.MAP_INDEX_RULE)
-        rules += SHARING_RULES
+        rules += [crd.MAP_INDEX_RULE, crd.MAP_STRATEGY_RULE, *SHARING_RULES]
     from api.v1alpha1.queues import QUEUE_RULES, GPUQueueSpec
 
     if model is GPUQueueSpec:
@@ -226,6 +225,26 @@ def render_markdown() -> str:
         f"`{SCHEDULING_MAP_ANNOTATION}` annotation; with `schedulingStrategy: annotationMap` "
         "one of the two is required (checked by a ValidatingAdmissionPolicy, since CRD "
         "validation rules cannot read annotations).",
+        "",
+        "Priority an admin controls: a workload preempts workloads of other namespaces "
+        "only when `spec.priorityClassName` names a PriorityClass (cluster-scoped, an "
+        "admin's) whose value is exactly `spec.priority` (the "
+        "`workload-priority-class` policy refuses any other value; the class is copied "
+        "to the children's pods); otherwise it preempts only in its own namespace. An "
+        "admin may also cap a namespace with the label `gpu.orchestrator.dev/max-priority="
+        "<n>` (the `workload-priority-ceiling` policy refuses a higher priority there). "
+        "`kubectl get gw -o wide` shows the priority. See security.md.",
+        "",
+        "Refused at the door: the names a child will carry (`<name>-<index>`, at most 63 "
+        "characters; a gang's name is a DNS-1035 label, for its headless Service), the "
+        "template's container names (DNS-1123 labels) and images, and a Job template's "
+        "`restartPolicy: Always` are checked by ValidatingAdmissionPolicies "
+        "(`gpuworkload-names`, also on `kubectl scale`; `gpuworkload-scheduling-map`) when "
+        "a workload is created or its template or replicas change. The rest the API "
+        "server checks on a Pod or Job: before a spec's first placement the controller "
+        "creates its child with `dryRun=All`, and reports a refusal (and a template over "
+        "1 MiB as JSON) as `Scheduled=False InvalidSpec`, in the API server's words, "
+        "spending no retry.",
         "",
         "Example (the seed's annotation map):",
         "",

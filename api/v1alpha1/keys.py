@@ -7,8 +7,13 @@ GROUP = "gpu.orchestrator.dev"
 #: the NVIDIA device plugin's extended resource
 GPU_RESOURCE = "nvidia.com/gpu"
 
+#: the seed's scheduling map: on a seed-path pod (a StatefulSet's), the map its replica
+#: index picks its node and devices from; on a GPUWorkload, used when
+#: ``spec.schedulingMap`` is unset
+SCHEDULING_MAP_ANNOTATION = "gpu-scheduling-map"
+
 #: on a child: the name of the GPUWorkload it belongs to (informational; ownership is
-#: the controller ownerReference, never this label)
+#: the controller ownerReference, never this label); ``status.selector`` selects on it
 WORKLOAD_LABEL = f"{GROUP}/workload"
 #: on a child (and a Job's pod template): the UID of its GPUWorkload
 WORKLOAD_UID_LABEL = f"{GROUP}/workload-uid"

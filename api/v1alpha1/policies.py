@@ -42,8 +42,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.v1alpha1.keys import GPU_RESOURCE
-from api.v1alpha1.types import GROUP, SCHEDULING_MAP_ANNOTATION, VERSION, SchedulingStrategy
+from api.v1alpha1.keys import GPU_RESOURCE, GROUP, SCHEDULING_MAP_ANNOTATION
+from api.v1alpha1.types import VERSION, SchedulingStrategy
 
 #: The agent's service account (config/agent); its tokens are bound to its pod, and so
 #: carry the node the pod runs on.
@@ -62,7 +62,7 @@ ANNOTATION_MAP_FORBIDDEN = "forbidden"
 ADMISSION = "admissionregistration.k8s.io/v1"
 
 
-def _policy(name: str, spec: dict[str, Any], binding: dict[str, Any] | None = None
+def policy_pair(name: str, spec: dict[str, Any], binding: dict[str, Any] | None = None
             ) -> list[dict[str, Any]]:
     return [
         {"apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicy",
@@ -73,7 +73,7 @@ def _policy(name: str, spec: dict[str, Any], binding: dict[str, Any] | None = No
     ]
 
 
-def _rule(group: str, version: str, resources: list[str], operations: list[str]
+def resource_rule(group: str, version: str, resources: list[str], operations: list[str]
           ) -> dict[str, Any]:
     return {"apiGroups": [group], "apiVersions": [version], "operations": operations,
             "resources": resources}
@@ -83,9 +83,9 @@ def gpunode_identity() -> list[dict[str, Any]]:
     node_of_token = f"request.userInfo.extra['{NODE_NAME_EXTRA}']"
     has_node = (f"has(request.userInfo.extra) && "
                 f"'{NODE_NAME_EXTRA}' in request.userInfo.extra")
-    return _policy(f"gpunode-identity.{GROUP}", {
+    return policy_pair(f"gpunode-identity.{GROUP}", {
         "matchConstraints": {"resourceRules": [
-            _rule(GROUP, VERSION, ["gpunodes", "gpunodes/status"], ["CREATE", "UPDATE"])]},
+            resource_rule(GROUP, VERSION, ["gpunodes", "gpunodes/status"], ["CREATE", "UPDATE"])]},
         "validations": [
             {
                 "expression": ("!has(object.spec) || !has(object.spec.nodeName) || "
@@ -120,10 +120,10 @@ def gpunode_capacity() -> list[dict[str, Any]]:
     bounded = (f"params.metadata.name != object.metadata.name || !has(params.status) || "
                f"!has(params.status.capacity) || !('{GPU_RESOURCE}' in params.status.capacity)")
     limit = f"quantity({cap}).asInteger()"
-    return _policy(f"gpunode-capacity.{GROUP}", {
+    return policy_pair(f"gpunode-capacity.{GROUP}", {
         "paramKind": {"apiVersion": "v1", "kind": "Node"},
         "matchConstraints": {"resourceRules": [
-            _rule(GROUP, VERSION, ["gpunodes", "gpunodes/status"], ["CREATE", "UPDATE"])]},
+            resource_rule(GROUP, VERSION, ["gpunodes", "gpunodes/status"], ["CREATE", "UPDATE"])]},
         "validations": [
             {
                 "expression": (
@@ -156,8 +156,8 @@ def node_agent() -> list[dict[str, Any]]:
         f"k.startsWith('{p}') || (has(object.metadata.labels) && "
         "k in object.metadata.labels)))"
     )
-    return _policy(f"node-agent.{GROUP}", {
-        "matchConstraints": {"resourceRules": [_rule("", "v1", ["nodes"], ["UPDATE"])]},
+    return policy_pair(f"node-agent.{GROUP}", {
+        "matchConstraints": {"resourceRules": [resource_rule("", "v1", ["nodes"], ["UPDATE"])]},
         "matchConditions": [{"name": "is-agent", "expression":
                              f"request.userInfo.username == '{AGENT_SERVICE_ACCOUNT}'"}],
         "validations": [
@@ -194,12 +194,12 @@ def annotation_map_namespaces() -> list[dict[str, Any]]:
            "bypassing the strategies' choice; ask your cluster admin")
     no_annotation = (f"!has(object.metadata.annotations) || "
                      f"!('{ann}' in object.metadata.annotations)")
-    return _policy(f"annotation-map-namespaces.{GROUP}", {
+    return policy_pair(f"annotation-map-namespaces.{GROUP}", {
         "matchConstraints": {
             "namespaceSelector": {"matchLabels": {label: ANNOTATION_MAP_FORBIDDEN}},
             "resourceRules": [
-                _rule(GROUP, VERSION, ["gpuworkloads"], ["CREATE", "UPDATE"]),
-                _rule("", "v1", ["pods"], ["CREATE"]),
+                resource_rule(GROUP, VERSION, ["gpuworkloads"], ["CREATE", "UPDATE"]),
+                resource_rule("", "v1", ["pods"], ["CREATE"]),
             ],
         },
         "validations": [
@@ -219,9 +219,9 @@ def annotation_map_namespaces() -> list[dict[str, Any]]:
 def manager_writes() -> list[dict[str, Any]]:
     """The manager may patch a GPUWorkload only for its finalizer: RBAC cannot limit a
     patch to one field, this can."""
-    return _policy(f"manager-writes.{GROUP}", {
+    return policy_pair(f"manager-writes.{GROUP}", {
         "matchConstraints": {"resourceRules": [
-            _rule(GROUP, VERSION, ["gpuworkloads"], ["UPDATE"])]},
+            resource_rule(GROUP, VERSION, ["gpuworkloads"], ["UPDATE"])]},
         "matchConditions": [{"name": "is-manager", "expression":
                              f"request.userInfo.username == '{MANAGER_SERVICE_ACCOUNT}'"}],
         "validations": [{
@@ -243,15 +243,15 @@ def manager_writes() -> list[dict[str, Any]]:
 def manager_namespaces() -> list[dict[str, Any]]:
     """The manager never creates, changes or deletes anything in the system
     namespaces, even where its RBAC is bound cluster-wide."""
-    return _policy(f"manager-namespaces.{GROUP}", {
+    return policy_pair(f"manager-namespaces.{GROUP}", {
         "matchConstraints": {
             "namespaceSelector": {"matchExpressions": [{
                 "key": "kubernetes.io/metadata.name", "operator": "In",
                 "values": list(SYSTEM_NAMESPACES)}]},
             "resourceRules": [
-                _rule("", "v1", ["pods", "pods/binding", "pods/eviction", "services"],
+                resource_rule("", "v1", ["pods", "pods/binding", "pods/eviction", "services"],
                       ["CREATE", "UPDATE", "DELETE"]),
-                _rule("batch", "v1", ["jobs"], ["CREATE", "UPDATE", "DELETE"]),
+                resource_rule("batch", "v1", ["jobs"], ["CREATE", "UPDATE", "DELETE"]),
             ],
         },
         "matchConditions": [{"name": "is-manager", "expression":

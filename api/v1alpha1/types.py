@@ -11,6 +11,7 @@ back in wire form without unset optionals.
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -26,17 +27,11 @@ from pydantic import (
     model_validator,
 )
 
+from api.v1alpha1.keys import GROUP, SCHEDULING_MAP_ANNOTATION, WORKLOAD_LABEL
 from api.v1alpha1.sharing import MIG_PROFILE_PATTERN, GPUShare, MigInstance
 
-GROUP = "gpu.orchestrator.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
-
-#: Annotation that carries the seed's scheduling map (used when spec.schedulingMap is unset).
-SCHEDULING_MAP_ANNOTATION = "gpu-scheduling-map"
-
-#: Label the controller puts on a workload's pods (and Jobs); status.selector selects on it.
-WORKLOAD_LABEL = "gpu.orchestrator.dev/workload"
 
 
 def pod_selector(workload_name: str) -> str:
@@ -47,6 +42,21 @@ def pod_selector(workload_name: str) -> str:
 #: Named priorities accepted in ``spec.priority`` (the seed's spellings).
 PRIORITY_NAMES: dict[str, int] = {"low": 0, "medium": 50, "high": 100}
 MAX_PRIORITY = 1_000_000_000
+
+#: RE2 of a DNS-1123 subdomain (the name of a PriorityClass)
+DNS1123_SUBDOMAIN = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+#: Upper bounds of the numbers of a spec (each refused above it by the CRD, with a
+#: message; the controller also clamps what an older object stored above them).
+MAX_REPLICAS = 512
+MAX_RETRIES = 1000
+MAX_BACKOFF_SECONDS = 86_400  # one day
+MAX_GPU_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB
+#: the longest name a child can carry (a DNS-1123 label, a label value)
+MAX_CHILD_NAME = 63
+#: the largest template (as JSON) a child is made from: etcd stores objects up to
+#: 1.5 MiB, and the child adds its labels, annotations, env and managed fields
+MAX_TEMPLATE_BYTES = 1 << 20
 
 #: Upper bound of the schedulingMap text, so that CEL cost estimates stay bounded.
 SCHEDULING_MAP_MAX_LENGTH = 4096
@@ -176,6 +186,7 @@ class RetryPolicy(_Base):
         5,
         alias="maxRetries",
         ge=0,
+        le=MAX_RETRIES,
         description=(
             "Attempts after the first before the workload is marked Failed: an "
             "unschedulable attempt or a failed replica (which restarts the whole gang) "
@@ -187,6 +198,7 @@ class RetryPolicy(_Base):
         10,
         alias="backoffSeconds",
         ge=1,
+        le=MAX_BACKOFF_SECONDS,
         description=(
             "Base delay in seconds. Retry n (from 1) waits a random time between "
             "backoffSeconds and min(maxBackoffSeconds, backoffSeconds * 2^(n-1)): "
@@ -197,6 +209,7 @@ class RetryPolicy(_Base):
         300,
         alias="maxBackoffSeconds",
         ge=1,
+        le=MAX_BACKOFF_SECONDS,
         description="Upper bound in seconds of a single retry delay.",
     )
 
@@ -215,6 +228,15 @@ class RetryPolicy(_Base):
             ]
         },
     )
+
+    @field_validator("backoff_seconds", "max_backoff_seconds", mode="before")
+    @classmethod
+    def _clamp(cls, v: Any) -> Any:
+        """An object stored before the CRD's maximum still reads, at the maximum:
+        a delay of 2^40 s would overflow the next retry time."""
+        if isinstance(v, int) and not isinstance(v, bool) and v > MAX_BACKOFF_SECONDS:
+            return MAX_BACKOFF_SECONDS
+        return v
 
 
 def _parse_priority(v: Any) -> int:
@@ -238,6 +260,7 @@ class GPUWorkloadSpec(_Base):
     replicas: int = Field(
         1,
         ge=1,
+        le=MAX_REPLICAS,
         description=(
             "Number of replicas. More than one makes a gang: all replicas are placed "
             "together or none is."
@@ -264,6 +287,7 @@ class GPUWorkloadSpec(_Base):
         0,
         alias="minGPUMemoryMiB",
         ge=0,
+        le=MAX_GPU_MEMORY_MIB,
         description="Only devices with at least this much total memory (MiB) are used.",
     )
     gpu_share: GPUShare | None = Field(
@@ -314,6 +338,19 @@ class GPUWorkloadSpec(_Base):
                 }
             ],
         },
+    )
+    priority_class_name: str | None = Field(
+        None,
+        alias="priorityClassName",
+        max_length=253,
+        description=(
+            "A Kubernetes PriorityClass whose value is this workload's priority "
+            "(spec.priority must then equal it), copied to the children's pods. Only a "
+            "priority from a PriorityClass, which an admin controls, may preempt "
+            "workloads of other namespaces; without one, a workload preempts only in "
+            "its own namespace."
+        ),
+        json_schema_extra={"pattern": DNS1123_SUBDOMAIN},
     )
     scheduling_strategy: SchedulingStrategy | None = Field(
         None,
@@ -371,7 +408,8 @@ class GPUWorkloadSpec(_Base):
             "nodeName, the device environment, labels and owner references. Unset (or "
             "without containers): one container main running busybox:1.36 with the "
             "image's own command, for trying a placement (a DefaultTemplate Event says "
-            "so)."
+            "so). At most 1 MiB as JSON (larger: InvalidSpec, the children could not be "
+            "stored)."
         ),
         json_schema_extra={
             "crd_schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
@@ -444,6 +482,19 @@ class GPUWorkloadSpec(_Base):
     @classmethod
     def _none_to_empty(cls, v: Any) -> Any:
         return {} if v is None else v
+
+    @field_validator("template")
+    @classmethod
+    def _template_size(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        """No CEL can measure an object: the controller refuses (InvalidSpec, no retry
+        spent) a template its children could not be stored with."""
+        if v is not None:
+            size = len(json.dumps(v, separators=(",", ":")))
+            if size > MAX_TEMPLATE_BYTES:
+                raise ValueError(f"the template is {size} bytes as JSON; a child is made "
+                                 f"from it only up to {MAX_TEMPLATE_BYTES} (etcd stores "
+                                 "objects up to 1.5 MiB)")
+        return v
 
     @model_validator(mode="after")
     def _gpus(self) -> GPUWorkloadSpec:
@@ -647,44 +698,6 @@ class GPUWorkloadStatus(_Base):
                 return c
         return None
 
-    def set_condition(
-        self,
-        type_: str,
-        status: ConditionStatus | bool,
-        reason: str,
-        message: str,
-        now: datetime,
-        observed_generation: int | None = None,
-    ) -> bool:
-        """Set a condition the Kubernetes way: lastTransitionTime changes only when
-        the status does. ``now`` is injected. Returns True if anything changed."""
-        if isinstance(status, bool):
-            status = ConditionStatus.TRUE if status else ConditionStatus.FALSE
-        old = self.condition(type_)
-        if old is None:
-            self.conditions.append(
-                Condition(
-                    type=type_,
-                    status=status,
-                    reason=reason,
-                    message=message,
-                    last_transition_time=now,
-                    observed_generation=observed_generation,
-                )
-            )
-            return True
-        changed = (old.status, old.reason, old.message, old.observed_generation) != (
-            status,
-            reason,
-            message,
-            observed_generation,
-        )
-        if old.status != status:
-            old.last_transition_time = now
-        old.status, old.reason, old.message = status, reason, message
-        old.observed_generation = observed_generation
-        return changed
-
     def remove_condition(self, type_: str) -> bool:
         before = len(self.conditions)
         self.conditions = [c for c in self.conditions if c.type != type_]
@@ -771,6 +784,29 @@ class GPUNodeSpec(_Base):
 
 class GPUNodeStatus(_Base):
     """Devices of a node, written periodically by the NVML agent."""
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+        extra="ignore",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    # 0 is the default of a status that reports devices alone
+                    "rule": ("self.deviceCount == 0 || "
+                             "self.deviceCount == (has(self.devices) ? size(self.devices) : 0)"),
+                    "message": ("deviceCount must equal the number of devices listed in "
+                                "devices (or be 0)"),
+                    "reason": "FieldValueInvalid",
+                },
+                {
+                    "rule": ("self.healthyCount <= "
+                             "(has(self.devices) ? size(self.devices) : 0)"),
+                    "message": "healthyCount cannot exceed the number of devices listed",
+                    "reason": "FieldValueInvalid",
+                },
+            ]
+        },
+    )
 
     devices: list[GPUDevice] = Field(
         default_factory=list,

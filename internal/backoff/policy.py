@@ -4,7 +4,8 @@ Workload retries (spec.retryPolicy): retry ``n`` (1-based) waits a random time i
 ``[backoffSeconds, min(maxBackoffSeconds, backoffSeconds * 2^(n-1))]``: tenacity's
 ``wait_exponential`` gives the upper bound, and an injected RNG the jitter, so the
 delays are reproducible in tests. Never less than backoffSeconds (no hot loop),
-never more than maxBackoffSeconds. After ``maxRetries`` retries, give up.
+never more than maxBackoffSeconds (nor a day, MAX_DELAY_SECONDS). After
+``maxRetries`` retries, give up.
 
 Cluster errors (429, 5xx, connection failures): ``retrying_call`` retries a call a
 few times with the same kind of jittered exponential backoff, then re-raises.
@@ -28,6 +29,9 @@ T = TypeVar("T")
 
 #: HTTP statuses of transient cluster errors
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+#: no workload delay is longer (the CRD's maximum, api/v1alpha1 MAX_BACKOFF_SECONDS):
+#: an object stored before that bound must not overflow its next retry time
+MAX_DELAY_SECONDS = 86_400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +52,12 @@ class Policy:
             return cls()
         if isinstance(spec, Policy):
             return spec
+        base = min(float(spec.backoff_seconds), MAX_DELAY_SECONDS)
         return cls(
             max_retries=int(spec.max_retries),
-            backoff_seconds=float(spec.backoff_seconds),
-            max_backoff_seconds=float(max(spec.max_backoff_seconds, spec.backoff_seconds)),
+            backoff_seconds=base,
+            max_backoff_seconds=max(min(float(spec.max_backoff_seconds), MAX_DELAY_SECONDS),
+                                    base),
         )
 
 

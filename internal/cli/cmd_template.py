@@ -34,7 +34,7 @@ metadata:
   # An integer >= 0, or low (0) / medium (50) / high (100).
   priority: medium
   # {strategies}
-  schedulingStrategy: {strategy}
+  {strategy_line}
 {map_block}  # Only nodes with all these labels.
   # nodeSelector:
   #   gpu.orchestrator.dev/class: a100
@@ -71,8 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=validate.int_range(1, validate.MAX_GPUS), default=1,
                    help=f"GPUs per replica, 1 to {validate.MAX_GPUS} (the CRD's bound) "
                         "(default %(default)s)")
-    p.add_argument("--strategy", default="leastLoaded",
-                   choices=[s.value for s in SchedulingStrategy])
+    p.add_argument("--strategy", default=None,
+                   choices=[s.value for s in SchedulingStrategy],
+                   help="spec.schedulingStrategy (default: none, so the manager's "
+                        "--default-strategy applies)")
     p.add_argument("--map", dest="scheduling_map", default=None, metavar="MAP",
                    help="spec.schedulingMap for --strategy annotationMap: one replica per "
                         "line, '<index>=<node>:<dev>,<dev>' (lines joined by ';' or newlines)")
@@ -112,7 +114,10 @@ def render(args: argparse.Namespace) -> str:
     return TEMPLATE.format(
         api_version=API_VERSION, name=args.name,
         namespace_line=f"  namespace: {ns}\n" if ns else "",
-        replicas=args.replicas, gpus=args.gpus, strategy=args.strategy, image=args.image,
+        replicas=args.replicas, gpus=args.gpus, image=args.image,
+        strategy_line=f"schedulingStrategy: {args.strategy}" if args.strategy else
+        "# unset: the manager's --default-strategy (leastLoaded unless it says otherwise)\n"
+        "  # schedulingStrategy: leastLoaded",
         strategies=" | ".join(s.value for s in SchedulingStrategy), map_block=map_block)
 
 

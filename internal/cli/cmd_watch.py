@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from internal.cli import inventory, validate
 from internal.cli.kube import Kube
 from internal.cli.output import Printer
+from internal.objects import object_key
 
 HELP = "stream GPUWorkload changes: phase, placements, why pending"
 
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
     seen: dict[str, str] = {}
 
     def emit(kind: str, w: dict) -> None:
-        key = inventory.workload_key(w)
+        key = object_key(w)
         sig = json.dumps([kind == "DELETED", w.get("status")], sort_keys=True, default=str)
         if seen.get(key) == sig:
             return  # a spec/metadata-only change: nothing the user watches moved

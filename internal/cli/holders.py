@@ -26,17 +26,18 @@ memory and not yet written (a second or so): the API is all it reads.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from api.v1alpha1.keys import WORKLOAD_LABEL
 from controllers.seedbook import DEFAULT_SCHEDULER_NAME, SeedBook, is_seed_key, read_bound
+from internal.objects import JSON, object_key
 from internal.scheduling.jobs import JobHolding
 from internal.scheduling.ledger import Allocation, Ledger
 from internal.scheduling.podindex import pod_index
-from internal.scheduling.pods import pod_holder_key, pod_is_active, pod_key, pod_uid
+from internal.scheduling.pods import pod_holder_key, pod_is_active, pod_uid
 from internal.scheduling.resourceslices import (
     ClaimHolding,
     SliceInventory,
@@ -46,8 +47,6 @@ from internal.scheduling.resourceslices import (
     with_slices,
 )
 from internal.scheduling.snapshot import Snapshot, gpunode_at
-
-JSON = Mapping[str, Any]
 
 
 @dataclass
@@ -67,7 +66,7 @@ class Holdings:
         ``ns/statefulset/name[replica]``."""
         if a.key in self.names:
             return self.names[a.key]
-        if a.pod:
+        if a.holder:
             return a.name
         ns, _, name = a.key.partition("/")
         if is_seed_key(a.key):
@@ -100,7 +99,7 @@ class Holdings:
         for a in self.ledger.allocations().values():
             if not holds(a):
                 continue
-            rank = 0 if not a.pod else 2 if a.job else 1
+            rank = 0 if not a.holder else 2 if a.job else 1
             name = self.label(a, node, device)
             if a.owner not in best or (rank, name) < best[a.owner]:
                 best[a.owner] = (rank, name)
@@ -144,8 +143,8 @@ def controller_holdings(
     ledger, problems = Ledger.rebuild(workloads, ours, jobs=jobs, nominations=False)
     names: dict[str, str] = {pod_holder_key(pod_uid(p)): _pod_name(p) for p in ours}
     for job in jobs:
-        names[JobHolding(str((job.get("metadata") or {}).get("uid") or pod_key(job)),
-                         "", "", (), 0, "").key] = _ns_name(pod_key(job), "job")
+        names[JobHolding(str((job.get("metadata") or {}).get("uid") or object_key(job)),
+                         "", "", (), 0, "").key] = _ns_name(object_key(job), "job")
     for claim in claims:
         meta = claim.get("metadata") or {}
         key = claim_holder_key(str(meta.get("uid") or ""))
@@ -153,7 +152,7 @@ def controller_holdings(
         names[key] = f"{meta.get('namespace') or 'default'}/claim/{meta.get('name') or ''}"
     problems += book.rebuild(ledger, pods)
     # the book leaves an unreadable annotation to the pod's reconcile to report
-    problems += [f"pod {pod_key(p)}: {why}" for p in pods
+    problems += [f"pod {object_key(p)}: {why}" for p in pods
                  if book.owns(p) and pod_is_active(p) for why in read_bound(p)[1]]
     problems += ledger.book_nominations(workloads)
     snapshot = Snapshot.build(nodes, views, ledger)

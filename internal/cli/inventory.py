@@ -119,11 +119,6 @@ class NodeGPUs:
         }
 
 
-def workload_key(obj: Mapping[str, Any]) -> str:
-    md = obj.get("metadata") or {}
-    return f"{md.get('namespace') or 'default'}/{md.get('name')}"
-
-
 def gpus_per_replica(w: Mapping[str, Any]) -> int:
     spec = w.get("spec") or {}
     try:

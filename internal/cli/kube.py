@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from api.v1alpha1.keys import WORKLOAD_UID_LABEL
-from api.v1alpha1.types import API_VERSION, GROUP
+from api.v1alpha1.keys import GROUP, WORKLOAD_UID_LABEL
+from api.v1alpha1.types import API_VERSION
 from runtime import Client, RestConfig, errors
 from runtime.kubeconfig import KubeconfigError
 from runtime.kubeconfig import context_namespace as kubeconfig_namespace

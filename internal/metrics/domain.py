@@ -25,13 +25,16 @@ class StateCollector(Collector):
         self._gpus: Callable[[], tuple[dict[str, int], dict[str, int]]] = lambda: ({}, {})
         self._heartbeats: Callable[[], dict[str, float]] = dict
         self._unmanaged: Callable[[], dict[str, int]] = dict
+        self._shares: Callable[[], list[tuple[str, int, float, int | None]]] = list
 
     def set_sources(self, phases: Callable[[], dict[str, int]],
                     gpus: Callable[[], tuple[dict[str, int], dict[str, int]]],
                     heartbeats: Callable[[], dict[str, float]] = dict,
-                    unmanaged: Callable[[], dict[str, int]] = dict) -> None:
+                    unmanaged: Callable[[], dict[str, int]] = dict,
+                    shares: Callable[[], list[tuple[str, int, float, int | None]]] = list,
+                    ) -> None:
         self._phases, self._gpus, self._heartbeats = phases, gpus, heartbeats
-        self._unmanaged = unmanaged
+        self._unmanaged, self._shares = unmanaged, shares
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         workloads = GaugeMetricFamily("gpu_orchestrator_workloads", "GPUWorkloads by phase.",
@@ -65,6 +68,20 @@ class StateCollector(Collector):
         for reason, n in sorted(self._unmanaged().items()):
             left.add_metric([reason], n)
         yield left
+        part = GaugeMetricFamily(
+            "gpu_orchestrator_device_share_allocated_ratio", "Part of a shared device "
+            "(held by gpuShare workloads, never whole) its shares take, 0 to 1.",
+            labels=["node", "device"])
+        mib = GaugeMetricFamily(
+            "gpu_orchestrator_device_share_allocated_memory_mib", "Memory of a shared device "
+            "its shares take, MiB (devices whose GPUNode reports their memory).",
+            labels=["node", "device"])
+        for node, device, used, memory in sorted(self._shares()):
+            part.add_metric([node, str(device)], used)
+            if memory:
+                mib.add_metric([node, str(device)], used * memory)
+        yield part
+        yield mib
 
 
 PHASES = ("Pending", "Scheduled", "Running", "Succeeded", "Failed")

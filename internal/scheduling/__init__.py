@@ -33,7 +33,6 @@ from internal.scheduling.ledger import (
     LedgerConflict,
     is_controller_pod,
     pod_gpu_request,
-    pod_key,
 )
 from internal.scheduling.mapparser import (
     MapEntry,
@@ -77,6 +76,5 @@ __all__ = [
     "pick_devices",
     "plan_preemption",
     "pod_gpu_request",
-    "pod_key",
     "schedule",
 ]

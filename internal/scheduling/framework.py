@@ -56,6 +56,7 @@ def schedule(
     rng: random.Random | None = None,
     *,
     default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES,
+    across_namespaces: bool = True,
 ) -> Decision:
     """Decide where every replica of ``workload`` goes. Changes neither the snapshot
     nor the ledger (only roundRobin's cursor moves on success).
@@ -63,6 +64,8 @@ def schedule(
     ``strategy``: an instance (keeps state such as roundRobin's cursor), a name,
     or None for the workload's spec.schedulingStrategy. ``rng``: the random source
     of the random strategy (seeded for reproducible decisions).
+    ``across_namespaces``: may preemption take workloads of other namespaces (only
+    a priority an admin controls may; see preemption.plan_preemption).
     """
     if snapshot.ledger is not ledger:
         snapshot.attach(ledger)
@@ -119,7 +122,8 @@ def schedule(
         visited=visited,
     )
     if strat.preempts and wanted(workload.spec) is None:  # shares do not preempt (yet)
-        plan = plan_preemption(workload, snapshot, ledger, strat, counted)
+        plan = plan_preemption(workload, snapshot, ledger, strat, counted,
+                               across_namespaces)
         decision.visited += plan[2]
         if plan[0] is not None:
             victims, nominated = plan[0], plan[1]

@@ -21,21 +21,16 @@ malformed annotation raises ``BadPod`` for the caller to report.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from api.v1alpha1.keys import ATTEMPT_LABEL, DEVICES_ANNOTATION, WORKLOAD_UID_LABEL
+from internal.objects import JSON, object_key
 from internal.scheduling.pods import (
     PodHolding,
     controller_ref,
     parse_devices,
     pod_gpu_request,
-    pod_key,
     with_portion,
     workload_owner,
 )
-
-JSON = Mapping[str, Any]
 
 #: how a Job's holding is named in messages ("held by Job ns/train-0")
 JOB_PREFIX = "Job "
@@ -55,7 +50,7 @@ def job_holder_key(uid: str) -> str:
 
 def job_uid(job: JSON) -> str:
     meta = job.get("metadata") or {}
-    return str(meta.get("uid") or pod_key(job))
+    return str(meta.get("uid") or object_key(job))
 
 
 def job_finished(job: JSON) -> bool:
@@ -83,7 +78,7 @@ def job_holding(job: JSON) -> JobHolding | None:
         return None
     labels = (job.get("metadata") or {}).get("labels") or tmeta.get("labels") or {}
     owner = workload_owner(workload, labels.get(ATTEMPT_LABEL))
-    return with_portion(JobHolding(job_uid(job), f"{JOB_PREFIX}{pod_key(job)}", str(node),
+    return with_portion(JobHolding(job_uid(job), f"{JOB_PREFIX}{object_key(job)}", str(node),
                                    devices, counted, owner), tmeta.get("annotations") or {})
 
 

@@ -14,7 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
-_ORDINAL = re.compile(r"-(0|[1-9][0-9]*)$")
+#: at most 9 ASCII digits: ``\d`` and ``isdigit`` take ``²`` and other digits that
+#: ``int`` refuses, and an index beyond that is no replica's
+_ORDINAL = re.compile(r"-(0|[1-9][0-9]{0,8})$", re.ASCII)
+_INDEX = re.compile(r"(0|[1-9][0-9]{0,8})", re.ASCII)
 
 
 def pod_index(pod: Mapping[str, Any], request_name: str = "") -> tuple[int | None, str]:
@@ -23,9 +26,10 @@ def pod_index(pod: Mapping[str, Any], request_name: str = "") -> tuple[int | Non
     md = pod.get("metadata") or {}
     label = (md.get("labels") or {}).get(POD_INDEX_LABEL)
     if label is not None:
-        if str(label).isascii() and str(label).isdigit():
+        if _INDEX.fullmatch(str(label)):
             return int(label), f"label {POD_INDEX_LABEL}"
-        return None, f"label {POD_INDEX_LABEL}={label!r} is not a non-negative integer"
+        return None, (f"label {POD_INDEX_LABEL}={str(label)[:80]!r} is not a non-negative "
+                      "integer below 1000000000")
     name = md.get("name") or request_name or ""
     if not name:
         gen = md.get("generateName") or ""

@@ -35,10 +35,10 @@ from api.v1alpha1.keys import (
     SHARE_ANNOTATION,
     WORKLOAD_UID_LABEL,
 )
+from internal.objects import JSON, object_key
 from internal.scheduling.quantity import gpu_count
 from internal.scheduling.shares import read_portion
 
-JSON = Mapping[str, Any]
 H = TypeVar("H", bound="PodHolding")
 
 
@@ -77,14 +77,10 @@ def pod_holder_key(uid: str) -> str:
     return f"pod:{uid}"
 
 
-def pod_key(pod: JSON) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
-
 
 def pod_uid(pod: JSON) -> str:
     meta = pod.get("metadata") or {}
-    return str(meta.get("uid") or pod_key(pod))
+    return str(meta.get("uid") or object_key(pod))
 
 
 def pod_is_active(pod: JSON) -> bool:
@@ -111,7 +107,8 @@ def pod_gpu_request(pod: JSON) -> int:
 
 def parse_devices(value: Any) -> list[int] | None:
     """``"0,1"`` -> ``[0, 1]``; None when absent or empty. Raises BadPod for anything
-    but comma-separated ASCII decimal indices (``"²"`` is a digit to ``isdigit``)."""
+    but comma-separated ASCII decimal indices (``"²"`` is a digit to ``isdigit``),
+    each named once (``"3,3"`` is refused, not read as ``"3"``)."""
     if value is None or str(value).strip() == "":
         return None
     out: list[int] = []
@@ -121,7 +118,9 @@ def parse_devices(value: Any) -> list[int] | None:
             raise BadPod(f"annotation {DEVICES_ANNOTATION}={value!r} is not a list of "
                          f"device indices")
         out.append(int(tok))
-    return sorted(set(out))
+    if len(set(out)) != len(out):
+        raise BadPod(f"annotation {DEVICES_ANNOTATION}={value!r} names a device twice")
+    return sorted(out)
 
 
 def controller_ref(obj: JSON) -> Mapping[str, Any] | None:
@@ -161,7 +160,7 @@ def pod_holding(pod: JSON) -> PodHolding | None:
     if not devices and not counted:
         return None
     return with_portion(
-        PodHolding(pod_uid(pod), pod_key(pod), str(node), devices, counted, pod_owner(pod)),
+        PodHolding(pod_uid(pod), object_key(pod), str(node), devices, counted, pod_owner(pod)),
         annotations)
 
 

@@ -24,23 +24,33 @@ def order_by_priority(workloads: Iterable[GPUWorkload]) -> list[GPUWorkload]:
     )
 
 
+def booking_namespace(key: str) -> str:
+    """The namespace of a booking key: ``ns/name`` (a workload) or ``Kind:ns/name``
+    (a pod book's owner)."""
+    return key.split(":", 1)[-1].split("/", 1)[0]
+
+
 def plan_preemption(
     workload: GPUWorkload,
     snapshot: Snapshot,
     ledger: Ledger,
     strategy: Strategy,
     counted: bool,
+    across_namespaces: bool = True,
 ) -> tuple[list[str] | None, list[Placement], int]:
     """Lowest-priority victims whose release lets the whole gang fit.
 
     Only workloads of strictly lower priority are candidates (foreign pods never
-    are). Victims are added lowest priority first until the gang fits, then any
-    victim not needed is dropped again (highest priority first). Returns
-    (victims or None, nominated placements, nodes visited).
+    are), and, unless ``across_namespaces`` (a priority an admin controls), only
+    those of the workload's own namespace. Victims are added lowest priority first
+    until the gang fits, then any victim not needed is dropped again (highest
+    priority first). Returns (victims or None, nominated placements, nodes visited).
     """
     prio = workload.spec.priority
+    ns = workload.metadata.namespace or "default"
     candidates = sorted(
-        (a for a in ledger.bookings() if a.key != workload.key and a.priority < prio),
+        (a for a in ledger.bookings() if a.key != workload.key and a.priority < prio
+         and (across_namespaces or booking_namespace(a.key) == ns)),
         key=lambda a: (a.priority, a.key),
     )[:MAX_VICTIMS]
     owner_of = {a.key: a.owner for a in candidates}

@@ -67,10 +67,10 @@ def by_owner(allocs: Iterable[Allocation], sharing: Callable[[str], NodeSharing]
     sides: dict[str, dict[str, Fraction]] = {}
     rep: dict[str, Allocation] = {}
     for a in allocs:
-        side = "job" if a.job else "pod" if a.pod else "booking"
+        side = "job" if a.job else "pod" if a.holder else "booking"
         per = sides.setdefault(a.owner, {})
         per[side] = per.get(side, Fraction(0)) + holder_gpus(a, sharing)
-        if a.owner not in rep or (rep[a.owner].pod and not a.pod):
+        if a.owner not in rep or (rep[a.owner].holder and not a.holder):
             rep[a.owner] = a
     return {o: OwnerUse(max(per.values()), rep[o]) for o, per in sides.items()}
 
@@ -97,7 +97,7 @@ _SIDES = ("booking", "pod", "job")
 
 
 def _side(a: Allocation) -> str:
-    return "job" if a.job else "pod" if a.pod else "booking"
+    return "job" if a.job else "pod" if a.holder else "booking"
 
 
 class UsageIndex:
@@ -144,7 +144,7 @@ class UsageIndex:
         sides = dict.fromkeys(_SIDES, Fraction(0))
         for held, gpus in holders.values():
             sides[_side(held)] += gpus
-        rep = next((h for h, _ in holders.values() if not h.pod and not h.job),
+        rep = next((h for h, _ in holders.values() if not h.holder and not h.job),
                    next(iter(holders.values()))[0])
         use = OwnerUse(max(sides.values()), rep)
         if before is None or before.holder is not rep:

@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.v1alpha1.keys import ATTEMPT_LABEL
+from internal.objects import JSON, object_key
 from internal.scheduling.inventory import DRA_DRIVER_ANNOTATION, SOURCE_ANNOTATION
 from internal.scheduling.pods import PodHolding, controller_ref, workload_owner
 from internal.scheduling.quantity import gpu_count
-
-JSON = Mapping[str, Any]
 
 DEFAULT_DRIVER = "gpu.nvidia.com"
 #: NVIDIA's DRA driver installs a DeviceClass of the driver's name
@@ -282,11 +281,6 @@ def _node_of(rslice: JSON | None) -> str | None:
 # ------------------------------------------------------------------- claims
 
 
-def claim_key(claim: JSON) -> str:
-    meta = claim.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
-
-
 def claim_owner(claim: JSON) -> str:
     """``<workload uid>#<attempt>`` for a claim a GPUWorkload controls, else the
     claim itself."""
@@ -294,7 +288,7 @@ def claim_owner(claim: JSON) -> str:
     ref = controller_ref(claim)
     if ref is not None and ref.get("kind") == "GPUWorkload" and ref.get("uid"):
         return workload_owner(str(ref["uid"]), (meta.get("labels") or {}).get(ATTEMPT_LABEL))
-    return claim_holder_key(str(meta.get("uid") or claim_key(claim)))
+    return claim_holder_key(str(meta.get("uid") or object_key(claim)))
 
 
 def selector_node(allocation: JSON) -> str | None:
@@ -353,8 +347,8 @@ def claim_holding(claim: JSON, inventory: SliceInventory) -> ClaimHolding | None
         return None
     node, devices = found
     meta = claim.get("metadata") or {}
-    uid = str(meta.get("uid") or claim_key(claim))
-    return ClaimHolding(uid, f"claim {claim_key(claim)}", node, devices, 0, claim_owner(claim))
+    uid = str(meta.get("uid") or object_key(claim))
+    return ClaimHolding(uid, f"claim {object_key(claim)}", node, devices, 0, claim_owner(claim))
 
 
 def results_for(inventory: SliceInventory, node: str, devices: Iterable[int],

@@ -35,8 +35,10 @@ class Scheduler:
             s = self._strategies[key] = create(key)
         return s
 
-    def schedule(self, workload: GPUWorkload, strategy: str | None = None) -> Decision:
-        """Decide for ``workload`` with ``strategy`` (default: its spec's). Pure."""
+    def schedule(self, workload: GPUWorkload, strategy: str | None = None, *,
+                 across_namespaces: bool = True) -> Decision:
+        """Decide for ``workload`` with ``strategy`` (default: its spec's). Pure.
+        ``across_namespaces``: may it preempt workloads of other namespaces."""
         strat = self.strategy(strategy or workload.spec.scheduling_strategy
                               or SchedulingStrategy.LEAST_LOADED)
         return schedule(
@@ -46,4 +48,5 @@ class Scheduler:
             strat,
             self.rng,
             default_exposure=self.default_exposure,
+            across_namespaces=across_namespaces,
         )

@@ -1,6 +1,6 @@
 """Shares of a device and MIG instances: the arithmetic the ledger keeps.
 
-A device is held in one of three ways (DESIGN.md, the ledger's invariants):
+A device is held in one of three ways (docs/architecture.md, invariant 2):
 
 - *whole*: one owner, nobody beside it (a placement naming the device, nothing more);
 - *shared*: many owners, each holding a ``Portion`` with a memory figure

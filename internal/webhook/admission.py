@@ -6,6 +6,8 @@
   devices injected from the map would be devices nobody booked.
 - A malformed map, or an unknown per-pod exposure mode: rejected (``allowed:
   false``, HTTP-like code 400) with the parser's message naming the bad line.
+- A pod-index label that is not an index (``²``, 70 digits): rejected, with why.
+- A review without ``request.uid``: BadReview (the server answers HTTP 400).
 - A replica index that cannot be told, or that the map does not name: allowed,
   unchanged, with a warning (the pod-binding controller records the Event and
   leaves the pod Pending).
@@ -20,7 +22,8 @@ from typing import Any
 
 import orjson
 
-from api.v1alpha1.types import SCHEDULING_MAP_ANNOTATION, DeviceExposure
+from api.v1alpha1.keys import SCHEDULING_MAP_ANNOTATION
+from api.v1alpha1.types import DeviceExposure
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
 from internal.webhook.exposure import parse_exposure
@@ -39,7 +42,7 @@ def _review(uid: str, response: dict[str, Any]) -> dict[str, Any]:
             "response": {"uid": uid, **response}}
 
 
-def _deny(uid: str, message: str) -> dict[str, Any]:
+def deny(uid: str, message: str) -> dict[str, Any]:
     return _review(uid, {"allowed": False,
                          "status": {"code": 400, "reason": "BadRequest", "message": message}})
 
@@ -68,7 +71,9 @@ def mutate_review(body: Mapping[str, Any],
     if body.get("apiVersion") != API_VERSION:
         raise BadReview(f"unsupported apiVersion {body.get('apiVersion')!r}; want {API_VERSION}")
     req = body["request"]
-    uid = str(req.get("uid") or "")
+    uid = req.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("the AdmissionReview's request has no uid")
     pod = req.get("object") or {}
     resource = req.get("resource") or {}
     if (req.get("operation") != "CREATE" or resource.get("resource") != "pods"
@@ -86,14 +91,16 @@ def mutate_review(body: Mapping[str, Any],
     try:
         entries = parse_scheduling_map(str(text))
     except MapParseError as exc:
-        return _deny(uid, f"annotation {SCHEDULING_MAP_ANNOTATION}: {exc}")
+        return deny(uid, f"annotation {SCHEDULING_MAP_ANNOTATION}: {exc}")
     mode = default_exposure
     if EXPOSURE_ANNOTATION in annotations:
         try:
             mode = parse_exposure(str(annotations[EXPOSURE_ANNOTATION]))
         except ValueError as exc:
-            return _deny(uid, f"annotation {EXPOSURE_ANNOTATION}: {exc}")
+            return deny(uid, f"annotation {EXPOSURE_ANNOTATION}: {exc}")
     index, source = pod_index(pod, str(req.get("name") or ""))
+    if index is None and source.startswith("label "):
+        return deny(uid, f"{SCHEDULING_MAP_ANNOTATION}: {source}")
     if index is None:
         return _review(uid, {"allowed": True, "warnings": [
             f"{SCHEDULING_MAP_ANNOTATION}: replica index unknown: {source}; "

@@ -34,8 +34,9 @@ import orjson
 import structlog
 
 from api.v1alpha1.types import DeviceExposure
-from internal.webhook.admission import DEFAULT_SCHEDULER_NAME, BadReview, mutate_review
+from internal.webhook.admission import DEFAULT_SCHEDULER_NAME, BadReview, deny, mutate_review
 from internal.webhook.rotation import ServingCerts
+from runtime.httpserver import binding
 
 log = structlog.get_logger("webhook.server")
 
@@ -43,6 +44,9 @@ log = structlog.get_logger("webhook.server")
 #: no Pod it admits makes an AdmissionReview larger than this (object + request fields).
 MAX_BODY = (3 << 20) + (64 << 10)
 HANDSHAKE_TIMEOUT = 10.0
+#: a body announced by Content-Length must arrive within this (kube-apiserver sends
+#: it at once); a client that sends less holds a connection no longer
+READ_TIMEOUT = 5.0
 DEFAULT_MAX_IN_FLIGHT = 4  # a maximum-size review peaks at ~52 MiB of Python objects
 DEFAULT_MAX_CONNECTIONS = 64
 
@@ -120,7 +124,20 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.in_flight.release()
 
     def _review(self, length: int) -> None:
-        raw = self.rfile.read(length)
+        self.connection.settimeout(READ_TIMEOUT)
+        try:
+            raw = self.rfile.read(length)
+        except TimeoutError:
+            raw = b""
+        finally:
+            self.connection.settimeout(self.timeout)
+        if len(raw) < length:
+            self.close_connection = True
+            log.warning("webhook_short_body", length=length, got=len(raw))
+            self._send(HTTPStatus.REQUEST_TIMEOUT,
+                       f"the body did not arrive within {READ_TIMEOUT:g}s ({length} bytes "
+                       f"announced)".encode(), "text/plain")
+            return
         ctype = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip()
         if ctype != "application/json":
             self._send(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, b"want application/json",
@@ -136,10 +153,15 @@ class _Handler(BaseHTTPRequestHandler):
             log.warning("webhook_bad_request", error=str(exc))
             self._send(HTTPStatus.BAD_REQUEST, str(exc).encode(), "text/plain")
             return
-        except Exception:  # a bug of ours must not kill the connection thread silently
+        except Exception as exc:  # a bug of ours: a denial that says so, never a 500
             log.exception("webhook_internal_error")
-            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error", "text/plain")
-            return
+            uid = review.get("request", {}).get("uid") if isinstance(review, dict) else None
+            if not isinstance(uid, str) or not uid:
+                self._send(HTTPStatus.BAD_REQUEST, b"not an AdmissionReview", "text/plain")
+                return
+            answer = deny(uid, f"the gpu-orchestrator webhook could not read this pod "
+                               f"({type(exc).__name__}: {exc}); it is refused rather than "
+                               "given devices nobody booked")
         _log_answer(review, answer)
         self._send(HTTPStatus.OK, orjson.dumps(answer))
 
@@ -244,8 +266,9 @@ class WebhookServer:
                  max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         if max_in_flight < 1 or max_connections < 1:
             raise ValueError("max_in_flight and max_connections must be at least 1")
-        self._httpd = _HTTPSServer((host, port), certs, default_exposure, scheduler_name,
-                                   max_in_flight, max_connections)
+        self._httpd = binding("webhook", (host, port), lambda: _HTTPSServer(
+            (host, port), certs, default_exposure, scheduler_name, max_in_flight,
+            max_connections))
         self._thread: threading.Thread | None = None
 
     @property

@@ -7,6 +7,9 @@
 - ``stuck``: at the end, a workload left unplaced although its retry time has passed
   and the group has room for it, or left Scheduled while all its pods run: a
   requeue was lost.
+- ``GPUNodes``: the group's GPUNodes as the agent would write them (80 GiB devices, so
+  memory shares can be weighed; device 0 of the first node MIG-enabled, seven
+  ``1g.10gb`` instances), their heartbeat kept fresh.
 """
 
 from __future__ import annotations
@@ -125,3 +128,61 @@ def settled(admin: Client, ns: str, nodes: Iterable[str], gpus: int,
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(1.0)
+
+
+#: every device's memory in the churn's GPUNodes (MiB)
+DEVICE_MIB = 80 * 1024
+
+
+class GPUNodes:
+    """GPUNodes for ``nodes``, as the agent writes them; ``beat`` refreshes them."""
+
+    def __init__(self, admin: Client, nodes: list[str], gpus: int) -> None:
+        self.admin, self.nodes, self.gpus = admin, nodes, gpus
+        self.last = 0.0
+        self.mig = True  # device 0 of the first node MIG-enabled
+
+    def _devices(self, node: str) -> list[dict[str, Any]]:
+        out = []
+        for i in range(self.gpus):
+            d: dict[str, Any] = {"index": i, "uuid": f"GPU-{node}-{i}",
+                                 "model": "NVIDIA H100 80GB HBM3", "memoryTotalMiB": DEVICE_MIB,
+                                 "healthy": True}
+            if self.mig and node == self.nodes[0] and i == 0:
+                d.update(migMode=True, migInstances=[
+                    {"uuid": f"MIG-{j:08x}-0000-4000-8000-{j:012x}",
+                     "profile": "1g.10gb", "memoryTotalMiB": 9984, "placement": f"{j}:1"}
+                    for j in range(7)])
+            out.append(d)
+        return out
+
+    def create(self) -> None:
+        for n in self.nodes:
+            self.admin.create({"apiVersion": API_VERSION, "kind": "GPUNode",
+                               "metadata": {"name": n}, "spec": {"nodeName": n}})
+        self.beat(force=True)
+
+    def beat(self, force: bool = False) -> None:
+        """A fresh heartbeat every 30 s (the manager judges a GPUNode stale at 90)."""
+        if not force and time.monotonic() - self.last < 30:
+            return
+        self.last = time.monotonic()
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for n in self.nodes:
+            devices = self._devices(n)
+            with contextlib.suppress(NotFound):
+                self.admin.patch(API_VERSION, "GPUNode", n, {"status": {
+                    "devices": devices, "deviceCount": len(devices),
+                    "healthyCount": len(devices), "lastHeartbeatTime": now}},
+                    subresource="status")
+
+    def without_mig(self) -> None:
+        """Every device whole again (the test's own reconfiguration, once the MIG
+        device's pods are gone: the product does not reconfigure MIG)."""
+        self.mig = False
+        self.beat(force=True)
+
+    def delete(self) -> None:
+        for n in self.nodes:
+            with contextlib.suppress(NotFound):
+                self.admin.delete(API_VERSION, "GPUNode", n)

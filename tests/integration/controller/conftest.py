@@ -20,7 +20,8 @@ from controllers.gpuworkload import GPUWorkloadReconciler
 from controllers.podbinding import PodBindingOptions, setup_podbinding_controller
 from controllers.setup import ControllerOptions, setup_gpuworkload_controller
 from hack.testenv import ControlPlane
-from runtime import Client, Manager, NotFound, Options, RestConfig
+from runtime import Client, Forbidden, Manager, NotFound, Options, RestConfig
+from runtime.errors import TooManyRequests
 from tests.waiting import eventually, watched
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -29,6 +30,8 @@ SA = "system:serviceaccount:gpu-orchestrator-system:gpu-orchestrator"
 SA_GROUPS = ["system:serviceaccounts", "system:serviceaccounts:gpu-orchestrator-system",
              "system:authenticated"]
 GROUP_LABEL = "test.gpu-orchestrator.dev/group"
+#: the hostile tenant of the tenancy tests (test_tenant_isolation, test_tenant_attacks)
+TENANT = "tenant-a"
 
 
 @pytest.fixture(scope="session")
@@ -91,8 +94,7 @@ class Running:
             state = self.reconciler.state if self.reconciler is not None else None
             if state is None or not state.ready:
                 return True  # its rebuild will read them from the cache
-            with state.lock:
-                infos = [state.snapshot.get(n) for n in names]
+            infos = [state.node_info(n) for n in names]
             return all(i is not None and i.ready and not i.taints for i in infos)
         eventually(seen, timeout=30, what=f"controller sees nodes {names} Ready")
         return names
@@ -141,6 +143,29 @@ def group(installed: ControlPlane) -> Iterator[NodeGroup]:
     g = NodeGroup(installed)
     yield g
     g.delete()
+
+
+@pytest.fixture
+def tenant(installed: ControlPlane, admin: Client, namespace: str) -> Client:
+    """``tenant-a``, bound to ``edit`` in ``namespace`` only, once the aggregation
+    controller has folded gpuworkload-editor into ``edit``."""
+    admin.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                  "metadata": {"name": "tenant-edit", "namespace": namespace},
+                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                              "name": "edit"},
+                  "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                "name": TENANT}]})
+    c = admin.impersonate(TENANT, ["system:authenticated"])
+
+    def may_list() -> bool:
+        try:
+            c.list(API_VERSION, "GPUWorkload", namespace=namespace)
+            return True
+        except (Forbidden, TooManyRequests):  # not yet aggregated / synced
+            return False
+    eventually(may_list, timeout=60, what="gpuworkload-editor aggregated into edit")
+    return c
+
 
 
 # ---------------------------------------------------------------------- helpers
@@ -223,3 +248,14 @@ def drop_finalizers(c: Client, api_version: str, kind: str, name: str, ns: str, 
     except NotFound:
         if not missing_ok:
             raise
+
+
+@contextlib.contextmanager
+def cleanup_gpunodes(admin: Client, *names: str) -> Iterator[None]:
+    """GPUNodes a test writes for its nodes are deleted when it ends."""
+    try:
+        yield
+    finally:
+        for n in names:
+            with contextlib.suppress(NotFound):
+                admin.delete(API_VERSION, "GPUNode", n)

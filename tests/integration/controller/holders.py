@@ -1,7 +1,14 @@
 """A watcher of every live pod, separate from the controller, that checks the
 product's first promise on each pod event: no (node, device) is held by two live
 pods of different workloads. A pod is live from the moment it is bound until it is
-deleted from the API or has finished, its grace period included."""
+deleted from the API or has finished, its grace period included.
+
+Shares and MIG instances (read from the pods' own annotations, not through the
+controller's code): pods holding *shares* of one device may stand together as long as
+their fractions add up to at most 1 and their memory to at most the device's
+(``device_memory_mib``); a pod holding a device whole never stands beside another
+workload's pod; pods holding MIG instances of one device stand together, one pod per
+instance. Anything else on one device is an overlap."""
 
 from __future__ import annotations
 
@@ -10,9 +17,15 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
-from api.v1alpha1.keys import DEVICES_ANNOTATION, WORKLOAD_UID_LABEL
+from api.v1alpha1.keys import (
+    DEVICES_ANNOTATION,
+    MIG_ANNOTATION,
+    SHARE_ANNOTATION,
+    WORKLOAD_UID_LABEL,
+)
 from runtime import Client
 
 
@@ -51,6 +64,9 @@ class HolderWatch:
     jobs: bool = False
     #: called, on the watcher's thread, with the live pods after every pod event
     on_live: Callable[[list[dict[str, Any]]], None] | None = None
+    device_memory_mib: int | None = None  # every device's, for memory shares
+    shared_max: int = 0  # the most workloads seen on one device at once
+    portions: set[str] = field(default_factory=set)  # pods seen holding a share or MIG
     samples: int = 0
     overlaps: list[Overlap] = field(default_factory=list)
     log: list[tuple[float, str, str, int]] = field(default_factory=list)
@@ -150,17 +166,49 @@ class HolderWatch:
 
     def _check(self) -> None:
         self.samples += 1
-        held: dict[tuple[str, int], dict[str, str]] = defaultdict(dict)
+        held: dict[tuple[str, int], dict[str, dict[str, Any]]] = defaultdict(dict)
         for pod in self._live.values():
             node = (pod.get("spec") or {}).get("nodeName")
             if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 continue
+            if _annotation(pod, SHARE_ANNOTATION) or _annotation(pod, MIG_ANNOTATION):
+                self.portions.add(pod["metadata"]["uid"])
             for d in _devices(pod):
-                held[(node, d)][_owner(pod)] = \
-                    f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
-        for (node, d), owners in held.items():
-            if len(owners) > 1:
-                self.overlaps.append(Overlap(node, d, sorted(owners.values())))
+                held[(node, d)][pod["metadata"]["uid"]] = pod
+        self.shared_max = max(self.shared_max, max(
+            (len({_owner(p) for p in pods.values()}) for pods in held.values()), default=0))
+        for (node, d), pods in held.items():
+            if len({_owner(p) for p in pods.values()}) > 1 and \
+                    not _may_stand_together(list(pods.values()), self.device_memory_mib):
+                self.overlaps.append(Overlap(node, d, sorted(
+                    f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+                    for p in pods.values())))
         if self.on_live is not None:
             self.on_live([p for p in self._live.values() if (p.get("spec") or {}).get("nodeName")
                           and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")])
+
+
+def _annotation(pod: dict[str, Any], key: str) -> str:
+    return str((pod["metadata"].get("annotations") or {}).get(key) or "")
+
+
+def _may_stand_together(pods: list[dict[str, Any]], memory_mib: int | None) -> bool:
+    """Pods of several workloads on one device: all MIG pods on distinct instances,
+    or all shares that add up to no more than the device."""
+    migs = [_annotation(p, MIG_ANNOTATION) for p in pods]
+    if all(migs):
+        return len(set(migs)) == len(migs)
+    shares = [_annotation(p, SHARE_ANNOTATION) for p in pods]
+    if any(migs) or not all(shares):
+        return False  # a whole holder (or MIG beside anything else) stands alone
+    fraction, memory = Fraction(0), 0
+    for share in shares:
+        kind, _, amount = share.partition("=")
+        if kind == "fraction":
+            fraction += Fraction(amount)
+        elif kind == "memory" and amount.endswith("Mi") and memory_mib:
+            memory += int(amount[:-2])
+        else:
+            return False  # a share this watcher cannot size: not proven safe
+    return fraction <= 1 and (not memory or memory <= memory_mib) and \
+        (not memory or not fraction or fraction + Fraction(memory, memory_mib) <= 1)

@@ -33,7 +33,7 @@ from api.v1alpha1.types import API_VERSION, SchedulingStrategy
 from hack.testenv import ControlPlane
 from hack.testenv.process import stop_child
 from runtime import ApiError, Client, NotFound
-from tests.integration.controller.churn_checks import Orphaner, settled
+from tests.integration.controller.churn_checks import DEVICE_MIB, GPUNodes, Orphaner, settled
 from tests.integration.controller.conftest import (
     ROOT,
     NodeGroup,
@@ -138,13 +138,22 @@ class Churn:
                      for i in range(replicas)]
             spec.update(replicas=replicas, gpusPerReplica=gpus, schedulingMap="\n".join(lines))
             return self._name("map"), spec
-        if kind < 0.3:
+        if kind < 0.12:  # a share of one device (memory or fraction, time-sliced or MPS)
+            share = rng.choice([{"memory": "20Gi"}, {"memory": "40Gi"}, {"fraction": "0.25"},
+                                {"fraction": "0.5"}])
+            spec.update(replicas=rng.choice([1, 2]), schedulingStrategy="bestFit", gpuShare={
+                **share, "mode": rng.choice(["timeSlicing", "mps"])})  # bestFit packs them
+            return self._name("share"), spec
+        if kind < 0.2:  # a MIG instance of the first node's device 0
+            spec.update(migProfile="1g.10gb")
+            return self._name("mig"), spec
+        if kind < 0.4:
             spec.update(replicas=rng.choice([2, 3]), gpusPerReplica=rng.choice([1, 2]))
             return self._name("gang"), spec
-        if kind < 0.45:
+        if kind < 0.52:
             spec.update(workloadKind="Job", gpusPerReplica=rng.choice([1, 2]))
             return self._name("job"), spec
-        if kind < 0.55:
+        if kind < 0.6:
             spec.update(gpusPerReplica=rng.choice([1, 2]), deviceExposure=rng.choice(
                 ["nvidia-visible-devices", "cuda-visible-devices"]))
         else:
@@ -160,6 +169,8 @@ class Churn:
             return
         self.live.append(name)
         self.done["created"] += 1
+        if name.startswith(("share", "mig")):
+            self.done[f"created {name.rstrip('0123456789')}"] += 1
 
     def preempt(self, replicas: int = 1) -> str:
         """Whole nodes for a high-priority workload (a gang with ``replicas`` > 1) of
@@ -242,7 +253,9 @@ def test_churn_never_gives_a_device_to_two_workloads(
     rng = random.Random(SEED)
     nodes = group.add(NODES, gpus=GPUS)
     ctl = ControllerProcess(installed, Path(LOG) if LOG else tmp_path / "controller.log")
-    watch = HolderWatch(admin).start()
+    gpunodes = GPUNodes(admin, nodes, GPUS)
+    gpunodes.create()
+    watch = HolderWatch(admin, device_memory_mib=DEVICE_MIB).start()
     churn = Churn(admin, installed, namespace, group, nodes, rng)
     # kill -9 at these points of the run (two: at 35% and 70%)
     kills = [SECONDS * (0.35 * (i + 1) if KILLS == 2 else (i + 1) / (KILLS + 1))
@@ -267,6 +280,7 @@ def test_churn_never_gives_a_device_to_two_workloads(
                 _, replicas, delay = preemptions.pop(0)
                 orphaner.watch(churn.preempt(replicas), delay)
             orphaner.step(churn.live)
+            gpunodes.beat()
             churn.step()
             time.sleep(rng.uniform(0.1, 0.5) * PACE)
 
@@ -283,6 +297,7 @@ def test_churn_never_gives_a_device_to_two_workloads(
         eventually(lambda: gone(admin, namespace), timeout=90, interval=0.5,
                    what="every workload and pod of the churn gone")
         # Nothing leaked: the whole group is free again for one gang.
+        gpunodes.without_mig()
         admin.create(workload("after", namespace, replicas=NODES, gpusPerReplica=GPUS,
                               nodeSelector=group.selector, template=tpl(rng)))
 
@@ -296,10 +311,13 @@ def test_churn_never_gives_a_device_to_two_workloads(
         watch.stop()
         ctl.stop()
         release_finalizers(admin, namespace)
+        gpunodes.delete()
     churn.done["victims orphan-deleted while their preemptor waited"] = len(orphaner.orphaned)
     summary = ", ".join(f"{k}: {v}" for k, v in sorted(churn.done.items()))
     print(f"\nchurn (seed {SEED}, {SECONDS:.0f}s, {NODES}x{GPUS} GPUs): {watch.samples} "
-          f"samples, {len(watch.overlaps)} overlaps, {len(left)} workloads stuck; {summary}")
+          f"samples, {len(watch.overlaps)} overlaps, {len(left)} workloads stuck, "
+          f"{len(watch.portions)} pods holding a share or a MIG instance, at most "
+          f"{watch.shared_max} workloads on one device; {summary}")
     assert watch.overlaps == [], (
         f"{len(watch.overlaps)} overlaps, first: {watch.overlaps[:5]}\n{ctl.tail()}")
     assert churn.done["created"] >= 10 and churn.done["controller kill -9"] == KILLS

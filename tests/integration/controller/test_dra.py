@@ -70,8 +70,7 @@ def publish(admin: Client, run: Running, nodes: list[str], gpus: int) -> None:
         state = run.reconciler.state if run.reconciler is not None else None
         if state is None or not state.ready:
             return True  # its rebuild will read them from the cache
-        with state.lock:
-            return all((i := state.snapshot.get(n)) is not None and i.dra_driver == DRIVER
+        return all((i := state.node_info(n)) is not None and i.dra_driver == DRIVER
                        and len(i.devices) == gpus for n in nodes)
     eventually(seen, timeout=30, what=f"controller sees the slices of {nodes}")
 
@@ -475,8 +474,7 @@ def test_kubectl_gpu_nodes_shows_a_foreign_claims_gpu_as_held(
 
     def ledger_holder() -> str | None:
         state = dra_controller.reconciler.ensure_state()
-        with state.lock:
-            return state.ledger.holder(node, 1)
+        return state.view().holder(node, 1)
     eventually(lambda: ledger_holder() == f"claim {namespace}/theirs", timeout=30,
                what="the controller's ledger holds gpu-1 for the claim")
 

@@ -115,9 +115,8 @@ def seen(run: Running, node: str, pred: Callable[[NodeInfo], bool], what: str) -
     state = run.reconciler.ensure_state()  # built from the caches on first use
 
     def check() -> NodeInfo | None:
-        with state.lock:
-            info = state.snapshot.get(node)
-            return info if info is not None and pred(info) else None
+        info = state.node_info(node)
+        return info if info is not None and pred(info) else None
     return eventually(check, timeout=30, what=f"controller sees {node}: {what}")
 
 

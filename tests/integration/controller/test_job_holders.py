@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from api.v1alpha1.types import API_VERSION
+from api.v1alpha1.types import API_VERSION, GPUWorkload
 from hack.testenv import ControlPlane
 from runtime import Client, NotFound
 from tests.integration.controller.conftest import (
@@ -46,6 +46,21 @@ def other(installed: ControlPlane) -> Iterator[str]:
     assert code == 201, body
     yield name
     installed.api("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def admins_high(controller: Running, admin: Client) -> Iterator[str]:
+    """A PriorityClass of value 100 (``high``), seen by the controller: a workload of
+    another namespace preempts only with a priority an admin controls."""
+    name = f"high-{uuid.uuid4().hex[:6]}"
+    admin.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                  "metadata": {"name": name}, "value": 100})
+    probe = GPUWorkload.model_validate({"metadata": {"name": "p", "namespace": "x"},
+                                        "spec": {"priority": 100, "priorityClassName": name}})
+    eventually(lambda: controller.reconciler.ensure_state().admin_priority(probe),
+               what="the controller sees the PriorityClass")
+    yield name
+    admin.delete("scheduling.k8s.io/v1", "PriorityClass", name)
 
 
 def no_pods_quota(c: Client, ns: str) -> None:
@@ -120,7 +135,7 @@ def test_an_orphaned_job_without_its_pod_yet_keeps_its_gpus(
 
 def test_a_preemptor_waits_for_its_job_mode_victims_job_not_only_its_pods(
         controller: Running, admin: Client, namespace: str, other: str,
-        group: NodeGroup) -> None:
+        group: NodeGroup, admins_high: str) -> None:
     """A Job-mode victim whose pod is not made yet when a preemptor arrives: no pod
     of the victim's is there to wait for, but its Job may still make one until the
     Job is gone. The preemptor's pod comes only after the Job's DELETED event (a
@@ -136,7 +151,8 @@ def test_a_preemptor_waits_for_its_job_mode_victims_job_not_only_its_pods(
         eventually(lambda: job(admin, namespace, "low-0"), what="low's Job created")
         admin.patch("batch/v1", "Job", "low-0", {"metadata": {"finalizers": [HOLD]}},
                     namespace=namespace, patch_type="merge")
-        admin.create(workload("high", other, gpusPerReplica=2, priority="high",
+        admin.create(workload("high", other, gpusPerReplica=2, priority=100,
+                              priorityClassName=admins_high,
                               schedulingStrategy="priority", nodeSelector=group.selector,
                               template=tpl()))
         wait_condition(admin, namespace, "low", "Preempted", "Preempted")

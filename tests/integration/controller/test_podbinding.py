@@ -126,8 +126,7 @@ def wait_gone(c: Client, ns: str, label_selector: str, timeout: float = 60) -> N
 
 def holder(run: Running, node: str, device: int) -> str | None:
     state = run.reconciler.ensure_state()
-    with state.lock:
-        return state.ledger.holder(node, device)
+    return state.view().holder(node, device)
 
 
 # ------------------------------------------------------------------------ tests
@@ -316,3 +315,24 @@ def test_a_bound_pod_with_malformed_annotations_is_reported_and_still_holds(
     for name in ("odd-0", "broken-0"):  # reported once, not on every read
         assert [ev.get("count") or 1 for ev in events_for(admin, namespace, name)
                 if ev["reason"] == "BadAnnotation"] == [1]
+
+
+@pytest.mark.parametrize("devices, why, holds", [
+    ("99", "names device(s) 99, which {node} does not have (it has 0,1)",
+     "it is taken to hold 1 GPU(s) on {node}, counted"),
+    ("1,1", "='1,1' names a device twice", "it is taken to hold GPU devices 1 on {node}"),
+])
+def test_a_seed_pod_naming_a_phantom_or_repeated_device_is_a_bad_annotation(
+        binder: Running, admin: Client, namespace: str, group: NodeGroup,
+        devices: str, why: str, holds: str) -> None:
+    """Issue 23: ``"99"`` on a 2-GPU node was booked as device 99 (and shown), and
+    ``"3,3"`` was read as ``"3"`` without a word."""
+    node, = binder.wait_nodes(group.add(1, gpus=2))
+    odd = pod("odd-0", map_text=f"0={node}:1")
+    odd["metadata"]["annotations"][DEVICES] = devices
+    odd["spec"]["nodeName"] = node
+    create(admin, namespace, odd)
+    e = wait_event(admin, namespace, "odd-0", "BadAnnotation", why.format(node=node))
+    assert e["message"].endswith(holds.format(node=node))
+    state = binder.reconciler.ensure_state()
+    assert state.view().holder(node, 99) is None

@@ -5,8 +5,6 @@ as an agent would."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,10 +12,11 @@ import pytest
 
 from api.v1alpha1.types import API_VERSION
 from hack.testenv import ControlPlane
-from runtime import Client, NotFound, errors
+from runtime import Client, errors
 from tests.integration.controller.conftest import (
     NodeGroup,
     Running,
+    cleanup_gpunodes,
     delete_workload,
     env_of,
     pods_of,
@@ -53,24 +52,13 @@ def _device(node: str, i: int, **extra: Any) -> dict[str, Any]:
             "memoryTotalMiB": 80 * GI, "healthy": True, **extra}
 
 
-@contextlib.contextmanager
-def _gpunodes(admin: Client, names: list[str]) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        for n in names:
-            with contextlib.suppress(NotFound):
-                admin.delete(API_VERSION, "GPUNode", n)
-
-
 def _seen(controller: Running, node: str, check: Any, what: str) -> None:
     assert controller.reconciler is not None
     state = controller.reconciler.ensure_state()  # built from the caches on first use
 
     def ok() -> bool:
-        with state.lock:
-            info = state.snapshot.get(node)
-            return info is not None and info.has_gpunode and bool(check(info))
+        info = state.node_info(node)
+        return info is not None and info.has_gpunode and bool(check(info))
     eventually(ok, timeout=30, what=f"controller sees the GPUNode of {node}: {what}")
 
 
@@ -87,7 +75,7 @@ def test_eight_memory_shares_fill_exactly_two_devices_and_never_meet_a_whole_gpu
         controller: Running, admin: Client, namespace: str, group: NodeGroup,
         installed: ControlPlane) -> None:
     nodes = controller.wait_nodes(group.add(2, gpus=4))
-    with _gpunodes(admin, nodes):
+    with cleanup_gpunodes(admin, *nodes):
         for n in nodes:
             _report(admin, n, [_device(n, i) for i in range(4)])
             _seen(controller, n, lambda i: len(i.usable) == 4, "4 devices")
@@ -122,7 +110,7 @@ def test_eight_memory_shares_fill_exactly_two_devices_and_never_meet_a_whole_gpu
 def test_a_deleted_shares_device_is_free_only_when_its_pod_is_gone(
         controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
     node, = controller.wait_nodes(group.add(1, gpus=1))
-    with _gpunodes(admin, [node]):
+    with cleanup_gpunodes(admin, node):
         _report(admin, node, [_device(node, 0)])
         _seen(controller, node, lambda i: len(i.usable) == 1, "1 device")
         slow = {"spec": {"terminationGracePeriodSeconds": 5,
@@ -152,7 +140,7 @@ def test_mig_instances_one_per_replica_and_never_whole(
     node, = controller.wait_nodes(group.add(1, gpus=2))
     mig = [{"uuid": u, "profile": "1g.10gb", "memoryTotalMiB": 9984, "placement": f"{i}:1"}
            for i, u in enumerate(MIG_UUIDS)]
-    with _gpunodes(admin, [node]):
+    with cleanup_gpunodes(admin, node):
         _report(admin, node, [_device(node, 0, migMode=True, migInstances=mig),
                               _device(node, 1)])
         _seen(controller, node, lambda i: i.usable == frozenset({1}), "device 0 MIG-enabled")
@@ -203,7 +191,7 @@ def test_a_restarted_controller_reads_the_shares_back_from_the_pods(
     shares (a third 20Gi fits beside them), not as whole devices nor as nothing (a
     60Gi does not)."""
     node, = controller.wait_nodes(group.add(1, gpus=1))
-    with _gpunodes(admin, [node]):
+    with cleanup_gpunodes(admin, node):
         _report(admin, node, [_device(node, 0)])
         _seen(controller, node, lambda i: len(i.usable) == 1, "1 device")
         for name in ("a", "b"):

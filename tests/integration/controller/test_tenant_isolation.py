@@ -9,7 +9,6 @@ by UID, total exposure) is tested with the core, not here."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 import uuid
 from collections.abc import Iterator
@@ -28,38 +27,21 @@ from api.v1alpha1.types import API_VERSION
 from controllers.podbinding import PodBindingOptions
 from hack.testenv import ControlPlane
 from runtime import Client, NotFound, RestConfig, errors
-from tests.integration.controller.conftest import NodeGroup, Running, events_for, workload
+from tests.integration.controller.conftest import (
+    NodeGroup,
+    Running,
+    cleanup_gpunodes,
+    events_for,
+    workload,
+)
 from tests.waiting import eventually
 
-TENANT = "tenant-a"
 SA_GROUPS = ["system:serviceaccounts", "system:authenticated"]
 
 
 def _sa_groups(user: str) -> list[str]:
     ns = user.split(":")[2]
     return [*SA_GROUPS, f"system:serviceaccounts:{ns}"]
-
-
-@pytest.fixture
-def tenant(installed: ControlPlane, admin: Client, namespace: str) -> Client:
-    """``tenant-a``, bound to ``edit`` in ``namespace`` only, once the aggregation
-    controller has folded gpuworkload-editor into ``edit``."""
-    admin.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                  "metadata": {"name": "tenant-edit", "namespace": namespace},
-                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                              "name": "edit"},
-                  "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                                "name": TENANT}]})
-    c = admin.impersonate(TENANT, ["system:authenticated"])
-
-    def may_list() -> bool:
-        try:
-            c.list(API_VERSION, "GPUWorkload", namespace=namespace)
-            return True
-        except (errors.Forbidden, errors.TooManyRequests):  # not yet aggregated / synced
-            return False
-    eventually(may_list, timeout=60, what="gpuworkload-editor aggregated into edit")
-    return c
 
 
 def agent_of(admin: Client, node: str | None) -> Client:
@@ -79,16 +61,6 @@ def gpunode(name: str, devices: int, node_name: str | None = None) -> dict[str, 
 def status_patch(devices: list[int]) -> dict[str, Any]:
     return {"status": {"deviceCount": len(devices),
                        "devices": [{"index": i, "uuid": f"GPU-{i}"} for i in devices]}}
-
-
-@contextlib.contextmanager
-def cleanup_gpunodes(admin: Client, *names: str) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        for n in names:
-            with contextlib.suppress(NotFound):
-                admin.delete(API_VERSION, "GPUNode", n)
 
 
 def assert_no_device_held_twice(admin: Client) -> None:
@@ -328,8 +300,8 @@ def test_a_pod_bound_by_someone_else_onto_held_devices_is_evicted(
     eventually(lambda: assert_no_device_held_twice(admin) is None, timeout=30,
                what="no device held by two owners")
     state = evicting_binder.reconciler.ensure_state()
-    with state.lock:
-        held = {state.ledger.holder(node, d) for d in (0, 1)}
+    view = state.view()
+    held = {view.holder(node, d) for d in (0, 1)}
     assert held == {f"Pod:{namespace}/holder-0"}
     assert admin.get("v1", "Pod", "holder-0", namespace)["status"].get("phase") == "Running"
 

@@ -68,6 +68,27 @@ def test_default_install_is_config(helm: Path) -> None:
                 CHART_ONLY_BY_DEFAULT)
 
 
+MAP_API = "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"
+
+
+def test_finalizer_policy_is_config_admission_finalizer_where_the_api_is_served(
+        helm: Path) -> None:
+    """Installed only on a cluster that serves MutatingAdmissionPolicy (the default
+    render, no such API, is config/ without it: the test above)."""
+    policy = by_key(kustomize(ROOT / "config" / "admission-finalizer"))
+    served = render(helm, "gpu-orchestrator", "--api-versions", MAP_API)
+    assert_same(list(policy.values()), [o for o in served
+                                        if (o["kind"], o["metadata"]["name"]) in policy])
+    assert set(policy) <= set(by_key(served))
+    off = render(helm, "gpu-orchestrator", "--api-versions", MAP_API,
+                 "--set", "finalizerPolicy.enabled=false")
+    assert not set(policy) & set(by_key(off))
+    # a manager of some namespaces would leave the finalizer on workloads elsewhere
+    namespaced = render(helm, "gpu-orchestrator", "--api-versions", MAP_API,
+                        "--set", "manager.namespaces={team-a}")
+    assert not set(policy) & set(by_key(namespaced))
+
+
 def test_webhook_is_config_webhook(helm: Path) -> None:
     chart = [o for o in render(helm, "gpu-orchestrator", "--set", "webhook.enabled=true")
              if (o["kind"], o["metadata"]["name"]) in by_key(kustomize(ROOT / "config/webhook"))]

@@ -26,7 +26,7 @@ def unlabelled(objs: list[dict], keys: tuple[str, ...]) -> list[str]:
 
 @pytest.mark.parametrize("path", ["config", "config/webhook", "config/prometheus",
                                   "config/namespaced", "config/samples",
-                                  "config/samples/monitoring"])
+                                  "config/samples/monitoring", "config/admission-finalizer"])
 def test_every_config_object_has_the_standard_labels(path: str) -> None:
     objs = kustomize(ROOT / path)
     assert objs and unlabelled(objs, STANDARD) == []

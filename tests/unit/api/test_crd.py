@@ -45,7 +45,7 @@ def test_workload_crd_shape() -> None:
     cols = [c["name"] for c in v["additionalPrinterColumns"] if c.get("priority", 0) == 0]
     assert cols == ["Phase", "Reason", "Strategy", "GPUs", "Nodes", "Age"]
     wide = [c["name"] for c in v["additionalPrinterColumns"] if c.get("priority")]
-    assert wide == ["Replicas", "Model", "Message"]
+    assert wide == ["Priority", "Replicas", "Model", "Message"]
     spec = v["schema"]["openAPIV3Schema"]["properties"]["spec"]
     props = spec["properties"]
     assert props["schedulingStrategy"]["enum"] == [s.value for s in SchedulingStrategy]

@@ -29,3 +29,44 @@ def test_the_capacity_policy_reads_every_node_as_a_param() -> None:
     assert docs["ValidatingAdmissionPolicyBinding"]["spec"]["paramRef"] == {
         "selector": {}, "parameterNotFoundAction": "Allow"}
 
+
+
+def test_every_cel_rule_says_what_is_wrong_in_words() -> None:
+    """Issue 23: no rule may leave the user with CEL's own words ("type conversion
+    error", `Invalid value: "object"` alone): every rule of the CRDs and of every
+    admission policy carries a message."""
+    import yaml
+
+    from api.v1alpha1.crd import render
+
+    rules: list[dict] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("x-kubernetes-validations", "validations") and isinstance(value, list):
+                    rules.extend(value)
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    for path, text in render().items():
+        if path.suffix == ".yaml":
+            for doc in yaml.safe_load_all(text):
+                walk(doc)
+    assert len(rules) > 40
+    silent = [r.get("rule") or r.get("expression") for r in rules
+              if not (r.get("message") or r.get("messageExpression"))]
+    assert silent == []
+
+
+def test_the_new_policies_are_generated() -> None:
+    from api.v1alpha1.pod_devices import pod_devices
+    from api.v1alpha1.priority_policies import priority_policies
+
+    names = [d["metadata"]["name"] for d in [*pod_devices(), *priority_policies()]
+             if d["kind"] == "ValidatingAdmissionPolicy"]
+    assert names == ["pod-devices.gpu.orchestrator.dev",
+                     "workload-priority-ceiling.gpu.orchestrator.dev",
+                     "workload-priority-class.gpu.orchestrator.dev"]

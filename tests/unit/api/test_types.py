@@ -145,18 +145,38 @@ def test_exposure_enum_values() -> None:
 
 
 def test_set_condition_transition_time_only_on_status_change() -> None:
-    from api.v1alpha1.types import ConditionStatus, GPUWorkloadStatus
+    """The one condition setter (``controllers.conditions.set_condition``, on the raw
+    status the reconciler writes): lastTransitionTime moves only when the status
+    flips; the model reads what it wrote."""
+    from api.v1alpha1.types import GPUWorkloadStatus
+    from controllers.conditions import set_condition
 
-    st = GPUWorkloadStatus()
-    t0 = datetime(2024, 1, 1, tzinfo=UTC)
-    t1 = datetime(2024, 1, 2, tzinfo=UTC)
-    assert st.set_condition("Unschedulable", True, "NoFit", "node1: NotReady", t0, 1)
-    assert not st.set_condition("Unschedulable", True, "NoFit", "node1: NotReady", t1, 1)
-    assert st.set_condition("Unschedulable", True, "NoFit", "node2: NotReady", t1, 2)
-    c = st.condition("Unschedulable")
-    assert c is not None and c.last_transition_time == t0 and c.message == "node2: NotReady"
-    assert st.set_condition("Unschedulable", ConditionStatus.FALSE, "Placed", "", t1)
-    assert st.condition("Unschedulable").last_transition_time == t1
+    t0, t1 = "2024-01-01T00:00:00Z", "2024-01-02T00:00:00Z"
+    c = set_condition([], "Unschedulable", True, "NoFit", "node1: NotReady", t0, 1)
+    c = set_condition(c, "Unschedulable", True, "NoFit", "node1: NotReady", t1, 1)
+    assert c[0]["lastTransitionTime"] == t0
+    c = set_condition(c, "Unschedulable", True, "NoFit", "node2: NotReady", t1, 2)
+    assert c[0]["lastTransitionTime"] == t0 and c[0]["message"] == "node2: NotReady"
+    assert c[0]["observedGeneration"] == 2
+    c = set_condition(c, "Unschedulable", False, "Placed", "", t1, 2)
+    assert c[0]["lastTransitionTime"] == t1 and len(c) == 1
+    st = GPUWorkloadStatus.model_validate({"conditions": c})
     wire = st.to_api()["conditions"][0]
     assert wire["lastTransitionTime"] == "2024-01-02T00:00:00Z" and wire["status"] == "False"
     assert st.remove_condition("Unschedulable") and st.conditions == []
+
+
+def test_a_template_its_children_could_not_be_stored_with_is_invalid() -> None:
+    """Issue 23: a 1.4 MB template was accepted, then every child create failed."""
+    import pydantic
+
+    from api.v1alpha1.types import MAX_TEMPLATE_BYTES, GPUWorkloadSpec
+
+    big = {"spec": {"containers": [{"name": "c", "image": "x",
+                                    "command": ["x" * MAX_TEMPLATE_BYTES]}]}}
+    with pytest.raises(pydantic.ValidationError, match=r"the template is \d+ bytes as JSON; "
+                                                        r"a child is made from it only up "
+                                                        r"to 1048576"):
+        GPUWorkloadSpec.model_validate({"template": big})
+    GPUWorkloadSpec.model_validate({"template": {"spec": {"containers": [
+        {"name": "c", "image": "x", "command": ["x" * 1000]}]}}})

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.v1alpha1.types import RetryPolicy
+from api.v1alpha1.types import MAX_BACKOFF_SECONDS, RetryPolicy
 from internal.backoff import (
     Policy,
     is_transient,
@@ -112,3 +112,19 @@ def test_retrying_call_does_not_retry_user_errors() -> None:
     with pytest.raises(FakeApiError):
         conflict()
     assert sleeps == []
+
+
+def test_a_backoff_stored_before_the_crds_maximum_never_overflows_the_retry_time() -> None:
+    """Issue 23: backoffSeconds 2^40 gave `year 36869 is out of range` on every
+    requeue; an object stored before the bound now waits at most a day."""
+    spec = RetryPolicy.model_validate({"backoffSeconds": 1099511627776,
+                                       "maxBackoffSeconds": 1099511627776})
+    assert spec.backoff_seconds == spec.max_backoff_seconds == MAX_BACKOFF_SECONDS
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    for attempt in (1, 5, 60):
+        at = next_retry_time(now, attempt, spec, random.Random(0))
+        assert (at - now).total_seconds() == MAX_BACKOFF_SECONDS
+    # even a policy object that was never validated is clamped
+    raw = type("Raw", (), {"max_retries": 3, "backoff_seconds": 2**40,
+                           "max_backoff_seconds": 2**41})()
+    assert next_delay(9, raw, random.Random(0)) <= MAX_BACKOFF_SECONDS

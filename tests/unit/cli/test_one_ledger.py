@@ -81,7 +81,7 @@ def test_the_plugin_shows_what_the_controller_books() -> None:
                             stale_after=90.0, slices=o["slices"], claims=o["claims"],
                             driver=DRIVER)
     view = {n.name: n for n in pic.nodes}
-    ledger = state.ledger
+    ledger = state.view()
     for name, n in view.items():
         assert n.free == ledger.free_count(name), name
         for d in n.devices:
@@ -102,7 +102,7 @@ def test_the_plugin_shows_what_the_controller_books() -> None:
     assert any("pb/odd" in p for p in pic.problems)
 
     # and the controller refuses what the plugin shows no room for
-    d = schedule(helpers.workload("two", gpusPerReplica=1), state.snapshot, ledger,
+    d = schedule(helpers.workload("two", gpusPerReplica=1), state._snapshot, state._ledger,
                  "leastLoaded")
     assert d.outcome == UNSCHEDULABLE
     assert d.reasons["silent"] == STALE_REASON

@@ -315,7 +315,7 @@ class Env:
 
     def put_pod(self, pod: dict[str, Any]) -> None:
         self.pods.add(pod)
-        self.state.on_pod(pod)
+        self.state.events.on_pod(pod)
         if hasattr(self, "rec"):
             self.rec.expectations.observed(pod)  # as the informer's handlers do
 
@@ -323,12 +323,12 @@ class Env:
         """The pod is deleted from the API (its grace period is over)."""
         pod = self.pods.delete(f"{NS}/{name}")
         assert pod is not None, f"no pod {name}"
-        self.state.on_pod_deleted(pod)
+        self.state.events.on_pod_deleted(pod)
         self.rec.expectations.observed(pod)
 
     def put_job(self, job: dict[str, Any]) -> None:
         self.jobs.add(job)
-        self.state.on_job(job)
+        self.state.events.on_job(job)
         if hasattr(self, "rec"):
             self.rec.expectations.observed(job)
 
@@ -336,7 +336,7 @@ class Env:
         """The Job is deleted from the API (in the foreground: once its pods are)."""
         job = self.jobs.delete(f"{NS}/{name}")
         assert job is not None, f"no job {name}"
-        self.state.on_job_deleted(job)
+        self.state.events.on_job_deleted(job)
         self.rec.expectations.observed(job)
 
     def job_pod(self, job_name: str, *, lagging: bool = False) -> dict[str, Any]:
@@ -378,12 +378,12 @@ class Env:
 
     def put_workload(self, obj: dict[str, Any]) -> None:
         self.workloads.add(obj)
-        self.state.on_workload(obj)
+        self.state.events.on_workload(obj)
 
     def drop_workload(self, name: str) -> None:
         obj = self.workloads.delete(f"{NS}/{name}")
         if obj is not None:
-            self.state.on_workload_deleted(obj)
+            self.state.events.on_workload_deleted(obj)
 
     # --------------------------------------------------------------- objects
 
@@ -475,12 +475,12 @@ class Env:
 
     def holders(self, node_name: str) -> dict[int, frozenset[str]]:
         """device -> the owners holding it."""
-        led = self.state.ledger
+        led = self.state.view()
         return {d: led.device_owners(node_name, d) for d in sorted(led.usable(node_name))
                 if led.device_owners(node_name, d)}
 
     def free(self, node_name: str = "node1") -> int:
-        return self.state.ledger.free_count(node_name)
+        return self.state.view().free_count(node_name)
 
     def overlaps(self) -> list[tuple[str, int, list[str]]]:
         """(node, device, pods) where live pods of different workloads share a

@@ -66,7 +66,7 @@ class World:
         self.rebuilt = self.state.rebuild(lambda: (NODES, [], list(workloads), list(pods)))
 
     def owners(self, node_name: str = "node1") -> dict[int, frozenset[str]]:
-        led = self.state.ledger
+        led = self.state.view()
         return {d: led.device_owners(node_name, d) for d in range(4)
                 if led.device_owners(node_name, d)}
 
@@ -76,10 +76,10 @@ class World:
 
 def test_a_malformed_devices_annotation_is_reported_once_and_the_rest_is_placed() -> None:
     w = World()
-    w.state.on_pod(pod("good", "node1", devices="0,1"))
+    w.state.events.on_pod(pod("good", "node1", devices="0,1"))
     bad = pod("bad", "node1", devices="²", scheduler="gpu-scheduler")
-    w.state.on_pod(bad)  # must not raise
-    w.state.on_pod(bad)  # a resync of the same pod
+    w.state.events.on_pod(bad)  # must not raise
+    w.state.events.on_pod(bad)  # a resync of the same pod
     assert len(w.problems) == 1
     name, reason, message = w.problems[0]
     assert (name, reason) == ("bad", "BadAnnotation")
@@ -90,18 +90,18 @@ def test_a_malformed_devices_annotation_is_reported_once_and_the_rest_is_placed(
     assert not ({0, 1} & set(d.placements[0].devices)) or d.placements[0].node == "node2"
     # once the annotation is fixed the pod holds what it names, and a later
     # malformed write is reported again
-    w.state.on_pod(pod("bad", "node1", devices="3"))
+    w.state.events.on_pod(pod("bad", "node1", devices="3"))
     assert w.owners()[3] == {"pod:uid-bad"}
-    w.state.on_pod(bad)
+    w.state.events.on_pod(bad)
     assert len(w.problems) == 2
 
 
 def test_a_malformed_pod_still_counts_the_gpus_it_requests() -> None:
     w = World()
-    w.state.on_pod(pod("bad", "node1", devices="²", gpus=3))
+    w.state.events.on_pod(pod("bad", "node1", devices="²", gpus=3))
     assert [r for _, r, _ in w.problems] == ["BadAnnotation"]
     # the device plugin gave it three GPUs whatever the annotation says
-    assert w.state.ledger.free_count("node1") == 1
+    assert w.state.view().free_count("node1") == 1
 
 
 def test_the_rebuild_reports_a_malformed_pod_and_books_everything_else() -> None:
@@ -130,7 +130,7 @@ def test_a_restart_with_a_malformed_seed_pod_places_workloads_and_seed_pods() ->
     w = World(pods=[bad, seed], books=(book,))
     assert w.state.ready
     # the malformed one is read as its request, counted; the other by its devices
-    assert w.state.ledger.free_count("node1") == 3
+    assert w.state.view().free_count("node1") == 3
     assert w.owners("node2").keys() == {0, 1}
     d = w.state.decide(gw("after-restart", gpusPerReplica=3))
     assert d.ok and d.placements[0].node == "node1", d.message
@@ -146,10 +146,10 @@ def test_a_terminating_pod_holds_until_it_is_gone_and_then_wakes_the_waiting() -
     d = w.state.decide(gw("waiter", gpusPerReplica=4))
     assert not d.ok
     w.state.pending.waiting.add("ns/waiter")
-    w.state.on_pod(child("a", uid, "node1", "0,1,2,3", terminating=True))
+    w.state.events.on_pod(child("a", uid, "node1", "0,1,2,3", terminating=True))
     assert w.owners() == {d: {f"{uid}#0"} for d in range(4)}
     assert "ns/waiter" not in w.woken
-    w.state.on_pod_deleted(child("a", uid, "node1", "0,1,2,3", terminating=True))
+    w.state.events.on_pod_deleted(child("a", uid, "node1", "0,1,2,3", terminating=True))
     assert w.owners() == {} and "ns/waiter" in w.woken
     assert w.state.decide(gw("waiter", gpusPerReplica=4)).ok
 
@@ -157,7 +157,7 @@ def test_a_terminating_pod_holds_until_it_is_gone_and_then_wakes_the_waiting() -
 def test_a_finished_pod_frees_its_devices_though_its_object_remains() -> None:
     w = World(pods=[child("a", "uid-a", "node1", "0,1")])
     w.state.pending.waiting.add("ns/waiter")
-    w.state.on_pod(child("a", "uid-a", "node1", "0,1", phase="Succeeded"))
+    w.state.events.on_pod(child("a", "uid-a", "node1", "0,1", phase="Succeeded"))
     assert w.owners() == {} and "ns/waiter" in w.woken
 
 
@@ -165,7 +165,7 @@ def test_a_booking_of_a_deleted_object_is_not_claimed_by_a_new_one_of_that_name(
     w = World(pods=[child("w", "uid-old", "node1", "0,1")])
     old = gw("w", uid="uid-old", gpusPerReplica=2)
     assert w.state.decide(old).ok  # the old object's booking (node2 or node1's 2,3)
-    w.state.claim("ns/w", "uid-new")
+    w.state.release_if_other_object("ns/w", "uid-new")
     assert w.state.booking("ns/w") is None
     # its pod still holds: a different holder from the new object
     assert w.owners()[0] == {"uid-old#0"}
@@ -205,10 +205,10 @@ def test_a_nomination_keeps_the_victims_devices_from_everyone_else() -> None:
     other = w.state.decide(gw("other", gpusPerReplica=1, priority="high"))
     assert not other.ok and other.outcome != PREEMPT
 
-    w.state.on_pod(child("low", "uid-low", "node1", "0,1,2,3", terminating=True))
+    w.state.events.on_pod(child("low", "uid-low", "node1", "0,1,2,3", terminating=True))
     assert w.state.blockers("ns/high") == {"node1": ["ns/low-0"]}
     w.woken.clear()
-    w.state.on_pod_deleted(low_pod)
+    w.state.events.on_pod_deleted(low_pod)
     assert "ns/high" in w.woken  # the preemptor may create its pod now
     assert w.state.blockers("ns/high") == {}
     assert w.owners() == {d: {"uid-high#0"} for d in range(4)}
@@ -221,10 +221,10 @@ def test_a_preemptor_that_goes_gives_its_nomination_back() -> None:
     d = w.state.decide(gw("high", gpusPerReplica=2, priority="high",
                           schedulingStrategy="priority"))
     assert d.outcome == PREEMPT
-    w.state.on_workload_deleted({"metadata": {"name": "high", "namespace": "ns"}})
+    w.state.events.on_workload_deleted({"metadata": {"name": "high", "namespace": "ns"}})
     assert w.state.booking("ns/high") is None
     assert w.owners()[0] == {"uid-low#0"}  # the victim's pod still holds
-    w.state.on_pod_deleted(low_pod)
+    w.state.events.on_pod_deleted(low_pod)
     assert w.owners().keys() == {2, 3}
     assert w.state.decide(gw("mid", gpusPerReplica=2, priority="medium")).ok
 
@@ -256,16 +256,54 @@ def test_a_jobs_holding_lasts_until_it_is_gone_or_finished() -> None:
                "gpu.orchestrator.dev/devices": "1,2"}},
                "spec": {"nodeName": "node1", "containers": [{"name": "c"}]}}}}
     w = World()
-    w.state.on_job(job)
+    w.state.events.on_job(job)
     assert w.owners() == {1: {"uid-w#1"}, 2: {"uid-w#1"}}
     foreign = {**job, "metadata": {**job["metadata"], "uid": "uid-other",
                                    "ownerReferences": [{**ref, "kind": "CronJob"}]}}
-    w.state.on_job(foreign)  # not ours: its pods hold for it
+    w.state.events.on_job(foreign)  # not ours: its pods hold for it
     assert w.owners() == {1: {"uid-w#1"}, 2: {"uid-w#1"}}
     w.woken.clear()
     w.state.pending.waiting.add("ns/waiter")
-    w.state.on_job({**job, "status": {"conditions": [{"type": "Failed", "status": "True"}]}})
+    w.state.events.on_job({**job, "status": {"conditions": [{"type": "Failed", "status": "True"}]}})
     assert w.owners() == {} and "ns/waiter" in w.woken
-    w.state.on_job(job)
-    w.state.on_job_deleted(job)
+    w.state.events.on_job(job)
+    w.state.events.on_job_deleted(job)
     assert w.owners() == {}
+
+
+def _gw(ns: str, priority: int, cls: str | None = None) -> GPUWorkload:
+    spec: dict[str, Any] = {"priority": priority}
+    if cls:
+        spec["priorityClassName"] = cls
+    return GPUWorkload.model_validate({"metadata": {"name": "w", "namespace": ns},
+                                       "spec": spec})
+
+
+def test_only_a_priority_class_with_that_value_is_an_admins_priority() -> None:
+    """Issue 23, attack 1: a tenant writes spec.priority, never a PriorityClass."""
+    classes = {"team-high": 1000}
+    state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES,
+                           priority_class_value=classes.get)
+    assert state.admin_priority(_gw("a", 1000, "team-high"))
+    assert not state.admin_priority(_gw("a", 1_000_000_000))  # no class: the tenant's
+    assert not state.admin_priority(_gw("a", 1_000_000_000, "team-high"))  # not its value
+    assert not state.admin_priority(_gw("a", 1000, "made-up"))  # no such class
+    # without a PriorityClass cache nobody preempts across namespaces
+    assert not PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES).admin_priority(
+        _gw("a", 1000, "team-high"))
+
+
+def test_the_priority_class_is_copied_to_the_childrens_pods() -> None:
+    from api.v1alpha1.types import Placement
+    from controllers.children import build_child
+
+    w = GPUWorkload.model_validate({
+        "metadata": {"name": "w", "namespace": "a", "uid": "u"},
+        "spec": {"priority": 1000, "priorityClassName": "team-high",
+                 "template": {"spec": {"priority": 7, "containers": [
+                     {"name": "c", "image": "x"}]}}}})
+    child = build_child(w, {"metadata": {"name": "w", "uid": "u"}},
+                        Placement(index=0, node="n1", devices=[0]),
+                        DeviceExposure.CUDA_VISIBLE_DEVICES, lambda n, d: None)
+    assert child["spec"]["priorityClassName"] == "team-high"
+    assert "priority" not in child["spec"]  # the API server sets it from the class

@@ -28,28 +28,28 @@ def state(woken: list[str]) -> PlacementState:
 def test_slices_are_the_nodes_devices_and_claims_hold_theirs() -> None:
     woken: list[str] = []
     s = state(woken)
-    info = s.snapshot.get("node1")
+    info = s.node_info("node1")
     assert info is not None and sorted(info.devices) == [0, 1]  # the driver's 2, not 4
     theirs: dict[str, Any] = claim("k1", "node1", "gpu-0")
-    s.on_claim(theirs)
+    s.events.on_claim(theirs)
     d = s.decide(wl("a", 1))
     assert d.ok and d.placements[0].devices == [1]
     assert not s.decide(wl("b", 1)).ok
     s.pending.update({"metadata": {"name": "b", "namespace": "ns"}, "status": {
         "conditions": [{"type": "Scheduled", "status": "False"}]}})  # tried, waits
     theirs["status"] = {}  # deallocated (as kube-controller-manager would)
-    s.on_claim(theirs)
+    s.events.on_claim(theirs)
     assert "ns/b" in woken
     assert s.decide(wl("b", 1)).placements[0].devices == [0]
 
 
 def test_a_slice_published_later_makes_the_node_a_dra_node() -> None:
     s = state([])
-    s.on_resourceslice(rslice("node2", 8))
-    assert s.snapshot.get("node2") is None  # no Node object yet
-    s.on_node(node("node2", 8))
-    info = s.snapshot.get("node2")
+    s.events.on_resourceslice(rslice("node2", 8))
+    assert s.node_info("node2") is None  # no Node object yet
+    s.events.on_node(node("node2", 8))
+    info = s.node_info("node2")
     assert info is not None and info.dra_driver == "gpu.nvidia.com" and len(info.devices) == 8
-    s.on_resourceslice_deleted(rslice("node2", 8))
-    info = s.snapshot.get("node2")
+    s.events.on_resourceslice_deleted(rslice("node2", 8))
+    info = s.node_info("node2")
     assert info is not None and not info.dra_driver

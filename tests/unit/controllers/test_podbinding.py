@@ -1,5 +1,8 @@
 """The pod-binding reconciler against an in-memory cache, a fake client and the real
-PlacementState (no server): bookings, refusals, releases and the rebuild."""
+PlacementState (no server): bookings, refusals, releases and the rebuild.
+
+Tests read the state through ``state.view()``; a test that sets a scene (another
+workload's booking) writes its private ledger directly, as no controller may."""
 
 from __future__ import annotations
 
@@ -90,7 +93,7 @@ class Env:
         return self.rec.reconcile(Request(NS, name))
 
     def holder(self, node_name: str, device: int) -> str | None:
-        return self.state.ledger.holder(node_name, device)
+        return self.state.view().holder(node_name, device)
 
     def bound(self) -> dict[str, tuple[str, str | None]]:
         return {b["metadata"]["name"]: (b["target"]["name"],
@@ -112,7 +115,7 @@ def test_seed_map_binds_each_index_to_its_node_and_devices() -> None:
                            "check-2": ("node3", "0,1,2"), "check-3": ("node4", "3"),
                            "check-4": ("node4", "3")}
     assert env.client.bindings[0]["metadata"]["uid"] == "uid-check-0"
-    alloc = env.state.ledger.allocation(STS)
+    alloc = env.state.view().allocation(STS)
     assert alloc is not None and alloc.committed
     assert alloc.priority == 0  # the pods' own priority: a workload above it may preempt
     assert sorted(p.index for p in alloc.placements) == [0, 1, 2, 3, 4]
@@ -146,13 +149,13 @@ def test_unplaceable_pods_get_an_event_and_a_retry(map_text: str, name: str, wan
 
 def test_device_of_another_workload_is_refused_and_nothing_is_booked() -> None:
     env = Env()
-    env.state.ledger.assume("ns/gw", [Placement(index=0, node="node4", devices=[3])])
+    env.state._ledger.assume("ns/gw", [Placement(index=0, node="node4", devices=[3])])
     env.add(pod("check-3"))
     env.reconcile("check-3")
     assert "device(s) 3 held by GPUWorkload ns/gw" in env.warnings("check-3")[0]
-    assert env.state.ledger.allocation(STS) is None
+    assert env.state.view().allocation(STS) is None
     # another StatefulSet is "another workload" too
-    env.state.ledger.forget("ns/gw")
+    env.state._ledger.forget("ns/gw")
     env.add(pod("other-3", owner="other"))
     env.reconcile("other-3")
     env.add(pod("check-3"))
@@ -182,7 +185,7 @@ def test_finished_or_deleted_pods_release_only_their_own_devices() -> None:
     env.pods.delete(f"{NS}/check-4")
     env.reconcile("check-4")
     assert env.holder("node4", 3) is None
-    assert env.state.ledger.allocation(STS) is None
+    assert env.state.view().allocation(STS) is None
 
 
 def test_release_wakes_waiting_pods_and_workloads() -> None:
@@ -208,7 +211,7 @@ def test_no_map_uses_the_default_strategy() -> None:
     env.reconcile("plugin-0")
     (node_name, devices), = env.bound().values()
     assert devices is None  # the device plugin picks: counted, not named
-    assert env.state.ledger.counted(node_name) == {f"Pod:{NS}/plugin-0": 2}
+    assert env.state.view().counted(node_name) == {f"Pod:{NS}/plugin-0": 2}
     env.add(pod("plain-0", map_text=None, owner=None))
     env.reconcile("plain-0")
     node2, devs2 = env.bound()["plain-0"]
@@ -226,15 +229,15 @@ def test_rebuild_rebooks_bound_pods_and_never_counts_them_as_foreign() -> None:
             phase="Succeeded"),
     ]
     env = Env(pods)
-    ledger = env.state.ledger
+    ledger = env.state.view()
     assert env.holder("node4", 3) == STS
     assert sorted(p.index for p in ledger.allocation(STS).placements) == [3, 4]
     assert ledger.counted("node2") == {f"Pod:{NS}/gpu-0": 2}
-    assert not [a for a in ledger.allocations().values() if a.pod]
+    assert not [a for a in ledger.allocations().values() if a.holder]
     assert env.holder("node1", 0) is None
     # events for our pods never count them as foreign either
-    env.state.on_pod(pods[2])
-    assert not [a for a in ledger.allocations().values() if a.pod]
+    env.state.events.on_pod(pods[2])
+    assert not [a for a in ledger.allocations().values() if a.holder]
 
 
 def test_rebuild_reports_a_pod_bound_onto_a_workloads_device() -> None:
@@ -322,6 +325,24 @@ def test_a_bound_pod_with_a_malformed_annotation_is_reported_once_per_version() 
     assert len([r for n, t, r, m in env.recorder.events if r == "BadAnnotation"]) == 3
 
 
+@pytest.mark.parametrize("devices, holds, held", [
+    ("99", "it is taken to hold 1 GPU(s) on node2, counted", []),
+    ("1,99", "it is taken to hold GPU devices 1 on node2", [1]),
+])
+def test_a_pod_naming_a_device_its_node_lacks_holds_no_phantom_device(
+        devices: str, holds: str, held: list[int]) -> None:
+    """Issue 23: a seed pod annotated ``"99"`` on a 4-GPU node was booked device 99."""
+    env = Env()
+    env.add(pod("odd-0", node_name="node2", phase="Running", map_text=None,
+                annotations={"gpu.orchestrator.dev/devices": devices}))
+    env.reconcile("odd-0")
+    (message,) = [m for n, t, r, m in env.recorder.events if r == "BadAnnotation"]
+    assert message == ("annotation gpu.orchestrator.dev/devices names device(s) 99, which "
+                       f"node2 does not have (it has 0,1,2,3); {holds}")
+    assert env.holder("node2", 99) is None
+    assert [d for d in range(4) if env.holder("node2", d)] == held
+
+
 def test_predicate_keeps_unbound_and_lifecycle_changes_only() -> None:
     pred = pod_predicate(SeedBook())
     unbound, bound = pod("a-0"), pod("a-0", node_name="node1", phase="Running")
@@ -381,7 +402,7 @@ def test_a_pod_bound_by_someone_else_onto_held_devices(evict: bool) -> None:
                                          {"action": action}) or 0.0
 
     env = Env()
-    env.state.ledger.assume("ns/gw", [Placement(index=0, node="node1", devices=[0, 1])])
+    env.state._ledger.assume("ns/gw", [Placement(index=0, node="node1", devices=[0, 1])])
     env.client = EvictingClient()
     env.rec = PodBindingReconciler(env.client, env.recorder, env.pods, lambda: env.state,
                                    env.book, PodBindingOptions(evict_conflicting_pods=evict))
@@ -427,18 +448,18 @@ def test_a_higher_priority_workload_preempts_seed_pods_and_waits_for_them() -> N
                    annotations={"gpu.orchestrator.dev/devices": "0,1,2,3"})])
     asked: list[tuple[str, str]] = []
     env.book.on_evict = lambda key, message: asked.append((key, message))
-    assert env.state.ledger.allocation(STS).priority == 0
+    assert env.state.view().allocation(STS).priority == 0
     hi = GPUWorkload.model_validate({
         "metadata": {"name": "hi", "namespace": NS, "uid": "uid-hi"},
         "spec": {"gpusPerReplica": 4, "priority": "high", "schedulingStrategy": "priority"}})
     for n in ("node2", "node3", "node4"):  # nothing else fits
-        env.state.ledger.assume(f"x/{n}", [Placement(index=0, node=n, devices=[0, 1, 2, 3])],
+        env.state._ledger.assume(f"x/{n}", [Placement(index=0, node=n, devices=[0, 1, 2, 3])],
                                 priority=10**9)
     decision = env.state.decide(hi)
     assert decision.outcome == "Preempting" and decision.victims == [STS]
     assert asked and asked[0][0] == STS and "preempted by ns/hi" in asked[0][1]
     # the StatefulSet's booking stays until its pod is gone: nominated, not free
-    assert env.state.ledger.allocation(STS) is not None
+    assert env.state.view().allocation(STS) is not None
     assert env.state.blockers("ns/hi") == {"node1": [STS]}
-    env.book.release(env.state.ledger, f"{NS}/check-0")  # the pod is gone
+    env.state.release_seed(env.book, f"{NS}/check-0")  # the pod is gone
     assert env.state.blockers("ns/hi") == {}

@@ -47,6 +47,10 @@ def child_pod(ns: str, workload: str, node_name: str, devices: list[int],
             "status": {"phase": "Running"}}
 
 
+#: PriorityClasses that exist (an admin's priority may preempt across namespaces)
+ADMIN_CLASSES = {"urgent": 100}
+
+
 class Cluster:
     def __init__(self, *queues: dict[str, Any], require_queue: bool = False) -> None:
         self.queues, self.namespaces, self.workloads = Indexer(), Indexer(), Indexer()
@@ -54,7 +58,7 @@ class Cluster:
             self.queues.add(q)
         self.book = QueueBook(self.queues, self.namespaces, self.workloads, require_queue)
         self.state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, rng=random.Random(1),
-                                    queues=self.book)
+                                    queues=self.book, priority_class_value=ADMIN_CLASSES.get)
         self.state.rebuild(lambda: (NODES, [], [], []))
         self.n = 0
 
@@ -72,12 +76,12 @@ class Cluster:
         d = self.state.decide(self.submit(ns, name, gpus, **spec))
         assert d.ok, d.message
         for p in d.placements:
-            self.state.on_pod(child_pod(ns, name, p.node, p.devices, p.index))
+            self.state.events.on_pod(child_pod(ns, name, p.node, p.devices, p.index))
 
     def gone(self, ns: str, name: str, replicas: int = 1) -> None:
         """The pods of ``ns/name`` are gone."""
         for i in range(replicas):
-            self.state.on_pod_deleted(child_pod(ns, name, "", [], i))
+            self.state.events.on_pod_deleted(child_pod(ns, name, "", [], i))
 
     def used(self) -> dict[str, float]:
         return {q: float(f) for q, f in self.state.queue_usage()[0].items()}
@@ -201,11 +205,13 @@ def test_priority_preemption_never_takes_another_queues_guaranteed_quota() -> No
     c = Cluster()
     for i in range(2):
         assert c.state.decide(c.submit("ns-a", f"a{i}")).ok  # a within its 8
-    for i in range(2):
-        assert c.state.decide(c.submit("ns-b", f"b{i}")).ok  # b within its 8
+    for i in range(2):  # b within its 8, nothing of b's the urgent one may preempt
+        assert c.state.decide(c.submit("ns-b", f"b{i}", priority=100)).ok
     urgent = c.state.decide(c.submit("ns-b", "urgent", priority=100,
+                                     priorityClassName="urgent",
                                      schedulingStrategy="priority"))
-    # b would go to 12: not a reclaim; and a's 8 are a's, whatever the priority
+    # an admin's priority may preempt across namespaces, but b would go to 12: not a
+    # reclaim; and a's 8 are a's, whatever the priority
     assert urgent.outcome == UNSCHEDULABLE and urgent.wait_reason == WAITING_FOR_QUOTA
     assert c.state.eviction("ns-a/a0") is None and c.state.eviction("ns-a/a1") is None
 
@@ -224,7 +230,7 @@ def test_a_workload_in_no_queue_never_preempts_one_in_a_queue() -> None:
     for i in range(4):
         assert c.state.decide(c.submit("ns-a", f"a{i}")).ok
     d = c.state.decide(c.submit("elsewhere", "urgent", priority=100,
-                                schedulingStrategy="priority"))
+                                priorityClassName="urgent", schedulingStrategy="priority"))
     assert d.outcome == UNSCHEDULABLE and d.queue is None and not d.wait_reason
     assert all(c.state.eviction(f"ns-a/a{i}") is None for i in range(4))
 
@@ -239,7 +245,7 @@ def gpu_pod(name: str, ns: str, node_name: str, gpus: int) -> dict[str, Any]:
 
 def test_a_plain_gpu_pod_in_a_queues_namespace_counts_against_its_quota() -> None:
     c = Cluster(queue("a", 8, "ns-a", borrowingLimit=0), queue("b", 8, "ns-b"))
-    c.state.on_pod(gpu_pod("sneaky", "ns-a", "node1", 4))
+    c.state.events.on_pod(gpu_pod("sneaky", "ns-a", "node1", 4))
     assert c.used() == {"a": 4.0}
     assert c.state.decide(c.submit("ns-a", "w0")).ok
     d = c.state.decide(c.submit("ns-a", "w1"))

@@ -49,7 +49,7 @@ def test_a_late_delete_of_an_old_object_keeps_the_new_objects_booking() -> None:
     booked = env.state.booking(f"{NS}/w")
     assert booked is not None and booked.uid == "uid-new"
 
-    env.state.on_workload_deleted(old)  # the late delete of uid-old
+    env.state.events.on_workload_deleted(old)  # the late delete of uid-old
 
     booked = env.state.booking(f"{NS}/w")
     assert booked is not None and booked.uid == "uid-new" and booked.committed
@@ -61,7 +61,7 @@ def test_the_delete_of_the_booked_object_itself_still_releases_it() -> None:
     env.settle("w")
     obj = thaw(env.get("w"))
     env.workloads.delete(f"{NS}/w")
-    env.state.on_workload_deleted(obj)
+    env.state.events.on_workload_deleted(obj)
     assert env.state.booking(f"{NS}/w") is None
 
 
@@ -100,9 +100,9 @@ def test_an_adopted_nomination_enqueues_its_victims_after_releasing_the_lock() -
         got: list[bool] = []
 
         def other_thread() -> None:
-            got.append(state.lock.acquire(timeout=0.5))
+            got.append(state._lock.acquire(timeout=0.5))
             if got[0]:
-                state.lock.release()
+                state._lock.release()
         t = threading.Thread(target=other_thread)
         t.start()
         t.join()
@@ -114,7 +114,7 @@ def test_an_adopted_nomination_enqueues_its_victims_after_releasing_the_lock() -
                            [child("low", "uid-low", "node1", "0,1,2,3")]))
     high = placed("high", [0, 1, 2, 3], priority="high")
     high["status"].update(phase="Scheduled", nominatedOver=["uid-low#0"])
-    state.on_workload(high)
+    state.events.on_workload(high)
     assert state.booking("ns/high") is not None
     assert calls == [(["ns/low"], True)]
 
@@ -196,7 +196,7 @@ def test_a_raising_placement_handler_leads_to_a_rebuild_that_holds_the_pod() -> 
 
     def bug(pod: Any) -> list[str]:
         raise RuntimeError("a bug while reading the pod")
-    old.ledger.sync_pod = bug  # type: ignore[method-assign]
+    old._ledger.sync_pod = bug  # type: ignore[method-assign]
     env.rec._state_factory = env.new_state  # a rebuild reads the caches
     informer = SharedIndexInformer(client=None, api_version="v1", kind="Pod")  # type: ignore[arg-type]
     informer.add_event_handler(placement_handler(env.rec, "Pod", "on_pod"))
@@ -210,11 +210,11 @@ def test_a_raising_placement_handler_leads_to_a_rebuild_that_holds_the_pod() -> 
     eventually(lambda: not old.ready, timeout=5, what="the state invalidated")
     informer.stop()
     assert not old.ready  # the event was lost: this state is not trusted any more
-    assert old.ledger.pod("uid-other") is None
+    assert old.view().pod("uid-other") is None
 
     env.workload("w", gpusPerReplica=1)
     env.settle("w")
-    assert env.rec.state is not old and env.rec.state.ledger.pod("uid-other") is not None
+    assert env.rec.state is not old and env.rec.state.view().pod("uid-other") is not None
     assert env.condition("w", "Scheduled")["reason"] == "Unschedulable"
     assert env.pod("w-0") is None
 
@@ -263,9 +263,9 @@ def test_a_late_delete_of_an_old_gpunode_keeps_the_new_ones_devices() -> None:
     assert state.uuids("node1", [0]) == ["GPU-node1-0"]
     old = gpunode("node1")
     old["metadata"]["uid"] = "gn-old"
-    state.on_gpunode_deleted(old)
+    state.events.on_gpunode_deleted(old)
     assert state.uuids("node1", [0]) == ["GPU-node1-0"]
-    state.on_gpunode_deleted(new)
+    state.events.on_gpunode_deleted(new)
     assert state.uuids("node1", [0]) is None
 
 
@@ -277,9 +277,9 @@ def test_a_late_delete_of_an_old_resourceslice_keeps_the_new_ones_devices() -> N
     assert state.uuids("node1", [0, 1]) == ["GPU-node1-0", "GPU-node1-1"]
     old = dra_slice("node1", 2, name="node1-slice")
     old["metadata"]["uid"] = "rs-old"
-    state.on_resourceslice_deleted(old)
+    state.events.on_resourceslice_deleted(old)
     assert state.uuids("node1", [0, 1]) == ["GPU-node1-0", "GPU-node1-1"]
-    state.on_resourceslice_deleted(new)
+    state.events.on_resourceslice_deleted(new)
     assert state.uuids("node1", [0, 1]) is None
 
 
@@ -290,7 +290,7 @@ def test_a_late_delete_of_an_old_node_keeps_the_new_one() -> None:
     state.rebuild(lambda: ([new], [], [], []))
     old = node("node1", 4)
     old["metadata"]["uid"] = "node-old"
-    state.on_node_deleted(old)
+    state.events.on_node_deleted(old)
     assert state.has_node("node1")
-    state.on_node_deleted(new)
+    state.events.on_node_deleted(new)
     assert not state.has_node("node1")

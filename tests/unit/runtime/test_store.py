@@ -88,6 +88,38 @@ def test_cached_objects_are_read_only_and_thaw_copies() -> None:
         lst.append(3)
 
 
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner,
+                                                                  max_size=4),
+    max_leaves=30)
+
+
+@given(value=json_values)
+def test_freeze_reaches_every_container_and_keeps_the_value(value: object) -> None:
+    """Every dict and list, however deep and whatever sits beside it, refuses mutation;
+    the frozen value equals the original, survives a JSON round trip and thaws back."""
+    frozen = freeze(value)
+
+    def walk(x: object) -> None:
+        if isinstance(x, dict):
+            with pytest.raises(TypeError):
+                x["new"] = 1  # type: ignore[index]
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            with pytest.raises(TypeError):
+                x.append(1)
+            for v in x:
+                walk(v)
+
+    walk(frozen)
+    assert frozen == value
+    assert orjson.loads(orjson.dumps(frozen)) == orjson.loads(orjson.dumps(value))
+    assert thaw(frozen) == value and freeze(frozen) is frozen
+
+
 keys = st.sampled_from([f"p{i}" for i in range(6)])
 nss = st.sampled_from(["a", "b"])
 nodes = st.sampled_from(["n1", "n2", None])

@@ -43,6 +43,11 @@ def blocked_in_get(q: WorkQueue, n: int = 1) -> None:
     until(lambda: len(q._cond._waiters) >= n)  # type: ignore[attr-defined]
 
 
+def blocked_in_drain(q: WorkQueue) -> None:
+    """Wait until a ``shut_down_with_drain`` waits (on its own condition)."""
+    until(lambda: len(q._drained._waiters) >= 1)  # type: ignore[attr-defined]
+
+
 class FixedDelay:
     """A rate limiter that answers ``delay`` and counts like the real ones."""
 
@@ -142,6 +147,43 @@ def test_shutdown_wakes_every_blocked_get() -> None:
         assert out == [(None, True)]
 
 
+def test_an_add_wakes_one_idle_worker_and_an_emptied_queue_wakes_none() -> None:
+    """client-go's cond.Signal: 8 idle workers, 20 items one after another; each item
+    wakes at most one worker (the queue emptying wakes nobody but a drain waiter)."""
+    q = WorkQueue()
+    wakeups = []
+    wait = q._cond.wait  # type: ignore[attr-defined]
+
+    def counted_wait(timeout: float | None = None) -> bool:
+        got = wait(timeout)
+        wakeups.append(1)
+        return got
+
+    q._cond.wait = counted_wait  # type: ignore[attr-defined,method-assign]
+    handled = []
+
+    def worker() -> None:
+        while True:
+            item, shutdown = q.get()
+            if shutdown:
+                return
+            handled.append(item)
+            q.done(item)
+
+    workers = [in_thread(worker)[0] for _ in range(8)]
+    blocked_in_get(q, 8)
+    wakeups.clear()
+    for i in range(20):
+        q.add(i)
+        until(lambda i=i: len(handled) == i + 1 and q.processing() == 0)
+        blocked_in_get(q, 8)
+    assert handled == list(range(20))
+    assert len(wakeups) <= 20, f"{len(wakeups)} wake-ups for 20 items"
+    q.shut_down()
+    for t in workers:
+        t.join(LONG)
+
+
 def test_get_with_a_timeout_returns_nothing_when_idle() -> None:
     q = WorkQueue()
     assert q.get(timeout=0) == (None, False)
@@ -175,7 +217,7 @@ def test_drain_waits_for_queued_items_to_be_processed() -> None:
     for k in "abc":
         q.add(k)
     t, out = in_thread(lambda: q.shut_down_with_drain(timeout=LONG))
-    blocked_in_get(q)
+    blocked_in_drain(q)
     q.add("late")  # shut down: ignored
     got = []
     while True:
@@ -195,7 +237,7 @@ def test_drain_without_timeout_waits_for_the_last_done() -> None:
     q.get()
     q.get()
     t, out = in_thread(q.shut_down_with_drain)
-    blocked_in_get(q)
+    blocked_in_drain(q)
     q.done("a")
     assert out == [] and t.is_alive()
     q.done("b")

@@ -209,13 +209,13 @@ def test_placement_state_turns_a_silent_node_stale_and_keeps_placements() -> Non
     now[0] = NOW + timedelta(seconds=31)  # no heartbeat since
     state.refresh_stale()
     assert state.held_by(first.key)
-    alloc = state.ledger.allocation(first.key)
+    alloc = state.view().allocation(first.key)
     assert alloc is not None and list(alloc.placements) == d.placements
     d2 = state.decide(workload("second"))
     assert d2.outcome == UNSCHEDULABLE and d2.reasons == {"n1": STALE_REASON}
 
     # the agent reports again: offered again, minus what "first" holds
-    state.on_gpunode(fixture_gpunode("n1", "h100-sxm-8", now[0]))
+    state.events.on_gpunode(fixture_gpunode("n1", "h100-sxm-8", now[0]))
     d3 = state.decide(workload("third", gpusPerReplica=6))
     assert d3.ok and not set(d3.placements[0].devices) & set(d.placements[0].devices)
 

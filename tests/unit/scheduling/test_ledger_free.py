@@ -471,7 +471,7 @@ def test_what_holds_a_node_and_who_holds_what() -> None:
     assert [a.key for a in led.bookings()] == ["ns/a", "ns/dp"]
     assert sorted(a.key for a in led.held_by_owner("a#0")) == ["ns/a", "pod:u-a-0"]
     # a pod's holding is found as one; a booking is not
-    assert led.holding("pod:u-a-0") is not None and led.holding("pod:u-a-0").pod
+    assert led.holding("pod:u-a-0") is not None and led.holding("pod:u-a-0").holder
     assert led.holding("ns/a") is None and led.holding("pod:nobody") is None
 
 

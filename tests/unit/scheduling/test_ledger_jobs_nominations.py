@@ -65,7 +65,7 @@ def test_a_job_of_ours_holds_the_devices_its_template_names_until_it_finishes() 
     led = ledger()
     assert led.sync_job(job()) == []
     held = led.job("job-1")
-    assert held is not None and held.job and held.pod
+    assert held is not None and held.job and held.holder
     assert (held.name, held.owner) == ("Job ns/j", "uid-w#0")
     assert [(p.node, p.devices) for p in held.placements] == [("n1", [0, 1])]
     assert dict(led.holders("n1")) == {0: "Job ns/j", 1: "Job ns/j"}

@@ -90,7 +90,7 @@ def ledger(n1: int = 4) -> Ledger:
         ("  ", None),
         ("0", [0]),
         ("0,1", [0, 1]),
-        (" 3 , 1,1", [1, 3]),  # spaces, order and repeats do not matter
+        (" 3 , 1", [1, 3]),  # spaces and order do not matter
         ("9999", [9999]),
         (2, [2]),  # a number where a string was expected
     ],
@@ -222,9 +222,15 @@ def test_sync_pod_follows_a_pod_through_its_life() -> None:
     assert led.free_devices("n1") == frozenset({2, 3}) and led.free_count("n1") == 2
     assert led.holder("n1", 0) == "team/p" and led.priority_of("pod:u1") == 7
     assert led.device_owners("n1", 1) == frozenset({"pod:u1"})
-    led.sync_pod(pod(uid="u1", devices="3", gpus=2))  # re-annotated: replaces
-    assert led.free_devices("n1") == frozenset({0, 1, 2}) and led.free_count("n1") == 2
-    assert led.counted("n1") == {"pod:u1": 1}
+    # re-annotated (issue 23): it keeps what it was given, neither more nor less
+    assert led.sync_pod(pod(uid="u1", devices="3", gpus=2)) == [
+        f"pod team/p: annotation {DEVICES_ANNOTATION} changed to 3 after it was given "
+        "0,1; it keeps holding those"]
+    assert led.free_devices("n1") == frozenset({2, 3}) and led.counted("n1") == {}
+    led.sync_pod(pod(uid="u1", devices="0,1,2,3", gpus=2))
+    assert led.free_devices("n1") == frozenset({2, 3})
+    led.sync_pod(pod(uid="u1", devices=None, gpus=2))  # removed: still held
+    assert led.free_devices("n1") == frozenset({2, 3})
     assert led.sync_pod(pod(uid="u1", phase="Succeeded", devices="3", gpus=2)) == []
     assert led.free_count("n1") == 4 and led.allocations() == {}
 
@@ -239,7 +245,7 @@ def test_a_pod_without_uid_is_keyed_by_its_name() -> None:
 
 def test_a_malformed_annotation_still_counts_the_request() -> None:
     led = ledger()
-    led.sync_pod(pod(uid="u1", devices="0", gpus=1))
+    led.sync_pod(pod(uid="u1", devices=None, gpus=1))  # held by its request only
     problems = led.sync_pod(pod(uid="u1", devices="zero,one", gpus=3), priority=4)
     assert problems == [f"pod team/p: annotation {DEVICES_ANNOTATION}='zero,one' is not a "
                         f"list of device indices"]
@@ -259,11 +265,17 @@ def test_a_malformed_annotation_of_a_pod_of_ours_keeps_its_owner() -> None:
 
 def test_a_malformed_annotation_of_a_pod_that_requests_nothing_frees_it() -> None:
     led = ledger()
-    led.sync_pod(pod(uid="u1", devices="2", gpus=1))
-    assert led.free_count("n1") == 3
     problems = led.sync_pod(pod(uid="u1", devices="x"))
     assert len(problems) == 1 and problems[0].startswith("pod team/p: annotation ")
     assert led.free_count("n1") == 4 and not led.has_pod("u1")
+
+
+def test_an_edit_that_makes_the_annotation_unreadable_frees_nothing() -> None:
+    """Issue 23: shrinking (or breaking) the annotation released the devices."""
+    led = ledger()
+    led.sync_pod(pod(uid="u1", devices="2", gpus=1))
+    led.sync_pod(pod(uid="u1", devices="x"))
+    assert led.free_count("n1") == 3 and led.holder("n1", 2) == "team/p"
 
 
 @pytest.mark.parametrize("p", [pod(uid="u1", devices="x", gpus=2, node=None),
@@ -311,3 +323,20 @@ def test_a_victims_pod_under_a_nomination_is_no_conflict() -> None:
         "pod team/other: n1: device 1 also held by ns/pre",
         "pod team/other: n1: device 1 also held by team/victim",
     ]
+
+
+@pytest.mark.parametrize("value", ["3,3", "0,1,0"])
+def test_a_device_named_twice_is_refused_not_deduplicated(value: str) -> None:
+    """Issue 23: ``"3,3"`` was read as ``"3"``; the pod said something else."""
+    with pytest.raises(BadPod, match="names a device twice"):
+        parse_devices(value)
+
+
+def test_an_annotation_made_unreadable_keeps_the_devices_it_was_given() -> None:
+    """Issue 23: editing a pod's devices annotation neither books more nor frees any."""
+    led = ledger()
+    led.sync_pod(pod(uid="u1", devices="0", gpus=3))
+    assert led.sync_pod(pod(uid="u1", devices="zero,one", gpus=3)) == [
+        f"pod team/p: annotation {DEVICES_ANNOTATION}='zero,one' is not a list of device "
+        "indices"]
+    assert led.free_devices("n1") == frozenset({1, 2, 3}) and led.counted("n1") == {"pod:u1": 2}

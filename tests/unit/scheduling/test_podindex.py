@@ -36,11 +36,11 @@ def test_the_request_name_stands_in_for_a_missing_pod_name() -> None:
     ("labels", "why"),
     [
         ({POD_INDEX_LABEL: "-1"}, "label apps.kubernetes.io/pod-index='-1' is not a "
-                                  "non-negative integer"),
+                                  "non-negative integer below 1000000000"),
         ({POD_INDEX_LABEL: "two"}, "label apps.kubernetes.io/pod-index='two' is not a "
-                                   "non-negative integer"),
+                                   "non-negative integer below 1000000000"),
         ({POD_INDEX_LABEL: ""}, "label apps.kubernetes.io/pod-index='' is not a "
-                                "non-negative integer"),
+                                "non-negative integer below 1000000000"),
     ],
 )
 def test_a_bad_label_is_not_overridden_by_the_name(labels: dict, why: str) -> None:
@@ -88,3 +88,10 @@ def test_a_non_ascii_digit_label_is_no_index_not_a_crash() -> None:
     """``"²".isdigit()`` is True and ``int("²")`` raises: the label is refused."""
     index, why = pod_index({"metadata": {"labels": {"apps.kubernetes.io/pod-index": "\u00b2"}}})
     assert index is None and "is not a non-negative integer" in why
+
+
+def test_an_ordinal_beyond_nine_digits_is_no_index() -> None:
+    """Issue 23: ``int()`` of 5000 digits raised (the webhook answered 500)."""
+    assert pod_index({"metadata": {"name": "web-" + "1" * 5000}})[0] is None
+    assert pod_index({"metadata": {"name": "web-\u00b2"}})[0] is None
+    assert pod_index({"metadata": {"name": "web-999999999"}})[0] == 999999999

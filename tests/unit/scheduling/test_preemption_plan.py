@@ -94,3 +94,29 @@ def test_victims_are_looked_for_among_lower_priorities_only() -> None:
     assert d.outcome == UNSCHEDULABLE and d.victims == []
     d = schedule(prio("w", 10, gpusPerReplica=1), snap, led)
     assert d.victims == ["x/lower"] and d.placements == [P(0, "n2", 0)]
+
+
+def test_without_an_admins_priority_only_the_own_namespace_is_preempted() -> None:
+    """Issue 23, attack 1: a tenant-chosen priority (1e9) preempted another tenant.
+    Without a priority an admin controls, only the preemptor's namespace yields."""
+    snap, led = cluster(node("n1", 2))
+    led.assume("team-b/bob", [P(0, "n1", 0, 1)], priority=50)
+    alice = workload("a", ns="team-a", priority=1_000_000_000,
+                     schedulingStrategy="priority", gpusPerReplica=2)
+    d = schedule(alice, snap, led, across_namespaces=False)
+    assert d.outcome == UNSCHEDULABLE and not d.victims
+    led.forget("team-b/bob")
+    led.assume("team-a/mine", [P(0, "n1", 0)], priority=1)
+    led.assume("team-b/bob", [P(0, "n1", 1)], priority=50)
+    d = schedule(alice, snap, led, across_namespaces=False)
+    assert d.outcome == UNSCHEDULABLE  # team-a/mine alone does not free two GPUs
+    # a priority an admin controls may take both
+    assert schedule(alice, snap, led, across_namespaces=True).victims == [
+        "team-a/mine", "team-b/bob"]
+
+
+def test_booking_namespace_reads_workload_and_pod_book_keys() -> None:
+    from internal.scheduling.preemption import booking_namespace
+    assert booking_namespace("team-a/w") == "team-a"
+    assert booking_namespace("StatefulSet:team-b/sts") == "team-b"
+    assert booking_namespace("Pod:team-c/p-0") == "team-c"

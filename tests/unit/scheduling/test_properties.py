@@ -117,7 +117,7 @@ def check_invariants(ledger: Ledger, snap: Snapshot) -> None:
             for dev in p.devices:
                 holders[(p.node, dev)].add(a.owner)
                 named_load[p.node].add(dev)
-        if a.pod:
+        if a.holder:
             continue  # pods are facts: they may exceed a node, never refused
         for n, c in a.counted.items():
             counted_load[n] += c

@@ -30,7 +30,7 @@ def test_a_booking_and_its_pods_count_once() -> None:
     led.assume("ns-a/w", [Placement(index=0, node="n0", devices=[0, 1])], owner="uid-w#0")
     led.set_pod(PodHolding("p1", "ns-a/w-0", "n0", (0, 1), 0, "uid-w#0"))
     owners = by_owner(led.allocations().values(), led.sharing)
-    assert owners["uid-w#0"].gpus == 2 and not owners["uid-w#0"].holder.pod
+    assert owners["uid-w#0"].gpus == 2 and not owners["uid-w#0"].holder.holder
     assert used_by_queue(led, queue_of) == {"a": 2}
 
 

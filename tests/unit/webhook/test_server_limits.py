@@ -5,15 +5,17 @@ without being read, reviews beyond ``max_in_flight`` get 429, connections beyond
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import ssl
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from internal.webhook.rotation import SelfSignedCerts
-from internal.webhook.server import MAX_BODY, WebhookServer
+from internal.webhook.server import MAX_BODY, READ_TIMEOUT, WebhookServer
 from tests.waiting import eventually
 
 
@@ -82,3 +84,64 @@ def test_connections_beyond_the_limit_are_closed(server: WebhookServer) -> None:
     finally:
         for s in held:
             s.close()
+
+
+def _answer(sock: ssl.SSLSocket) -> tuple[int, dict]:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length")))
+    while len(body) < length:
+        body += sock.recv(65536)
+    status = int(head.split(b" ", 2)[1])
+    return status, (json.loads(body) if status == 200 else {"text": body.decode()})
+
+
+def _post(server: WebhookServer, review: dict) -> tuple[int, dict]:
+    body = json.dumps(review).encode()
+    with contextlib.closing(_connect(server.port)) as s:
+        s.sendall(_head(len(body)) + body)
+        return _answer(s)
+
+
+def _pod_review(uid: str | None, labels: dict) -> dict:
+    req = {"operation": "CREATE", "name": "web-0",
+           "resource": {"group": "", "version": "v1", "resource": "pods"},
+           "object": {"metadata": {"name": "web-0", "labels": labels,
+                                   "annotations": {"gpu-scheduling-map": "0=node1:0"}},
+                      "spec": {"schedulerName": "gpu-scheduler",
+                               "containers": [{"name": "c", "image": "x"}]}}}
+    if uid is not None:
+        req["uid"] = uid
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
+
+
+def test_a_short_body_holds_a_connection_no_longer_than_the_read_timeout(
+        server: WebhookServer) -> None:
+    """Issue 23: a body shorter than its Content-Length held a connection 15 s+."""
+    with contextlib.closing(_connect(server.port)) as s:
+        start = time.monotonic()
+        s.sendall(_head(100) + b'{"kind"')
+        status, _ = _answer(s)
+        assert status == 408
+        assert time.monotonic() - start < READ_TIMEOUT + 3
+
+
+@pytest.mark.parametrize("labels, want", [
+    ({"apps.kubernetes.io/pod-index": "\u00b2"}, "is not a non-negative integer"),
+    ({"apps.kubernetes.io/pod-index": "1" * 63}, "is not a non-negative integer"),
+])
+def test_a_bad_pod_index_is_a_denial_in_words_never_a_500(
+        server: WebhookServer, labels: dict, want: str) -> None:
+    status, answer = _post(server, _pod_review("u-1", labels))
+    assert status == 200
+    resp = answer["response"]
+    assert resp["uid"] == "u-1" and resp["allowed"] is False
+    assert want in resp["status"]["message"]
+
+
+def test_a_review_without_a_uid_is_a_bad_request(server: WebhookServer) -> None:
+    status, answer = _post(server, _pod_review(None, {}))
+    assert status == 400 and "no uid" in answer["text"]

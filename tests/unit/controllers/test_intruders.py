@@ -1,0 +1,76 @@
+"""Issue 23, attack 3: a pod that gives itself devices (on a cluster without the
+pod-devices admission policy) is evicted, once, with an Event saying why; pods the
+controller or a pod book made are never touched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controllers.intruders import REASON, IntruderEvictor, names_devices_itself
+from tests.unit.controllers.fakes import FakeRecorder
+from tests.waiting import eventually
+
+
+class Evictions:
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+
+    def create_subresource(self, api_version: str, kind: str, name: str, sub: str,
+                           body: dict[str, Any], namespace: str | None = None) -> dict:
+        assert (api_version, kind, sub) == ("v1", "Pod", "eviction")
+        assert body["deleteOptions"]["preconditions"]["uid"] == f"uid-{name}"
+        self.asked.append((namespace or "", name))
+        return body
+
+
+def pod(name: str, devices: str | None = "0,1", node: str | None = "node1",
+        owner: str | None = None, **meta: Any) -> dict[str, Any]:
+    md: dict[str, Any] = {"name": name, "namespace": "team-a", "uid": f"uid-{name}", **meta}
+    if devices is not None:
+        md["annotations"] = {"gpu.orchestrator.dev/devices": devices}
+    if owner:
+        md["ownerReferences"] = [{"kind": owner, "name": "w", "uid": "w-uid",
+                                  "controller": True}]
+    spec = {"nodeName": node} if node else {}
+    return {"metadata": md, "spec": spec, "status": {"phase": "Running"}}
+
+
+@pytest.mark.parametrize("p, why", [
+    (pod("bare"), True),
+    (pod("unbound", node=None), False),  # holds nothing yet
+    (pod("plain", devices=None), False),  # names nothing
+    (pod("empty", devices=" "), False),
+    (pod("ours", owner="GPUWorkload"), False),  # the controller's child
+    (pod("going", deletionTimestamp="2026-01-01T00:00:00Z"), False),
+])
+def test_which_pods_gave_themselves_devices(p: dict, why: bool) -> None:
+    assert names_devices_itself(p, lambda _: False) is why
+
+
+def test_a_pod_book_pod_is_not_an_intruder() -> None:
+    assert not names_devices_itself(pod("seed-0"), lambda p: True)
+
+
+def test_an_intruder_is_evicted_once_with_an_event_and_only_when_placing() -> None:
+    client, recorder = Evictions(), FakeRecorder()
+    placing = [False]
+    ev = IntruderEvictor(client, recorder, lambda _: False, lambda: placing[0])
+    ev.on_pod(pod("bare"))
+    assert client.asked == []  # not the leader (or not rebuilt yet): nothing
+    placing[0] = True
+    ev.on_pod(pod("bare"))
+    ev.on_pod(None, pod("bare"))  # an update of the same pod
+    eventually(lambda: client.asked == [("team-a", "bare")], timeout=5, what="evicted")
+    assert [(n, r) for n, _, r, _ in recorder.events] == [("bare", REASON)]
+    assert "gpu.orchestrator.dev/devices=0,1 was not set by gpu-orchestrator" in \
+        recorder.events[0][3]
+
+
+def test_only_the_managers_namespaces() -> None:
+    client = Evictions()
+    ev = IntruderEvictor(client, FakeRecorder(), lambda _: False, lambda: True,
+                         frozenset({"team-b"}))
+    ev.on_pod(pod("bare"))
+    assert client.asked == []

@@ -1,0 +1,76 @@
+"""The placement state has one door: nothing outside its modules touches its lock,
+its ledger or its snapshot (docs/architecture.md, "The placement state"); readers
+get ``view()``, the seed path ``book_seed`` and its kin, the claims ``atomically``.
+A grep of the tree says so, so a new shortcut fails here rather than in a race."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+#: the placement state's own modules
+OWN = {"controllers/placement_cache.py", "controllers/placement_state.py",
+       "controllers/placement_events.py"}
+#: the code that runs (tests may set scenes through the private fields)
+TREES = ("controllers", "internal", "runtime", "api", "main.py")
+
+#: ``state.lock``, ``self.state().ledger``, ``ensure_state()._snapshot``, ...
+STATE_FIELD = re.compile(r"\w*state\w*(\(\))?\.(_?lock|_?ledger|_?snapshot)\b")
+#: any other object's private lock, ledger or snapshot (``x._ledger``, not ``self._ledger``)
+PRIVATE_FIELD = re.compile(r"(?<!\bself)\._(lock|ledger|snapshot)\b")
+
+
+def _sources() -> list[Path]:
+    out: list[Path] = []
+    for tree in TREES:
+        path = ROOT / tree
+        out += [path] if path.is_file() else sorted(path.rglob("*.py"))
+    return out
+
+
+def test_nothing_outside_the_placement_state_touches_its_lock_ledger_or_snapshot() -> None:
+    found = []
+    for path in _sources():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in OWN:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if STATE_FIELD.search(line) or PRIVATE_FIELD.search(line):
+                found.append(f"{rel}:{n}: {line.strip()}")
+    assert not found, "reaches into the placement state:\n" + "\n".join(found)
+
+
+def test_the_grep_finds_what_it_looks_for() -> None:
+    """The patterns match the shortcuts this test forbids (else it passes on nothing)."""
+    for line in ("with state.lock:", "self.state().ledger.assume(k, p)",
+                 "self.reconciler.ensure_state().lock", "info = state.snapshot.get(n)",
+                 "led = other._ledger"):
+        assert STATE_FIELD.search(line) or PRIVATE_FIELD.search(line), line
+    for line in ("with self._lock:", "h.ledger.free_count(n)", "self._snapshot.get(n)"):
+        assert not (STATE_FIELD.search(line) or PRIVATE_FIELD.search(line)), line
+
+
+def test_the_view_reads_the_current_ledger_and_changes_nothing() -> None:
+    """``state.view()`` answers from the ledger the state holds now (a rebuild
+    replaces it) and offers none of the ledger's changes."""
+    from api.v1alpha1.types import DeviceExposure
+    from controllers.placement_state import PlacementState
+    from tests.unit.scheduling.helpers import node
+
+    state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES)
+    view = state.view()
+    assert view.node("node1") is None
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-p",
+                        "annotations": {"gpu.orchestrator.dev/devices": "1"}},
+           "spec": {"nodeName": "node1", "containers": [{"name": "c", "image": "x"}]},
+           "status": {"phase": "Running"}}
+    state.rebuild(lambda: ([node("node1", 4)], [], [], [pod]))
+    assert view.node("node1") is not None  # taken before the rebuild, reads after it
+    assert view.holder("node1", 1) == "ns/p" and view.free_count("node1") == 3
+    for change in ("assume", "commit", "forget", "set_pod", "remove_pod", "refuse_mig"):
+        try:
+            getattr(view, change)
+        except AttributeError:
+            continue
+        raise AssertionError(f"the view offers the ledger's {change}")
