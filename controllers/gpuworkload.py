@@ -100,8 +100,9 @@ from internal import metrics as m
 from internal.backoff import next_delay, should_retry
 from internal.objects import JSON, object_key
 from internal.scheduling.framework import INVALID_MAP, PREEMPT, UNSCHEDULABLE
-from internal.scheduling.jobs import is_job_holder
-from internal.scheduling.pods import BadPod, parse_devices
+from internal.scheduling.jobs import is_job_holder, job_finished
+from internal.scheduling.ledger import DEPARTING
+from internal.scheduling.pods import BadPod, parse_devices, pod_is_active
 from runtime import Conflict, Request, Result
 from runtime.events import EventRecorder
 from runtime.store import Indexer
@@ -148,7 +149,7 @@ class GPUWorkloadReconciler:
         self.expectations = self.children.expectations
         self.finalizer = ChildrenFinalizer(client, self.children, status_writer,
                                            self._release, self._wrote,
-                                           children_gone=self._claims_left)
+                                           children_gone=self._finalized)
         self.recorder = recorder
         self.workloads = workloads
         self.pods = pods
@@ -182,9 +183,24 @@ class GPUWorkloadReconciler:
             return self.state
 
     def _release(self, key: str) -> None:
-        """Releases ``key``'s booking (its pods keep what they hold)."""
+        """Releases ``key``'s booking (its pods keep what they hold). Called in the
+        workload's own reconcile: whatever child it made is in the ledger already."""
         self.ensure_state().forget(key)
         self._bound_observed.discard(key)
+
+    def _children_gone(self, raw: JSON) -> None:
+        """A preemption's victim holds on to its devices (``PlacementState.depart``:
+        its booking was released by another workload's decision, while a reconcile
+        of its own may have been creating a child) until none of its children is
+        left or being made: then they go (docs/architecture.md, invariant 3)."""
+        state = self.ensure_state()
+        key = object_key(raw)
+        if not state.departing(key):
+            return
+        uid = raw["metadata"]["uid"]
+        if not any(pod_is_active(p) for p in self.children.known(uid, "Pod")) and \
+                all(job_finished(j) for j in self.children.known(uid, "Job")):
+            state.departed(key)
 
     def _wrote(self, obj: JSON) -> None:
         if self.state is not None:
@@ -195,7 +211,7 @@ class GPUWorkloadReconciler:
         key = f"{req.namespace}/{req.name}"
         raw = self.workloads.get_by_name(req.name, req.namespace)
         if raw is None:
-            state.forget(key)
+            state.forget(key, departed=True)
             self._bound_observed.discard(key)
             if self.status_writer is not None:
                 self.status_writer.forget(key)
@@ -214,9 +230,14 @@ class GPUWorkloadReconciler:
         out = self._observe_and_act(raw)
         return self._report(raw, out)
 
+    def _finalized(self, raw: JSON) -> None:
+        self._children_gone(raw)
+        self._claims_left(raw)
+
     def _observe_and_act(self, raw: JSON) -> Outcome:
         state = self.ensure_state()
         key = object_key(raw)
+        self._children_gone(raw)
         status = StatusBuilder(raw, self.clock())
         try:
             w = GPUWorkload.model_validate(raw)
@@ -459,6 +480,7 @@ class GPUWorkloadReconciler:
         preemptor until they are gone); back to Pending."""
         self.children.delete(raw)
         self.ensure_state().evicted(object_key(raw))
+        self._children_gone(raw)  # it had none: its devices go now
         status.placements(None).retry(next_retry=None).phase(Phase.PENDING, msg)
         status.condition(SCHEDULED, False, "Preempted", msg)
         status.condition(PREEMPTED, True, "Preempted", msg)
@@ -748,10 +770,15 @@ def _waiting_for(blockers: Mapping[str, list[str]], *, preempted: bool = True) -
     """``waiting for 2 preempted pod(s) and 1 preempted Job(s) to terminate on n3``;
     not ``preempted``: ``waiting for 1 pod(s) holding its devices to terminate on n3``"""
     names = [n for v in blockers.values() for n in v]
+    departing = sorted({n.removeprefix(DEPARTING) for n in names if n.startswith(DEPARTING)})
+    names = [n for n in names if not n.startswith(DEPARTING)]
     jobs = sum(1 for n in names if is_job_holder(n))
     word = "preempted " if preempted else ""
     what = [f"{n} {word}{kind}(s)" for n, kind in ((len(names) - jobs, "pod"),
                                                    (jobs, "Job")) if n]
+    if not what:  # only what a victim holds on to until it sees its children gone
+        return (f"waiting for preempted {', '.join(departing)} to see its children gone "
+                f"on {', '.join(sorted(blockers))}")
     held = "" if preempted else " holding its devices"
     return (f"waiting for {' and '.join(what)}{held} to terminate on "
             f"{', '.join(sorted(blockers))}")

@@ -39,7 +39,7 @@ from controllers.placement_events import Holder, holds_less, more_room
 from controllers.write_tracker import WriteTracker
 from internal.objects import JSON, object_key
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
-from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner
+from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner, departing_key
 from internal.scheduling.resourceslices import SliceInventory, claim_holder_key, claim_holding
 from internal.scheduling.snapshot import NodeInfo, Snapshot
 
@@ -332,15 +332,38 @@ class PlacementCache:
             if self._ledger.allocation(key) is not None:
                 self._ledger.commit(key)
 
-    def forget(self, key: str) -> None:
-        """Release ``key``'s booking (its pods keep what they hold); wakes workloads
-        waiting for capacity."""
+    def forget(self, key: str, *, departed: bool = False) -> None:
+        """Release ``key``'s booking (its pods keep what they hold), and with
+        ``departed`` what it held on to (``depart``); wakes workloads waiting for
+        capacity."""
         with self._lock:
-            released = self._ledger.forget(key)
+            released = self._ledger.forget(key) is not None
+            released = (departed and self._ledger.release_departed(key)) or released
             self.evictions.unblock(key)
             self.evictions.stop_waiting(key)
-            waiting = list(self.pending.waiting) if released is not None else []
-        if released is not None:
+            waiting = list(self.pending.waiting) if released else []
+        if released:
+            self._wake(waiting)
+
+    def depart(self, key: str) -> None:
+        """Release ``key``'s booking while its children may still exist or be being
+        made: its devices stay held (``Ledger.depart``) until ``departed``."""
+        with self._lock:
+            self._ledger.depart(key)
+            self.evictions.unblock(key)
+            self.evictions.stop_waiting(key)
+
+    def departing(self, key: str) -> bool:
+        """Does ``key`` hold on to a released booking (``depart``)?"""
+        with self._lock:
+            return self._ledger.holding(departing_key(key)) is not None
+
+    def departed(self, key: str) -> None:
+        """None of ``key``'s children is left: what it held on to goes; wakes."""
+        with self._lock:
+            released = self._ledger.release_departed(key)
+            waiting = list(self.pending.waiting) if released else []
+        if released:
             self._wake(waiting)
 
     # ------------------------------------------------------------ workloads
@@ -428,4 +451,4 @@ class PlacementCache:
             self._enqueue_waiting(waiting)
         with self._lock:
             self.evictions.stop_waiting(key)
-        self.forget(key)
+        self.forget(key, departed=True)

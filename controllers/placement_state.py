@@ -39,7 +39,7 @@ from internal.metrics.domain import BAD_OBJECTS
 from internal.objects import JSON
 from internal.scheduling.framework import PREEMPT, Decision
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
-from internal.scheduling.ledger import Ledger, LedgerConflict
+from internal.scheduling.ledger import Ledger, LedgerConflict, departing_key
 from internal.scheduling.scheduler import Scheduler
 from internal.scheduling.snapshot import NodeInfo, Snapshot
 
@@ -209,7 +209,9 @@ class PlacementState(PlacementCache):
                     if book is not None:
                         booked.append((book, v))  # its booking stays till its pods go
                         continue
-                    self._ledger.forget(v)
+                    # held on until the victim's own reconcile finds its children
+                    # gone: one of its reconciles may be creating a pod right now
+                    self._ledger.depart(v)
                     victims.append(v)
                 # workload victims acknowledge their eviction in their own reconcile
                 self.evictions.evict(w.key, victims, decision.evict_message
@@ -235,8 +237,12 @@ class PlacementState(PlacementCache):
         with self._lock:
             a = self._ledger.allocation(key)
             stale = a is not None and bool(a.uid) and bool(uid) and a.uid != uid
+            h = self._ledger.holding(departing_key(key))
+            stale_hold = h is not None and bool(h.uid) and bool(uid) and h.uid != uid
         if stale:
             self.forget(key)
+        if stale_hold:
+            self.departed(key)
 
     def blockers(self, key: str) -> dict[str, list[str]]:
         """node -> pods that ``key``'s nomination still waits for (empty: none)."""

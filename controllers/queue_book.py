@@ -47,7 +47,7 @@ from controllers.queue_outcomes import not_across_queues, reclaiming, wait, work
 from controllers.status import parse_time
 from internal.metrics.domain import QUEUE_ADMISSION_WAIT
 from internal.scheduling.framework import PREEMPT, Decision
-from internal.scheduling.ledger import Allocation, Ledger
+from internal.scheduling.ledger import DEPARTING, Allocation, Ledger, is_departing
 from internal.scheduling.queue_usage import OwnerUse, UsageIndex, namespace_of, placement_gpus
 from internal.scheduling.quota import Candidate, Queue, Quotas, without
 from internal.scheduling.reclaim import plan_reclaim
@@ -175,6 +175,8 @@ class QueueBook:
         """Whose quota a holder counts against: its booking's workload's queue, else
         its namespace's queue."""
         ns = namespace_of(a)
+        if is_departing(a.key):  # a victim's, as its booking was
+            return self.queue_of_key(a.name.removeprefix(DEPARTING), ns)
         if not a.holder and not a.job:
             return self.queue_of_key(a.name, ns)
         return self.default_queue(ns, self._parsed)

@@ -74,6 +74,14 @@ from internal.scheduling.shares import (
     portion_problem,
 )
 
+#: the key prefix of what a workload holds on to after its booking was released
+#: while its children may still exist (``Ledger.depart``): counted like a booking
+DEPARTING = "departing:"
+
+
+def is_departing(key: str) -> bool:
+    return key.startswith(DEPARTING)
+
 
 class LedgerConflict(Exception):
     """An assume would break an invariant; the message names node and devices."""
@@ -205,7 +213,7 @@ class DeviceLedger:
         jobs: dict[str, int] = {}
         for key, n in self._counted.get(node, {}).items():
             a = self._allocs[key]
-            side = jobs if a.job else pods if a.holder else booked
+            side = jobs if a.job else pods if a.holder and not is_departing(key) else booked
             side[a.owner] = side.get(a.owner, 0) + n
         return {o: max(booked.get(o, 0), pods.get(o, 0), jobs.get(o, 0))
                 for o in booked.keys() | pods.keys() | jobs.keys()}

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from api.v1alpha1.types import Placement
-from internal.scheduling.ledger import Allocation, Ledger
+from internal.scheduling.ledger import DEPARTING, Allocation, Ledger, is_departing
 from internal.scheduling.shares import NodeSharing, placement_portion
 
 ONE = Fraction(1)
@@ -67,7 +67,7 @@ def by_owner(allocs: Iterable[Allocation], sharing: Callable[[str], NodeSharing]
     sides: dict[str, dict[str, Fraction]] = {}
     rep: dict[str, Allocation] = {}
     for a in allocs:
-        side = "job" if a.job else "pod" if a.holder else "booking"
+        side = _side(a)
         per = sides.setdefault(a.owner, {})
         per[side] = per.get(side, Fraction(0)) + holder_gpus(a, sharing)
         if a.owner not in rep or (rep[a.owner].holder and not a.holder):
@@ -77,7 +77,8 @@ def by_owner(allocs: Iterable[Allocation], sharing: Callable[[str], NodeSharing]
 
 def namespace_of(a: Allocation) -> str:
     """The namespace of a holder (its name is ``namespace/name``)."""
-    return a.name.split("/", 1)[0] if "/" in a.name else ""
+    name = a.name.removeprefix(DEPARTING)
+    return name.split("/", 1)[0] if "/" in name else ""
 
 
 def used_by_queue(ledger: Ledger, queue_of: QueueOf,
@@ -97,7 +98,8 @@ _SIDES = ("booking", "pod", "job")
 
 
 def _side(a: Allocation) -> str:
-    return "job" if a.job else "pod" if a.holder else "booking"
+    """What ``a`` counts as: a victim's departing holding as the booking it was."""
+    return "job" if a.job else "pod" if a.holder and not is_departing(a.key) else "booking"
 
 
 class UsageIndex:

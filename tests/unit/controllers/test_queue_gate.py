@@ -79,9 +79,11 @@ class Cluster:
             self.state.events.on_pod(child_pod(ns, name, p.node, p.devices, p.index))
 
     def gone(self, ns: str, name: str, replicas: int = 1) -> None:
-        """The pods of ``ns/name`` are gone."""
+        """The pods of ``ns/name`` are gone, and its reconcile (their deletion wakes
+        it) has seen them gone: what it held on to as a victim goes too."""
         for i in range(replicas):
             self.state.events.on_pod_deleted(child_pod(ns, name, "", [], i))
+        self.state.departed(f"{ns}/{name}")
 
     def used(self) -> dict[str, float]:
         return {q: float(f) for q, f in self.state.queue_usage()[0].items()}
