@@ -29,6 +29,7 @@ from controllers.queue_book import QueueBook
 from internal.metrics.domain import QUEUES
 from internal.scheduling.quota import Queue, Quotas
 from runtime import Builder, FuncHandler, Manager, NotFound, Request, Result
+from runtime.errors import ApiError
 
 log = structlog.get_logger("queues")
 
@@ -100,10 +101,33 @@ def _conditions(status: JSON) -> list[tuple[Any, ...]]:
             for c in status.get("conditions") or ()]
 
 
+def queues_unavailable(client: Any) -> str | None:
+    """Why the API server serves no GPUQueues (a sentence), or None when it does, or
+    when discovery failed for another reason than 404 (the informers retry), as for
+    DRA (controllers/dra_availability.py)."""
+    try:
+        client.resource_for(API_VERSION, "GPUQueue")
+    except NotFound as exc:
+        return f"the GPUQueue CRD is not installed ({exc})"
+    except ApiError as exc:
+        log.warning("queues.discovery.failed", code=exc.status, error=str(exc))
+    return None
+
+
 def setup_queues(mgr: Manager, workloads: Any, state: Callable[[], Any],
-                 require_queue: bool) -> QueueBook:
+                 require_queue: bool) -> QueueBook | None:
     """The queues' informers, book, status controller and gauges. ``state()`` is the
-    placement state now (None while not leading)."""
+    placement state now (None while not leading). None, and nothing read, where the
+    API server serves no GPUQueues: informers of a kind that is not served would
+    never sync, and the manager would stop at its cache-sync timeout; workloads are
+    then placed as without queues (``spec.queueName`` and ``--require-queue`` have
+    no effect, said once here)."""
+    why = queues_unavailable(mgr.client)
+    if why is not None:
+        log.warning("queues.unavailable", reason=why,
+                    effect="workloads are placed as without queues; GPUQueues and "
+                           "Namespaces are not read", require_queue=require_queue)
+        return None
     queues = mgr.informer_for(API_VERSION, "GPUQueue")
     namespaces = mgr.informer_for("v1", "Namespace")
     book = QueueBook(queues.indexer, namespaces.indexer, workloads.indexer, require_queue)
