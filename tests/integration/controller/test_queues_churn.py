@@ -116,6 +116,8 @@ def test_queues_under_churn_never_exceed_quota_and_settle(
             time.sleep(rng.uniform(0.1, 0.5))
         assert made > 40 and deleted > 10 and killed == KILLS
 
+        why: list[str] = [""]
+
         def settled() -> bool:
             used = {}
             for t in QUEUES:
@@ -123,6 +125,7 @@ def test_queues_under_churn_never_exceed_quota_and_settle(
                 with lock:
                     held = live_gpus.get(ns[t], 0)
                 if status.get("usedGPUs") != held:
+                    why[0] = f"queue {t}: status usedGPUs {status.get('usedGPUs')}, pods {held}"
                     return False
                 used[t] = held
             borrowing = {t for t in QUEUES if used[t] > QUEUES[t][0]}
@@ -133,13 +136,20 @@ def test_queues_under_churn_never_exceed_quota_and_settle(
                                    if c["type"] == "Scheduled"), None)
                     if st.get("phase") == "Running":
                         continue
+                    name = w["metadata"]["name"]
                     if st.get("phase") != "Pending" or reason not in WAITING:
+                        why[0] = f"{t}/{name}: {st.get('phase')} {reason}: {st.get('message')}"
                         return False
                     one = w["spec"]["gpusPerReplica"] * w["spec"]["replicas"] == 1
                     if one and used[t] + 1 <= QUEUES[t][0] and borrowing - {t}:
+                        why[0] = (f"{t}/{name}: 1 GPU within nominal, lent out, not "
+                                  f"reclaimed (used {used}): {reason}: {st.get('message')}")
                         return False  # one GPU within its nominal, lent out: reclaim it
             return True
-        eventually(settled, timeout=90, interval=1.0, what="queues settled")
+        try:
+            eventually(settled, timeout=90, interval=1.0, what="queues settled")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {why[0]}\n{ctl.tail()}") from None
         print(f"\nqueue churn (seed {SEED}, {CHURN_SECONDS:.0f}s, {killed} kill -9s): "
               f"{made} created, {deleted} deleted, {preempted.total()} preemptions, "
               f"{watch.samples} samples, {len(watch.overlaps)} overlaps")
