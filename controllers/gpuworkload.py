@@ -532,6 +532,7 @@ class GPUWorkloadReconciler:
         if self._wait_for_devices(key, placements, mine, out):
             return out
         status.nominated(None)  # nothing of the victims' is left on its devices
+        state.nomination_done(key)
         _placed(status, placements)  # a waiting reason no longer describes the present
         if exposure is DeviceExposure.DEVICE_PLUGIN and any(p.devices for p in placements):
             # A map names devices, so the kubelet must not pick others.

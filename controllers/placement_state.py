@@ -244,6 +244,16 @@ class PlacementState(PlacementCache):
         if stale_hold:
             self.departed(key)
 
+    def nomination_done(self, key: str) -> None:
+        """``key``'s children are made, or about to be with nothing left to wait
+        for: its booking is no longer a nomination over anybody. (A victim placed
+        again keeps its owner, as an eviction spends no retry: an overlap left behind
+        would keep counting it as being taken, for the queues' reclaim plans.)"""
+        with self._lock:
+            a = self._ledger.allocation(key)
+            if a is not None and a.overlap:
+                a.overlap = frozenset()
+
     def blockers(self, key: str) -> dict[str, list[str]]:
         """node -> pods that ``key``'s nomination still waits for (empty: none)."""
         with self._lock:
