@@ -118,6 +118,19 @@ def test_queues_under_churn_never_exceed_quota_and_settle(
 
         why: list[str] = [""]
 
+        def never_tried() -> list[str]:
+            """Workloads without a Scheduled condition, by priority (the priority gate
+            holds lower ones back while one of them waits)."""
+            out = []
+            for t in QUEUES:
+                for w in admin.list(API_VERSION, "GPUWorkload", namespace=ns[t])["items"]:
+                    st = w.get("status") or {}
+                    if not any(c["type"] == "Scheduled" for c in st.get("conditions") or ()):
+                        gone = "deleting" if w["metadata"].get("deletionTimestamp") else ""
+                        out.append(f"{t}/{w['metadata']['name']} p{w['spec'].get('priority')} "
+                                   f"{st.get('phase')} {sorted(st)} {gone}")
+            return out
+
         def settled() -> bool:
             used = {}
             for t in QUEUES:
@@ -138,7 +151,9 @@ def test_queues_under_churn_never_exceed_quota_and_settle(
                         continue
                     name = w["metadata"]["name"]
                     if st.get("phase") != "Pending" or reason not in WAITING:
-                        why[0] = f"{t}/{name}: {st.get('phase')} {reason}: {st.get('message')}"
+                        why[0] = (f"{t}/{name}: {st.get('phase')} {reason}: {st.get('message')}"
+                                  f" (priority {w['spec'].get('priority')}; never tried: "
+                                  f"{never_tried()})")
                         return False
                     one = w["spec"]["gpusPerReplica"] * w["spec"]["replicas"] == 1
                     if one and used[t] + 1 <= QUEUES[t][0] and borrowing - {t}:
@@ -149,7 +164,10 @@ def test_queues_under_churn_never_exceed_quota_and_settle(
         try:
             eventually(settled, timeout=90, interval=1.0, what="queues settled")
         except AssertionError as exc:
-            raise AssertionError(f"{exc}: {why[0]}\n{ctl.tail()}") from None
+            raise AssertionError(
+                f"{exc}: {why[0]} (meanwhile {len(watch.overlaps)} overlaps, {len(over)} "
+                f"times above quota, preempted twice by one arrival: {preempted.repeated()})"
+                f"\n{ctl.tail()}") from None
         print(f"\nqueue churn (seed {SEED}, {CHURN_SECONDS:.0f}s, {killed} kill -9s): "
               f"{made} created, {deleted} deleted, {preempted.total()} preemptions, "
               f"{watch.samples} samples, {len(watch.overlaps)} overlaps")
