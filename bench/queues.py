@@ -57,6 +57,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cohorts", type=int, default=4)
     p.add_argument("--clients", type=int, default=8,
                    help="parallel connections creating workloads (default 8)")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="runs of each mode, alternating (default 2)")
     p.add_argument("--static-nodes", action="store_true",
                    help="BENCHMARK-ONLY nodes (see python -m bench --help)")
     p.add_argument("--out", type=Path, default=HERE / "results", help="results folder")
@@ -121,8 +123,8 @@ class QueuesBench:
             names.append(name)
         return names
 
-    def mode(self, mode: str) -> dict[str, Any]:
-        tag = "q" if mode == QUEUES else "n"
+    def mode(self, mode: str, round_: int) -> dict[str, Any]:
+        tag = f"{'q' if mode == QUEUES else 'n'}{round_}"
         namespaces = [f"{tag}-team-{i:02d}" for i in range(self.args.queues)]
         for ns in namespaces:
             self.bench._namespace(ns)
@@ -131,7 +133,7 @@ class QueuesBench:
         try:
             progress(f"{mode}: controller pid {pid}; warm-up")
             self.bench.warm_up(e2e.OURS_SYSTEM, f"{tag}w")
-            return self.burst(mode, pid, namespaces, queues)
+            return {**self.burst(mode, pid, namespaces, queues), "round": round_}
         finally:
             # before the controller stops: it removes its finalizers
             for ns in namespaces:
@@ -195,12 +197,19 @@ class QueuesBench:
         return row
 
     def queue_statuses(self, queues: list[str]) -> dict[str, Any]:
-        """Each queue's status once the queue-status controller caught up (it looks
-        again every 5 s), with its arrivals and whether it stayed within its quota."""
-        time.sleep(7)
+        """Each queue's status with its arrivals, once the queue-status controller
+        shows no workload pending (the workloads' own status lags their pods), or
+        after 60 s."""
+        deadline = time.time() + 60
+        while True:
+            got = [self.api.must("GET", f"/apis/{e2e.GROUP}/{e2e.VERSION}/gpuqueues/{name}")
+                   for name in queues]
+            if time.time() > deadline or all(
+                    (q.get("status") or {}).get("pendingWorkloads") == 0 for q in got):
+                break
+            time.sleep(2)
         out = {}
-        for i, name in enumerate(queues):
-            q = self.api.must("GET", f"/apis/{e2e.GROUP}/{e2e.VERSION}/gpuqueues/{name}")
+        for i, (name, q) in enumerate(zip(queues, got, strict=True)):
             s = q.get("status") or {}
             out[name] = {"cohort": q["spec"]["cohort"], "nominal": self.nominal,
                          "arrivals": self.counts[i], "used": s.get("usedGPUs"),
@@ -238,7 +247,10 @@ def main(argv: list[str] | None = None) -> int:
             qb = QueuesBench(bench, args)
             doc["queues_spread"] = qb.counts
             doc["nominal_per_queue"] = qb.nominal
-            doc["modes"] = [qb.mode(NO_QUEUES), qb.mode(QUEUES)]
+            doc["modes"] = []
+            for r in range(args.rounds):  # alternating, so that the load of others
+                for mode in (NO_QUEUES, QUEUES):  # falls on both modes alike
+                    doc["modes"].append(qb.mode(mode, r))
         finally:
             progress("stopping everything this run started")
             if bench is not None:
