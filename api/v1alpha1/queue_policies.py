@@ -12,9 +12,10 @@ policy                             what it refuses
                                    unless the manager creates it, or the job controller
                                    makes it from a Job of ours (it carries our workload
                                    label); cluster admins (``system:masters``) may
-``workload-jobs``                  a Job whose pod template carries our workload label,
-                                   written by anyone but the manager or a cluster admin
-                                   (so that label cannot open ``queue-gpu-pods``' door)
+``workload-jobs``                  a Job whose pod template comes to carry our workload
+                                   label (created so, or the label added), written by
+                                   anyone but the manager or a cluster admin (so that
+                                   label cannot open ``queue-gpu-pods``' door)
 =================================  =========================================================
 
 Both queue policies take every GPUQueue as a param (``paramRef.selector: {}``): the API
@@ -126,16 +127,24 @@ def queue_gpu_pods() -> list[dict[str, Any]]:
     }, EVERY_QUEUE)
 
 
+def _template_labelled(job: str) -> str:
+    return (f"has({job}.spec.template.metadata) && has({job}.spec.template.metadata.labels) "
+            f"&& '{WORKLOAD_LABEL}' in {job}.spec.template.metadata.labels")
+
+
 def workload_jobs() -> list[dict[str, Any]]:
     return _policy(f"workload-jobs.{GROUP}", {
         "matchConstraints": {"resourceRules": [
             _rule("batch", "v1", ["jobs"], ["CREATE", "UPDATE"])]},
         "matchConditions": [{"name": "not-trusted", "expression": _not_trusted()}],
+        "variables": [
+            {"name": "labelled", "expression": _template_labelled("object")},
+            {"name": "was_labelled", "expression":
+             f"oldObject != null && {_template_labelled('oldObject')}"},
+        ],
+        # an update that keeps the label (the garbage collector's, say) is let through
         "validations": [{
-            "expression": (
-                "!has(object.spec.template.metadata) || "
-                "!has(object.spec.template.metadata.labels) || "
-                f"!('{WORKLOAD_LABEL}' in object.spec.template.metadata.labels)"),
+            "expression": "!variables.labelled || variables.was_labelled",
             "message": (f"the pod template label {WORKLOAD_LABEL} is set only by the "
                         "gpu-orchestrator manager on the Jobs it makes for GPUWorkloads"),
             "reason": "Forbidden",

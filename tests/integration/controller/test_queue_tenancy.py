@@ -151,14 +151,22 @@ def test_a_plain_gpu_pod_cannot_escape_its_namespaces_queue(
 
 def test_a_tenant_cannot_make_a_job_look_like_ours(tenant: Client, admin: Client,
                                                    namespace: str) -> None:
-    def job(name: str) -> dict[str, Any]:
+    def job(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
         return {"apiVersion": "batch/v1", "kind": "Job",
                 "metadata": {"name": name, "namespace": namespace},
                 "spec": {"suspend": True, "template": {
-                    "metadata": {"labels": {GPU_LABEL: "w"}},
+                    "metadata": {"labels": {GPU_LABEL: "w"} if labels is None else labels},
                     "spec": {"restartPolicy": "Never",
                              "containers": [{"name": "c", "image": "x"}]}}}}
     with pytest.raises(errors.Forbidden, match=f"the pod template label {GPU_LABEL}"):
         tenant.create(job("forged"))
+    # nor add the label later (a suspended Job's template labels may change)
+    tenant.create(job("plain", labels={"app": "x"}))
+    with pytest.raises(errors.Forbidden, match=f"the pod template label {GPU_LABEL}"):
+        tenant.patch("batch/v1", "Job", "plain", {"spec": {"template": {"metadata": {
+            "labels": {GPU_LABEL: "w"}}}}}, namespace=namespace)
     manager = admin.impersonate(MANAGER_SERVICE_ACCOUNT, _sa_groups(MANAGER_SERVICE_ACCOUNT))
     manager.create(job("ours"))
+    # an update of our Job that keeps the label (the garbage collector's) goes through
+    tenant.patch("batch/v1", "Job", "ours", {"metadata": {"annotations": {"a": "b"}}},
+                 namespace=namespace)
