@@ -75,6 +75,15 @@ class _Waiting:
         return (-self.priority, self.created, key) < (-other.priority, other.created, other_key)
 
 
+def _spec_key(raw: JSON) -> tuple[str, str, str]:
+    """(name, uid, generation) of a GPUQueue; the resourceVersion and the cached copy
+    where it has no generation (an object not from an API server)."""
+    m = raw.get("metadata") or {}
+    gen = m.get("generation")
+    return (m.get("name") or "", m.get("uid") or "",
+            str(gen) if gen is not None else f"{m.get('resourceVersion')}/{id(raw)}")
+
+
 class QueueBook:
     """Queues and namespaces from the caches; the gate of ``decide``."""
 
@@ -94,11 +103,10 @@ class QueueBook:
     # ------------------------------------------------------------ reading
 
     def queues(self) -> list[GPUQueue]:
-        """The GPUQueues by name (parsed again only when one changed)."""
+        """The GPUQueues by name (parsed again only when one's spec changed: keyed by
+        uid and generation, which the queue-status controller's writes leave alone)."""
         raws = self._queues.list()
-        seen = tuple(sorted((((r.get("metadata") or {}).get("name") or ""),
-                             ((r.get("metadata") or {}).get("resourceVersion") or ""), id(r))
-                            for r in raws))
+        seen = tuple(sorted(_spec_key(r) for r in raws))
         with self._lock:
             if seen == self._seen:
                 return self._parsed

@@ -3,7 +3,7 @@
 ``setup_queues`` reads GPUQueues and Namespaces (a namespace's labels pick its
 default queue) into the manager's cache and returns the ``QueueBook`` that the
 placement state's ``decide`` consults. A GPUQueue's change wakes the waiting
-workloads (its quota may have grown).
+workloads (its quota may have grown); a write of its status does not.
 
 The queue-status controller writes each queue's ``status`` (used, borrowed and
 lent GPUs from the ledger; admitted and pending workloads from the cache; the
@@ -137,7 +137,13 @@ def setup_queues(mgr: Manager, workloads: Any, state: Callable[[], Any],
         if s is not None and s.ready:
             s.capacity_freed()
 
-    queues.add_event_handler(FuncHandler(wake, wake, wake, name="queues-wake"))
+    def spec_changed(old: JSON, new: JSON) -> None:
+        # not for our own status writes: they change no quota
+        gens = [(o.get("metadata") or {}).get("generation") for o in (old, new)]
+        if gens[0] is None or gens[0] != gens[1]:
+            wake()
+
+    queues.add_event_handler(FuncHandler(wake, spec_changed, wake, name="queues-wake"))
 
     def usage() -> dict[str, Fraction] | None:
         s = state()
