@@ -151,6 +151,18 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--qps", type=float, default=50.0,
                    help="client-side API QPS limit, of each client: the workers' and the "
                         "status writer's (as kube-scheduler's main and events clients)")
+    p.add_argument("--status-lag", type=_seconds, default=2.0, metavar="SECONDS",
+                   help="a Pending or Scheduled status waits this long for a newer one "
+                        "(Scheduled then Running within it is one Running write); Running, "
+                        "Succeeded and Failed are never held. The lag users see is "
+                        "gpu_orchestrator_status_write_lag_seconds")
+    p.add_argument("--status-busy-qps", type=float, default=0.0,
+                   help="while placements are being made (the work queue busy), write at "
+                        "most this many statuses per second, draining afterwards (0: no "
+                        "bound)")
+    p.add_argument("--status-max-lag", type=_seconds, default=5.0, metavar="SECONDS",
+                   help="with --status-busy-qps: a status ready this long is written "
+                        "whether placements are being made or not")
     p.add_argument("--burst", type=int, default=100, help="client-side API burst, of each "
                                                           "client")
 
@@ -176,8 +188,8 @@ def _bool(v: str) -> bool:
 
 
 def run_manager(args: argparse.Namespace) -> int:
-    from controllers.claims import DraOptions
-    from controllers.setup import ControllerOptions, setup_gpuworkload_controller
+    from controllers.dra.claims import DraOptions
+    from controllers.gpuworkload.setup import ControllerOptions, setup_gpuworkload_controller
     from runtime import Manager, Options, RestConfig
 
     config = RestConfig.load(args.kubeconfig)
@@ -204,20 +216,24 @@ def run_manager(args: argparse.Namespace) -> int:
         retry_period=args.leader_elect_retry_period,
     ))
     namespaces = frozenset(n.strip() for n in args.namespaces.split(",") if n.strip())
+    from controllers.status.pacing import PacingOptions
     _, reconciler = setup_gpuworkload_controller(mgr, ControllerOptions(
         workers=args.workers, default_exposure=DeviceExposure(args.device_exposure),
         stale_after=args.gpunode_stale_after, default_strategy=args.default_strategy,
         namespaces=namespaces, resync_unsettled=args.resync_unsettled_period,
         require_queue=args.require_queue,
         evict_conflicting_pods=args.evict_conflicting_pods,
+        status_pacing=PacingOptions(lag=args.status_lag, busy_qps=args.status_busy_qps,
+                                    max_lag=args.status_max_lag),
         dra=DraOptions(driver=args.dra_driver, device_class=args.dra_device_class)
         if args.enable_dra or args.device_exposure == DeviceExposure.DRA.value else None))
     if args.enable_pod_binding:
-        from controllers.podbinding import PodBindingOptions, setup_podbinding_controller
-        setup_podbinding_controller(mgr, reconciler, PodBindingOptions(
-            scheduler_name=args.scheduler_name, workers=args.workers,
-            default_strategy=args.default_strategy,
-            evict_conflicting_pods=args.evict_conflicting_pods, namespaces=namespaces))
+        from controllers.podbinding.controller import PodBindingOptions, setup_podbinding_controller
+        setup_podbinding_controller(
+            mgr, reconciler.states, reconciler.own_writes, PodBindingOptions(
+                scheduler_name=args.scheduler_name, workers=args.workers,
+                default_strategy=args.default_strategy,
+                evict_conflicting_pods=args.evict_conflicting_pods, namespaces=namespaces))
     return mgr.start(install_signal_handlers=True)
 
 

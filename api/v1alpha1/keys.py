@@ -33,8 +33,14 @@ DEVICES_ANNOTATION = f"{GROUP}/devices"
 #: (``memory=20480Mi`` or ``fraction=0.25``), or the MIG instance it holds (``MIG-<uuid>``)
 SHARE_ANNOTATION = f"{GROUP}/share"
 MIG_ANNOTATION = f"{GROUP}/mig"
+#: on a child and on a ResourceClaim of ours: the node of its placement
 NODE_ANNOTATION = f"{GROUP}/node"
+#: on a child: the exposure mode it was made with (a manager restarted in another
+#: mode leaves it running as it is: controllers/gpuworkload/unmanaged.py)
 EXPOSURE_ANNOTATION = f"{GROUP}/exposure"
+#: on a seed-path pod: the exposure mode it asks the webhook for (else the webhook's
+#: ``--device-exposure``); not the child's ``EXPOSURE_ANNOTATION`` above
+REQUESTED_EXPOSURE_ANNOTATION = f"{GROUP}/device-exposure"
 
 #: on a GPUWorkload: its children are deleted by the controller, and the object goes
 #: only once they are gone

@@ -32,7 +32,7 @@ UID label
 Cluster admins (``system:masters``) are trusted (docs/security.md's threat model) and not
 matched, nor are namespaces an admin labels ``gpu.orchestrator.dev/pod-devices=trusted``
 (the GPU operator's, whose DaemonSets set ``NVIDIA_VISIBLE_DEVICES=all``). Where the
-policy is missing, the manager evicts such pods (``controllers/intruders.py``,
+policy is missing, the manager evicts such pods (``controllers/gpuworkload/intruders.py``,
 ``--evict-conflicting-pods``).
 """
 

@@ -19,7 +19,7 @@ policy                            refuses
 The controller adds the rule admission cannot state (it cannot see every
 PriorityClass at once): a workload preempts workloads of another namespace only when
 its priority comes from a PriorityClass that exists with exactly that value
-(``controllers/placement_state.py``); any other priority preempts only in its own
+(``controllers/placement/state.py``); any other priority preempts only in its own
 namespace.
 """
 

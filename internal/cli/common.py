@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from internal.cli import inventory, validate
-from internal.cli.kube import JSON, CliError, Kube
+from internal.cli.kube import CliError, Kube
+from internal.objects import JSON
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.resourceslices import DEFAULT_DRIVER
 

@@ -2,7 +2,7 @@
 
 ``kubectl gpu`` must never disagree with the placing controller, so it does not
 count holders itself: it rebuilds the controller's ledger the way
-``controllers.placement_state.PlacementState.rebuild`` does, from the same kinds of
+``controllers.placement.state.PlacementState.rebuild`` does, from the same kinds of
 objects, in the same order:
 
 1. pods that are not the seed path's, and our Jobs (``Ledger.rebuild``: a pod with
@@ -11,7 +11,7 @@ objects, in the same order:
 2. committed placements of workloads still holding devices;
 3. every allocated ResourceClaim of the DRA driver (``claim_holding``), ours and
    anybody's, until its allocation is removed;
-4. the seed path's pods (``controllers.seedbook.SeedBook``: the devices annotation,
+4. the seed path's pods (``controllers.podbinding.seedbook.SeedBook``: the devices annotation,
    else the map line, else the request, at least one GPU);
 5. the nominations of preemptors still waiting for their victims.
 
@@ -32,7 +32,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from api.v1alpha1.keys import WORKLOAD_LABEL
-from controllers.seedbook import DEFAULT_SCHEDULER_NAME, SeedBook, is_seed_key, read_bound
+from controllers.podbinding.seedbook import (
+    DEFAULT_SCHEDULER_NAME,
+    SeedBook,
+    is_seed_key,
+    read_bound,
+)
 from internal.objects import JSON, object_key
 from internal.scheduling.jobs import JobHolding
 from internal.scheduling.ledger import Allocation, Ledger

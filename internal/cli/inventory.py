@@ -37,7 +37,6 @@ from internal.scheduling.snapshot import NodeInfo, gpunode_name
 
 __all__ = ["DEVICES_ANNOTATION", "Device", "NodeGPUs", "Totals", "node_gpus", "totals"]
 
-JSON = dict[str, Any]
 
 FINISHED_PHASES = ("Succeeded", "Failed")
 
@@ -105,7 +104,7 @@ class NodeGPUs:
     def stale(self) -> int:
         return sum(1 for d in self.devices if d.health == STALE)
 
-    def to_dict(self) -> JSON:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "source": self.source, "state": self.state,
             "total": self.total, "allocated": self.allocated, "free": self.free,
@@ -218,7 +217,7 @@ class Totals:
     stale: int
     workloads: dict[str, int]  # phase -> count
 
-    def to_dict(self) -> JSON:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

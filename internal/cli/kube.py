@@ -11,12 +11,11 @@ from typing import Any
 
 from api.v1alpha1.keys import GROUP, WORKLOAD_UID_LABEL
 from api.v1alpha1.types import API_VERSION
+from internal.objects import JSON
 from runtime import Client, RestConfig, errors
 from runtime.kubeconfig import KubeconfigError
 from runtime.kubeconfig import context_namespace as kubeconfig_namespace
 from runtime.retry import RetryPolicy
-
-JSON = dict[str, Any]
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2

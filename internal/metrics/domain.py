@@ -90,7 +90,7 @@ REGISTRY.register(STATE)
 
 
 class QueueCollector(Collector):
-    """Per-GPUQueue gauges read at scrape time (controllers/queue_status.py points it at
+    """Per-GPUQueue gauges read at scrape time (controllers/queues/status.py points it at
     the queues): nominal, used and borrowed GPUs, and workloads pending."""
 
     SERIES = (("nominal", "GPUs guaranteed to the queue (spec.nominalGPUs)."),

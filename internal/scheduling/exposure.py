@@ -12,7 +12,7 @@ webhook's seed pods, so both give the same environment for the same mode.
   kubelet's device plugin picks the devices.
 - ``dra``: no index env either; the replica's ResourceClaim names its devices and
   the DRA driver shows the container exactly those, renumbered from 0
-  (controllers/claims.py).
+  (controllers/dra/claims.py).
 
 Part of a device (``portion_env``): a share is shown its device as above; a MIG
 instance is named by its UUID (``CUDA_VISIBLE_DEVICES=MIG-<uuid>``; in

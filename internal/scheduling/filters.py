@@ -31,6 +31,13 @@ def gpus_word(n: int) -> str:
     return f"{n} free GPU" if n == 1 else f"{n} free GPUs"
 
 
+def holder_text(name: str) -> str:
+    """A holder as messages name it: a workload's ``ns/name``; a pod book's key
+    ``Kind:ns/name`` (a StatefulSet's pods, a pod of its own) as ``Kind ns/name``."""
+    kind, sep, rest = name.partition(":")
+    return f"{kind} {rest}" if sep and "/" not in kind else name
+
+
 def free_text(n: int, node: NodeInfo, view: View) -> str:
     """'3 free GPUs (1 unhealthy)': the free count, naming the devices that would be
     free but are not offered because they are unhealthy (held ones are not free)."""
@@ -125,7 +132,8 @@ def _filter_exact(
         elif not node.devices[d].healthy:
             problems.append(f"device {d} unhealthy")
         elif ctx.view.held_by_other(name, d):
-            problems.append(f"device {d} held by {ctx.view.ledger.holder(name, d)}")
+            problems.append(f"device {d} held by "
+                            f"{holder_text(str(ctx.view.ledger.holder(name, d)))}")
         elif not mem_ok(d):
             problems.append(f"device {d} below {ctx.workload.spec.min_gpu_memory_mib} MiB")
     if problems:

@@ -1,11 +1,12 @@
 """The allocation ledger: who holds which GPU of which node, read from the API.
 
-``DeviceLedger`` (``ledger_core.py``) keeps the device arithmetic and the
-invariants it keeps (docs/architecture.md, invariants 1 to 4); ``Ledger`` here reads
-API objects into it: a pod (``sync_pod``), a Job of ours (``sync_job``), any holder
-read by a function (``sync``: an allocated ResourceClaim), and the whole cache
-(``rebuild``: pods and Jobs first, what runs wins, then committed placements, then
-the nominations of preemptors still waiting, ``book_nominations``). A holder that
+``DeviceLedger`` (``ledger_core.py``, over the holders' tables of
+``holdings.py``) keeps the device arithmetic and the invariants it keeps
+(docs/architecture.md, invariants 1 to 4); ``Ledger`` here reads API objects into
+it: a pod (``sync_pod``), a Job of ours (``sync_job``), any holder read by a
+function (``sync``: an allocated ResourceClaim), and the whole cache (``rebuild``:
+pods and Jobs first, what runs wins, then committed placements, then the
+nominations of preemptors still waiting, ``book_nominations``). A holder that
 cannot be read is a problem to report, never an exception.
 
 Everything callers use of the ledger is importable from here.
@@ -24,14 +25,9 @@ from api.v1alpha1.keys import DEVICES_ANNOTATION
 from api.v1alpha1.types import GPUWorkload, Phase
 from internal.objects import object_key
 from internal.scheduling.freeindex import FreeIndex
+from internal.scheduling.holdings import DEPARTING, Allocation, is_departing
 from internal.scheduling.jobs import job_holder_key, job_holding, job_uid
-from internal.scheduling.ledger_core import (
-    DEPARTING,
-    Allocation,
-    DeviceLedger,
-    LedgerConflict,
-    is_departing,
-)
+from internal.scheduling.ledger_core import DeviceLedger, LedgerConflict
 from internal.scheduling.pods import (
     BadPod,
     BadShare,

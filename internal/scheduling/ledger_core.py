@@ -42,226 +42,34 @@ What it keeps of docs/architecture.md's invariants (numbered as there):
   this arithmetic) recreates the book from the cache, pods first (what runs wins
   every conflict), then committed placements, before any new placement is made.
 
-``free_count(node) = |usable - named-held| - counted``, where each owner's counted
-GPUs on a node are the largest of what its bookings, its pods and its Jobs count (a
-device-plugin workload's booking, its Job and its pod are the same GPUs, not three
-times as many).
-Free capacity is indexed by free count (``FreeIndex``).
-
 Not thread-safe: callers serialize schedule + assume (one lock in the controller).
 
-Here: the holders (``Allocation``), the transactional ``assume`` (``_check`` then
-``_apply``), ``commit``, ``forget``, ``set_pod``, the free counts and the blockers of
-a nomination. Reading pods, Jobs, claims and workloads into it is ``ledger.py``'s.
+Here: the transactional ``assume`` (``_check`` then ``_apply``), ``commit``,
+``forget``, ``set_pod`` (never refused; its conflicts reported) and the blockers of
+a nomination. The holders and their tables, the queries and the free counts are
+``holdings.py``'s (``DeviceHoldings``); reading pods, Jobs, claims and workloads into
+it is ``ledger.py``'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from fractions import Fraction
+from collections.abc import Iterable, Sequence
 
 from api.v1alpha1.types import Placement
-from internal.scheduling.freeindex import FreeIndex
+from internal.scheduling.holdings import Allocation, DeviceHoldings
 from internal.scheduling.jobs import JobHolding, job_holder_key
 from internal.scheduling.pods import PodHolding, pod_holder_key
-from internal.scheduling.shares import (
-    Hold,
-    NodeSharing,
-    compatible,
-    hold_of,
-    owner_use,
-    portion_problem,
-)
-
-#: the key prefix of what a workload holds on to after its booking was released
-#: while its children may still exist (``Ledger.depart``): counted like a booking
-DEPARTING = "departing:"
-
-
-def is_departing(key: str) -> bool:
-    return key.startswith(DEPARTING)
+from internal.scheduling.shares import Hold, hold_of, portion_problem
 
 
 class LedgerConflict(Exception):
     """An assume would break an invariant; the message names node and devices."""
 
 
-@dataclass(slots=True)
-class Allocation:
-    key: str
-    placements: tuple[Placement, ...]
-    counted: dict[str, int] = field(default_factory=dict)  # node -> GPUs (device-plugin)
-    priority: int = 0
-    committed: bool = False
-    gpus_per_replica: int = 0
-    owner: str = ""  # the sharing group; the key itself when empty
-    holder: bool = False  # a holder's (pod, Job, claim) holding, not a booking
-    name: str = ""  # what messages call it: a workload key, or a pod's namespace/name
-    uid: str = ""  # the workload UID of a booking
-    overlap: frozenset[str] = frozenset()  # owners a nomination was booked over
-    job: bool = False  # a Job's holding (counted apart from its pods')
-
-    def __post_init__(self) -> None:
-        self.owner = self.owner or self.key
-        self.name = self.name or self.key
-
-    @property
-    def nodes(self) -> list[str]:
-        return sorted({p.node for p in self.placements} | set(self.counted))
-
-
-
-class DeviceLedger:
-    """The device arithmetic of the ledger (``Ledger`` adds the reading of API
-    objects into it)."""
-
-    def __init__(self) -> None:
-        self._usable: dict[str, frozenset[int]] = {}
-        self._holders: dict[str, dict[int, dict[str, str]]] = {}  # node -> dev -> key -> owner
-        self._counted: dict[str, dict[str, int]] = {}  # node -> key -> GPUs
-        self._allocs: dict[str, Allocation] = {}
-        self._sharing: dict[str, NodeSharing] = {}
-        self.index = FreeIndex()
-        #: called with (holder, True) when a holder is added, (holder, False) when it
-        #: goes (quota's usage index keeps its sums by them)
-        self.watchers: list[Callable[[Allocation, bool], None]] = []
-
-    # ------------------------------------------------------------------- nodes
-
-    def set_node_devices(self, node: str, usable: Iterable[int],
-                         sharing: NodeSharing | None = None) -> None:
-        """Declare the usable (healthy, not MIG-enabled) device indices of ``node``,
-        and what weighs its shares: its devices' memory and MIG instances."""
-        self._usable[node] = frozenset(usable)
-        if sharing is not None:
-            self._sharing[node] = sharing
-        self._reindex(node)
-
-    def sharing(self, node: str) -> NodeSharing:
-        return self._sharing.get(node) or NodeSharing()
-
-    def remove_node(self, node: str) -> None:
-        """The node is gone: it offers nothing. Holdings on it stay until released."""
-        self._usable.pop(node, None)
-        self._sharing.pop(node, None)
-        self.index.remove(node)
-
-    def known_nodes(self) -> list[str]:
-        return sorted(self._usable)
-
-    def _reindex(self, node: str) -> None:
-        if node in self._usable:
-            self.index.set(node, self.free_count(node))
-
-    # ------------------------------------------------------------------ queries
-
-    def usable(self, node: str) -> frozenset[int]:
-        return self._usable.get(node, frozenset())
-
-    def holders(self, node: str) -> Mapping[int, str]:
-        """device index -> the name of one holder (bookings before pods), for messages."""
-        out: dict[int, str] = {}
-        for d, keys in self._holders.get(node, {}).items():
-            out[d] = self._describe(keys)
-        return out
-
-    def holder(self, node: str, device: int) -> str | None:
-        keys = self._holders.get(node, {}).get(device)
-        return self._describe(keys) if keys else None
-
-    def _describe(self, keys: Mapping[str, str]) -> str:
-        allocs = [self._allocs[k] for k in keys if k in self._allocs]
-        allocs.sort(key=lambda a: (a.holder, a.name))
-        return allocs[0].name if allocs else next(iter(keys))
-
-    def device_owners(self, node: str, device: int) -> frozenset[str]:
-        """The owners holding ``device`` of ``node`` (empty: free)."""
-        return frozenset(self._holders.get(node, {}).get(device, {}).values())
-
-    def device_holds(self, node: str, device: int) -> list[tuple[str, bool, Hold]]:
-        """(owner, is a booking, what it holds) for each holder of ``device``."""
-        keys = self._holders.get(node, {}).get(device, {})
-        return [(o, not self._allocs[k].holder, self._hold(k, node, device))
-                for k, o in keys.items() if k in self._allocs]
-
-    def share_use(self, node: str) -> dict[int, tuple[Fraction, int | None]]:
-        """device -> (part of it its shares take, its memory in MiB or None), for the
-        devices of ``node`` held by shares only (not whole, not MIG instances)."""
-        out: dict[int, tuple[Fraction, int | None]] = {}
-        memory = self.sharing(node).memory
-        for d in sorted(self._holders.get(node, {})):
-            holds = self.device_holds(node, d)
-            if holds and not any(h.whole or h.migs for _, _, h in holds):
-                out[d] = (owner_use(holds, memory.get(d))[0], memory.get(d))
-        return out
-
-    def _hold(self, key: str, node: str, device: int) -> Hold:
-        return hold_of(self._allocs[key].placements, node, device)
-
-    def _clash(self, key: str, node: str, device: int, mine: Hold) -> bool:
-        """Does holder ``key`` stand in the way of ``mine`` on the device?"""
-        return not compatible(mine, self._hold(key, node, device))
-
-    def counted(self, node: str) -> Mapping[str, int]:
-        """owner -> GPUs held on ``node`` without naming devices."""
-        return self._counted_by_owner(node)
-
-    def _counted_by_owner(self, node: str) -> dict[str, int]:
-        booked: dict[str, int] = {}
-        pods: dict[str, int] = {}
-        jobs: dict[str, int] = {}
-        for key, n in self._counted.get(node, {}).items():
-            a = self._allocs[key]
-            side = jobs if a.job else pods if a.holder and not is_departing(key) else booked
-            side[a.owner] = side.get(a.owner, 0) + n
-        return {o: max(booked.get(o, 0), pods.get(o, 0), jobs.get(o, 0))
-                for o in booked.keys() | pods.keys() | jobs.keys()}
-
-    def counted_total(self, node: str) -> int:
-        return sum(self._counted_by_owner(node).values())
-
-    def free_devices(self, node: str) -> frozenset[int]:
-        held = self._holders.get(node, {})
-        return frozenset(d for d in self._usable.get(node, ()) if d not in held)
-
-    def free_count(self, node: str) -> int:
-        return max(0, len(self.free_devices(node)) - self.counted_total(node))
-
-    def free_count_without(self, node: str, owners: frozenset[str]) -> int:
-        """Free GPUs of ``node`` if ``owners`` held nothing."""
-        held = self._holders.get(node, {})
-        free = sum(1 for d in self._usable.get(node, ())
-                   if not (set(held.get(d, {}).values()) - owners))
-        counted = sum(n for o, n in self._counted_by_owner(node).items() if o not in owners)
-        return max(0, free - counted)
-
-    def allocation(self, key: str) -> Allocation | None:
-        return self._allocs.get(key)
-
-    def allocations(self) -> Mapping[str, Allocation]:
-        return self._allocs
-
-    def bookings(self) -> list[Allocation]:
-        """Every holder that is not a pod."""
-        return [a for a in self._allocs.values() if not a.holder]
-
-    def held_by_owner(self, owner: str) -> list[Allocation]:
-        return [a for a in self._allocs.values() if a.owner == owner]
-
-    def is_committed(self, key: str) -> bool:
-        a = self._allocs.get(key)
-        return a is not None and a.committed
-
-    def priority_of(self, key: str) -> int:
-        a = self._allocs.get(key)
-        return a.priority if a is not None else 0
-
-    def keys_on(self, node: str) -> set[str]:
-        """Keys of the bookings holding something on ``node``."""
-        keys = {k for devs in self._holders.get(node, {}).values() for k in devs}
-        keys |= set(self._counted.get(node, {}))
-        return {k for k in keys if k in self._allocs and not self._allocs[k].holder}
+class DeviceLedger(DeviceHoldings):
+    """The device arithmetic of the ledger: bookings assumed, committed and
+    forgotten, holders recorded, nominations' blockers (``Ledger`` adds the reading
+    of API objects into it)."""
 
     def blockers(self, key: str) -> dict[str, list[str]]:
         """node -> names of the holders the booking ``key`` still waits for before
@@ -390,23 +198,9 @@ class DeviceLedger:
         self._release(a)
         return True
 
-    def holding(self, key: str) -> Allocation | None:
-        """The holding (not a booking) recorded under ``key``."""
-        a = self._allocs.get(key)
-        return a if a is not None and a.holder else None
-
-    def has_pod(self, uid: str) -> bool:
-        return pod_holder_key(uid) in self._allocs
-
-    def pod(self, uid: str) -> Allocation | None:
-        return self._allocs.get(pod_holder_key(uid))
-
     def remove_pod(self, uid: str) -> bool:
         """The pod is gone or finished. True if it held something."""
         return self.remove_holder(pod_holder_key(uid))
-
-    def job(self, uid: str) -> Allocation | None:
-        return self._allocs.get(job_holder_key(uid))
 
     def remove_job(self, uid: str) -> bool:
         """The Job is gone or finished. True if it held something."""
@@ -466,53 +260,3 @@ class DeviceLedger:
         """Why the shares or MIG instances of ``h`` do not fit on the device."""
         others = [x for x in self.device_holds(node, device) if x[0] not in ok_owners]
         return portion_problem(self.sharing(node), self.usable(node), device, h, others)
-
-    def _apply(self, alloc: Allocation) -> None:
-        touched = set()
-        for p in alloc.placements:
-            if p.devices:
-                h = self._holders.setdefault(p.node, {})
-                for d in p.devices:
-                    h.setdefault(d, {})[alloc.key] = alloc.owner
-                touched.add(p.node)
-        for node, n in alloc.counted.items():
-            self._counted.setdefault(node, {})[alloc.key] = n
-            touched.add(node)
-        self._allocs[alloc.key] = alloc
-        for node in touched:
-            self._reindex(node)
-        for watch in self.watchers:
-            watch(alloc, True)
-
-    def _release(self, alloc: Allocation) -> None:
-        touched = set()
-        for p in alloc.placements:
-            h = self._holders.get(p.node)
-            if h is not None:
-                for d in p.devices:
-                    keys = h.get(d)
-                    if keys is not None:
-                        keys.pop(alloc.key, None)
-                        if not keys:
-                            del h[d]
-                if not h:
-                    del self._holders[p.node]
-            touched.add(p.node)
-        for node in alloc.counted:
-            c = self._counted.get(node)
-            if c is not None:
-                c.pop(alloc.key, None)
-                if not c:
-                    del self._counted[node]
-            touched.add(node)
-        self._allocs.pop(alloc.key, None)
-        for node in touched:
-            self._reindex(node)
-        for watch in self.watchers:
-            watch(alloc, False)
-
-
-# Why this module is over 400 lines: ``DeviceLedger`` is one class whose methods keep
-# one set of invariants together (every change goes through ``_check`` and
-# ``_apply``/``_release`` and re-indexes the free counts); cutting it would put half
-# of a transaction in another file. The reading of API objects is ``ledger.py``.

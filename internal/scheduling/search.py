@@ -40,6 +40,19 @@ def _tolerations(workload: GPUWorkload) -> list[Mapping[str, Any]]:
     return list(((tmpl.get("spec") or {}).get("tolerations")) or [])
 
 
+def check_exact(workload: GPUWorkload, snapshot: Snapshot, ledger: Ledger, owner: str,
+                node: str, devices: tuple[int, ...]) -> str | None:
+    """Why one replica of ``workload``, booked under ``owner``, cannot have exactly
+    ``devices`` of ``node`` (None: it can): the exact-map filters of a mapped
+    workload (``filter_node`` with ``exact``), for a caller that places one replica
+    at a time (the seed path's pods)."""
+    ctx = Context(workload=workload, gpus=len(devices), counted=False,
+                  rng=random.Random(0), tolerations=_tolerations(workload),
+                  snapshot=snapshot, view=View(ledger, owner))
+    reason, _, _ = filter_node(node, ctx, exact=devices)
+    return reason
+
+
 def _place_searched(strategy: Strategy, ctx: Context) -> tuple[list[Placement] | None, str]:
     placements: list[Placement] = []
     replicas = ctx.workload.spec.replicas

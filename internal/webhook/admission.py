@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from api.v1alpha1.keys import SCHEDULING_MAP_ANNOTATION
+from api.v1alpha1.keys import REQUESTED_EXPOSURE_ANNOTATION, SCHEDULING_MAP_ANNOTATION
 from api.v1alpha1.types import DeviceExposure
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
@@ -30,7 +30,6 @@ from internal.webhook.exposure import parse_exposure
 from internal.webhook.patch import build_patch
 
 API_VERSION = "admission.k8s.io/v1"
-EXPOSURE_ANNOTATION = "gpu.orchestrator.dev/device-exposure"
 
 
 class BadReview(ValueError):
@@ -93,11 +92,11 @@ def mutate_review(body: Mapping[str, Any],
     except MapParseError as exc:
         return deny(uid, f"annotation {SCHEDULING_MAP_ANNOTATION}: {exc}")
     mode = default_exposure
-    if EXPOSURE_ANNOTATION in annotations:
+    if REQUESTED_EXPOSURE_ANNOTATION in annotations:
         try:
-            mode = parse_exposure(str(annotations[EXPOSURE_ANNOTATION]))
+            mode = parse_exposure(str(annotations[REQUESTED_EXPOSURE_ANNOTATION]))
         except ValueError as exc:
-            return deny(uid, f"annotation {EXPOSURE_ANNOTATION}: {exc}")
+            return deny(uid, f"annotation {REQUESTED_EXPOSURE_ANNOTATION}: {exc}")
     index, source = pod_index(pod, str(req.get("name") or ""))
     if index is None and source.startswith("label "):
         return deny(uid, f"{SCHEDULING_MAP_ANNOTATION}: {source}")

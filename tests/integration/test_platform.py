@@ -122,7 +122,7 @@ def test_pod_bound_to_node3_runs_through_kwok(cluster: ControlPlane, namespace: 
 
 def test_headless_service_of_kwok_pods_gets_its_endpoints(cluster: ControlPlane,
                                                           namespace: str) -> None:
-    """A gang's headless Service (the shape controllers/children.py creates) lists its
+    """A gang's headless Service (the shape controllers/gpuworkload/children.py creates) lists its
     running pods, without the endpoint controllers failing and warning forever (they
     did while kwok's pod IPs were loopback addresses)."""
     svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "gang"},

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from api.v1alpha1.types import API_VERSION, DeviceExposure
-from controllers.gpuworkload import GPUWorkloadReconciler
-from controllers.podbinding import PodBindingOptions, setup_podbinding_controller
-from controllers.setup import ControllerOptions, setup_gpuworkload_controller
+from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
+from controllers.gpuworkload.setup import ControllerOptions, setup_gpuworkload_controller
+from controllers.podbinding.controller import PodBindingOptions, setup_podbinding_controller
 from hack.testenv import ControlPlane
 from runtime import Client, Forbidden, Manager, NotFound, Options, RestConfig
 from runtime.errors import TooManyRequests
@@ -79,7 +79,8 @@ class Running:
         if self.pod_binding:
             pb = self.pod_binding if isinstance(self.pod_binding, PodBindingOptions) else \
                 PodBindingOptions(max_backoff=5.0)
-            _, self.binder = setup_podbinding_controller(self.mgr, self.reconciler, pb)
+            _, self.binder = setup_podbinding_controller(
+                self.mgr, self.reconciler.states, self.reconciler.own_writes, pb)
         mgr = self.mgr
         self.thread = threading.Thread(target=lambda: self.codes.append(mgr.start()),
                                        daemon=True, name="test-manager")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from controllers.claims import DraOptions, claim_name
+from controllers.dra.claims import DraOptions, claim_name
 from hack.testenv import ControlPlane
 from hack.testenv.dra import DRA, DRIVER, device_class, nvidia_slice
 from internal.cli.main import main as kubectl_gpu

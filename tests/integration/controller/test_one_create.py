@@ -8,9 +8,11 @@ fills: the pod cache stays empty, as an informer's is for the moment after a cre
 from __future__ import annotations
 
 from api.v1alpha1.types import DeviceExposure
-from controllers.gpuworkload import GPUWorkloadReconciler
-from controllers.placement_state import PlacementState
-from controllers.status_writer import StatusWriter
+from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
+from controllers.placement.source import PlacementStateSource
+from controllers.placement.state import PlacementState
+from controllers.shared.own_writes import OwnWrites
+from controllers.status.writer import StatusWriter
 from internal import metrics as m
 from runtime import Client, Request
 from runtime.events import EventRecorder
@@ -30,14 +32,19 @@ def test_a_child_not_yet_in_the_cache_is_not_created_again(
     workloads.add(admin.create(workload("w", namespace, gpusPerReplica=1,
                                         nodeSelector=group.selector)))
 
+    own_writes = OwnWrites()
+
     def make_state() -> PlacementState:
-        state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES)
+        state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, own_writes=own_writes)
         state.rebuild(lambda: (nodes.list(), [], workloads.list(), pods.list()))
         return state
 
-    writer = StatusWriter(admin, workloads)  # not started: the status stays queued
+    # not started: the status stays queued
+    writer = StatusWriter(admin, workloads, own_writes=own_writes)
     reconciler = GPUWorkloadReconciler(admin, EventRecorder(admin, "test"), workloads, pods,
-                                       jobs, state_factory=make_state, status_writer=writer)
+                                       jobs, PlacementStateSource(lambda books: make_state()),
+                                       status_writer=writer,
+                                       own_writes=own_writes)
     created = m.CHILD_CREATES.labels("created")._value.get()
     again = m.CHILD_CREATES.labels("already_exists")._value.get()
     for _ in range(3):
@@ -48,9 +55,9 @@ def test_a_child_not_yet_in_the_cache_is_not_created_again(
     assert m.CHILD_CREATES.labels("already_exists")._value.get() - again == 0
     # once the informer shows it, the pod is simply there
     pods.add(pod)
-    reconciler.expectations.observed(pod)
+    own_writes.observed(pod)
     reconciler.reconcile(Request(namespace, "w"))
     assert m.CHILD_CREATES.labels("created")._value.get() - created == 1
-    wanted = writer.view(workloads.get_by_name("w", namespace))["status"]
+    wanted = own_writes.view(workloads.get_by_name("w", namespace))["status"]
     assert wanted["placements"][0]["node"] == names[0]
     assert wanted["phase"] in ("Scheduled", "Running")  # as the pod it showed

@@ -186,9 +186,9 @@ def test_unknown_node_and_device_beyond_the_node_are_events(
     create(admin, namespace, pod("far-0", map_text="0=no-such-node:0"))
     create(admin, namespace, pod("big-0", map_text=f"0={node}:1,2"))
     wait_event(admin, namespace, "far-0", "FailedScheduling",
-               "replica index 0: node no-such-node does not exist")
+               "no-such-node: replica 0: node not found")
     wait_event(admin, namespace, "big-0", "FailedScheduling",
-               f"node {node}: device(s) 2 beyond the node's 2 GPU(s)")
+               f"{node}: replica 0: device 2 does not exist (2 GPUs)")
     for name in ("far-0", "big-0"):
         assert not get_pod(admin, namespace, name)["spec"].get("nodeName")
 
@@ -202,7 +202,7 @@ def test_a_statefulset_shares_its_own_device_but_not_with_another(
         assert (p["spec"]["nodeName"], p["metadata"]["annotations"][DEVICES]) == (node, "0")
     create(admin, namespace, statefulset("b", 1, f"0={node}:0"))
     wait_event(admin, namespace, "b-0", "FailedScheduling",
-               f"device(s) 0 held by StatefulSet {namespace}/a")
+               f"device 0 held by StatefulSet {namespace}/a")
     assert not get_pod(admin, namespace, "b-0")["spec"].get("nodeName")
     # Scaling a down to nothing frees device 0, and b's pod is bound at once.
     admin.patch("apps/v1", "StatefulSet", "a", {"spec": {"replicas": 0}}, namespace=namespace,
@@ -219,7 +219,7 @@ def test_device_held_by_a_gpuworkload_is_refused_to_a_seed_pod(
     wait_phase(admin, namespace, "holder", "Running")
     create(admin, namespace, pod("wants-0", map_text=f"0={node}:1"))
     wait_event(admin, namespace, "wants-0", "FailedScheduling",
-               f"device(s) 1 held by GPUWorkload {namespace}/holder")
+               f"device 1 held by {namespace}/holder")
     assert not get_pod(admin, namespace, "wants-0")["spec"].get("nodeName")
     delete_workload(admin, namespace, "holder")
     p = wait_running(admin, namespace, "wants-0")
@@ -235,7 +235,7 @@ def test_device_held_by_a_seed_pod_is_refused_to_a_gpuworkload(
                           schedulingStrategy="annotationMap",
                           retryPolicy={"maxRetries": 10, "backoffSeconds": 60}))
     cond = wait_condition(admin, namespace, "second", "Scheduled", "Unschedulable")
-    assert f"device 0 held by Pod:{namespace}/first-0" in cond["message"]
+    assert f"device 0 held by Pod {namespace}/first-0" in cond["message"]
     # The pod finishes: its device returns, and the workload is woken long before
     # its 60 s backoff.
     binder.cluster.set_pod_phase(namespace, "first-0", "Succeeded")
@@ -278,12 +278,12 @@ def test_bookings_are_rebuilt_after_a_restart(
     binder.start()  # a new manager: the ledger is rebuilt from the cache
     create(admin, namespace, pod("late-0", map_text=f"0={node}:1"))
     wait_event(admin, namespace, "late-0", "FailedScheduling",
-               f"device(s) 1 held by Pod {namespace}/kept-0")
+               f"device 1 held by Pod {namespace}/kept-0")
     # ... and the GPUWorkload side sees the same ledger.
     admin.create(workload("gw", namespace, annotations={MAP: f"0={node}:0"},
                           schedulingStrategy="annotationMap"))
     cond = wait_condition(admin, namespace, "gw", "Scheduled", "Unschedulable")
-    assert f"held by Pod:{namespace}/kept-0" in cond["message"]
+    assert f"held by Pod {namespace}/kept-0" in cond["message"]
     delete_workload(admin, namespace, "gw")
 
 
@@ -309,9 +309,9 @@ def test_a_bound_pod_with_malformed_annotations_is_reported_and_still_holds(
     # What a user notices: the node's two GPUs are taken, by those two pods.
     create(admin, namespace, pod("next-0", map_text=f"0={node}:1"))
     wait_event(admin, namespace, "next-0", "FailedScheduling",
-               f"device(s) 1 held by Pod {namespace}/odd-0")
+               f"device 1 held by Pod {namespace}/odd-0")
     create(admin, namespace, pod("last-0", map_text=f"0={node}:0"))
-    wait_event(admin, namespace, "last-0", "FailedScheduling", "0 free GPU(s), needs 1")
+    wait_event(admin, namespace, "last-0", "FailedScheduling", "0 free GPUs, needs 1")
     for name in ("odd-0", "broken-0"):  # reported once, not on every read
         assert [ev.get("count") or 1 for ev in events_for(admin, namespace, name)
                 if ev["reason"] == "BadAnnotation"] == [1]

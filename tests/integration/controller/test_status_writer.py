@@ -15,7 +15,7 @@ import pytest
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
 from api.v1alpha1.types import API_VERSION
-from controllers.status_writer import StatusWriter
+from controllers.status.writer import StatusWriter
 from hack.testenv import ControlPlane
 from internal import metrics as m
 from runtime import Client, NotFound, RestConfig
@@ -58,7 +58,7 @@ def test_latest_status_wins_and_one_write_carries_it(
     for msg in ("first", "second", "third"):
         writer.submit(created, status(msg))
     # a reconcile now sees what it asked for, although neither API nor cache has it
-    assert writer.view(cache.get(created))["status"]["message"] == "third"
+    assert writer.own_writes.view(cache.get(created))["status"]["message"] == "third"
     assert (get_workload(admin, namespace, "w").get("status") or {}).get("message") != "third"
     writer.start()
     try:
@@ -69,9 +69,9 @@ def test_latest_status_wins_and_one_write_carries_it(
     assert value(m.STATUS_COALESCED) - coalesced == 2
     assert value(m.STATUS_WRITES.labels("written")) - written == 1
     # until the cache shows the write, the view still answers from the writer
-    assert writer.view(cache.get(created))["status"]["message"] == "third"
+    assert writer.own_writes.view(cache.get(created))["status"]["message"] == "third"
     cache.add(get_workload(admin, namespace, "w"))
-    assert writer.view(cache.get(created)) is None
+    assert writer.own_writes.view(cache.get(created)) is None
 
 
 def test_the_finalizer_is_added_once_with_the_first_placed_status(

@@ -24,7 +24,7 @@ from api.v1alpha1.policies import (
     NODE_NAME_EXTRA,
 )
 from api.v1alpha1.types import API_VERSION
-from controllers.podbinding import PodBindingOptions
+from controllers.podbinding.controller import PodBindingOptions
 from hack.testenv import ControlPlane
 from runtime import Client, NotFound, RestConfig, errors
 from tests.integration.controller.conftest import (

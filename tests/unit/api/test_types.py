@@ -145,11 +145,11 @@ def test_exposure_enum_values() -> None:
 
 
 def test_set_condition_transition_time_only_on_status_change() -> None:
-    """The one condition setter (``controllers.conditions.set_condition``, on the raw
+    """The one condition setter (``controllers.status.conditions.set_condition``, on the raw
     status the reconciler writes): lastTransitionTime moves only when the status
     flips; the model reads what it wrote."""
     from api.v1alpha1.types import GPUWorkloadStatus
-    from controllers.conditions import set_condition
+    from controllers.status.conditions import set_condition
 
     t0, t1 = "2024-01-01T00:00:00Z", "2024-01-02T00:00:00Z"
     c = set_condition([], "Unschedulable", True, "NoFit", "node1: NotReady", t0, 1)

@@ -10,8 +10,8 @@ import io
 from datetime import UTC, datetime, timedelta
 
 from api.v1alpha1.types import DeviceExposure
-from controllers.placement_state import PlacementState
-from controllers.seedbook import SeedBook
+from controllers.placement.state import PlacementState
+from controllers.podbinding.seedbook import SeedBook
 from hack.testenv.dra import DRIVER, nvidia_slice
 from internal.cli import cmd_nodes, inventory
 from internal.cli.output import Printer

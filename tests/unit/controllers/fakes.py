@@ -21,10 +21,12 @@ from typing import Any
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION, WORKLOAD_UID_LABEL
 from api.v1alpha1.types import API_VERSION, DeviceExposure
-from controllers.claims import bind as bind_claim
-from controllers.claims import claim_name
-from controllers.gpuworkload import GPUWorkloadReconciler
-from controllers.placement_state import PlacementState
+from controllers.dra.claims import bind as bind_claim
+from controllers.dra.claims import claim_name
+from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
+from controllers.placement.source import PlacementStateSource
+from controllers.placement.state import PlacementState
+from controllers.shared.own_writes import OwnWrites
 from runtime import AlreadyExists, ApiError, Conflict, NotFound, Request, Result
 from runtime.errors import Forbidden, InternalError, Invalid
 from runtime.store import (
@@ -255,17 +257,34 @@ class Env:
         #: ResourceSlices of the DRA driver (``with_dra``); None: the manager runs
         #: without DRA
         self.slices: list[dict[str, Any]] | None = None
+        #: our writes the caches have not shown yet, shared as setup.py shares them
+        self.own_writes = OwnWrites()
         self.state = self.new_state()
-        self.rec = GPUWorkloadReconciler(
-            self.client, self.recorder, self.workloads, self.pods, self.jobs,
-            state_factory=lambda: self.state, clock=lambda: self.now, rng=random.Random(1))
-        self.rec.state = self.state
+        self.rec = self.new_reconciler()
+
+    def new_reconciler(self, **kw: Any) -> GPUWorkloadReconciler:
+        """A reconciler on this environment's state (made with ``kw``: options, a
+        status writer, a backstop, claims; its ``own_writes``
+        are this environment's), as the manager's setup makes it."""
+        def current(books: Any) -> PlacementState:
+            # the state tests set up; once invalidated (a handler raised), a new one
+            # rebuilt from the caches, as the manager's
+            if not self.state.ready:
+                self.state = self.new_state()
+            return self.state
+        states = PlacementStateSource(current)
+        states.get()
+        kw.setdefault("own_writes", self.own_writes)
+        return GPUWorkloadReconciler(
+            self.client, self.recorder, self.workloads, self.pods, self.jobs, states,
+            clock=lambda: self.now, rng=random.Random(1), **kw)
 
     # --------------------------------------------------------------- state
 
     def new_state(self) -> PlacementState:
         """A placement state rebuilt from the caches (as after a restart)."""
         state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, rng=random.Random(1),
+                               own_writes=self.own_writes,
                                dra_driver=DRA_DRIVER if self.slices is not None else None,
                                enqueue_waiting=self.woken.extend,
                                on_problem=lambda obj, reason, msg: self.problems.append(
@@ -287,8 +306,7 @@ class Env:
         and each replica's claim is ``FakeClaims``' (allocated at once)."""
         self.slices = [dra_slice(n["metadata"]["name"], self.gpus) for n in self.nodes]
         self.state = self.new_state()
-        self.rec.state = self.state
-        self.rec.claims = FakeClaims()
+        self.rec = self.new_reconciler(claims=FakeClaims())
         return self
 
     def restart(self, *, dra: bool | None = None) -> None:
@@ -300,13 +318,10 @@ class Env:
             elif not dra:
                 self.slices = None
         self.decisions = 0
+        self.own_writes = OwnWrites()  # a new process remembers none of its writes
         self.state = self.new_state()
-        self.rec = GPUWorkloadReconciler(
-            self.client, self.recorder, self.workloads, self.pods, self.jobs,
-            state_factory=lambda: self.state, clock=lambda: self.now, rng=random.Random(1))
-        self.rec.state = self.state
-        if self.slices is not None:
-            self.rec.claims = FakeClaims()
+        self.rec = self.new_reconciler(
+            claims=FakeClaims() if self.slices is not None else None)
 
     # --------------------------------------------------------------- caches
 
@@ -316,28 +331,26 @@ class Env:
     def put_pod(self, pod: dict[str, Any]) -> None:
         self.pods.add(pod)
         self.state.events.on_pod(pod)
-        if hasattr(self, "rec"):
-            self.rec.expectations.observed(pod)  # as the informer's handlers do
+        self.own_writes.observed(pod)  # as the informer's handlers do
 
     def pod_gone(self, name: str) -> None:
         """The pod is deleted from the API (its grace period is over)."""
         pod = self.pods.delete(f"{NS}/{name}")
         assert pod is not None, f"no pod {name}"
         self.state.events.on_pod_deleted(pod)
-        self.rec.expectations.observed(pod)
+        self.own_writes.deleted(pod)
 
     def put_job(self, job: dict[str, Any]) -> None:
         self.jobs.add(job)
         self.state.events.on_job(job)
-        if hasattr(self, "rec"):
-            self.rec.expectations.observed(job)
+        self.own_writes.observed(job)
 
     def job_gone(self, name: str) -> None:
         """The Job is deleted from the API (in the foreground: once its pods are)."""
         job = self.jobs.delete(f"{NS}/{name}")
         assert job is not None, f"no job {name}"
         self.state.events.on_job_deleted(job)
-        self.rec.expectations.observed(job)
+        self.own_writes.deleted(job)
 
     def job_pod(self, job_name: str, *, lagging: bool = False) -> dict[str, Any]:
         """What the Job controller does, at a moment of its own: the Job's pod, from

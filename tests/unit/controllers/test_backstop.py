@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from controllers.backstop import Backstop
+from controllers.gpuworkload.backstop import Backstop
 from internal.metrics.domain import BACKSTOP_RECONCILES
 from tests.unit.controllers.fakes import NS, Env
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
-from controllers import children as ch
+from controllers.gpuworkload import children as ch
 from internal.scheduling.pods import pod_holding
 
 RAW = {"metadata": {"name": "w", "namespace": "ns", "uid": "u1"}}

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from api.v1alpha1.keys import CLAIM_FINALIZER
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
-from controllers import children as ch
-from controllers.claims import (
+from controllers.dra.claims import (
     ClaimManager,
     DraOptions,
     allocation_problem,
@@ -17,7 +14,9 @@ from controllers.claims import (
     index_pods_by_claim,
     node_selector,
 )
-from controllers.placement_state import PlacementState
+from controllers.gpuworkload import children as ch
+from controllers.placement.source import PlacementStateSource
+from controllers.placement.state import PlacementState
 from runtime.store import Indexer
 from tests.unit.scheduling.helpers import dra_slice, node
 
@@ -72,16 +71,6 @@ def test_allocation_problem_names_what_differs() -> None:
     assert msg == "allocated to node1/gpu-1 on node1, not node1/gpu-0 on node1"
 
 
-class _Reconciler:
-    """What ClaimManager asks of the GPUWorkload reconciler: its placement state."""
-
-    def __init__(self, state: PlacementState) -> None:
-        self.state = state
-
-    def ensure_state(self) -> PlacementState:
-        return self.state
-
-
 class _NoClient:
     def __getattr__(self, name: str) -> None:
         raise AssertionError(f"no API call expected, got {name}")
@@ -101,8 +90,8 @@ def test_a_claim_marked_for_release_is_never_adopted_even_while_cached() -> None
         for d in (0, 1)]}, "nodeSelector": node_selector("node1")}}
     cache = Indexer()
     cache.add(claim)
-    reconciler: Any = _Reconciler(state)
-    manager = ClaimManager(_NoClient(), _NoClient(), cache, reconciler, DraOptions())
+    states = PlacementStateSource(lambda books: state)
+    manager = ClaimManager(_NoClient(), _NoClient(), cache, states, DraOptions())
     assert manager.mark_releasing(claim, lambda: True) is False  # wanted: kept
     assert manager.ensure(w, RAW, p, 0, pod_exists=False) == "train-0-gpus-0"
     assert manager.mark_releasing(claim, lambda: False) is True

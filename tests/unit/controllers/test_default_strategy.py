@@ -4,13 +4,13 @@ strategy used; a pending workload shows 0 GPUs and the Scheduled reason."""
 
 from __future__ import annotations
 
-from controllers.gpuworkload import Options
+from controllers.gpuworkload.options import Options
 from tests.unit.controllers.fakes import Env
 
 
 def test_a_spec_without_a_strategy_is_placed_with_the_managers_default() -> None:
     env = Env(nodes=2, gpus=4)
-    env.rec.options = Options(default_strategy="bestFit")
+    env.rec = env.new_reconciler(options=Options(default_strategy="bestFit"))
     env.workload("a", gpusPerReplica=1)
     env.workload("b", gpusPerReplica=1, schedulingStrategy="roundRobin")
     env.settle("a")

@@ -16,8 +16,8 @@ import random
 from typing import Any
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
-from controllers.placement_state import PlacementState
-from controllers.queue_book import QueueBook
+from controllers.placement.state import PlacementState
+from controllers.queues.book import QueueBook
 from internal.scheduling.framework import PREEMPT
 from runtime.store import Indexer
 from tests.unit.controllers.test_placement_state import child

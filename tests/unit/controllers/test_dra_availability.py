@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from api.v1alpha1.types import DeviceExposure
-from controllers.dra_availability import NOT_ENABLED, DraUnavailableGate, dra_unavailable
+from controllers.dra.availability import NOT_ENABLED, DraUnavailableGate, dra_unavailable
 from runtime import NotFound, Request
 from runtime.errors import ApiError
 from runtime.store import Indexer
@@ -113,7 +113,7 @@ def test_the_default_exposure_counts_and_placed_or_invalid_workloads_pass() -> N
 
 def test_a_dra_workload_whose_pod_exists_goes_to_the_reconciler_to_be_left_running() -> None:
     # its one pod was made, the status write after it was lost: the pod is its
-    # placement, and the reconciler leaves it running (controllers/unmanaged.py)
+    # placement, and the reconciler leaves it running (controllers/gpuworkload/unmanaged.py)
     g = Gate()
     g.gate.has_children = lambda raw: raw["metadata"]["name"] == "has-pod"
     g.add("has-pod", deviceExposure="dra")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from controllers.intruders import REASON, IntruderEvictor, names_devices_itself
+from controllers.gpuworkload.intruders import REASON, IntruderEvictor, names_devices_itself
 from tests.unit.controllers.fakes import FakeRecorder
 from tests.waiting import eventually
 

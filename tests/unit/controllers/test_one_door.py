@@ -1,5 +1,5 @@
 """The placement state has one door: nothing outside its modules touches its lock,
-its ledger or its snapshot (docs/architecture.md, "The placement state"); readers
+its ledger or its snapshot (docs/architecture.md, "The controllers"); readers
 get ``view()``, the seed path ``book_seed`` and its kin, the claims ``atomically``.
 A grep of the tree says so, so a new shortcut fails here rather than in a race."""
 
@@ -10,8 +10,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 #: the placement state's own modules
-OWN = {"controllers/placement_cache.py", "controllers/placement_state.py",
-       "controllers/placement_events.py"}
+OWN = {"controllers/placement/cache.py", "controllers/placement/state.py",
+       "controllers/placement/releases.py",
+       "controllers/placement/events.py"}
 #: the code that runs (tests may set scenes through the private fields)
 TREES = ("controllers", "internal", "runtime", "api", "main.py")
 
@@ -55,7 +56,7 @@ def test_the_view_reads_the_current_ledger_and_changes_nothing() -> None:
     """``state.view()`` answers from the ledger the state holds now (a rebuild
     replaces it) and offers none of the ledger's changes."""
     from api.v1alpha1.types import DeviceExposure
-    from controllers.placement_state import PlacementState
+    from controllers.placement.state import PlacementState
     from tests.unit.scheduling.helpers import node
 
     state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES)

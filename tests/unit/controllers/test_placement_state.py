@@ -9,8 +9,8 @@ import random
 from typing import Any
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
-from controllers.placement_state import PlacementState
-from controllers.seedbook import SeedBook
+from controllers.placement.state import PlacementState
+from controllers.podbinding.seedbook import SeedBook
 from internal.scheduling.framework import PREEMPT
 from internal.scheduling.ledger import Ledger
 from tests.unit.scheduling.helpers import node
@@ -300,7 +300,7 @@ def test_only_a_priority_class_with_that_value_is_an_admins_priority() -> None:
 
 def test_the_priority_class_is_copied_to_the_childrens_pods() -> None:
     from api.v1alpha1.types import Placement
-    from controllers.children import build_child
+    from controllers.gpuworkload.children import build_child
 
     w = GPUWorkload.model_validate({
         "metadata": {"name": "w", "namespace": "a", "uid": "u"},

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
-from controllers.placement_state import PlacementState
+from controllers.placement.state import PlacementState
 from tests.unit.scheduling.helpers import dra_claim as claim
 from tests.unit.scheduling.helpers import dra_slice as rslice
 from tests.unit.scheduling.helpers import node

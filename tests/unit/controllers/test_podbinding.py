@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
-from controllers.placement_state import PlacementState
-from controllers.podbinding import PodBindingOptions, PodBindingReconciler, pod_predicate
-from controllers.seedbook import SeedBook, bound_entry, owner_key, read_bound
+from controllers.placement.state import PlacementState
+from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler, pod_predicate
+from controllers.podbinding.seedbook import SeedBook, bound_entry, owner_key, read_bound
 from runtime import ApiError, Conflict, Request
 from runtime.predicates import UpdateEvent
 from runtime.store import Indexer
-from tests.unit.scheduling.helpers import SEED_MAP, node
+from tests.unit.scheduling.helpers import SEED_MAP, gpunode, node
 
 NS = "ns"
 STS = f"StatefulSet:{NS}/check"
@@ -133,8 +133,8 @@ def test_index_label_wins_over_the_name() -> None:
 
 @pytest.mark.parametrize("map_text, name, want", [
     ("0=node1:0", "check-3", "no entry for replica index 3"),
-    ("0=node9:0", "check-0", "replica index 0: node node9 does not exist"),
-    ("0=node1:4", "check-0", "device(s) 4 beyond the node's 4 GPU(s)"),
+    ("0=node9:0", "check-0", "node9: replica 0: node not found"),
+    ("0=node1:4", "check-0", "node1: replica 0: device 4 does not exist (4 GPUs)"),
     ("0=node1", "check-0", "invalid gpu-scheduling-map annotation: line 1"),
     ("0=node1:0", "nameless", "cannot tell the pod's replica index"),
 ])
@@ -152,7 +152,7 @@ def test_device_of_another_workload_is_refused_and_nothing_is_booked() -> None:
     env.state._ledger.assume("ns/gw", [Placement(index=0, node="node4", devices=[3])])
     env.add(pod("check-3"))
     env.reconcile("check-3")
-    assert "device(s) 3 held by GPUWorkload ns/gw" in env.warnings("check-3")[0]
+    assert "node4: replica 3: device 3 held by ns/gw" in env.warnings("check-3")[0]
     assert env.state.view().allocation(STS) is None
     # another StatefulSet is "another workload" too
     env.state._ledger.forget("ns/gw")
@@ -356,8 +356,8 @@ def test_predicate_keeps_unbound_and_lifecycle_changes_only() -> None:
 
 @pytest.mark.parametrize("taints, unschedulable, tolerations, want", [
     ([{"key": "team", "value": "b", "effect": "NoSchedule"}], False, [],
-     "node node1 has the taint team=b:NoSchedule that the pod does not tolerate"),
-    ([], True, [], "node node1 is cordoned (unschedulable)"),
+     "node1: replica 0: taint team=b:NoSchedule not tolerated"),
+    ([], True, [], "node1: replica 0: unschedulable (cordoned)"),
     ([{"key": "team", "value": "b", "effect": "NoSchedule"}], False,
      [{"key": "team", "operator": "Equal", "value": "b", "effect": "NoSchedule"}], None),
     ([], True, [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}], None),
@@ -425,7 +425,7 @@ def test_a_pod_bound_by_someone_else_onto_held_devices(evict: bool) -> None:
 def test_evict_holder_asks_every_pod_of_a_seed_holder_to_go() -> None:
     """What preemption of a seed-path holder needs: its pods evicted (the ledger keeps
     their devices until they are gone)."""
-    from controllers.seedbook import is_seed_key
+    from controllers.podbinding.seedbook import is_seed_key
 
     env = Env()
     for i in (3, 4):
@@ -463,3 +463,35 @@ def test_a_higher_priority_workload_preempts_seed_pods_and_waits_for_them() -> N
     assert env.state.blockers("ns/hi") == {"node1": [STS]}
     env.state.release_seed(env.book, f"{NS}/check-0")  # the pod is gone
     assert env.state.blockers("ns/hi") == {}
+
+
+def test_a_device_a_preemptor_is_nominated_over_is_refused_by_the_plan() -> None:
+    """The seed path asked only for the first holder the ledger names: a device its
+    own StatefulSet held and a preemptor was nominated over (the StatefulSet's
+    booking stays until its pods go) passed its plan, and only the booking refused
+    it, in the ledger's words. The shared filters count every other owner, and say
+    so as they say it for a mapped GPUWorkload."""
+    env = Env()
+    env.add(pod("check-3"))
+    env.reconcile("check-3")
+    assert env.holder("node4", 3) == STS
+    env.state._ledger.assume("ns/pre", [Placement(index=0, node="node4", devices=[3])],
+                             priority=100, overlap=[STS])
+    env.add(pod("check-4"))
+    env.reconcile("check-4")
+    assert "check-4" not in env.bound()
+    assert "node4: replica 4: device 3 held by" in env.warnings("check-4")[-1]
+
+
+def test_a_map_naming_a_node_whose_gpu_agent_went_silent_is_refused() -> None:
+    """A node whose GPU agent stopped reporting offers nothing; the seed path's own
+    check did not ask, and refused the pod for devices "unhealthy", which they are
+    not. The shared filters say why, as they say it to a GPUWorkload."""
+    env = Env()
+    silent = gpunode("node1")
+    silent["status"]["lastHeartbeatTime"] = "2020-01-01T00:00:00Z"
+    env.state.events.on_gpunode(silent)
+    env.add(pod("check-0"))
+    env.reconcile("check-0")
+    assert env.bound() == {}
+    assert "node1: replica 0: GPUNode heartbeat stale" in env.warnings("check-0")[-1]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from controllers.queue_book import QueueBook
+from controllers.queues.book import QueueBook
 from runtime.store import Indexer
 
 

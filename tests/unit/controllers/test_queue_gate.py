@@ -10,8 +10,8 @@ import random
 from typing import Any
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
-from controllers.placement_state import PlacementState
-from controllers.queue_book import (
+from controllers.placement.state import PlacementState
+from controllers.queues.book import (
     NO_QUEUE,
     QUEUE_NOT_ALLOWED,
     QUEUE_NOT_FOUND,

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
-from controllers.queue_book import QueueBook
-from controllers.queue_status import QueueStatusReconciler
+from controllers.queues.book import QueueBook
+from controllers.queues.status import QueueStatusReconciler
 from runtime import Request
 from runtime.store import Indexer
 

@@ -11,8 +11,8 @@ import threading
 from typing import Any
 
 from api.v1alpha1.types import DeviceExposure
-from controllers.placement_state import PlacementState
-from controllers.setup import placement_handler
+from controllers.gpuworkload.setup import placement_handler
+from controllers.placement.state import PlacementState
 from runtime.informer import SharedIndexInformer
 from runtime.store import thaw
 from tests.unit.controllers.fakes import NS, Env
@@ -136,17 +136,8 @@ class UnsettledWriter:
     def submit(self, raw: Any, status: dict[str, Any], *, finalizer: bool = False) -> None:
         self.submitted.append(status)
 
-    def view(self, raw: Any) -> None:
-        return None
-
-    def ahead_of(self, raw: Any) -> bool:
-        return False
-
     def has_finalizer(self, raw: Any) -> bool:
         return False
-
-    def record(self, written: Any) -> None:
-        pass
 
     def forget(self, key: str) -> None:
         pass
@@ -155,7 +146,7 @@ class UnsettledWriter:
 def test_a_gang_is_not_committed_while_a_status_write_of_it_may_still_land() -> None:
     env = Env()
     writer = UnsettledWriter()
-    env.rec.status_writer = writer  # type: ignore[assignment]
+    env.rec = env.new_reconciler(status_writer=writer)
     env.workload("g", replicas=2, gpusPerReplica=1)
     result = env.reconcile("g")
     assert result is not None and 0 < result.requeue_after <= 1.0
@@ -175,8 +166,7 @@ def test_a_finalizer_stays_while_a_status_write_of_the_workload_may_still_land()
     assert env.get("w")["metadata"].get("finalizers")
     env.pod_gone("w-0")
     writer = UnsettledWriter()
-    env.rec.status_writer = writer  # type: ignore[assignment]
-    env.rec.finalizer.status_writer = writer  # type: ignore[assignment]
+    env.rec = env.new_reconciler(status_writer=writer)
     env.delete_workload("w")
     result = env.reconcile("w")
     assert result is not None and result.requeue_after > 0
@@ -197,7 +187,6 @@ def test_a_raising_placement_handler_leads_to_a_rebuild_that_holds_the_pod() -> 
     def bug(pod: Any) -> list[str]:
         raise RuntimeError("a bug while reading the pod")
     old._ledger.sync_pod = bug  # type: ignore[method-assign]
-    env.rec._state_factory = env.new_state  # a rebuild reads the caches
     informer = SharedIndexInformer(client=None, api_version="v1", kind="Pod")  # type: ignore[arg-type]
     informer.add_event_handler(placement_handler(env.rec, "Pod", "on_pod"))
     pod = {"apiVersion": "v1", "kind": "Pod",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from controllers.status import gpus_held
+from controllers.status.builder import gpus_held
 from internal.scheduling.mapparser import parse_scheduling_map
 
 ROOT = Path(__file__).resolve().parents[3]

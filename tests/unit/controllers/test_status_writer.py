@@ -15,8 +15,8 @@ import pytest
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
 from api.v1alpha1.types import API_VERSION
-from controllers.status_writer import StatusWriter
-from controllers.write_tracker import WriteTracker
+from controllers.shared.own_writes import OwnWrites
+from controllers.status.writer import StatusWriter
 from runtime import Conflict, Invalid, NotFound
 from runtime.store import Indexer, thaw
 from tests.unit.controllers.fakes import internal, merge
@@ -157,15 +157,16 @@ def test_a_settled_write_that_fails_in_flight_is_not_retried(api: API) -> None:
 def test_a_status_write_never_lands_on_another_object_of_the_same_name(api: API) -> None:
     raw = api.create("uid-old")
     api.objects["w"]["metadata"]["uid"] = "uid-new"  # re-created; the cache lags
-    written: list[Any] = []
-    writer = writer_of(api, on_written=lambda obj, *mark: written.append(obj))
+    writer = writer_of(api)
     try:
         writer.submit(raw, {"phase": "Pending", "placements": None,
                             "message": "the old object's status"})
         assert writer.flush(5)
         assert len(api.calls) == 1  # refused, and not tried again
         assert api.objects["w"]["status"] == {}
-        assert written == []
+        # nothing of ours is awaited on either object of that name
+        assert writer.own_writes.view(raw) is None
+        assert not writer.own_writes.is_behind(thaw(api.objects["w"]))
     finally:
         writer.stop()
 
@@ -194,36 +195,41 @@ def test_an_earlier_write_landing_keeps_a_later_ones_mark(api: API) -> None:
     submitted: once write 1 lands, a cached copy at write 1's version is still
     older than our last write (its placement must not be adopted again)."""
     raw = api.create("uid-1")
-    tracker = WriteTracker(threading.RLock())
+    own = OwnWrites()
     gate0, gate1 = hold(api, 0), hold(api, 1)
-    writer = writer_of(api, on_pending=tracker.writing, on_written=tracker.wrote)
+    writer = writer_of(api, own_writes=own)
     try:
         writer.submit(raw, {"phase": "Running", "placements": [{"index": 0, "node": "n"}]})
         assert api.entered[0].wait(5)
         writer.submit(raw, {"phase": "Pending", "placements": None})
         gate0.set()
-        assert api.entered[1].wait(5)  # write 1 landed and told the tracker
+        assert api.entered[1].wait(5)  # write 1 landed and said where
         copy = thaw(api.objects["w"])
         assert copy["status"]["phase"] == "Running"
-        assert tracker.is_behind(copy)
+        assert own.is_behind(copy)
+        assert own.view(copy)["status"]["phase"] == "Pending"  # what we asked for last
         gate1.set()
         assert writer.flush(5)
-        assert not tracker.is_behind(thaw(api.objects["w"]))
+        assert not own.is_behind(thaw(api.objects["w"]))
+        assert own.view(thaw(api.objects["w"])) is None  # the copy shows it
     finally:
         gate0.set()
         gate1.set()
         writer.stop()
 
 
-def test_the_tracker_keeps_the_latest_mark() -> None:
-    tracker = WriteTracker(threading.RLock())
-    obj = {"metadata": {"name": "w", "namespace": NS, "resourceVersion": "7"}}
-    first = tracker.writing(KEY)
-    tracker.writing(KEY)
-    tracker.wrote(obj, first)
-    assert tracker.is_behind(obj)
-    tracker.wrote(obj)  # a synchronous write (the commit) is the latest
-    assert not tracker.is_behind(obj)
+def test_a_settled_write_takes_back_its_mark(api: API) -> None:
+    """A pending write that a settle drops is never sent: it no longer makes every
+    cached copy older (the reconcile would requeue itself for ever)."""
+    raw = api.create("uid-1")
+    own = OwnWrites()
+    writer = writer_of(api, own_writes=own)  # started, but the write is settled first
+    writer.stop()
+    writer.submit(raw, {"phase": "Pending", "placements": None})
+    assert own.is_behind(raw)
+    assert writer.settle(KEY, timeout=1) is True
+    assert not own.is_behind(raw)
+    assert api.calls == []
 
 
 def test_a_write_that_lands_before_its_mark_leaves_no_mark_behind(api: API) -> None:
@@ -236,25 +242,26 @@ def test_a_write_that_lands_before_its_mark_leaves_no_mark_behind(api: API) -> N
     worst moment (at most 1 s: a writer that cannot see the write is not waited
     for)."""
     raw = api.create("uid-1")
-    tracker = WriteTracker(threading.RLock())
     landed = threading.Event()
 
-    def on_written(obj: Any, mark: int | None = None) -> None:
-        tracker.wrote(obj, mark)
-        api.cache.add(thaw(obj))  # the informer shows it at once
-        landed.set()
+    class Paused(OwnWrites):
+        def writing(self, obj: Any, status: Any = None) -> int:
+            landed.wait(1.0)  # preempted here, for as long as the writer takes
+            return super().writing(obj, status)
 
-    def on_pending(key: str) -> int:
-        landed.wait(1.0)  # preempted here, for as long as the writer takes
-        return tracker.writing(key)
+        def wrote(self, obj: Any, mark: int | None = None, **kw: Any) -> None:
+            super().wrote(obj, mark, **kw)
+            api.cache.add(thaw(obj))  # the informer shows it at once
+            landed.set()
 
-    writer = writer_of(api, on_pending=on_pending, on_written=on_written)
+    own = Paused()
+    writer = writer_of(api, own_writes=own)
     try:
         writer.submit(raw, {"phase": "Pending", "message": "0/4 nodes are available"})
         assert writer.flush(5) and landed.wait(5)
         cached = api.cache.get_by_name("w", NS)
         assert cached["status"]["phase"] == "Pending"
         # the cache holds our write: it is not older than it, and a reconcile acts
-        assert not tracker.is_behind(cached)
+        assert not own.is_behind(cached)
     finally:
         writer.stop()

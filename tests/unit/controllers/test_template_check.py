@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
-from controllers.template_check import ChildDryRun
+from controllers.gpuworkload.template_check import ChildDryRun
 from runtime import ApiError
 
 

@@ -1,5 +1,5 @@
 """A restart, a flag change or a disabled feature never deletes running work
-(controllers/unmanaged.py): a ``deviceExposure: dra`` workload that runs when the
+(controllers/gpuworkload/unmanaged.py): a ``deviceExposure: dra`` workload that runs when the
 manager restarts without DRA is left running, its booking kept, reported once, and
 managed again when DRA is back."""
 

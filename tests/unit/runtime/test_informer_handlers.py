@@ -74,3 +74,22 @@ def test_a_raising_error_hook_does_not_stop_the_handler() -> None:
     eventually(lambda: seen == ["after"], timeout=5, what="the event after it")
     assert errors("v1/ConfigMap", "FuncHandler") - before == 1
     inf.stop()
+
+
+def test_events_pushed_while_the_handler_is_busy_all_come_in_order() -> None:
+    from runtime.informer import HandlerRegistration
+    gate, seen = threading.Event(), []
+
+    def on_add(obj: dict[str, Any]) -> None:
+        gate.wait(5)  # busy with the first: the rest pile up behind it, nobody woken
+        seen.append(obj["metadata"]["name"])
+
+    reg = HandlerRegistration(FuncHandler(on_add), "v1/ConfigMap")
+    for i in range(20):
+        reg.push("add", cm(f"c{i}"))
+    gate.set()
+    eventually(lambda: len(seen) == 20, timeout=5, what="every event handled")
+    assert seen == [f"c{i}" for i in range(20)]
+    reg.push("add", cm("after"))  # onto an empty buffer again: wakes the waiting handler
+    eventually(lambda: seen[-1] == "after", timeout=5, what="the next event handled")
+    reg.stop()

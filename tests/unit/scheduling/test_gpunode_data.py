@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from api.v1alpha1.types import DeviceExposure, Placement
-from controllers.placement_state import PlacementState
+from controllers.placement.state import PlacementState
 from internal.agent.nvml import FixtureBackend
 from internal.agent.nvml.backend import sample
 from internal.agent.status import gpunode_for

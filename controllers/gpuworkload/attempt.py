@@ -1,0 +1,328 @@
+"""Running one attempt of a placed GPUWorkload, and ending it.
+
+``AttemptRunner.run_or_end`` takes a placement (committed, or about to be by its
+first pod) and makes what runs match it: the children that are missing are
+created (after every other holder of their devices is gone), the children's
+phases are aggregated into the status. An attempt that cannot go on (a failed
+replica, a lost node, a child that cannot be created, a spec change) ends here
+(``end_attempt``): its children are asked to go, its booking is released, and the
+retry policy says when the next attempt may start, or that the workload failed
+(``fail``).
+
+The placement state is the reconcile's (fetched once per reconcile and passed in).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import structlog
+
+from api.v1alpha1.changes import SPEC_CHANGED_REASON
+from api.v1alpha1.keys import SPEC_HASH_ANNOTATION
+from api.v1alpha1.types import DeviceExposure, GPUWorkload, Phase, Placement, WorkloadKind
+from controllers.gpuworkload import children as ch
+from controllers.gpuworkload import unmanaged
+from controllers.gpuworkload.child_api import ChildAPI
+from controllers.gpuworkload.options import Options
+from controllers.gpuworkload.reconcile_outcome import EndAttempt, Outcome
+from controllers.placement.state import PlacementState
+from controllers.status.builder import StatusBuilder, fmt_time, parse_time
+from controllers.status.conditions import (
+    FAILED,
+    READY,
+    SCHEDULED,
+    aggregate,
+    child_phase,
+    get_condition,
+)
+from internal import metrics as m
+from internal.backoff import next_delay, should_retry
+from internal.objects import JSON, object_key
+from internal.scheduling.framework import UNSCHEDULABLE
+from internal.scheduling.jobs import is_job_holder
+from internal.scheduling.ledger import DEPARTING
+from runtime import Result
+
+if TYPE_CHECKING:
+    from controllers.dra.claims import ClaimManager
+
+log = structlog.get_logger("gpuworkload")
+
+#: Scheduled=True reasons that describe a wait before the children are made
+WAITING_REASONS = ("WaitingForPreemption", "WaitingForDevices")
+
+
+def child_kind(w: GPUWorkload) -> str:
+    return "Job" if w.spec.workload_kind is WorkloadKind.JOB else "Pod"
+
+
+class AttemptRunner:
+    def __init__(self, children: ChildAPI, claims: ClaimManager | None,
+                 options: Options, dra_why: str, clock: Callable[[], datetime],
+                 rng: random.Random) -> None:
+        self.children = children
+        #: ``deviceExposure: dra``: the ResourceClaims of replicas (None: DRA is off)
+        self.claims = claims
+        self.options = options
+        #: why DRA is off (a sentence), while ``claims`` is None
+        self.dra_why = dra_why
+        self.clock = clock
+        self.rng = rng
+        #: workloads whose first pod's create-to-bound latency was observed
+        self._bound_observed: set[str] = set()
+
+    def release(self, state: PlacementState, key: str, *, departed: bool = False) -> None:
+        """Releases ``key``'s booking (its pods keep what they hold); ``departed``:
+        the workload is gone, and what it held on to after a preemption goes too."""
+        state.forget(key, departed=departed)
+        self._bound_observed.discard(key)
+
+    def run_or_end(self, state: PlacementState, w: GPUWorkload, raw: JSON,
+                   status: StatusBuilder, placements: list[Placement],
+                   out: Outcome | None = None, *, fresh: bool = False) -> Outcome:
+        """Runs the attempt on ``placements``; ends it if it cannot go on. ``fresh``:
+        decided in this reconcile and not committed (its first pod commits it)."""
+        out = out or Outcome(status)
+        try:
+            return self._run(state, w, raw, out, placements, fresh)
+        except EndAttempt as end:
+            ended = self.end_attempt(state, w, raw, status, end.reason, end.message,
+                                     spend=end.spend)
+            ended.events[:0] = [e for e in out.events if e[1] != "Scheduled"]
+            ended.raw = out.raw  # the object as last written (a commit write's new version)
+            return ended
+        except Exception:
+            if fresh:
+                state.forget(w.key)  # no pod made it durable
+            raise
+
+    def _run(self, state: PlacementState, w: GPUWorkload, raw: JSON, out: Outcome,
+             placements: list[Placement], fresh: bool) -> Outcome:
+        key = w.key
+        status = out.status
+        meta = raw["metadata"]
+        attempt = w.status.retries
+        lost = sorted({p.node for p in placements if not state.has_node(p.node)})
+        if lost:
+            self.children.force_delete_on(raw, lost)
+            raise EndAttempt("NodeLost", f"node(s) {', '.join(lost)} disappeared")
+        status.placements([p.model_dump(by_alias=True) for p in placements])
+        kind = child_kind(w)
+        mine, stale = self.children.by_attempt(raw, kind, str(attempt))
+        exposure = unmanaged.attempt_exposure(
+            mine, w.spec.device_exposure or self.options.default_exposure)
+        if exposure is DeviceExposure.DRA and self.claims is None:
+            # before a spec change restarts it: its new pods could not be made
+            return self._unmanaged(state, w, raw, out, mine,
+                                   self.spec_change(w, placements, raw))
+        changed = self.spec_change(w, placements, raw)
+        if changed:
+            raise EndAttempt(SPEC_CHANGED_REASON, f"spec changed ({changed}); restarting "
+                             f"onto a new placement", spend=False)
+        if self._wait_for_devices(state, key, placements, mine, out):
+            return out
+        status.nominated(None)  # nothing of the victims' is left on its devices
+        state.nomination_done(key)
+        _placed(status, placements)  # a waiting reason no longer describes the present
+        if exposure is DeviceExposure.DEVICE_PLUGIN and any(p.devices for p in placements):
+            # A map names devices, so the kubelet must not pick others.
+            exposure = DeviceExposure.CUDA_VISIBLE_DEVICES
+        if stale:
+            # A previous attempt's children still go away; their names are ours to
+            # reuse only once they are gone (and their devices stay theirs till then).
+            self.children.delete(raw, keep_attempt=str(attempt))
+            out.result = Result(requeue_after=0.5)
+            return out
+        if w.spec.replicas > 1:
+            self.children.create(ch.build_service(w, raw), kind_word="headless Service",
+                                 state=state)
+        claims = self._claims(w, raw, placements, attempt, mine) \
+            if exposure is DeviceExposure.DRA else {}
+        if claims is None:
+            out.result = Result(requeue_after=0.5)  # an older claim of that name goes first
+            return out
+        created_now = False
+        for p in placements:
+            if p.index in mine:
+                continue
+            if w.status.phase is Phase.RUNNING:
+                # Not the workload's failure: a user's delete, an eviction, a removed
+                # node. The gang restarts as a whole, and no retry is spent.
+                raise EndAttempt("ReplicaDeleted", f"replica {p.index} on {p.node} was "
+                                 f"deleted; the gang restarts", spend=False)
+            child = ch.build_child(w, raw, p, exposure, state.uuids, attempt)
+            if p.index in claims:
+                assert self.claims is not None
+                child = self.claims.bind(child, claims[p.index])
+            existing = self.children.create(child, kind_word=kind, state=state)
+            if existing is None:
+                created_now = True
+                if fresh:
+                    state.commit(key)  # the bound pod is the commit point
+                    log.info("placement.committed", workload=key, node=p.node,
+                             devices=",".join(map(str, p.devices)))
+            else:
+                child = existing
+            mine[p.index] = child
+        if created_now and key not in self._bound_observed:
+            self._bound_observed.add(key)
+            created = parse_time(meta.get("creationTimestamp"))
+            if created is not None and w.status.retries == 0:
+                m.CREATE_TO_BOUND.observe(max(0.0, (self.clock() - created).total_seconds()))
+
+        phases = {i: child_phase(c) for i, c in mine.items() if i < w.spec.replicas}
+        phase, message = aggregate(phases, w.spec.replicas)
+        if phase is Phase.FAILED:
+            raise EndAttempt("ReplicaFailed", message)
+        status.phase(phase, message)
+        if phase is Phase.SUCCEEDED:
+            state.forget(key)
+            status.condition(READY, False, "Succeeded", message)
+        elif phase is Phase.RUNNING:
+            status.condition(READY, True, "Running", message)
+        else:
+            status.condition(READY, False, "Starting", message)
+        return out
+
+    def _wait_for_devices(self, state: PlacementState, key: str, placements: list[Placement],
+                          mine: Mapping[int, JSON], out: Outcome) -> bool:
+        """Before a child is made on a device, every other holder of that device is
+        gone (docs/architecture.md, invariants 2 and 3: devices, not workloads, are
+        waited for): a preemptor's victims' pods and Jobs, whoever owns them now (an
+        orphaned victim's pods are their own), and any pod that came to name the
+        device after it was booked. True: wait (the condition says for what; a
+        release of devices wakes it). Once every child exists nothing is waited for."""
+        if all(p.index in mine for p in placements):
+            return False
+        victims = state.unacknowledged(key)
+        blockers = state.blockers(key)
+        if not victims and not blockers:
+            return False
+        booking = state.booking(key)
+        nominated = bool(victims) or (booking is not None and bool(booking.overlap))
+        reason = "WaitingForPreemption" if nominated else "WaitingForDevices"
+        msg = _waiting_for(blockers, preempted=nominated) if blockers else \
+            f"waiting for preempted {', '.join(victims)} to stop"
+        out.status.phase(Phase.SCHEDULED, msg).condition(SCHEDULED, True, reason, msg)
+        if not blockers:
+            out.result = Result(requeue_after=1.0)  # an acknowledgement wakes nobody
+        return True
+
+    def _unmanaged(self, state: PlacementState, w: GPUWorkload, raw: JSON, out: Outcome,
+                   mine: Mapping[int, JSON], changed: str) -> Outcome:
+        """A ``dra`` attempt in a manager without DRA: never torn down
+        (controllers/gpuworkload/unmanaged.py). No retry is spent, nothing is
+        requeued: its children's events, or a restart with DRA, wake it."""
+        if not mine:
+            self.release(state, w.key)
+            ended = unmanaged.back_to_pending(out.status, self.dra_why)
+            ended.events[:0] = out.events
+            return ended
+        report, done = unmanaged.leave_running(raw, out.status, w.spec.replicas, mine,
+                                               self.dra_why, changed)
+        if done:
+            state.forget(w.key)
+        report.events[:0] = out.events
+        report.raw = out.raw
+        return report
+
+    def _claims(self, w: GPUWorkload, raw: JSON, placements: list[Placement], attempt: int,
+                mine: Mapping[int, JSON]) -> dict[int, str] | None:
+        """``deviceExposure: dra``: each replica's claim, allocated to its devices
+        before its pod exists (controllers/dra/claims.py). None: wait and come back."""
+        assert self.claims is not None
+        out: dict[int, str] = {}
+        for p in placements:
+            name = self.claims.ensure(w, raw, p, attempt, p.index in mine)
+            if name is None:
+                return None
+            out[p.index] = name
+        return out
+
+    def spec_change(self, w: GPUWorkload, placements: list[Placement], raw: JSON) -> str:
+        """What changed in the spec since this attempt was placed ('' if nothing):
+        the replica count, or the template its children were made from."""
+        if len(placements) != w.spec.replicas:
+            return f"replicas {len(placements)} -> {w.spec.replicas}"
+        want = ch.spec_hash(w)
+        mine, _ = self.children.by_attempt(raw, child_kind(w), str(w.status.retries))
+        for child in mine.values():
+            have = ((child.get("metadata") or {}).get("annotations") or {}).get(
+                SPEC_HASH_ANNOTATION)
+            if have and have != want:
+                return "template"
+        return ""
+
+    def end_attempt(self, state: PlacementState, w: GPUWorkload, raw: JSON,
+                    status: StatusBuilder, reason: str, message: str, *,
+                    spend: bool = True) -> Outcome:
+        """A replica failed, its node vanished, its child could not be made: ask its
+        children to go (their devices stay held until they are gone), release the
+        booking, then retry or fail. Without ``spend`` (a spec change, a replica
+        deleted by someone else) it is placed again at once and no retry is spent."""
+        self.children.delete(raw, only_unfinished=True)
+        self.release(state, w.key)
+        if not spend:
+            status.placements(None).retry(next_retry=None).phase(Phase.PENDING, message)
+            status.condition(SCHEDULED, False, reason, message)
+            status.condition(READY, False, reason, message)
+            return Outcome(status, Result(requeue_after=0.5)).warn(reason, message)
+        retries = w.status.retries
+        if not should_retry(retries, w.spec.retry_policy):
+            return self.fail(state, raw, status, reason, f"{message}; no retries left "
+                             f"(maxRetries {w.spec.retry_policy.max_retries})")
+        retries += 1
+        m.RETRIES.inc()
+        delay = next_delay(retries, w.spec.retry_policy, self.rng)
+        nxt = fmt_time(datetime.fromtimestamp(self.clock().timestamp() + delay, UTC))
+        msg = f"{message}; retry {retries} of {w.spec.retry_policy.max_retries} in {delay:.0f}s"
+        status.placements(None).retry(retries, nxt).phase(Phase.PENDING, msg)
+        status.condition(SCHEDULED, False, reason, msg).condition(READY, False, reason, msg)
+        return Outcome(status, Result(requeue_after=delay)).warn(reason, msg)
+
+    def fail(self, state: PlacementState, raw: JSON, status: StatusBuilder, reason: str,
+             message: str, retries: int | None = None) -> Outcome:
+        """Failed for good: ``Failed=True`` and ``Scheduled=False`` with the reason
+        (``kubectl wait --for=condition=Scheduled=false`` finds it); an unschedulable
+        workload's Event is ``FailedScheduling``, as every try before it."""
+        state.forget(object_key(raw))
+        m.FAILURES.labels(reason).inc()
+        log.info("workload.failed", workload=object_key(raw), reason=reason, message=message)
+        status.retry(retries, None).phase(Phase.FAILED, message)
+        status.condition(FAILED, True, reason, message).condition(READY, False, reason, message)
+        status.condition(SCHEDULED, False, reason, message)
+        return Outcome(status).warn("FailedScheduling" if reason == UNSCHEDULABLE else reason,
+                                    message)
+
+
+def _waiting_for(blockers: Mapping[str, list[str]], *, preempted: bool = True) -> str:
+    """``waiting for 2 preempted pod(s) and 1 preempted Job(s) to terminate on n3``;
+    not ``preempted``: ``waiting for 1 pod(s) holding its devices to terminate on n3``"""
+    names = [n for v in blockers.values() for n in v]
+    departing = sorted({n.removeprefix(DEPARTING) for n in names if n.startswith(DEPARTING)})
+    names = [n for n in names if not n.startswith(DEPARTING)]
+    jobs = sum(1 for n in names if is_job_holder(n))
+    word = "preempted " if preempted else ""
+    what = [f"{n} {word}{kind}(s)" for n, kind in ((len(names) - jobs, "pod"),
+                                                   (jobs, "Job")) if n]
+    if not what:  # only what a victim holds on to until it sees its children gone
+        return (f"waiting for preempted {', '.join(departing)} to see its children gone "
+                f"on {', '.join(sorted(blockers))}")
+    held = "" if preempted else " holding its devices"
+    return (f"waiting for {' and '.join(what)}{held} to terminate on "
+            f"{', '.join(sorted(blockers))}")
+
+
+def _placed(status: StatusBuilder, placements: list[Placement]) -> None:
+    """Nothing is waited for any more: a ``Scheduled`` condition still saying what
+    was waited for becomes the placement's (reason ``Scheduled``, as a placement
+    that waited for nothing has it, and the same message naming the nodes)."""
+    current = get_condition(status.status, SCHEDULED) or {}
+    if current.get("reason") in WAITING_REASONS:
+        nodes = ", ".join(sorted({p.node for p in placements}))
+        status.condition(SCHEDULED, True, "Scheduled",
+                         f"placed {len(placements)} replica(s) on {nodes}")

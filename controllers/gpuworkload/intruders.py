@@ -1,0 +1,102 @@
+"""Pods that gave themselves devices: evicted (``--evict-conflicting-pods``, on by
+default in the manager).
+
+Only the controller (its children), the webhook and the pod binding (the seed path's
+pods, booked by their pod book) give a pod the ``gpu.orchestrator.dev/devices``
+annotation. The ``pod-devices`` admission policy refuses every other pod that sets it
+(api/v1alpha1/pod_devices.py); on a cluster without the policy such a pod slips
+through, and the ledger, which follows every pod that names devices (docs/architecture.md,
+invariant 1), would book them for it: a tenant could reserve free GPUs, or run on
+another's. This handler asks such a pod to go, through the Eviction API (so a
+PodDisruptionBudget holds), once per pod, with an ``UnauthorizedDevices`` Warning
+Event saying why. Its devices stay held until it is gone (asking is not freeing).
+
+Not evicted: pods of a GPUWorkload (``is_controller_pod``), pods a pod book owns
+(the seed path), pods outside the manager's ``--namespaces``, and pods that only
+request ``nvidia.com/gpu`` (the device plugin's, counted, never named).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from api.v1alpha1.keys import DEVICES_ANNOTATION
+from internal.objects import JSON, object_key
+from internal.scheduling.pods import is_controller_pod, pod_is_active
+from runtime import ApiError, NotFound
+
+log = structlog.get_logger("controllers.gpuworkload.intruders")
+
+REASON = "UnauthorizedDevices"
+
+
+def names_devices_itself(pod: JSON, owned: Callable[[JSON], bool]) -> bool:
+    """A bound, unfinished pod, not being deleted, that names devices nobody of
+    ours gave it."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    if not spec.get("nodeName") or meta.get("deletionTimestamp") or not pod_is_active(pod):
+        return False
+    if not str((meta.get("annotations") or {}).get(DEVICES_ANNOTATION) or "").strip():
+        return False
+    return not is_controller_pod(pod) and not owned(pod)
+
+
+class IntruderEvictor:
+    """Informer handler: evicts, once per UID, each pod ``names_devices_itself``."""
+
+    def __init__(self, client: Any, recorder: Any, owned: Callable[[JSON], bool],
+                 active: Callable[[], bool], namespaces: frozenset[str] = frozenset()) -> None:
+        self.client, self.recorder = client, recorder
+        self.owned, self.active, self.namespaces = owned, active, namespaces
+        self._asked: set[str] = set()
+        self._lock = threading.Lock()
+
+    def on_pod(self, *args: Any) -> None:
+        pod = args[-1]
+        meta = pod.get("metadata") or {}
+        ns, uid = meta.get("namespace") or "default", str(meta.get("uid") or "")
+        if not self.active() or (self.namespaces and ns not in self.namespaces):
+            return
+        if not names_devices_itself(pod, self.owned):
+            return
+        with self._lock:
+            if uid in self._asked:
+                return
+            self._asked.add(uid)
+        # off the informer's thread: an API call must not hold up its other handlers
+        threading.Thread(target=self._evict, args=(pod,), daemon=True,
+                         name=f"evict-{object_key(pod)}").start()
+
+    def on_pod_deleted(self, pod: Any) -> None:
+        uid = str(((getattr(pod, "obj", pod) or {}).get("metadata") or {}).get("uid") or "")
+        with self._lock:
+            self._asked.discard(uid)
+
+    def _evict(self, pod: JSON) -> None:
+        meta = pod.get("metadata") or {}
+        ns, name = meta.get("namespace") or "default", meta.get("name")
+        devices = (meta.get("annotations") or {}).get(DEVICES_ANNOTATION)
+        self.recorder.warning(pod, REASON, (
+            f"annotation {DEVICES_ANNOTATION}={devices} was not set by gpu-orchestrator: only "
+            "its controller and webhook give pods GPU devices; evicting the pod "
+            "(--evict-conflicting-pods)"))
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
+                    "metadata": {"name": name, "namespace": ns},
+                    "deleteOptions": {"preconditions": {"uid": meta.get("uid")}}}
+        try:
+            self.client.create_subresource("v1", "Pod", name, "eviction", eviction,
+                                           namespace=ns)
+        except NotFound:
+            return
+        except ApiError as exc:
+            log.warning("pod.intruder.evict_failed", pod=object_key(pod), code=exc.status,
+                        error=str(exc))
+            self.recorder.warning(pod, "EvictionFailed", f"could not evict the pod: {exc}")
+            with self._lock:  # its next update asks again (a PodDisruptionBudget may allow it)
+                self._asked.discard(str(meta.get("uid") or ""))
+            return
+        log.info("pod.intruder.evicted", pod=object_key(pod), devices=devices)

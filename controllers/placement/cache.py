@@ -1,0 +1,400 @@
+"""The placement cache: the snapshot of nodes and GPUs and the ledger of who holds
+which device, behind one lock, with the informers' changes applied to them and the
+questions the reconcilers ask of them. ``PlacementState`` (``state.py``)
+is this cache with the scheduler on top: it rebuilds it, places workloads in it,
+and is the only class that extends it.
+
+Like kube-scheduler's cache, it has one door: its lock (re-entrant), ledger and
+snapshot are private, and every change or question is a method that takes the lock
+for what it reads and changes and calls out (the queue, the pod books) only after
+releasing it. The parts it owns rely on that lock: ``NodeViews`` (what the scheduler
+sees of each node's GPUs), ``Evictions`` (victims to tell, preemptors waiting),
+``PendingSet`` (who waits for capacity). Our own writes the caches have not shown
+yet are the controller's ``OwnWrites`` (a collaborator with a lock of its own, a
+leaf: asked under this lock, it never calls out), so an older cached copy is not
+taken for news. Nothing outside this module,
+``state``, ``releases`` and ``events`` of this package touches them
+(``tests/unit/controllers/test_one_door.py`` greps for it).
+
+The informers' changes (``set_node``, ``set_holder``, ``set_claim``,
+``set_workload``, ``workload_gone``) are called by ``events.CacheEvents``;
+most return what to wake (None: nothing) so the caller wakes it unlocked
+(``wake_if``). Bookings are committed here (``commit``) and released by
+``releases.Releases``, which it inherits (``forget``, ``depart``, ``departed``),
+and a committed placement this ledger does not know is adopted from the workload's
+status (``adopt``), as kube-scheduler's cache adds a pod it finds bound.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import structlog
+
+from api.v1alpha1.types import GPUWorkload
+from controllers.placement.events import Holder, holds_less, more_room
+from controllers.placement.evictions import Evictions
+from controllers.placement.node_views import NodeViews
+from controllers.placement.pending import PendingSet, is_placed, is_terminal
+from controllers.placement.pod_book import PodBook
+from controllers.placement.releases import Releases
+from controllers.shared.own_writes import OwnWrites
+from internal.objects import JSON, object_key
+from internal.scheduling.inventory import DEFAULT_STALE_AFTER
+from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner
+from internal.scheduling.resourceslices import SliceInventory, claim_holder_key, claim_holding
+from internal.scheduling.snapshot import NodeInfo, Snapshot
+
+log = structlog.get_logger("placement")
+
+T = TypeVar("T")
+
+#: the ledger's questions a reader may ask (none of them changes it)
+LEDGER_READS = frozenset({
+    "allocation", "allocations", "bookings", "blockers", "counted", "counted_total",
+    "device_holds", "device_owners", "free_count", "free_devices", "holder",
+    "holders", "holding", "is_committed", "job", "pod", "sharing", "usable"})
+
+
+class PlacementCache(Releases):
+    """The snapshot and the ledger behind one lock, kept by the informers' changes
+    and asked by the reconcilers; every method takes the lock."""
+
+    def __init__(self, enqueue_waiting: Callable[[Iterable[str]], None] | None = None,
+                 stale_after: float = DEFAULT_STALE_AFTER.total_seconds(),
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 pod_books: Sequence[PodBook] = (),
+                 dra_driver: str | None = None,
+                 own_writes: OwnWrites | None = None) -> None:
+        self._lock = threading.RLock()
+        self.nodes = NodeViews(stale_after, clock,
+                               SliceInventory(dra_driver) if dra_driver else None)
+        self.evictions = Evictions()
+        #: our writes the caches have not shown yet (shared with the reconciler)
+        self.own_writes = own_writes if own_writes is not None else OwnWrites()
+        self._ledger = Ledger()
+        self._snapshot = Snapshot(self._ledger)
+        self.pending = PendingSet()
+        self.ready = False
+        self._enqueue_waiting = enqueue_waiting or (lambda keys: None)
+        self.pod_books = tuple(pod_books)
+
+    @property
+    def slices(self) -> SliceInventory | None:
+        """ResourceSlices of the DRA driver (None: DRA off); see resourceslices.py."""
+        return self.nodes.slices
+
+    # ------------------------------------------- changes from the informers
+    # Called by ``events`` (CacheEvents); each applies one change under the lock and
+    # returns what to wake (None: nothing, or not ready: the rebuild reads it).
+
+    def set_node(self, node: JSON) -> list[str] | None:
+        name = str((node.get("metadata") or {}).get("name"))
+        with self._lock:
+            return self._node_changed(name, lambda: self._snapshot.upsert_node(node)) \
+                if self.ready else None
+
+    def remove_node(self, name: str, uid: str) -> bool:
+        """Drops node ``name`` unless it is another object (``uid``); dropped?"""
+        with self._lock:
+            return self.ready and self._snapshot.remove_node(name, uid)
+
+    def set_gpunode(self, gpunode: JSON) -> list[str] | None:
+        name = str((gpunode.get("metadata") or {}).get("name"))
+        with self._lock:
+            if not self.ready:
+                return None
+            return self._node_changed(
+                name, lambda: self._snapshot.upsert_gpunode(self.nodes.set_gpunode(gpunode)))
+
+    def remove_gpunode(self, name: str, uid: str) -> None:
+        with self._lock:
+            if self.ready and self.nodes.drop_gpunode(name, uid):
+                self._refresh_node(name)
+
+    def set_slice(self, rslice: JSON) -> list[str] | None:
+        """Records a ResourceSlice (before the rebuild too: the rebuild reads it)."""
+        slices = self.nodes.slices
+        if slices is None:
+            return None
+        with self._lock:
+            node = slices.upsert(rslice)
+            if not self.ready or node is None:
+                return None
+            return self._node_changed(node, lambda: self._refresh_node(node))
+
+    def remove_slice(self, rslice: JSON) -> None:
+        slices = self.nodes.slices
+        if slices is None:
+            return
+        with self._lock:
+            node = slices.remove(rslice)
+            if self.ready and node is not None:
+                self._refresh_node(node)
+
+    def _node_changed(self, name: str, change: Callable[[], None]) -> list[str] | None:
+        """Under the lock: applies ``change`` to node ``name`` in the snapshot; the
+        workloads to wake (unlocked) when the node could now fit more, else None."""
+        before = self._snapshot.get(name)
+        change()
+        return list(self.pending.waiting) if more_room(before, self._snapshot.get(name)) \
+            else None
+
+    def _refresh_node(self, name: str) -> None:
+        """Re-derives ``name``'s devices from its GPUNode and its ResourceSlices."""
+        view = self.nodes.view(name)
+        if view is not None:
+            self._snapshot.upsert_gpunode(view)
+        else:
+            self._snapshot.remove_gpunode(name)
+
+    def set_claim(self, claim: JSON) -> tuple[list[str], list[str] | None] | None:
+        """Records what an allocated ResourceClaim holds: (problems, what to wake);
+        None when DRA is off or before the rebuild."""
+        if self.nodes.slices is None:
+            return None
+        key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
+        with self._lock:
+            if not self.ready:
+                return None
+            before = self._ledger.holding(key)
+            problems = self._sync_claim(self._ledger, claim)
+            after = self._ledger.holding(key)
+            freed = before is not None and (after is None or holds_less(after, before))
+            return problems, list(self.pending.waiting) if freed else None
+
+    def _sync_claim(self, ledger: Ledger, claim: JSON) -> list[str]:
+        """Records in ``ledger`` what ``claim`` holds now (under the lock)."""
+        key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
+        slices = self.nodes.slices
+        assert slices is not None
+        return ledger.sync(key, lambda: claim_holding(claim, slices), key)
+
+    def remove_holder_key(self, key: str) -> list[str] | None:
+        """Forgets the holder ``key`` (a claim); what to wake if it held anything."""
+        with self._lock:
+            if not self.ready or not self._ledger.remove_holder(key):
+                return None
+            return list(self.pending.waiting)
+
+    def set_holder(self, obj: JSON, holder: Holder
+                   ) -> tuple[list[str], list[str] | None] | None:
+        """Records what ``obj`` (a pod, a Job) holds now: (problems, what to wake
+        when it holds less than before); None before the rebuild."""
+        uid = holder.uid(obj)
+        with self._lock:
+            if not self.ready:
+                return None
+            before = holder.held(self._ledger, uid)
+            problems = holder.sync(self._ledger, obj)
+            after = holder.held(self._ledger, uid)
+            freed = before is not None and (after is None or holds_less(after, before))
+            return problems, list(self.pending.waiting) if freed else None
+
+    def remove_holder(self, uid: str, holder: Holder) -> list[str] | None:
+        """Forgets the pod or Job ``uid``; what to wake if it held anything."""
+        with self._lock:
+            if not self.ready or not holder.remove(self._ledger, uid):
+                return None
+            return list(self.pending.waiting)
+
+    def capacity_freed(self) -> None:
+        """Devices were released outside ``forget`` (a pod book's own release):
+        wake whatever waits for capacity."""
+        with self._lock:
+            waiting = list(self.pending.waiting)
+        self._wake(waiting)
+
+    def wake_if(self, waiting: list[str] | None) -> None:
+        """Unlocked: wakes ``waiting`` unless None (nothing freed)."""
+        if waiting is not None:
+            self._wake(waiting)
+
+    def _wake(self, waiting: list[str]) -> None:
+        """Unlocked: enqueue ``waiting`` and the blocked preemptors; wake the books."""
+        with self._lock:
+            waiting = waiting + self.evictions.blocked()
+        if waiting:
+            self._enqueue_waiting(waiting)
+        for book in self.pod_books:
+            book.wake()
+
+    def owned(self, pod: JSON) -> bool:
+        """Is ``pod`` booked by one of the pod books (not by the pod events)?"""
+        return any(book.owns(pod) for book in self.pod_books)
+
+    def is_committed(self, key: str) -> bool:
+        with self._lock:
+            return self._ledger.is_committed(key)
+
+    def booking(self, key: str) -> Any:
+        """The ledger's booking of ``key`` (an Allocation), or None."""
+        with self._lock:
+            return self._ledger.allocation(key)
+
+    def held_by(self, key: str) -> bool:
+        with self._lock:
+            return self._ledger.allocation(key) is not None
+
+    def has_node(self, node: str) -> bool:
+        with self._lock:
+            return self._snapshot.get(node) is not None
+
+    def node_devices(self, node: str) -> frozenset[int] | None:
+        """Every device index ``node`` has (healthy or not); None while unknown."""
+        with self._lock:
+            info = self._snapshot.get(node)
+            return frozenset(info.devices) if info is not None and info.devices else None
+
+    def uuids(self, node: str, devices: list[int]) -> list[str] | None:
+        with self._lock:
+            info = self._snapshot.get(node)
+            if info is None or not info.has_gpunode:
+                return None
+            out = [info.devices[d].uuid if d in info.devices else "" for d in devices]
+        return out if all(out) else None
+
+    # ------------------------------------------------------------ readers
+
+    def node_info(self, node: str) -> NodeInfo | None:
+        """The snapshot's view of ``node`` (None: unknown)."""
+        with self._lock:
+            return self._snapshot.get(node)
+
+    def ledger_read(self, question: str) -> Callable[..., Any]:
+        """The ledger's read-only method ``question``, asked under the lock."""
+        if question not in LEDGER_READS:
+            raise AttributeError(question)
+
+        def ask(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return getattr(self._ledger, question)(*args, **kwargs)
+        return ask
+
+    def atomically(self, fn: Callable[[], T]) -> T:
+        """Runs ``fn`` under the state's lock: atomically with every booking (the
+        claim controller's decision to release a claim, the slices it reads)."""
+        with self._lock:
+            return fn()
+
+    def higher_priority_fresh(self, key: str, priority: int) -> bool:
+        with self._lock:
+            return self.pending.higher_fresh(key, priority)
+
+    def node_gpus(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(total usable, allocated) GPUs per node, for the metrics."""
+        with self._lock:
+            total, used = {}, {}
+            for name in self._snapshot.names:
+                t = len(self._ledger.usable(name))
+                total[name] = t
+                used[name] = max(0, t - self._ledger.free_count(name))
+            return total, used
+
+    def device_shares(self) -> list[tuple[str, int, float, int | None]]:
+        """(node, device, part its shares take, its memory in MiB or None) for every
+        device held by shares, for the metrics."""
+        with self._lock:
+            return [(name, d, float(part), mib) for name in self._snapshot.names
+                    for d, (part, mib) in self._ledger.share_use(name).items()]
+
+    def _booked_elsewhere(self, ledger_key: str) -> bool:
+        """Is ``ledger_key`` a pod book's booking (evicted through its book)?"""
+        return any(book.owns_key(ledger_key) for book in self.pod_books)
+
+    # ----------------------------------------------------------- bookings
+
+    def commit(self, key: str) -> None:
+        with self._lock:
+            if self._ledger.allocation(key) is not None:
+                self._ledger.commit(key)
+
+    # ------------------------------------------------------------ workloads
+
+    def _track_pending(self, obj: JSON) -> None:
+        """Under the lock: ``obj`` waits for capacity unless the ledger books it."""
+        key = object_key(obj)
+        if self._ledger.allocation(key) is not None:
+            self.pending.discard(key)
+        else:
+            self.pending.update(obj)
+
+    def set_workload(self, obj: JSON) -> None:
+        """Keeps the pending set current, and adopts a committed placement that this
+        ledger does not know (written by a previous leader). Objects older than this
+        controller's own last write of them are skipped: they would undo it."""
+        victims: list[str] = []
+        with self._lock:
+            if not self.ready:
+                return
+            if not self.own_writes.is_behind(obj):
+                _, victims = self._adopt(obj)
+            self._track_pending(obj)
+        if victims:
+            self._enqueue_waiting(victims)
+
+    def adopt(self, obj: JSON) -> bool:
+        """Books the committed placement of ``obj`` if this ledger does not hold it.
+        False when it conflicts with what the ledger holds for other owners (running
+        pods win)."""
+        with self._lock:
+            ok, victims = self._adopt(obj)
+        if victims:
+            self._enqueue_waiting(victims)
+        return ok
+
+    def _adopt(self, obj: JSON) -> tuple[bool, list[str]]:
+        """Under the lock: (adopted or nothing to adopt, the victims of its
+        nomination to enqueue once the lock is released)."""
+        status = obj.get("status") or {}
+        key = object_key(obj)
+        meta = obj.get("metadata") or {}
+        if not is_placed(status) or is_terminal(status) or self._ledger.allocation(key) or \
+                self.evictions.is_evicting(key) or meta.get("deletionTimestamp"):
+            return True, []
+        try:
+            w = GPUWorkload.model_validate(obj)
+            a = self._ledger.assume(key, w.status.placements, gpus_per_replica=w.spec.gpus,
+                                   priority=w.spec.priority, committed=True,
+                                   check_capacity=False, owner=booking_owner(w),
+                                   uid=w.metadata.uid or "", overlap=w.status.nominated_over)
+            log.info("ledger.adopted", workload=key, nominated_over=w.status.nominated_over)
+            if not a.overlap:
+                return True, []
+            self.evictions.block(key)
+            return True, self.evictions.resume(self._ledger, a, self._booked_elsewhere)
+        except (ValueError, LedgerConflict) as exc:
+            log.warning("ledger.adopt.failed", workload=key, error=str(exc))
+            return False, []
+
+    def workload_gone(self, key: str, uid: str) -> None:
+        """Workload ``key`` (UID ``uid``) is deleted: its booking and pending entry
+        go (its own-writes record goes with the delete event, by UID). Identity is
+        the UID: a late delete of an older object of the same name (the reconciler
+        reads the cache, which shows the new object before this runs) releases
+        nothing of the new object's; only the old one's
+        eviction is taken in (its preemptors stop waiting for it)."""
+        with self._lock:
+            if not self.ready:
+                return
+            booked = self._ledger.allocation(key)
+            late = bool(uid) and booked is not None and bool(booked.uid) and booked.uid != uid
+            waiting = self.evictions.acknowledge(key) if late else []
+        if late:
+            log.info("workload.delete.stale", workload=key, uid=uid, booked_uid=booked.uid)
+            if waiting:
+                self._enqueue_waiting(waiting)
+            return
+        with self._lock:
+            if not self.ready:
+                return
+            self.pending.discard(key)
+            waiting = self.evictions.acknowledge(key)
+        if waiting:
+            self._enqueue_waiting(waiting)
+        with self._lock:
+            self.evictions.stop_waiting(key)
+        self.forget(key, departed=True)

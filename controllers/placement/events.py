@@ -1,0 +1,219 @@
+"""The informers' events that keep the placement state in step with the cluster:
+Nodes, GPUNodes, ResourceSlices, ResourceClaims, Pods, Jobs and GPUWorkloads.
+
+``CacheEvents`` is the informers' handlers of the placement state, composed onto it
+as client-go composes ``ResourceEventHandlerFuncs`` onto an informer: it holds the
+state (``PlacementState.events``), reads each object, hands the change to one of
+the state's methods (``set_node``, ``set_holder``, ``workload_gone``...), which
+applies it under the state's lock, and then reports problems and wakes the waiting.
+Guarantees, for every handler here:
+
+- **One lock.** The state's methods (``cache.py``) take its lock for
+  what they read and change; the waiting workloads (the queue, the pod books) are
+  woken only after it is released (``PlacementState.wake_if``).
+- **Nothing before the rebuild.** Before ``rebuild`` has run (``ready`` false) an
+  event changes nothing (the rebuild reads the caches, which already hold it);
+  the only exception is a ResourceSlice, which is recorded so the rebuild sees it.
+- **Idempotent.** An event the rebuild already saw, delivered again, changes
+  nothing.
+- **Wake on more room only.** Waiting workloads are woken when a holder holds
+  less than before, is gone, or a node could fit more (heartbeats and status
+  churn wake nobody).
+- **Holders, whoever made them** (docs/architecture.md, invariant 1): every pod, Job of
+  ours and allocated ResourceClaim holds what it holds; the pod books' pods are
+  booked by their book. A holder that cannot be read, or holds devices someone
+  else holds, is reported once (``on_problem``) and skipped, never raised.
+- **Our writes win.** A workload copy older than this controller's own last
+  write of it (``OwnWrites.is_behind``) is not adopted: it would undo the write.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
+from internal.objects import JSON, object_key
+from internal.scheduling.jobs import job_uid
+from internal.scheduling.ledger import Ledger
+from internal.scheduling.pods import pod_uid
+from internal.scheduling.resourceslices import claim_holder_key
+
+if TYPE_CHECKING:
+    from controllers.placement.state import PlacementState
+
+log = structlog.get_logger("placement")
+
+
+
+def more_room(before: Any, after: Any) -> bool:
+    """Could this node change let a waiting workload fit where it did not before?
+    (Heartbeats and status churn must not wake every waiting workload.)"""
+    if after is None or not after.ready or after.unschedulable:
+        return False
+    if before is None or not before.ready or before.unschedulable:
+        return True
+    return bool(after.usable - before.usable) or after.labels != before.labels or \
+        after.taints != before.taints or after.devices != before.devices
+
+
+def holds_less(after: Any, before: Any) -> bool:
+    """Does the pod hold less now than before?"""
+    def size(a: Any) -> int:
+        return sum(len(p.devices) for p in a.placements) + sum(a.counted.values())
+    return size(after) < size(before) or after.nodes != before.nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """How the ledger records one kind of holder (pods, our Jobs), by UID."""
+
+    kind: str
+    uid: Callable[[JSON], str]
+    held: Callable[[Ledger, str], Any]  # what the ledger records for a UID, or None
+    sync: Callable[[Ledger, JSON], list[str]]  # record it as it is now: problems
+    remove: Callable[[Ledger, str], bool]  # forget it: was it recorded?
+
+
+POD = Holder("Pod", pod_uid, lambda led, uid: led.pod(uid),
+               lambda led, pod: led.sync_pod(pod), lambda led, uid: led.remove_pod(uid))
+JOB = Holder("Job", job_uid, lambda led, uid: led.job(uid),
+               lambda led, job: led.sync_job(job), lambda led, uid: led.remove_job(uid))
+
+
+class CacheEvents:
+    """The informer handlers of a ``PlacementState`` (``state.events``): each reads
+    the object, asks the state to apply the change, then reports and wakes."""
+
+    def __init__(self, state: PlacementState,
+                 on_problem: Callable[[JSON, str, str], None] | None = None,
+                 enqueue_on_node: Callable[[str], None] | None = None) -> None:
+        self._state = state
+        self._on_problem = on_problem or (lambda obj, reason, message: None)
+        self._enqueue_on_node = enqueue_on_node or (lambda node: None)
+        self._reported: set[str] = set()  # pod/Job UIDs whose problem was reported
+        self._lock = threading.Lock()  # guards _reported
+
+    # ---------------------------------------------------------------- nodes
+
+    def on_node(self, node: JSON) -> None:
+        self._state.wake_if(self._state.set_node(node))
+
+    def on_node_deleted(self, node: Any) -> None:
+        meta = (getattr(node, "obj", node) or {}).get("metadata") or {}
+        name = str(meta.get("name"))
+        # a late delete of an older Node of that name removes nothing
+        if self._state.remove_node(name, str(meta.get("uid") or "")):
+            self._enqueue_on_node(name)
+
+    def on_gpunode(self, gpunode: JSON) -> None:
+        self._state.wake_if(self._state.set_gpunode(gpunode))
+
+    def on_gpunode_deleted(self, gpunode: Any) -> None:
+        meta = (getattr(gpunode, "obj", gpunode) or {}).get("metadata") or {}
+        # a late delete of an older GPUNode of that name drops nothing
+        self._state.remove_gpunode(str(meta.get("name")), str(meta.get("uid") or ""))
+
+    # ------------------------------------------------------------------- DRA
+
+    def on_resourceslice(self, rslice: JSON) -> None:
+        """A ResourceSlice of the driver: the node's devices come from its slices."""
+        self._state.wake_if(self._state.set_slice(rslice))
+
+    def on_resourceslice_deleted(self, rslice: Any) -> None:
+        self._state.remove_slice(getattr(rslice, "obj", rslice) or {})
+
+    def on_claim(self, claim: JSON) -> None:
+        """An allocated ResourceClaim holds its devices, whoever allocated it
+        (docs/architecture.md, invariant 1): kube-scheduler's claims keep ours off
+        their GPUs."""
+        changed = self._state.set_claim(claim)
+        if changed is None:
+            return
+        problems, waiting = changed
+        for p in problems:
+            conflict = "also held by" in p
+            if conflict:
+                DEVICE_CONFLICTS.inc()
+            else:
+                BAD_OBJECTS.labels("ResourceClaim").inc()
+            log.warning("ledger.claim.problem", problem=p)
+            self._on_problem(claim, "DeviceConflict" if conflict else "UnreadableClaim", p)
+        self._state.wake_if(waiting)
+
+    def on_claim_deleted(self, claim: Any) -> None:
+        obj = getattr(claim, "obj", claim) or {}
+        key = claim_holder_key(str((obj.get("metadata") or {}).get("uid") or ""))
+        self._state.wake_if(self._state.remove_holder_key(key))
+
+    # ----------------------------------------------------------- pods, Jobs
+
+    def on_pod(self, pod: JSON) -> None:
+        """Every pod holds what it holds (docs/architecture.md, invariant 1), whoever
+        made it; pod books' pods are booked by their book."""
+        if not self._state.owned(pod):
+            self._sync_holder(pod, POD)
+
+    def on_pod_deleted(self, pod: Any) -> None:
+        self._holder_gone(getattr(pod, "obj", pod) or {}, POD)
+
+    def on_job(self, job: JSON) -> None:
+        """An unfinished Job of ours holds what its template names until it is gone
+        (``internal/scheduling/jobs.py``): the Job controller may still make a pod."""
+        self._sync_holder(job, JOB)
+
+    def on_job_deleted(self, job: Any) -> None:
+        self._holder_gone(getattr(job, "obj", job) or {}, JOB)
+
+    def _sync_holder(self, obj: JSON, holder: Holder) -> None:
+        """Records what ``obj`` (a pod, a Job) holds now; reports its problems once;
+        wakes the waiting workloads when it holds less than before."""
+        uid = holder.uid(obj)
+        changed = self._state.set_holder(obj, holder)
+        if changed is None:
+            return
+        problems, waiting = changed
+        with self._lock:
+            report = bool(problems) and uid not in self._reported
+            if report:
+                self._reported.add(uid)
+            elif not problems:
+                self._reported.discard(uid)
+        if report:
+            self._report(obj, holder.kind, problems)
+        self._state.wake_if(waiting)
+
+    def _holder_gone(self, obj: JSON, holder: Holder) -> None:
+        uid = holder.uid(obj)
+        with self._lock:
+            self._reported.discard(uid)
+        self._state.wake_if(self._state.remove_holder(uid, holder))
+
+    def _report(self, obj: JSON, kind: str, problems: list[str]) -> None:
+        for p in problems:
+            bad = "also held by" not in p
+            if bad:
+                BAD_OBJECTS.labels(kind).inc()
+            else:
+                DEVICE_CONFLICTS.labels("reported").inc()
+            log.warning("ledger.pod.problem", problem=p)
+            self._on_problem(obj, "BadAnnotation" if bad else "DeviceConflict", p)
+
+    # ------------------------------------------------------------ workloads
+
+    def on_workload(self, obj: JSON) -> None:
+        """Keeps the pending set current, and adopts a committed placement that the
+        ledger does not know (written by a previous leader). Objects older than this
+        controller's own last write of them are skipped: they would undo it."""
+        self._state.set_workload(obj)
+
+    def on_workload_deleted(self, obj: Any) -> None:
+        """The workload is gone: its booking, pending entry and write record go, if
+        they are this object's (identity is the UID: ``PlacementState.workload_gone``)."""
+        raw = getattr(obj, "obj", obj) or {}
+        key = object_key(raw) if raw else str(getattr(obj, "key", ""))
+        self._state.workload_gone(key, str((raw.get("metadata") or {}).get("uid") or ""))

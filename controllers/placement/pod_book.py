@@ -1,0 +1,38 @@
+"""What another placing controller that books pods in the same ledger offers the
+placement cache (``PodBook``): today the seed path's ``SeedBook``
+(controllers/podbinding/seedbook.py). It is registered with the manager's
+``PlacementStateSource`` before the state is built."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from internal.objects import JSON
+from internal.scheduling.ledger import Ledger
+
+
+class PodBook(Protocol):
+    """Another placing controller that books pods of its own in this ledger (the
+    seed path's pod binding). Its pods are never counted as foreign GPU pods."""
+
+    def owns(self, pod: JSON) -> bool:
+        """Is ``pod`` booked by this book (and so not a foreign pod)?"""
+        ...
+
+    def rebuild(self, ledger: Ledger, pods: list[JSON]) -> list[str]:
+        """Re-book its bound pods in a freshly rebuilt ``ledger`` (called under the
+        state lock, after the workloads' placements). Returns problems found."""
+        ...
+
+    def wake(self) -> None:
+        """Capacity was freed: retry the pods waiting for it (called unlocked)."""
+        ...
+
+    def owns_key(self, ledger_key: str) -> bool:
+        """Is ``ledger_key`` one of this book's bookings?"""
+        ...
+
+    def evict(self, ledger_key: str, message: str) -> None:
+        """A preemptor took this booking's devices: ask its pods to go (called
+        unlocked). The booking stays until they are gone."""
+        ...

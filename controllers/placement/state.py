@@ -1,0 +1,395 @@
+"""The placing side's view of the cluster: the placement cache (the snapshot of
+nodes and GPUs and the ledger of who holds which device, behind one lock:
+``cache.PlacementCache``) with the scheduler over both.
+
+It is rebuilt from the informers' caches (and the children we created that they do
+not show yet, ``OwnWrites``) before the first placement after a start
+(docs/architecture.md, invariant 4) and then kept current by their events
+(``events.CacheEvents``, composed onto it as ``events``). Every
+update is idempotent, so an event that the rebuild already saw and then delivers
+again changes nothing. Only the leader's reconciler uses it: it is created when
+the controller starts leading.
+
+The cache's one lock (re-entrant) guards all of it (see ``cache`` for the
+parts it owns). Every public method here takes the lock for what it reads and
+changes and calls out (the queue, the pod books) only after releasing it;
+``decide`` books a preemption under it in one go. The seed path books through
+``book_seed`` and its kin, planning on a read-only ``PlacementView``.
+
+Every pod event goes to the ledger (``Ledger.sync_pod``): pods are the holders, so
+a device comes back only when the last pod holding it is deleted or finishes, and
+then whatever waits for capacity (or for a preemption's victims) is woken. A pod
+that cannot be read is reported (``on_problem``) and skipped, never raised.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import structlog
+
+from api.v1alpha1.types import DeviceExposure, GPUWorkload
+from controllers.placement.cache import LEDGER_READS, PlacementCache
+from controllers.placement.events import CacheEvents
+from controllers.placement.evictions import preempted_message
+from controllers.placement.pending import PendingSet
+from controllers.placement.pod_book import PodBook
+from controllers.shared.own_writes import OwnWrites
+from internal.metrics.domain import BAD_OBJECTS
+from internal.objects import JSON
+from internal.scheduling.framework import PREEMPT, Decision
+from internal.scheduling.inventory import DEFAULT_STALE_AFTER
+from internal.scheduling.ledger import Ledger, LedgerConflict, departing_key
+from internal.scheduling.scheduler import Scheduler
+from internal.scheduling.search import check_exact
+from internal.scheduling.snapshot import NodeInfo, Snapshot
+
+if TYPE_CHECKING:
+    from controllers.podbinding.seedbook import Entry, SeedBook
+    from controllers.queues.book import QueueBook
+
+log = structlog.get_logger("placement")
+
+#: (nodes, gpunodes, workloads, pods) as listed from the caches
+Sources = tuple[list[JSON], list[JSON], list[JSON], list[JSON]]
+#: (resourceslices, resourceclaims) as listed from the caches (DRA on)
+DraSources = tuple[list[JSON], list[JSON]]
+T = TypeVar("T")
+
+
+class PlacementView:
+    """A read-only view of the state's nodes and holders, as a kube-scheduler plugin
+    gets a snapshot: what a seed pod's plan (``PlacementState.book_seed``) and the
+    tests read. Every question takes the state's lock (re-entrant: a plan already
+    runs under it), and always asks the state's current ledger (a rebuild replaces
+    it)."""
+
+    READS = LEDGER_READS
+
+    def __init__(self, state: PlacementState) -> None:
+        self._state = state
+
+    def node(self, name: str) -> NodeInfo | None:
+        """What the snapshot knows of node ``name`` (None: no such node)."""
+        return self._state.node_info(name)
+
+    def schedule(self, w: GPUWorkload) -> Decision:
+        """Where ``w`` would go now (nothing is booked)."""
+        return self._state.schedule(w)
+
+    def check_exact(self, w: GPUWorkload, owner: str, node: str,
+                    devices: tuple[int, ...]) -> str | None:
+        """Why one replica of ``w`` under ``owner`` cannot have exactly ``devices`` of
+        ``node`` (None: it can); see ``PlacementState.check_exact``."""
+        return self._state.check_exact(w, owner, node, devices)
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self.READS:
+            raise AttributeError(f"the placement view reads the ledger only; {name!r} "
+                                 "is not one of its questions")
+        return self._state.ledger_read(name)
+
+
+class PlacementState(PlacementCache):
+    """The placement cache and the scheduler over it, kept by the informers' events
+    (``events``, a ``CacheEvents``) and asked by the reconcilers; every method
+    takes the lock. Readers get ``view()``, the seed path ``book_seed`` and its
+    kin, the claims ``atomically``."""
+
+    def __init__(self, default_exposure: DeviceExposure, rng: random.Random | None = None,
+                 enqueue_waiting: Callable[[Iterable[str]], None] | None = None,
+                 enqueue_on_node: Callable[[str], None] | None = None,
+                 stale_after: float = DEFAULT_STALE_AFTER.total_seconds(),
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 pod_books: Sequence[PodBook] = (),
+                 on_problem: Callable[[JSON, str, str], None] | None = None,
+                 dra_driver: str | None = None,
+                 priority_class_value: Callable[[str], int | None] | None = None,
+                 own_writes: OwnWrites | None = None,
+                 queues: QueueBook | None = None) -> None:
+        super().__init__(enqueue_waiting, stale_after, clock, pod_books, dra_driver,
+                         own_writes)
+        self.queues = queues  # the GPUQueues' gate (None: no queues)
+        self.default_exposure = default_exposure
+        self.rng = rng or random.Random()
+        self.scheduler = Scheduler(self._snapshot, self._ledger, rng=self.rng,
+                                   default_exposure=default_exposure)
+        #: the informers' handlers (controllers/gpuworkload/setup.py wires them)
+        self.events = CacheEvents(self, on_problem, enqueue_on_node)
+        #: a PriorityClass's value by name (None: no such class), from the cache
+        self._class_value = priority_class_value or (lambda name: None)
+
+    # ------------------------------------------------------------------ rebuild
+
+    def rebuild(self, read: Callable[[], Sources],
+                read_dra: Callable[[], DraSources] | None = None, *,
+                read_jobs: Callable[[], list[JSON]] | None = None) -> list[str]:
+        """The ledger from the caches: pods and our Jobs first, then committed
+        placements, claims, the pod books' pods, and last the nominations of
+        preemptors still waiting for their victims (``status.nominatedOver``), whose
+        preemption goes on: a victim whose eviction a previous run decided but
+        never told it is evicted again.
+
+        ``read`` lists the caches (``read_jobs`` the Jobs); it runs under the lock,
+        so an event whose handler waits on the lock meanwhile is applied after the
+        rebuild (events are idempotent, so one the rebuild already saw changes
+        nothing)."""
+        with self._lock:
+            nodes, gpunodes, workloads, pods = read()
+            jobs = read_jobs() if read_jobs is not None else []
+            pods, jobs = self._with_created(pods, jobs)
+            ours = [p for p in pods if not self.owned(p)]
+            slices, claims = read_dra() if read_dra is not None and self.slices else ([], [])
+            for sl in slices:
+                self.slices.upsert(sl)  # type: ignore[union-attr]
+            ledger, problems = Ledger.rebuild(workloads, ours, jobs=jobs, nominations=False)
+            for c in claims:
+                problems += self._sync_claim(ledger, c)
+            for book in self.pod_books:
+                problems += book.rebuild(ledger, pods)
+            problems += ledger.book_nominations(workloads)
+            self._ledger = ledger
+            self._snapshot = Snapshot.build(nodes, self.nodes.reset(gpunodes), ledger)
+            self.scheduler = Scheduler(self._snapshot, ledger, rng=self.rng,
+                                       default_exposure=self.default_exposure)
+            self.pending = PendingSet()
+            for w in workloads:
+                self._track_pending(w)
+            self.evictions.reset_blocked(a.key for a in ledger.bookings() if a.overlap)
+            victims = [v for a in ledger.bookings() if a.overlap
+                       for v in self.evictions.resume(ledger, a, self._booked_elsewhere)]
+            self.ready = True
+        if victims:
+            self._enqueue_waiting(victims)
+        for p in problems:
+            BAD_OBJECTS.labels("rebuild").inc()
+            log.warning("ledger.rebuild.problem", problem=p)
+        log.info("ledger.rebuilt", nodes=len(self._snapshot), holders=len(ledger.allocations()))
+        return problems
+
+    def _with_created(self, pods: list[JSON], jobs: list[JSON]
+                      ) -> tuple[list[JSON], list[JSON]]:
+        """``pods`` and ``jobs`` and the children we created that they do not show
+        yet: those hold their devices too (the informer will show them)."""
+        made = self.own_writes.all_children()
+        if not made:
+            return pods, jobs
+        seen = {(o.get("metadata") or {}).get("uid") for o in (*pods, *jobs)}
+        new = [o for o in made if (o.get("metadata") or {}).get("uid") not in seen]
+        return ([*pods, *(o for o in new if o.get("kind") == "Pod")],
+                [*jobs, *(o for o in new if o.get("kind") == "Job")])
+
+    def hold_created(self, child: JSON) -> None:
+        """A child we just created (a Pod or a Job) holds its devices from now on,
+        before the informer shows it: recorded as its event will record it (events
+        are idempotent); a rebuild meanwhile books it from ``OwnWrites``."""
+        if child.get("kind") == "Job":
+            self.events.on_job(child)
+        else:
+            self.events.on_pod(child)
+
+    def invalidate(self, why: str) -> None:
+        """An event of the caches was lost (its handler raised): this state may be
+        short of a holder. From now on it takes in no event (``ready`` false), and the
+        reconciler's next ``ensure_state()`` rebuilds a new one from the caches
+        before any placement."""
+        with self._lock:
+            self.ready = False
+            waiting = list(self.pending.waiting)
+        log.error("placement.invalidated", reason=why,
+                  effect="rebuilt from the caches before the next placement")
+        # the lost event may have freed room: the waiting workloads' reconciles
+        # rebuild the state first, and find it
+        self._wake(waiting)
+
+    def refresh_stale(self) -> None:
+        """Re-judges heartbeats (time passes without events); call periodically."""
+        with self._lock:
+            if not self.ready:
+                return
+            for view in self.nodes.views():
+                self._snapshot.upsert_gpunode(view)
+
+    # ------------------------------------------------------------- placing
+
+    def admin_priority(self, w: GPUWorkload) -> bool:
+        """Does ``w``'s priority come from an admin: a PriorityClass that exists with
+        exactly that value? Only then may it preempt workloads of other namespaces (a
+        tenant writes its own ``spec.priority``, never a PriorityClass)."""
+        name = w.spec.priority_class_name
+        return bool(name) and self._class_value(str(name)) == w.spec.priority
+
+    def decide(self, w: GPUWorkload) -> Decision:
+        """Schedule ``w`` and, if it fits, book it in the ledger (assumed, uncommitted).
+
+        A preemption is booked here too, under the same lock: the victims' bookings
+        are released (their own reconcile then deletes their children, which are
+        queued) and ``w`` is nominated over the devices their pods still hold."""
+        victims: list[str] = []
+        booked: list[tuple[PodBook, str]] = []  # victims of a pod book: their pods go
+        across = self.admin_priority(w)
+        with self._lock:
+            decision = (self.queues.gate(w, self._ledger, self.scheduler, across)
+                        if self.queues else self.scheduler.schedule(w, across_namespaces=across))
+            if decision.ok:
+                decision.assume(self._ledger, w)
+                self.evictions.unblock(w.key)
+            elif decision.outcome == PREEMPT:
+                for v in decision.victims:
+                    book = next((b for b in self.pod_books if b.owns_key(v)), None)
+                    if book is not None:
+                        booked.append((book, v))  # its booking stays till its pods go
+                        continue
+                    # held on until the victim's own reconcile finds its children
+                    # gone: one of its reconciles may be creating a pod right now
+                    self._ledger.depart(v)
+                    victims.append(v)
+                # workload victims acknowledge their eviction in their own reconcile
+                self.evictions.evict(w.key, victims, decision.evict_message
+                                     or preempted_message(w.key, w.spec.priority))
+                decision.assume(self._ledger, w)
+                self.evictions.block(w.key)
+            if decision.ok or decision.outcome == PREEMPT:
+                self.pending.discard(w.key)
+        if victims:
+            self._enqueue_waiting(victims)
+        for book, key in booked:
+            book.evict(key, f"preempted by {w.key} (priority {w.spec.priority}) to make room")
+        return decision
+
+    def queue_usage(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(queue -> GPUs used, owner -> what it holds), for the queues' status."""
+        with self._lock:
+            return self.queues.usage(self._ledger) if self.queues else ({}, {})
+
+    def release_if_other_object(self, key: str, uid: str | None) -> None:
+        """A booking under ``key`` made for another object of that name (deleted and
+        re-created) is not this one's: release it."""
+        with self._lock:
+            a = self._ledger.allocation(key)
+            stale = a is not None and bool(a.uid) and bool(uid) and a.uid != uid
+            h = self._ledger.holding(departing_key(key))
+            stale_hold = h is not None and bool(h.uid) and bool(uid) and h.uid != uid
+        if stale:
+            self.forget(key)
+        if stale_hold:
+            self.departed(key)
+
+    def nomination_done(self, key: str) -> None:
+        """``key``'s children are made, or about to be with nothing left to wait
+        for: its booking is no longer a nomination over anybody. (A victim placed
+        again keeps its owner, as an eviction spends no retry: an overlap left behind
+        would keep counting it as being taken, for the queues' reclaim plans.)"""
+        with self._lock:
+            a = self._ledger.allocation(key)
+            if a is not None and a.overlap:
+                a.overlap = frozenset()
+
+    def blockers(self, key: str) -> dict[str, list[str]]:
+        """node -> pods that ``key``'s nomination still waits for (empty: none)."""
+        with self._lock:
+            out = self._ledger.blockers(key)
+            if out:
+                self.evictions.block(key)
+            else:
+                self.evictions.unblock(key)
+            return out
+
+    def block(self, key: str) -> None:
+        """``key`` waits for pods to go: any pod's deletion wakes it."""
+        with self._lock:
+            self.evictions.block(key)
+
+    def schedule(self, w: GPUWorkload) -> Decision:
+        """Where ``w`` would go now, booking nothing (``decide`` books)."""
+        with self._lock:
+            return self.scheduler.schedule(w)
+
+    def check_exact(self, w: GPUWorkload, owner: str, node: str,
+                    devices: tuple[int, ...]) -> str | None:
+        """The shared filters' exact-map check (``search.check_exact``) of one
+        replica of ``w`` booked under ``owner``: the reason ``node`` refuses exactly
+        ``devices``, or None. Books nothing."""
+        with self._lock:
+            return check_exact(w, self._snapshot, self._ledger, owner, node, devices)
+
+    def view(self) -> PlacementView:
+        """A read-only view of the nodes and holders (see ``PlacementView``)."""
+        return PlacementView(self)
+
+    # ------------------------------------------------------------ seed pods
+
+    def book_seed(self, book: SeedBook, key: str,
+                  plan: Callable[[PlacementView], tuple[Entry | None, str]]
+                  ) -> tuple[Entry | None, str]:
+        """Plans seed pod ``key`` on a read-only view and books the plan in ``book``,
+        both under the lock, so nothing is booked between the two. Seed pods take
+        whole GPUs. Returns (the booked entry, "") or (None, why not)."""
+        with self._lock:
+            entry, why = plan(self.view())
+            if entry is None:
+                return None, why
+            try:
+                self._ledger.refuse_mig(entry.placement)
+                book.book(self._ledger, key, entry)
+            except LedgerConflict as exc:
+                return None, str(exc)
+            return entry, ""
+
+    def mark_seed_bound(self, book: SeedBook, key: str) -> None:
+        """Seed pod ``key`` is bound: its owner's booking commits once all are."""
+        with self._lock:
+            book.mark_bound(self._ledger, key)
+
+    def adopt_seed(self, book: SeedBook, key: str, want: Entry | None,
+                   keep: Callable[[Entry], bool]) -> tuple[Entry | None, str]:
+        """A bound seed pod: what ``book`` already books for ``key`` stays (marked
+        bound) when ``keep`` says so, else ``want`` is booked. Returns (what the pod
+        is taken to hold, the conflict that refused ``want`` or "")."""
+        with self._lock:
+            have = book.entry(key)
+            if have is not None and want is not None and keep(have):
+                book.mark_bound(self._ledger, key)
+                return have, ""
+            if want is not None:
+                try:
+                    book.book(self._ledger, key, want)
+                except LedgerConflict as exc:
+                    return want, str(exc)
+            return want, ""
+
+    def release_seed(self, book: SeedBook, key: str) -> Entry | None:
+        """Releases seed pod ``key``'s booking in ``book``; what it held, or None.
+        The caller wakes the waiting (``capacity_freed``) once it has said so."""
+        with self._lock:
+            return book.release(self._ledger, key)
+
+    def seed_pod_keys(self, book: SeedBook, ledger_key: str) -> list[str]:
+        """The pods (``ns/name``) whose bookings make up ``ledger_key`` in ``book``."""
+        with self._lock:
+            return book.pod_keys(ledger_key)
+
+    # ------------------------------------------------------- preemption
+
+    def eviction(self, key: str) -> str | None:
+        """The eviction ``key``'s reconcile is to take in (its message), or None."""
+        with self._lock:
+            return self.evictions.message(key)
+
+    def evicted(self, key: str) -> None:
+        """The victim's own reconcile took in its eviction (and asked its children
+        to go): its preemptors wait only for its pods from now on."""
+        with self._lock:
+            waiting = self.evictions.acknowledge(key)
+        if waiting:
+            self._enqueue_waiting(waiting)
+
+    def unacknowledged(self, key: str) -> list[str]:
+        """Victims of ``key``'s preemption whose reconcile has not yet taken in the
+        eviction: one of theirs may still be creating pods on the nominated devices
+        (a victim chosen while its own placement was being committed)."""
+        with self._lock:
+            return self.evictions.unacknowledged(key)

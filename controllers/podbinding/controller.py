@@ -1,0 +1,387 @@
+"""The pod-binding controller of the seed-compatible path: a scheduler for pods
+that say ``schedulerName: gpu-scheduler`` (a StatefulSet's, typically), binding
+each through the Binding subresource, through the same ledger as GPUWorkloads.
+
+One reconcile of pod ``namespace/name``:
+
+1. Gone, finished (Succeeded/Failed), or deleted before it was bound: release what
+   it held (docs/architecture.md, invariant 1) and wake whatever waits for capacity.
+2. Bound (``spec.nodeName``): make sure the ledger knows what it holds (a pod bound
+   by an earlier leader, or by someone else).
+3. Unbound, with the ``gpu-scheduling-map`` annotation: its replica index (the
+   ``apps.kubernetes.io/pod-index`` label, else the name's ordinal) picks the line
+   of the map; the named node must exist, be Ready, and be neither cordoned nor
+   tainted NoSchedule/NoExecute unless the pod tolerates it, and its GPU agent must
+   be reporting; the named devices must exist, be healthy and be held by no other
+   owner: the exact-map filters of a mapped GPUWorkload, in their words
+   (``internal/scheduling/filters.py``, through ``PlacementView.check_exact``).
+   Unbound, without a map: the default strategy places one replica of
+   ``nvidia.com/gpu`` limit (else 1) GPUs, honouring the pod's nodeSelector and
+   tolerations.
+   Where it goes is ``controllers.podbinding.seedplan``'s, read from a read-only view of the
+   placement state. The placement is booked in the shared ledger, under the state
+   lock (``PlacementState.book_seed``), then the pod is bound; a failed bind
+   releases the booking. When it cannot be placed, a
+   ``FailedScheduling`` Warning Event on the pod says why, the pod stays Pending and
+   is retried with exponential backoff, and at once when capacity is freed.
+
+Ledger keys and what a bound pod holds are ``controllers.podbinding.seedbook``'s: a pod's
+booking is held under its controlling owner (``StatefulSet:<ns>/<name>``), with the
+pod's own priority, so a higher-priority workload may preempt it: the preemptor is
+nominated over the booking, the pods are evicted (``evict_holder``), and the booking
+stays until they are gone.
+
+A pod bound outside this scheduler (``spec.nodeName`` set at creation, or by another
+binder) onto devices another workload holds is never booked: it gets a
+``DeviceConflict`` Warning Event and counts in
+``gpu_orchestrator_device_conflicts_total``; with ``evict_conflicting_pods`` (the
+``--evict-conflicting-pods`` flag) it is also evicted through the Eviction API (which
+honours its PodDisruptionBudget), since what is held wins over what was forced in.
+
+What the binding records. The Binding carries the ``gpu.orchestrator.dev/devices``
+annotation (the API server copies a Binding's annotations onto the pod), so a bound
+pod says which devices it holds, the same annotation the webhook writes at admission.
+After a restart the ledger is rebuilt from it (else from the map line of the pod's
+index, else from its ``nvidia.com/gpu`` request) before anything new is placed
+(invariant 3). Annotations that cannot be read are reported (a ``BadAnnotation``
+Warning Event, a log line, ``gpu_orchestrator_bad_objects_total{kind="Pod"}``, once per
+pod and wording) and never make a pod hold nothing (``read_bound``). A pod without a
+map gets devices booked but no
+``CUDA_VISIBLE_DEVICES``: the webhook only injects env into annotated pods at
+admission, and a pod's env cannot change after it, so such a pod either requests
+``nvidia.com/gpu`` (and the device plugin exposes the GPUs) or merely reserves them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from api.v1alpha1.keys import DEVICES_ANNOTATION
+from api.v1alpha1.types import SchedulingStrategy
+from controllers.gpuworkload.setup import only_in
+from controllers.placement.source import PlacementStateSource
+from controllers.placement.state import PlacementState
+from controllers.podbinding.seedbook import (
+    DEFAULT_SCHEDULER_NAME,
+    Entry,
+    SeedBook,
+    devs_text,
+    pod_meta,
+    pod_spec,
+    read_bound,
+    without_unknown,
+)
+from controllers.podbinding.seedplan import plan
+from controllers.shared.own_writes import OwnWrites
+from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
+from internal.objects import JSON
+from internal.scheduling.pods import (
+    pod_is_active,
+    pod_uid,
+)
+from runtime import Builder, Conflict, Controller, Manager, NotFound, Request, Result
+from runtime.errors import ApiError
+from runtime.events import EventRecorder
+from runtime.predicates import Funcs, UpdateEvent
+from runtime.store import Indexer
+
+log = structlog.get_logger("podbinding")
+
+
+FAILED_SCHEDULING = "FailedScheduling"
+
+
+# ------------------------------------------------------------------ reconciler
+
+
+@dataclass
+class PodBindingOptions:
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    workers: int = 2
+    #: strategy for pods without a map (annotationMap falls back to leastLoaded)
+    default_strategy: str = SchedulingStrategy.LEAST_LOADED.value
+    initial_backoff: float = 1.0  # seconds before the first retry of an unplaceable pod
+    max_backoff: float = 60.0
+    #: freed capacity retries a waiting pod at once, but not more often than this
+    min_wake_interval: float = 1.0
+    #: evict a pod bound by someone else onto devices another workload holds
+    evict_conflicting_pods: bool = False
+    #: bind only pods of these namespaces (empty: all)
+    namespaces: frozenset[str] = frozenset()
+
+
+@dataclass
+class _Waiting:
+    attempts: dict[str, int] = field(default_factory=dict)
+    last: dict[str, float] = field(default_factory=dict)  # monotonic time of the last try
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class PodBindingReconciler:
+    def __init__(self, client: Any, recorder: EventRecorder, pods: Indexer,
+                 state: Callable[[], PlacementState], book: SeedBook,
+                 options: PodBindingOptions | None = None,
+                 own_writes: OwnWrites | None = None) -> None:
+        self.client = client
+        #: our Bindings the cache has not shown yet (the controller's ``OwnWrites``)
+        self.own_writes = own_writes if own_writes is not None else OwnWrites()
+        self.recorder = recorder
+        self.pods = pods
+        self.state = state
+        self.book = book
+        self.options = options or PodBindingOptions()
+        self.enqueue_after: Callable[[Request, float], None] = lambda req, delay: None
+        self._waiting = _Waiting()
+        #: pod key -> (UID, message) of the unreadable annotations last reported
+        self._reported: dict[str, tuple[str, str]] = {}
+        book.on_wake = self._wake
+
+    # ------------------------------------------------------------------ entry
+
+    def reconcile(self, req: Request) -> Result | None:
+        state = self.state()  # the ledger is rebuilt before the first placement
+        key = f"{req.namespace}/{req.name}"
+        pod = self.pods.get_by_name(req.name, req.namespace)
+        if pod is None or not self.book.owns(pod) or not pod_is_active(pod):
+            self._settled(key)
+            self._release(state, key)
+            with self._waiting.lock:
+                self._reported.pop(key, None)
+            return None
+        held = self.book.entry(key)
+        if held is not None and held.uid and held.uid != pod_uid(pod):
+            # the booking of an older pod of that name (deleted, then created again
+            # before this reconcile): not this one's (identity is the UID)
+            self._release(state, key)
+        if pod_spec(pod).get("nodeName"):
+            self._settled(key)
+            self._adopt(state, key, pod)
+            return None
+        if pod_meta(pod).get("deletionTimestamp"):
+            self._settled(key)
+            self._release(state, key)
+            return None
+        if self.own_writes.binding_on_its_way(pod):
+            return None  # bound by us; the cache has not seen it yet
+        entry, why = state.book_seed(
+            self.book, key, lambda view: plan(view, pod, self.options.default_strategy))
+        if entry is None:
+            return self._unschedulable(pod, key, why)
+        return self._bind(state, pod, key, entry)
+
+    # ---------------------------------------------------------------- binding
+
+    def _bind(self, state: PlacementState, pod: JSON, key: str, entry: Entry) -> Result | None:
+        meta = pod_meta(pod)
+        name, ns = meta["name"], meta.get("namespace") or "default"
+        node, devices = entry.placement.node, entry.placement.devices
+        binding: dict[str, Any] = {
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "namespace": ns, "uid": meta.get("uid")},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        if devices:
+            # the API server copies a Binding's annotations onto the pod
+            binding["metadata"]["annotations"] = {DEVICES_ANNOTATION: devs_text(devices)}
+        try:
+            self.client.create_subresource("v1", "Pod", name, "binding", binding, namespace=ns)
+        except (NotFound, Conflict) as exc:
+            # gone, re-created under the same name, or bound meanwhile: the pod's own
+            # events bring it back (a bound pod is then adopted)
+            self._release(state, key)
+            log.info("pod.bind.skipped", pod=key, node=node, reason=type(exc).__name__,
+                     error=str(exc))
+            return None
+        except Exception:
+            self._release(state, key)  # never bound: release the booking
+            raise
+        self.own_writes.bound(pod)
+        state.mark_seed_bound(self.book, key)
+        self._settled(key)
+        what = f" (GPU devices {devs_text(devices)})" if devices else \
+            f" ({entry.gpus} GPU(s) for the device plugin)"
+        self.recorder.normal(pod, "Scheduled", f"Successfully assigned {key} to {node}{what}")
+        log.info("pod.bound", pod=key, node=node, devices=devs_text(devices),
+                 holder=entry.ledger_key)
+        return None
+
+    def _unschedulable(self, pod: JSON, key: str, why: str) -> Result:
+        with self._waiting.lock:
+            attempts = self._waiting.attempts.get(key, 0)
+            self._waiting.attempts[key] = attempts + 1
+            self._waiting.last[key] = time.monotonic()
+        self.recorder.warning(pod, FAILED_SCHEDULING, why)
+        delay = min(self.options.max_backoff, self.options.initial_backoff * 2 ** min(attempts, 30))
+        log.info("pod.unschedulable", pod=key, reason=why, attempts=attempts + 1,
+                 retry_in=delay)
+        return Result(requeue_after=delay)
+
+    # ---------------------------------------------------------------- holding
+
+    def _adopt(self, state: PlacementState, key: str, pod: JSON) -> None:
+        """A bound pod: the ledger must know what it holds. A pod whose annotations
+        cannot be read is reported (``_report_bad``); what the ledger already books for
+        it on its node stays (surer than a guess from the rest of the pod)."""
+        want, problems = read_bound(pod)
+        unknown: list[str] = []
+        if want is not None:
+            want, unknown = without_unknown(pod, want, state.node_devices(want.placement.node))
+            problems += unknown
+        def keep(have: Entry) -> bool:
+            # what is booked stays when the pod cannot be read, unless it is a device
+            # the node lacks (booked by a rebuild, which does not know the nodes yet)
+            assert want is not None
+            return (have.ledger_key, have.placement) == (want.ledger_key, want.placement) \
+                or (bool(problems) and not unknown
+                    and have.placement.node == want.placement.node)
+        want, conflict = state.adopt_seed(self.book, key, want, keep)
+        if problems:
+            self._report_bad(pod, key, problems, None if conflict else want)
+        if conflict:
+            self._conflict(pod, key, conflict)
+
+    def _report_bad(self, pod: JSON, key: str, problems: list[str], held: Entry | None) -> None:
+        """A ``BadAnnotation`` Warning Event, a log line and
+        ``gpu_orchestrator_bad_objects_total{kind="Pod"}``, once per pod (by UID) and
+        wording: the same pod read again says nothing new."""
+        if held is None:
+            holds = "it is booked nowhere: what it may hold is held by another workload"
+        elif held.counted:
+            holds = f"it is taken to hold {held.gpus} GPU(s) on {held.placement.node}, counted"
+        else:
+            holds = (f"it is taken to hold GPU devices {devs_text(held.placement.devices)} on "
+                     f"{held.placement.node}")
+        message = f"{'; '.join(problems)}; {holds}"
+        seen = (pod_uid(pod), message)
+        with self._waiting.lock:
+            if self._reported.get(key) == seen:
+                return
+            self._reported[key] = seen
+        BAD_OBJECTS.labels("Pod").inc()
+        log.warning("pod.adopt.bad_annotation", pod=key, problem=message)
+        self.recorder.warning(pod, "BadAnnotation", message)
+
+    def _conflict(self, pod: JSON, key: str, conflict: str) -> None:
+        """Report (and, by the admin's flag, evict) a pod bound onto held devices."""
+        log.warning("pod.adopt.conflict", pod=key, error=conflict)
+        evict = self.options.evict_conflicting_pods
+        self.recorder.warning(pod, "DeviceConflict",
+                              f"bound outside this scheduler to devices another workload "
+                              f"holds: {conflict}" + ("; evicting it" if evict else ""))
+        if not evict:
+            DEVICE_CONFLICTS.labels("reported").inc()
+            return
+        DEVICE_CONFLICTS.labels("evicted" if self._evict(pod, key) else "evict_failed").inc()
+
+    def evict_holder(self, ledger_key: str, message: str) -> int:
+        """Ask every pod of the seed-path holder ``ledger_key`` to go (Eviction API,
+        so PodDisruptionBudgets hold), with a ``Preempted`` Event saying why; returns
+        how many were asked. For preemption: the devices stay held until the pods are
+        gone (docs/architecture.md, invariants 2 and 3), so a caller keeps them
+        nominated meanwhile."""
+        keys = self.state().seed_pod_keys(self.book, ledger_key)
+        asked = 0
+        for key in keys:
+            ns, name = key.split("/", 1)
+            pod = self.pods.get_by_name(name, ns)
+            if pod is None:
+                continue
+            self.recorder.warning(pod, "Preempted", message)
+            asked += bool(self._evict(pod, key))
+        return asked
+
+    def _evict(self, pod: JSON, key: str) -> bool:
+        """POSTs an Eviction for ``pod`` (by UID); True when it was accepted or the
+        pod is gone."""
+        meta = pod_meta(pod)
+        ns = meta.get("namespace") or "default"
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
+                    "metadata": {"name": meta.get("name"), "namespace": ns},
+                    "deleteOptions": {"preconditions": {"uid": meta.get("uid")}}}
+        try:
+            self.client.create_subresource("v1", "Pod", meta.get("name"), "eviction",
+                                           eviction, namespace=ns)
+        except NotFound:
+            return True  # gone already
+        except ApiError as exc:
+            log.warning("pod.evict.failed", pod=key, code=exc.status, error=str(exc))
+            self.recorder.warning(pod, "EvictionFailed", f"could not evict the pod: {exc}")
+            return False
+        log.info("pod.evicted", pod=key)
+        return True
+
+    def _release(self, state: PlacementState, key: str) -> None:
+        released = state.release_seed(self.book, key)
+        if released is not None:
+            log.info("pod.released", pod=key, node=released.placement.node,
+                     devices=devs_text(released.placement.devices), holder=released.ledger_key)
+            state.capacity_freed()
+
+    # ---------------------------------------------------------------- waiting
+
+    def _settled(self, key: str) -> None:
+        with self._waiting.lock:
+            self._waiting.attempts.pop(key, None)
+            self._waiting.last.pop(key, None)
+
+    def _wake(self) -> None:
+        """Capacity was freed (or a node changed): retry every waiting pod now, or
+        ``min_wake_interval`` after its last try (node heartbeats wake often)."""
+        now = time.monotonic()
+        with self._waiting.lock:
+            due = {k: self._waiting.last.get(k, 0.0) + self.options.min_wake_interval - now
+                   for k in self._waiting.attempts}
+        for k, wait in due.items():
+            ns, name = k.split("/", 1)
+            self.enqueue_after(Request(ns, name), max(0.0, wait))
+
+
+# ------------------------------------------------------------------- wiring
+
+
+def pod_predicate(book: SeedBook) -> Funcs:
+    """This scheduler's pods: every event while unbound; once bound, only binding,
+    finishing and deletion."""
+
+    def update(e: UpdateEvent) -> bool:
+        if not book.owns(e.new):
+            return False
+        new_spec, old_spec = pod_spec(e.new), pod_spec(e.old)
+        if not new_spec.get("nodeName") or new_spec.get("nodeName") != old_spec.get("nodeName"):
+            return True
+        if pod_is_active(e.old) != pod_is_active(e.new):
+            return True
+        return pod_meta(e.old).get("deletionTimestamp") != pod_meta(e.new).get("deletionTimestamp")
+
+    return Funcs(create=lambda e: book.owns(e.obj), update=update,
+                 delete=lambda e: book.owns(e.obj), generic=lambda e: book.owns(e.obj))
+
+
+def setup_podbinding_controller(mgr: Manager, states: PlacementStateSource,
+                                own_writes: OwnWrites, opts: PodBindingOptions | None = None
+                                ) -> tuple[Controller, PodBindingReconciler]:
+    """Adds the pod-binding controller on the shared Pod informer, booking in the
+    manager's one placement state (``states``, the GPUWorkload reconciler's) and
+    recording its Bindings in the controller's ``own_writes``. Call before the
+    manager starts: its book is registered with the source before the state is
+    built (``add_pod_book`` refuses after)."""
+    opts = opts or PodBindingOptions()
+    pods = mgr.informer_for("v1", "Pod")
+    book = SeedBook(opts.scheduler_name)
+    states.add_pod_book(book)
+    reconciler = PodBindingReconciler(mgr.client, mgr.event_recorder(opts.scheduler_name),
+                                      pods.indexer, states.get, book, opts, own_writes)
+    ctrl = (Builder(mgr).named("podbinding")
+            .for_("v1", "Pod", pod_predicate(book))
+            .with_options(max_concurrent_reconciles=opts.workers)
+            .complete(only_in(opts.namespaces, reconciler)))
+    reconciler.enqueue_after = ctrl.queue.add_after
+    book.on_evict = reconciler.evict_holder
+    return ctrl, reconciler
+

@@ -1,0 +1,279 @@
+"""The seed path's pods in the shared ledger: what a bound pod holds (``read_bound``),
+under which key (``owner_key``), and the book of them (``SeedBook``).
+
+Ledger keys. A pod's booking is held under its controlling owner
+(``StatefulSet:<ns>/<name>``; ``Pod:<ns>/<name>`` when it has none), so that one
+StatefulSet's own map may name a device for several of its pods (the seed puts
+replicas 3 and 4 both on node4:3) while a device held by any other workload is
+refused (invariant 1). The owner's allocation is the list of its pods'
+placements; booking or releasing one pod re-books the owner's list. A pod that
+requests ``nvidia.com/gpu`` and has no map is booked under its own ``Pod:`` key and
+counted (the kubelet's device plugin picks its devices). These bookings have their
+pods' own priority (never above a GPUWorkload's maximum), so a higher-priority
+workload may preempt them.
+
+What a bound pod holds, after a restart too: its ``gpu.orchestrator.dev/devices``
+annotation, else the map line of its index, else its ``nvidia.com/gpu`` request.
+An annotation that cannot be read never makes a pod hold nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from api.v1alpha1.keys import DEVICES_ANNOTATION, SCHEDULING_MAP_ANNOTATION
+from api.v1alpha1.types import MAX_PRIORITY, Placement
+from internal.objects import JSON, object_key
+from internal.scheduling.ledger import Ledger, LedgerConflict
+from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
+from internal.scheduling.podindex import pod_index
+from internal.scheduling.pods import (
+    BadPod,
+    is_controller_pod,
+    parse_devices,
+    pod_gpu_request,
+    pod_is_active,
+    pod_uid,
+)
+
+DEFAULT_SCHEDULER_NAME = "gpu-scheduler"
+
+
+def pod_priority(pod: JSON) -> int:
+    """A seed pod's priority in the ledger: its own ``spec.priority`` (set from its
+    PriorityClass), never above what a GPUWorkload may have, so a higher-priority
+    workload can preempt it like any other (and a tenant cannot make its pods
+    unpreemptible)."""
+    try:
+        return max(0, min(int(pod_spec(pod).get("priority") or 0), MAX_PRIORITY))
+    except (TypeError, ValueError):
+        return 0
+
+
+
+
+def pod_meta(pod: JSON) -> JSON:
+    return pod.get("metadata") or {}
+
+
+def pod_spec(pod: JSON) -> JSON:
+    return pod.get("spec") or {}
+
+
+def owner_key(pod: JSON) -> str:
+    """The ledger key of a seed-path pod: its controlling owner, else itself."""
+    meta = pod_meta(pod)
+    ns = meta.get("namespace") or "default"
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller"):
+            return f"{ref.get('kind')}:{ns}/{ref.get('name')}"
+    return f"Pod:{ns}/{meta.get('name') or ''}"
+
+
+def is_seed_key(key: str) -> bool:
+    """Is ``key`` a ledger key of this path (``Kind:ns/name``), not a GPUWorkload's
+    (``ns/name``; a namespace never contains ':')?"""
+    return ":" in key.partition("/")[0]
+
+
+def devs_text(devices: list[int] | tuple[int, ...]) -> str:
+    return ",".join(map(str, devices))
+
+
+# ------------------------------------------------------------------------ book
+
+
+@dataclass(slots=True)
+class Entry:
+    """What one pod holds: under ``ledger_key``, one placement."""
+
+    ledger_key: str
+    placement: Placement
+    gpus: int  # counted GPUs when the placement names no devices
+    #: the pod is bound, so its part of the owner's booking is committed (assumed
+    #: until then). Whether a Binding of ours is on its way while the cache shows
+    #: the pod unbound is ``OwnWrites``' to say, not this booking's
+    committed: bool = False
+    priority: int = 0
+    uid: str = ""  # the pod's: a pod created again under its name is another one
+
+    @property
+    def counted(self) -> bool:
+        return not self.placement.devices
+
+
+def bound_entry(pod: JSON) -> Entry | None:
+    """What a bound pod holds (``read_bound`` without its problems)."""
+    return read_bound(pod)[0]
+
+
+def read_bound(pod: JSON) -> tuple[Entry | None, list[str]]:
+    """What a bound pod holds, as told by the pod, and what of it could not be read.
+
+    The devices annotation, else its map line (when it names the node the pod is on),
+    else its ``nvidia.com/gpu`` request, counted. None when it holds no GPU. A
+    malformed devices annotation or map is a problem (a plain sentence for the
+    user), never raised, and never makes the pod hold nothing: what can still be read
+    is held, and a pod that says nothing readable holds its request, at least one GPU
+    (what this scheduler gives a pod without a map), counted."""
+    node = pod_spec(pod).get("nodeName")
+    if not node:
+        return None, []
+    annotations = pod_meta(pod).get("annotations") or {}
+    index, _ = pod_index(pod)
+    problems: list[str] = []
+    try:
+        devices = parse_devices(annotations.get(DEVICES_ANNOTATION))
+    except BadPod as exc:
+        devices = None
+        problems.append(str(exc))
+    if devices is None and index is not None:
+        text = annotations.get(SCHEDULING_MAP_ANNOTATION)
+        if text is not None and text.strip():
+            try:
+                line = parse_scheduling_map(text).get(index)
+            except MapParseError as exc:
+                line = None
+                problems.append(f"annotation {SCHEDULING_MAP_ANNOTATION}: {exc}")
+            if line is not None and line.node == node:
+                devices = list(line.devices)
+    placement_index = index if index is not None else 0
+    if devices:
+        return Entry(owner_key(pod), Placement(index=placement_index, node=node,
+                                               devices=devices), len(devices), True,
+                     pod_priority(pod), pod_uid(pod)), problems
+    gpus = pod_gpu_request(pod)
+    if problems:
+        gpus = max(gpus, 1)
+    if gpus > 0:
+        return Entry(f"Pod:{object_key(pod)}", Placement(index=placement_index, node=node), gpus,
+                     True, pod_priority(pod), pod_uid(pod)), problems
+    return None, problems
+
+
+def without_unknown(pod: JSON, entry: Entry | None, known: frozenset[int] | None
+                    ) -> tuple[Entry | None, list[str]]:
+    """``entry`` less the devices its node does not have (``known``: every index of
+    the node, None while unknown), so a pod annotated ``"99"`` on a 4-GPU node holds
+    no phantom device 99: it holds what it names that exists, else one GPU, counted."""
+    if entry is None or known is None or entry.counted:
+        return entry, []
+    devs = entry.placement.devices
+    unknown = [d for d in devs if d not in known]
+    if not unknown:
+        return entry, []
+    node = entry.placement.node
+    problem = (f"annotation {DEVICES_ANNOTATION} names device(s) {devs_text(unknown)}, which "
+               f"{node} does not have (it has {devs_text(sorted(known))})")
+    kept = [d for d in devs if d in known]
+    if kept:
+        return replace(entry, placement=entry.placement.model_copy(
+            update={"devices": kept}), gpus=len(kept)), [problem]
+    return Entry(f"Pod:{object_key(pod)}", Placement(index=entry.placement.index, node=node),
+                 1, entry.committed, entry.priority), [problem]
+
+
+class SeedBook:
+    """The seed path's pods in the shared ledger (a ``PodBook`` of the
+    PlacementState): pod key -> Entry, and the owner allocations they make up.
+
+    Not thread-safe on its own: every call runs under the PlacementState lock."""
+
+    def __init__(self, scheduler_name: str = DEFAULT_SCHEDULER_NAME) -> None:
+        self.scheduler_name = scheduler_name
+        self.pods: dict[str, Entry] = {}
+        self._by_key: dict[str, set[str]] = {}  # ledger key -> pod keys
+        self.on_wake: Callable[[], None] = lambda: None
+        #: asks a holder's pods to go (set to the reconciler's ``evict_holder``)
+        self.on_evict: Callable[[str, str], Any] = lambda key, message: None
+
+    # -- PodBook
+    def owns(self, pod: JSON) -> bool:
+        return pod_spec(pod).get("schedulerName") == self.scheduler_name and \
+            not is_controller_pod(pod)
+
+    def rebuild(self, ledger: Ledger, pods: list[JSON]) -> list[str]:
+        self.pods.clear()
+        self._by_key.clear()
+        problems: list[str] = []
+        for pod in sorted(pods, key=object_key):
+            if not self.owns(pod):
+                continue
+            key = object_key(pod)
+            ledger.remove_pod(pod_uid(pod))  # booked by its binding, not counted twice
+            if not pod_is_active(pod):
+                continue
+            entry = bound_entry(pod)  # unreadable annotations: its reconcile reports them
+            if entry is None:
+                continue
+            try:
+                self.book(ledger, key, entry)
+            except LedgerConflict as exc:
+                problems.append(f"pod {key}: {exc}")
+        return problems
+
+    def wake(self) -> None:
+        self.on_wake()
+
+    def owns_key(self, ledger_key: str) -> bool:
+        return ledger_key in self._by_key
+
+    def evict(self, ledger_key: str, message: str) -> None:
+        self.on_evict(ledger_key, message)
+
+    # -- bookings
+    def entry(self, key: str) -> Entry | None:
+        return self.pods.get(key)
+
+    def pod_keys(self, ledger_key: str) -> list[str]:
+        """The pods (``ns/name``) whose bookings make up ``ledger_key``."""
+        return sorted(self._by_key.get(ledger_key, ()))
+
+    def _rebook(self, ledger: Ledger, ledger_key: str, entries: list[Entry]) -> None:
+        if not entries:
+            ledger.forget(ledger_key)
+            return
+        ledger.assume(ledger_key, [e.placement for e in entries],
+                      gpus_per_replica=max(e.gpus for e in entries),
+                      priority=max(e.priority for e in entries),
+                      committed=all(e.committed for e in entries), check_capacity=False)
+
+    def book(self, ledger: Ledger, key: str, entry: Entry) -> None:
+        """Book ``entry`` for pod ``key`` with the other pods of its owner (raises
+        LedgerConflict, changing nothing, when a device is held by another key)."""
+        old = self.pods.get(key)
+        if old is not None and old.ledger_key != entry.ledger_key:
+            self.release(ledger, key)
+            old = None
+        others = [self.pods[k] for k in sorted(self._by_key.get(entry.ledger_key, ()))
+                  if k != key]
+        self._rebook(ledger, entry.ledger_key, [*others, entry])
+        self.pods[key] = entry
+        self._by_key.setdefault(entry.ledger_key, set()).add(key)
+
+    def mark_bound(self, ledger: Ledger, key: str) -> None:
+        entry = self.pods.get(key)
+        if entry is None or entry.committed:
+            return
+        entry.committed = True
+        if all(self.pods[k].committed for k in self._by_key.get(entry.ledger_key, ())):
+            with contextlib.suppress(KeyError):
+                ledger.commit(entry.ledger_key)
+
+    def release(self, ledger: Ledger, key: str) -> Entry | None:
+        """Release pod ``key``'s placement (its owner keeps the others')."""
+        entry = self.pods.pop(key, None)
+        if entry is None:
+            return None
+        keys = self._by_key.get(entry.ledger_key, set())
+        keys.discard(key)
+        if not keys:
+            self._by_key.pop(entry.ledger_key, None)
+        try:
+            self._rebook(ledger, entry.ledger_key, [self.pods[k] for k in sorted(keys)])
+        except LedgerConflict:  # cannot happen for a subset of what it held
+            ledger.forget(entry.ledger_key)
+        return entry

@@ -1,0 +1,250 @@
+"""Our own writes that the informers have not shown yet, by object UID: one record
+for every write this controller makes (kube-scheduler's assume cache,
+controller-runtime's expectations).
+
+The informers' caches lag the API: right after a write, the cache may still hand
+out the copy from before, and acting on it would undo the write (adopt a placement
+we released, create a child we made, bind a pod we bound). Three kinds of write
+are remembered here, each until the informer shows it:
+
+- **Children** (``created``): a Pod or Job created for a workload counts as there
+  from the moment its create answers (``children(owner_uid)``), so it is never
+  created twice and asking the workload's children to go includes it. It ends at
+  any informer event of that UID, when its owner is forgotten, or after ``ttl``
+  seconds (a child created and deleted between two lists is never seen).
+- **Writes of an object** (status writes, a gang's commit, our finalizer):
+  ``writing(obj, status)`` marks a write on its way before it is sent and returns
+  its mark; ``wrote(obj, mark)`` records where it landed. While a write is on its
+  way every cached copy is older than it (``is_behind``); after, a copy is older
+  when its resourceVersion is below where our last write landed. ``wrote`` of an
+  earlier write (one in flight when a later one was marked) leaves the later one's
+  mark in place; ``cancel(obj, mark)`` takes back a mark whose write will never be
+  sent (settled, or refused). ``wrote`` without a mark (a synchronous write) is the
+  latest. Read your writes: ``view(raw)`` is the cached copy with the status we
+  last asked for, until the cache shows the write that carried it.
+- **Seed bindings** (``bound``): a pod we bound counts as bound
+  (``binding_on_its_way``) until the informer shows it on a node or deleted (it
+  was in the cache when we bound it, so a relist that misses it deletes it).
+
+Keyed by UID, so nothing here is ever taken for another object of the same name
+(deleted and created again): a delete event (``deleted``) drops every record of
+that UID. One lock, a leaf: no method calls out while holding it, so callers may
+hold their own locks (the placement state's) when they ask.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from internal.objects import JSON, resource_version
+
+#: how long a created child is assumed without the informer showing it
+TTL = 60.0
+
+_marks = itertools.count(1)  # one per write on its way, unique across instances
+
+
+def _uid(obj: Any) -> str:
+    raw = getattr(obj, "obj", obj) or {}  # a delete tombstone carries the object
+    if not isinstance(raw, Mapping):
+        return ""
+    return str((raw.get("metadata") or {}).get("uid") or "")
+
+
+@dataclass(slots=True)
+class _Writes:
+    """Our writes of one object."""
+
+    landed: int = 0  # resourceVersion where our last write landed
+    mark: int | None = None  # the latest write on its way
+    status: dict[str, Any] | None = None  # the status we last asked for
+    status_mark: int | None = None  # the write that carries it
+    status_rv: int = 0  # where it landed (0: not yet)
+
+
+class OwnWrites:
+    def __init__(self, ttl: float = TTL, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl, self.clock = ttl, clock
+        self._lock = threading.Lock()
+        self._writes: dict[str, _Writes] = {}  # object UID -> our writes of it
+        # owner UID -> child UID -> (the created object, when)
+        self._children: dict[str, dict[str, tuple[JSON, float]]] = {}
+        self._owner_of: dict[str, str] = {}  # child UID -> owner UID
+        self._bindings: set[str] = set()  # pod UIDs our Binding landed for
+
+    # ------------------------------------------------------------------ informers
+
+    def observed(self, obj: Any) -> None:
+        """An informer add or update of ``obj``: the cache knows it now."""
+        uid = _uid(obj)
+        if not uid:
+            return
+        raw = getattr(obj, "obj", obj)
+        with self._lock:
+            self._child_seen(uid)
+            if (raw.get("spec") or {}).get("nodeName"):
+                self._bindings.discard(uid)
+            w = self._writes.get(uid)
+            if w is not None:
+                self._caught_up(w, raw)
+
+    def deleted(self, obj: Any) -> None:
+        """An informer delete of ``obj`` (or its tombstone): nothing of that UID is
+        awaited any more (a UID is never used again)."""
+        uid = _uid(obj)
+        if uid:
+            self.forget(uid)
+
+    def forget(self, uid: str) -> None:
+        """Object ``uid`` is gone: its writes, bindings and children's records go."""
+        with self._lock:
+            self._child_seen(uid)
+            self._writes.pop(uid, None)
+            self._bindings.discard(uid)
+            for child in self._children.pop(uid, {}):
+                self._owner_of.pop(child, None)
+
+    # ------------------------------------------------------------------ children
+
+    def created(self, owner_uid: str, obj: JSON) -> None:
+        uid = _uid(obj)
+        if not uid:
+            return
+        with self._lock:
+            self._children.setdefault(owner_uid, {})[uid] = (obj, self.clock())
+            self._owner_of[uid] = owner_uid
+
+    def children(self, owner_uid: str) -> list[JSON]:
+        """Children of ``owner_uid`` created and not yet seen (fresher than ``ttl``)."""
+        with self._lock:
+            self._expire_children(owner_uid)
+            return [o for o, _ in self._children.get(owner_uid, {}).values()]
+
+    def all_children(self) -> list[JSON]:
+        """Every child created and not yet seen (a rebuild of the ledger books them)."""
+        with self._lock:
+            for owner in list(self._children):
+                self._expire_children(owner)
+            return [o for kids in self._children.values() for o, _ in kids.values()]
+
+    def _expire_children(self, owner_uid: str) -> None:
+        kids = self._children.get(owner_uid)
+        if kids is None:
+            return
+        now = self.clock()
+        for uid in [u for u, (_, t) in kids.items() if now - t > self.ttl]:
+            del kids[uid]
+            self._owner_of.pop(uid, None)
+        if not kids:
+            del self._children[owner_uid]
+
+    def _child_seen(self, uid: str) -> None:
+        owner = self._owner_of.pop(uid, None)
+        kids = self._children.get(owner) if owner is not None else None
+        if kids is not None:
+            kids.pop(uid, None)
+            if not kids:
+                del self._children[owner]  # type: ignore[arg-type]
+
+    # ---------------------------------------------------------- writes of an object
+
+    def writing(self, obj: JSON, status: dict[str, Any] | None = None) -> int:
+        """A write of ``obj`` is on its way (with ``status``: the status it carries,
+        which ``view`` shows until the cache does). Mark it before the write can be
+        sent: a mark made after the write landed would stay for ever. Returns it."""
+        mark = next(_marks)
+        uid = _uid(obj)
+        if not uid:
+            return mark
+        with self._lock:
+            w = self._writes.setdefault(uid, _Writes())
+            w.mark = mark
+            if status is not None:
+                w.status, w.status_mark, w.status_rv = status, mark, 0
+        return mark
+
+    def wrote(self, obj: JSON, mark: int | None = None, *,
+              status: dict[str, Any] | None = None) -> None:
+        """Our write of ``obj`` landed (``obj`` is what the API answered). With
+        ``mark`` (``writing``'s): only if no later write of it is on its way. With
+        ``status``: a synchronous write of that status (a gang's commit), which
+        ``view`` shows until the cache does."""
+        rv = resource_version(obj)
+        uid = _uid(obj)
+        if not rv or not uid:
+            return
+        with self._lock:
+            w = self._writes.setdefault(uid, _Writes())
+            if mark is not None and mark == w.status_mark:
+                w.status_rv = rv
+            if mark is not None and w.mark is not None and mark != w.mark:
+                return  # a later write is on its way: every cached copy is older
+            w.landed, w.mark = max(w.landed, rv), None
+            if status is not None:
+                w.status, w.status_mark, w.status_rv = dict(status), None, rv
+
+    def cancel(self, obj: JSON, mark: int | None) -> None:
+        """The write that carries ``mark`` will never be sent (settled, refused): it
+        no longer makes every cached copy older."""
+        with self._lock:
+            w = self._writes.get(_uid(obj))
+            if w is not None and mark is not None and w.mark == mark:
+                w.mark = None
+
+    def is_behind(self, obj: JSON) -> bool:
+        """Is ``obj`` (from the cache) older than our last write of it? (A copy
+        without a resourceVersion never is.)"""
+        rv = resource_version(obj)
+        with self._lock:
+            w = self._writes.get(_uid(obj))
+            return bool(rv) and w is not None and (w.mark is not None or rv < w.landed)
+
+    def ahead_of(self, raw: JSON) -> bool:
+        """Did a write of ours land after the cache's copy of ``raw``? (A precondition
+        on that copy's resourceVersion would conflict.)"""
+        with self._lock:
+            w = self._writes.get(_uid(raw))
+            return w is not None and w.landed > resource_version(raw)
+
+    def view(self, raw: JSON) -> JSON | None:
+        """``raw`` with the status we last asked for, while the cache does not show it
+        yet (None: the cache is current, or we asked for no status of this object)."""
+        with self._lock:
+            w = self._writes.get(_uid(raw))
+            if w is None or w.status is None or self._caught_up(w, raw):
+                return None
+            return {**raw, "status": w.status}
+
+    @staticmethod
+    def _caught_up(w: _Writes, raw: JSON) -> bool:
+        """Under the lock: does ``raw`` show our last status write (nothing of ours
+        on its way)? Then the status is the cache's to show: forgotten here."""
+        if w.status is not None and w.status_rv and w.mark is None and \
+                resource_version(raw) >= w.status_rv:
+            w.status = w.status_mark = None
+        return w.status is None
+
+    # ------------------------------------------------------------------ bindings
+
+    def bound(self, pod: JSON) -> None:
+        """Our Binding of ``pod`` landed; the cache may still show it unbound."""
+        uid = _uid(pod)
+        if uid:
+            with self._lock:
+                self._bindings.add(uid)
+
+    def binding_on_its_way(self, pod: JSON) -> bool:
+        """Did we bind ``pod`` (this UID) and the cache does not show it yet?"""
+        uid = _uid(pod)
+        with self._lock:
+            return uid in self._bindings
+
+    def __len__(self) -> int:
+        """Records kept (children, bindings, objects written): for tests."""
+        with self._lock:
+            return len(self._owner_of) + len(self._bindings) + len(self._writes)

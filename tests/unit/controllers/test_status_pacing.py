@@ -1,0 +1,232 @@
+"""The status writer's pacing (controllers/status/pacing.py) on a fake clock that
+only the test moves: a passing state (Scheduled) is held for the lag and a newer
+one replaces it, what a user waits for (Running, the finalizer) is never held,
+writes go at a bounded rate while placements are being made and drain afterwards,
+and nothing is lost on ``stop``."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any
+
+from api.v1alpha1.types import API_VERSION
+from controllers.status.pacing import Pacer, PacingOptions
+from controllers.status.writer import StatusWriter
+from runtime.store import Indexer, thaw
+from tests.waiting import eventually
+
+NS = "ns"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class API:
+    """GPUWorkloads by name; every status write is recorded (name, phase)."""
+
+    def __init__(self) -> None:
+        self.rv = itertools.count(100)
+        self.cache = Indexer()
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.writes: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def create(self, name: str, finalizers: tuple[str, ...] = ()) -> dict[str, Any]:
+        obj = {"apiVersion": API_VERSION, "kind": "GPUWorkload",
+               "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
+                            "finalizers": list(finalizers),
+                            "resourceVersion": str(next(self.rv))}, "spec": {}, "status": {}}
+        self.objects[name] = obj
+        self.cache.add(thaw(obj))
+        return thaw(obj)
+
+    def patch(self, api_version: str, kind: str, name: str, body: Any,
+              namespace: str | None = None, patch_type: str = "merge",
+              subresource: str | None = None) -> dict[str, Any]:
+        obj = self.objects[name]
+        with self.lock:
+            if subresource == "status":
+                obj["status"] = thaw(body[1]["value"])
+                self.writes.append((name, obj["status"].get("phase")))
+            else:  # the finalizer's merge patch
+                obj["metadata"]["finalizers"] = list(body["metadata"]["finalizers"])
+                self.writes.append((name, "finalizer"))
+            obj["metadata"]["resourceVersion"] = str(next(self.rv))
+            return thaw(obj)
+
+
+def status(phase: str) -> dict[str, Any]:
+    return {"phase": phase, "placements": [{"node": "n1", "deviceIndices": [0]}]}
+
+
+def writer(api: API, clock: Clock, busy: threading.Event | None = None,
+           **opts: Any) -> StatusWriter:
+    pacer = Pacer(PacingOptions(**{"lag": 1.0, "busy_qps": 0.0, "max_lag": 5.0, **opts}),
+                  busy=busy.is_set if busy is not None else lambda: False, clock=clock)
+    w = StatusWriter(api, api.cache, threads=2, clock=clock, pacer=pacer)
+    w.start()
+    return w
+
+
+def settle_for(seconds: float = 0.3) -> None:
+    """Real time for the writer threads to act on what they may act on (the fake
+    clock does not move: a held status stays held however long this is)."""
+    time.sleep(seconds)
+
+
+def test_scheduled_then_running_within_the_lag_is_one_running_write() -> None:
+    api, clock = API(), Clock()
+    w = writer(api, clock)
+    raw = api.create("a")
+    w.submit(raw, status("Scheduled"))
+    settle_for()
+    assert api.writes == []  # held: the lag has not passed
+    assert w.own_writes.view(raw)["status"]["phase"] == "Scheduled"  # read your writes meanwhile
+    clock.now += 0.4
+    w.submit(raw, status("Running"))
+    assert w.flush(5)
+    assert api.writes == [("a", "Running")]
+    assert api.objects["a"]["status"]["phase"] == "Running"
+    w.stop()
+
+
+def test_a_held_status_is_written_once_the_lag_passed() -> None:
+    api, clock = API(), Clock()
+    w = writer(api, clock)
+    raw = api.create("a")
+    w.submit(raw, status("Pending"))
+    settle_for()
+    assert api.writes == []
+    clock.now += 1.0
+    assert w.flush(5)
+    assert api.writes == [("a", "Pending")]
+    w.stop()
+
+
+def test_running_and_terminal_states_are_not_held() -> None:
+    api, clock = API(), Clock()
+    w = writer(api, clock)
+    a, b = api.create("a"), api.create("b")
+    w.submit(a, status("Running"))
+    w.submit(b, status("Failed"))
+    assert w.flush(5)  # the clock never moved
+    assert sorted(api.writes) == [("a", "Running"), ("b", "Failed")]
+    w.stop()
+
+
+def test_the_finalizer_is_not_held_the_status_it_came_with_is() -> None:
+    api, clock = API(), Clock()
+    w = writer(api, clock)
+    raw = api.create("a")
+    w.submit(raw, status("Scheduled"), finalizer=True)
+    eventually(lambda: api.writes == [("a", "finalizer")], what="the finalizer, at once")
+    settle_for()
+    assert api.writes == [("a", "finalizer")]  # Scheduled still held
+    assert w.has_finalizer(raw)
+    w.submit(raw, status("Running"))
+    assert w.flush(5)
+    assert api.writes == [("a", "finalizer"), ("a", "Running")]
+    w.stop()
+
+
+def test_writes_go_at_the_busy_rate_while_placing_and_drain_afterwards() -> None:
+    api, clock, busy = API(), Clock(), threading.Event()
+    busy.set()
+    w = writer(api, clock, busy, busy_qps=2.0)
+    raws = [api.create(f"w{i}") for i in range(5)]
+    for raw in raws:
+        w.submit(raw, status("Running"))
+    settle_for()
+    assert len(api.writes) == 1  # one token, and the clock does not refill it
+    clock.now += 0.5  # one more token at 2/s
+    settle_for(0.7)
+    assert len(api.writes) == 2
+    busy.clear()  # placements done: what waited drains
+    assert w.flush(5)
+    assert sorted(n for n, _ in api.writes) == [f"w{i}" for i in range(5)]
+    w.stop()
+
+
+def test_a_status_waits_for_a_token_no_longer_than_the_max_lag() -> None:
+    api, clock, busy = API(), Clock(), threading.Event()
+    busy.set()
+    w = writer(api, clock, busy, busy_qps=0.001, max_lag=5.0)
+    raws = [api.create(f"w{i}") for i in range(3)]
+    for raw in raws:
+        w.submit(raw, status("Running"))
+    settle_for()
+    assert len(api.writes) == 1
+    clock.now += 5.0  # still busy, but every status is max_lag old now
+    assert w.flush(5)
+    assert len(api.writes) == 3
+    w.stop()
+
+
+def test_without_tokens_statuses_go_in_ready_order_each_max_lag_after_it_was_ready() -> None:
+    api, clock, busy = API(), Clock(), threading.Event()
+    busy.set()
+    w = writer(api, clock, busy, busy_qps=0.001, max_lag=5.0)
+    first, held, young = api.create("first"), api.create("held"), api.create("young")
+    w.submit(first, status("Running"))  # takes the one token
+    eventually(lambda: api.writes == [("first", "Running")], what="the first write")
+    t0 = clock.now
+    w.submit(held, status("Scheduled"))  # ready at t0 + lag (1 s)
+    clock.now = t0 + 0.5
+    w.submit(young, status("Running"))  # ready at once
+    settle_for()
+    clock.now = t0 + 5.5  # ``young`` has waited max_lag, ``held`` 4.5 s since its hold
+    eventually(lambda: ("young", "Running") in api.writes, what="the young status")
+    settle_for()
+    assert [n for n, _ in api.writes] == ["first", "young"]
+    clock.now = t0 + 6.0
+    eventually(lambda: ("held", "Scheduled") in api.writes, what="the held status")
+    assert w.flush(5)
+    w.stop()
+
+
+def test_stop_writes_what_is_held() -> None:
+    api, clock = API(), Clock()
+    w = writer(api, clock)
+    raw = api.create("a")
+    w.submit(raw, status("Scheduled"))
+    settle_for()
+    assert api.writes == []
+    assert w.stop(5)  # nothing lost: the held status is written
+    assert api.writes == [("a", "Scheduled")]
+
+
+# ------------------------------------------------------------------- the pacer alone
+
+
+def test_pacer_holds_only_passing_states() -> None:
+    clock = Clock()
+    p = Pacer(PacingOptions(lag=1.5), clock=clock)
+    assert p.ready_at({"phase": "Scheduled"}, 10.0, False) == 11.5
+    assert p.ready_at({"phase": "Pending"}, 10.0, False) == 11.5
+    assert p.ready_at({"phase": "Scheduled"}, 10.0, True) == 10.0
+    for phase in ("Running", "Succeeded", "Failed"):
+        assert p.ready_at({"phase": phase}, 10.0, False) == 10.0
+    p.drain()
+    assert p.ready_at({"phase": "Scheduled"}, 10.0, False) == 10.0
+
+
+def test_pacer_tokens_refill_at_the_busy_rate_only_while_busy() -> None:
+    clock, busy = Clock(), [True]
+    p = Pacer(PacingOptions(busy_qps=4.0, max_lag=5.0), busy=lambda: busy[0], clock=clock)
+    since = clock.now
+    assert p.admit(since, clock.now) == 0.0  # the bucket's one token
+    assert p.admit(since, clock.now) == 0.25  # the next in 1/4 s
+    clock.now += 0.25
+    assert p.admit(since, clock.now) == 0.0
+    busy[0] = False
+    assert [p.admit(since, clock.now) for _ in range(10)] == [0.0] * 10  # idle: no bound
+    busy[0] = True
+    assert p.admit(since, clock.now) > 0  # idle sends took no token, and none came since
+    assert p.admit(since - 5.0, clock.now) == 0.0  # max_lag old: sent anyway
