@@ -17,7 +17,6 @@ from api.v1alpha1.types import API_VERSION
 from runtime import Client, errors
 from tests.integration.controller.conftest import Running, wait_condition, workload
 from tests.integration.controller.test_tenant_isolation import _sa_groups
-from tests.integration.controller.test_tenant_isolation import tenant as tenant  # fixture
 from tests.waiting import eventually
 
 GPU_LABEL = "gpu.orchestrator.dev/workload"

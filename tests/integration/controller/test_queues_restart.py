@@ -41,9 +41,9 @@ def test_a_restart_during_a_reclaim_takes_no_more_and_keeps_the_order(
         for i in range(2):
             wait_events(admin, b, f"b{i}", "Preempting")
 
-        def nominated() -> bool:
-            return all(get_workload(admin, b, f"b{i}")["status"].get("nominatedOver")
-                       for i in range(2))
+        def nominated() -> bool:  # the status may come after the Event (status pacing)
+            return all((get_workload(admin, b, f"b{i}").get("status") or {})
+                       .get("nominatedOver") for i in range(2))
         eventually(nominated, timeout=20, what="both reclaimers nominated")
         run.stop()  # the victims' pods are still terminating (5 s grace)
         run = Running(installed).start()
