@@ -121,6 +121,10 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                         "that no reconcile looked at for this long (0: never); "
                         "gpu_orchestrator_backstop_reconciles_total{outcome=\"acted\"} "
                         "counts those that were owed and should stay 0")
+    p.add_argument("--require-queue", action="store_true",
+                   help="a GPUWorkload in no GPUQueue (no spec.queueName, and no queue's "
+                        "namespaceSelector selects its namespace) waits Pending (NoQueue) "
+                        "instead of being placed as without queues (docs/queues.md)")
     p.add_argument("--gpunode-stale-after", type=float, default=90.0,
                    help="seconds without an agent heartbeat before a GPUNode's devices are "
                         "no longer offered")
@@ -217,6 +221,7 @@ def run_manager(args: argparse.Namespace) -> int:
         workers=args.workers, default_exposure=DeviceExposure(args.device_exposure),
         stale_after=args.gpunode_stale_after, default_strategy=args.default_strategy,
         namespaces=namespaces, resync_unsettled=args.resync_unsettled_period,
+        require_queue=args.require_queue,
         evict_conflicting_pods=args.evict_conflicting_pods,
         status_pacing=PacingOptions(lag=args.status_lag, busy_qps=args.status_busy_qps,
                                     max_lag=args.status_max_lag),

@@ -28,6 +28,7 @@ CHART_FILES = ROOT / "charts" / "gpu-orchestrator" / "files" / "config"
 # per namespace in manager.namespaces).
 COPIED = (
     "crd/gpu.orchestrator.dev_gpunodes.yaml",
+    "crd/gpu.orchestrator.dev_gpuqueues.yaml",
     "crd/gpu.orchestrator.dev_gpuworkloads.yaml",
     "crd/gpuworkload-validating-admission-policy.yaml",
     "crd/tenant-isolation-admission-policies.yaml",

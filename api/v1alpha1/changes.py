@@ -148,6 +148,7 @@ SPEC_CHANGES: tuple[FieldChange, ...] = (
         Change.IN_PLACE,
         "Used from the next retry on; retries already spent stay spent.",
     ),
+    _refused("queueName", "Decides whose quota the workload's devices count against."),
     FieldChange("modelName", Change.IN_PLACE, "Shown, never interpreted."),
 )
 

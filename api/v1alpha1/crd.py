@@ -519,11 +519,14 @@ def _dump(doc: Any) -> str:
 
 def render() -> dict[Path, str]:
     """Every generated file and its content, keyed by absolute path."""
+    from api.v1alpha1.queue_crd import QUEUE_CRD_FILE, queue_crd
+
     policy = "---\n".join(_dump(d) for d in [*admission_policy(), *names_policy()])
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "resources": [WORKLOAD_CRD_FILE, NODE_CRD_FILE, POLICY_FILE, SECURITY_POLICY_FILE],
+        "resources": [WORKLOAD_CRD_FILE, NODE_CRD_FILE, QUEUE_CRD_FILE, POLICY_FILE,
+                      SECURITY_POLICY_FILE],
     }
     # the standard labels on every object here (not on selectors or pod templates,
     # which never change on an upgrade; docs/install.md, "Labels")
@@ -540,6 +543,7 @@ def render() -> dict[Path, str]:
     return {
         CRD_DIR / WORKLOAD_CRD_FILE: HEADER + "---\n" + _dump(workload_crd()),
         CRD_DIR / NODE_CRD_FILE: HEADER + "---\n" + _dump(node_crd()),
+        CRD_DIR / QUEUE_CRD_FILE: HEADER + "---\n" + _dump(queue_crd()),
         CRD_DIR / POLICY_FILE: HEADER + "---\n" + policy,
         CRD_DIR / SECURITY_POLICY_FILE: HEADER + "---\n"
         + "---\n".join(_dump(d) for d in [*security_policies(), *pod_devices(),

@@ -95,6 +95,10 @@ def _model_rules(model: type[BaseModel]) -> list[dict[str, str]]:
     rules = list(extra.get("x-kubernetes-validations", [])) if isinstance(extra, dict) else []
     if model is GPUWorkloadSpec:
         rules += [crd.MAP_INDEX_RULE, crd.MAP_STRATEGY_RULE, *SHARING_RULES]
+    from api.v1alpha1.queues import QUEUE_RULES, GPUQueueSpec
+
+    if model is GPUQueueSpec:
+        rules += QUEUE_RULES
     return rules
 
 
@@ -209,8 +213,10 @@ def render_markdown() -> str:
         "",
         f"# API reference: `{API_VERSION}`",
         "",
-        "Two kinds: `GPUWorkload` (namespaced, short name `gw`) and `GPUNode` "
-        "(cluster-scoped, short name `gn`, one per node, written by the NVML agent). "
+        "Three kinds: `GPUWorkload` (namespaced, short name `gw`), `GPUNode` "
+        "(cluster-scoped, short name `gn`, one per node, written by the NVML agent) and "
+        "`GPUQueue` (cluster-scoped, short name `gq`, a team's quota: "
+        "[queues.md](queues.md)). "
         "`kubectl explain gpuworkload.spec` shows the same descriptions.",
         "",
         "Named priorities: "
@@ -270,7 +276,11 @@ def render_markdown() -> str:
         "",
     ]
     out += DOC_SECTION + _columns_section() + _changes_section() + _failure_section()
-    for kind in (GPUWorkload, GPUNode):
+    from api.v1alpha1.queue_crd import columns_section, waiting_section
+    from api.v1alpha1.queues import GPUQueue
+
+    out += waiting_section() + columns_section()
+    for kind in (GPUWorkload, GPUNode, GPUQueue):
         out += [f"## {kind.__name__}", ""]
         models: list[type[BaseModel]] = []
         for f in ("spec", "status"):

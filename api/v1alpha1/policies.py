@@ -30,6 +30,9 @@ policy                             what it refuses
                                    the manager in kube-system, kube-public, kube-node-lease
 =================================  =========================================================
 
+The queues' policies (``queue-namespaces``, ``queue-gpu-pods``, ``workload-jobs``) are
+in ``queue_policies.py``.
+
 What CEL cannot do: read an object other than the one written, its namespace and
 its params. ``gpunode-capacity`` therefore takes every Node as a param (``paramKind:
 Node``, ``paramRef.selector: {}``) and checks the one of the same name; the API server
@@ -266,6 +269,11 @@ def manager_namespaces() -> list[dict[str, Any]]:
 
 
 def security_policies() -> list[dict[str, Any]]:
-    """Every policy and its binding, in the order they are written to YAML."""
+    """Every policy and its binding, in the order they are written to YAML (the
+    queues' own, in ``queue_policies.py``, last; imported here because they build on
+    this module's helpers)."""
+    from api.v1alpha1.queue_policies import queue_policies
+
     return [*gpunode_identity(), *gpunode_capacity(), *node_agent(),
-            *annotation_map_namespaces(), *manager_writes(), *manager_namespaces()]
+            *annotation_map_namespaces(), *manager_writes(), *manager_namespaces(),
+            *queue_policies()]

@@ -438,6 +438,15 @@ class GPUWorkloadSpec(_Base):
         alias="retryPolicy",
         description="Retries with exponential backoff when the workload cannot be placed.",
     )
+    queue_name: str | None = Field(
+        None,
+        alias="queueName",
+        max_length=253,
+        description=(
+            "The GPUQueue whose quota admits this workload (docs/queues.md). Unset: the "
+            "queue whose namespaceSelector selects the workload's namespace, if any."
+        ),
+    )
     model_name: str | None = Field(
         None,
         alias="modelName",

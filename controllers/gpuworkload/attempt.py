@@ -44,6 +44,7 @@ from internal.backoff import next_delay, should_retry
 from internal.objects import JSON, object_key
 from internal.scheduling.framework import UNSCHEDULABLE
 from internal.scheduling.jobs import is_job_holder
+from internal.scheduling.ledger import DEPARTING
 from runtime import Result
 
 if TYPE_CHECKING:
@@ -74,9 +75,10 @@ class AttemptRunner:
         #: workloads whose first pod's create-to-bound latency was observed
         self._bound_observed: set[str] = set()
 
-    def release(self, state: PlacementState, key: str) -> None:
-        """Releases ``key``'s booking (its pods keep what they hold)."""
-        state.forget(key)
+    def release(self, state: PlacementState, key: str, *, departed: bool = False) -> None:
+        """Releases ``key``'s booking (its pods keep what they hold); ``departed``:
+        the workload is gone, and what it held on to after a preemption goes too."""
+        state.forget(key, departed=departed)
         self._bound_observed.discard(key)
 
     def run_or_end(self, state: PlacementState, w: GPUWorkload, raw: JSON,
@@ -124,6 +126,7 @@ class AttemptRunner:
         if self._wait_for_devices(state, key, placements, mine, out):
             return out
         status.nominated(None)  # nothing of the victims' is left on its devices
+        state.nomination_done(key)
         _placed(status, placements)  # a waiting reason no longer describes the present
         if exposure is DeviceExposure.DEVICE_PLUGIN and any(p.devices for p in placements):
             # A map names devices, so the kubelet must not pick others.
@@ -300,10 +303,15 @@ def _waiting_for(blockers: Mapping[str, list[str]], *, preempted: bool = True) -
     """``waiting for 2 preempted pod(s) and 1 preempted Job(s) to terminate on n3``;
     not ``preempted``: ``waiting for 1 pod(s) holding its devices to terminate on n3``"""
     names = [n for v in blockers.values() for n in v]
+    departing = sorted({n.removeprefix(DEPARTING) for n in names if n.startswith(DEPARTING)})
+    names = [n for n in names if not n.startswith(DEPARTING)]
     jobs = sum(1 for n in names if is_job_holder(n))
     word = "preempted " if preempted else ""
     what = [f"{n} {word}{kind}(s)" for n, kind in ((len(names) - jobs, "pod"),
                                                    (jobs, "Job")) if n]
+    if not what:  # only what a victim holds on to until it sees its children gone
+        return (f"waiting for preempted {', '.join(departing)} to see its children gone "
+                f"on {', '.join(sorted(blockers))}")
     held = "" if preempted else " holding its devices"
     return (f"waiting for {' and '.join(what)}{held} to terminate on "
             f"{', '.join(sorted(blockers))}")

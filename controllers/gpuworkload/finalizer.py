@@ -35,7 +35,8 @@ FINALIZE_POLL = 1.0
 class ChildrenFinalizer:
     def __init__(self, client: Any, children: ChildAPI, status_writer: StatusWriter | None,
                  release: Callable[[PlacementState, str], None], own_writes: OwnWrites,
-                 children_gone: Callable[[JSON], None] = lambda raw: None) -> None:
+                 children_gone: Callable[[PlacementState, JSON], None] = lambda state, raw: None,
+                 ) -> None:
         self.client = client
         #: called once none of the children is left, before the object may go (not
         #: with ``--cascade=orphan``: the children run on, with what they use)
@@ -63,7 +64,7 @@ class ChildrenFinalizer:
         if left:
             return Result(requeue_after=FINALIZE_POLL)
         if "orphan" not in finalizers:
-            self.children_gone(raw)
+            self.children_gone(state, raw)
         if self.status_writer is not None:
             # nothing of ours may be written once the object can go: a write still
             # in flight after the wait keeps the finalizer for now

@@ -6,8 +6,10 @@ attempt), and commits it: one replica in Pod mode is committed by its bound pod
 (``AttemptRunner.run_or_end`` creates it at once); a gang or a Job's placement is
 written to ``status.placements`` with the object's resourceVersion first
 (docs/architecture.md, step 4). Nothing fits: ``Scheduled=False Unschedulable`` and
-the retry policy. Also here: the wait for a previous attempt's children
-(``previous_attempt``) and the victim's side of a preemption (``evicted``).
+the retry policy, or, in a GPUQueue, a wait that spends no retry
+(controllers/queues/wait.py). Also here: the wait for a previous attempt's children
+(``previous_attempt``), the victim's side of a preemption (``evicted``), and the
+end of what a victim held on to once its children are gone (``children_gone``).
 
 The placement state is the reconcile's (fetched once per reconcile and passed in).
 """
@@ -27,6 +29,7 @@ from controllers.gpuworkload.attempt import AttemptRunner, child_kind
 from controllers.gpuworkload.child_api import ChildAPI
 from controllers.gpuworkload.reconcile_outcome import Outcome
 from controllers.placement.state import PlacementState
+from controllers.queues.wait import wait_in_queue
 from controllers.shared.own_writes import OwnWrites
 from controllers.status.builder import StatusBuilder, fmt_time, parse_time
 from controllers.status.conditions import (
@@ -41,6 +44,8 @@ from internal import metrics as m
 from internal.backoff import next_delay, should_retry
 from internal.objects import JSON, object_key
 from internal.scheduling.framework import INVALID_MAP, PREEMPT, UNSCHEDULABLE
+from internal.scheduling.jobs import job_finished
+from internal.scheduling.pods import pod_is_active
 from runtime import Result
 
 log = structlog.get_logger("gpuworkload")
@@ -166,6 +171,8 @@ class Placer:
             return self._unplaced(raw, status, "InvalidSchedulingMap", decision.message)
 
         m.SCHEDULING_ATTEMPTS.labels(strategy, "unschedulable").inc()
+        if decision.queue is not None or decision.wait_reason:
+            return wait_in_queue(raw, status, decision)  # no retry spent
         return self._unschedulable(state, w, raw, status, decision.message)
 
     def _unschedulable(self, state: PlacementState, w: GPUWorkload, raw: JSON,
@@ -213,11 +220,26 @@ class Placer:
         preemptor until they are gone); back to Pending."""
         self.children.delete(raw)
         state.evicted(object_key(raw))
+        self.children_gone(state, raw)  # it had none: its devices go now
         status.placements(None).retry(next_retry=None).phase(Phase.PENDING, msg)
         status.condition(SCHEDULED, False, "Preempted", msg)
         status.condition(PREEMPTED, True, "Preempted", msg)
         status.condition(READY, False, "Preempted", msg)
         return Outcome(status).warn("Preempted", msg)
+
+    def children_gone(self, state: PlacementState, raw: JSON) -> None:
+        """A preemption's victim holds on to its devices (``PlacementState.depart``:
+        its booking was released by another workload's decision, while a reconcile
+        of its own may have been creating a child) until none of its children is
+        left or being made (the cache's, and those we created that it does not show
+        yet: ``ChildAPI.known``): then they go (docs/architecture.md, invariant 3)."""
+        key = object_key(raw)
+        if not state.departing(key):
+            return
+        uid = raw["metadata"]["uid"]
+        if not any(pod_is_active(p) for p in self.children.known(uid, "Pod")) and \
+                all(job_finished(j) for j in self.children.known(uid, "Job")):
+            state.departed(key)
 
 
 def changed_message(raw: JSON, message: str) -> bool:

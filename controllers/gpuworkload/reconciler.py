@@ -150,7 +150,7 @@ class GPUWorkloadReconciler:
                              self.own_writes, clock, rng)
         self.finalizer = ChildrenFinalizer(client, self.children, status_writer,
                                            self.attempts.release, self.own_writes,
-                                           children_gone=self._claims_left)
+                                           children_gone=self._children_gone)
 
     # ------------------------------------------------------------------ entry
 
@@ -175,7 +175,7 @@ class GPUWorkloadReconciler:
         key = f"{req.namespace}/{req.name}"
         raw = self.workloads.get_by_name(req.name, req.namespace)
         if raw is None:
-            self.attempts.release(state, key)
+            self.attempts.release(state, key, departed=True)
             if self.status_writer is not None:
                 self.status_writer.forget(key)
             if self.backstop is not None:
@@ -203,6 +203,7 @@ class GPUWorkloadReconciler:
 
     def _observe_and_act(self, state: PlacementState, raw: JSON) -> Outcome:
         key = object_key(raw)
+        self.placer.children_gone(state, raw)  # a victim's devices, once it has none
         status = StatusBuilder(raw, self.clock())
         try:
             w = self.models.model(raw, (self.options.default_strategy,
@@ -294,6 +295,12 @@ class GPUWorkloadReconciler:
             out.append(Placement(index=index, node=node, devices=devices or [],
                                  share=ann.get(SHARE_ANNOTATION), mig=ann.get(MIG_ANNOTATION)))
         return out[:1]
+
+    def _children_gone(self, state: PlacementState, raw: JSON) -> None:
+        """Being deleted, none of its children left: what it held on to after a
+        preemption goes (``Placer.children_gone``), and a dra workload's claims."""
+        self.placer.children_gone(state, raw)
+        self._claims_left(raw)
 
     def _claims_left(self, raw: JSON) -> None:
         """A dra workload deleted while this manager runs without DRA releases its

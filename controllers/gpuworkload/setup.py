@@ -35,6 +35,7 @@ from controllers.gpuworkload.template_check import ChildDryRun
 from controllers.placement.pod_book import PodBook
 from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
+from controllers.queues.status import setup_queues
 from controllers.shared.own_writes import OwnWrites
 from controllers.status.conditions import MANAGED, get_condition
 from controllers.status.pacing import Pacer, PacingOptions
@@ -88,6 +89,7 @@ class ControllerOptions:
     dry_run_children: bool = True
     async_status: bool = True  # status written by the StatusWriter, off the workers' client
     status_writers: int = 4  # writer threads (each waits on one write at a time)
+    require_queue: bool = False  # a workload in no GPUQueue waits (NoQueue) instead of placed
     #: when the status writer sends (controllers/status/pacing.py): the lag a
     #: Scheduled status waits for a newer one, the rate while placing
     status_pacing: PacingOptions = field(default_factory=PacingOptions)
@@ -176,6 +178,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     #: our writes the caches have not shown yet: children, status writes, commits,
     #: seed bindings (one record per UID, shared by everyone that writes or reads)
     own_writes = OwnWrites()
+    # the queues' gate in decide (None where GPUQueues are not served)
+    queue_book = setup_queues(mgr, workloads, lambda: states.if_ready(), opts.require_queue)
 
     def enqueue(keys: Iterable[str]) -> None:
         ctrl = holder.get("ctrl")
@@ -193,7 +197,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
                               enqueue_on_node=enqueue_on_node, stale_after=opts.stale_after,
                               pod_books=pod_books, on_problem=recorder.warning,
                               dra_driver=dra.driver if dra else None,
-                              priority_class_value=class_value, own_writes=own_writes)
+                              priority_class_value=class_value, own_writes=own_writes,
+                              queues=queue_book)
 
     def fill(state: PlacementState) -> None:
         state.rebuild(lambda: (nodes.indexer.list(), gpunodes.indexer.list(),

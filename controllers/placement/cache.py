@@ -13,13 +13,14 @@ sees of each node's GPUs), ``Evictions`` (victims to tell, preemptors waiting),
 yet are the controller's ``OwnWrites`` (a collaborator with a lock of its own, a
 leaf: asked under this lock, it never calls out), so an older cached copy is not
 taken for news. Nothing outside this module,
-``state`` and ``events`` of this package touches them
+``state``, ``releases`` and ``events`` of this package touches them
 (``tests/unit/controllers/test_one_door.py`` greps for it).
 
 The informers' changes (``set_node``, ``set_holder``, ``set_claim``,
 ``set_workload``, ``workload_gone``) are called by ``events.CacheEvents``;
 most return what to wake (None: nothing) so the caller wakes it unlocked
-(``wake_if``). Bookings are committed and forgotten here (``commit``, ``forget``),
+(``wake_if``). Bookings are committed here (``commit``) and released by
+``releases.Releases``, which it inherits (``forget``, ``depart``, ``departed``),
 and a committed placement this ledger does not know is adopted from the workload's
 status (``adopt``), as kube-scheduler's cache adds a pod it finds bound.
 """
@@ -39,6 +40,7 @@ from controllers.placement.evictions import Evictions
 from controllers.placement.node_views import NodeViews
 from controllers.placement.pending import PendingSet, is_placed, is_terminal
 from controllers.placement.pod_book import PodBook
+from controllers.placement.releases import Releases
 from controllers.shared.own_writes import OwnWrites
 from internal.objects import JSON, object_key
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
@@ -57,7 +59,7 @@ LEDGER_READS = frozenset({
     "holders", "holding", "is_committed", "job", "pod", "sharing", "usable"})
 
 
-class PlacementCache:
+class PlacementCache(Releases):
     """The snapshot and the ledger behind one lock, kept by the informers' changes
     and asked by the reconcilers; every method takes the lock."""
 
@@ -310,17 +312,6 @@ class PlacementCache:
             if self._ledger.allocation(key) is not None:
                 self._ledger.commit(key)
 
-    def forget(self, key: str) -> None:
-        """Release ``key``'s booking (its pods keep what they hold); wakes workloads
-        waiting for capacity."""
-        with self._lock:
-            released = self._ledger.forget(key)
-            self.evictions.unblock(key)
-            self.evictions.stop_waiting(key)
-            waiting = list(self.pending.waiting) if released is not None else []
-        if released is not None:
-            self._wake(waiting)
-
     # ------------------------------------------------------------ workloads
 
     def _track_pending(self, obj: JSON) -> None:
@@ -406,4 +397,4 @@ class PlacementCache:
             self._enqueue_waiting(waiting)
         with self._lock:
             self.evictions.stop_waiting(key)
-        self.forget(key)
+        self.forget(key, departed=True)

@@ -75,7 +75,7 @@ class Evictions:
                          and _shares(b, nominated) and not booked_elsewhere(b.key))
         message = preempted_message(nominated.key, nominated.priority)
         for v in victims:
-            ledger.forget(v)
+            ledger.depart(v)
             self._evicting[v] = message
             log.info("preemption.continued", preemptor=nominated.key, victim=v)
         if victims:

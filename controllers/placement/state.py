@@ -42,13 +42,14 @@ from internal.metrics.domain import BAD_OBJECTS
 from internal.objects import JSON
 from internal.scheduling.framework import PREEMPT, Decision
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
-from internal.scheduling.ledger import Ledger, LedgerConflict
+from internal.scheduling.ledger import Ledger, LedgerConflict, departing_key
 from internal.scheduling.scheduler import Scheduler
 from internal.scheduling.search import check_exact
 from internal.scheduling.snapshot import NodeInfo, Snapshot
 
 if TYPE_CHECKING:
     from controllers.podbinding.seedbook import Entry, SeedBook
+    from controllers.queues.book import QueueBook
 
 log = structlog.get_logger("placement")
 
@@ -107,9 +108,11 @@ class PlacementState(PlacementCache):
                  on_problem: Callable[[JSON, str, str], None] | None = None,
                  dra_driver: str | None = None,
                  priority_class_value: Callable[[str], int | None] | None = None,
-                 own_writes: OwnWrites | None = None) -> None:
+                 own_writes: OwnWrites | None = None,
+                 queues: QueueBook | None = None) -> None:
         super().__init__(enqueue_waiting, stale_after, clock, pod_books, dra_driver,
                          own_writes)
+        self.queues = queues  # the GPUQueues' gate (None: no queues)
         self.default_exposure = default_exposure
         self.rng = rng or random.Random()
         self.scheduler = Scheduler(self._snapshot, self._ledger, rng=self.rng,
@@ -229,7 +232,8 @@ class PlacementState(PlacementCache):
         booked: list[tuple[PodBook, str]] = []  # victims of a pod book: their pods go
         across = self.admin_priority(w)
         with self._lock:
-            decision = self.scheduler.schedule(w, across_namespaces=across)
+            decision = (self.queues.gate(w, self._ledger, self.scheduler, across)
+                        if self.queues else self.scheduler.schedule(w, across_namespaces=across))
             if decision.ok:
                 decision.assume(self._ledger, w)
                 self.evictions.unblock(w.key)
@@ -239,10 +243,13 @@ class PlacementState(PlacementCache):
                     if book is not None:
                         booked.append((book, v))  # its booking stays till its pods go
                         continue
-                    self._ledger.forget(v)
+                    # held on until the victim's own reconcile finds its children
+                    # gone: one of its reconciles may be creating a pod right now
+                    self._ledger.depart(v)
                     victims.append(v)
                 # workload victims acknowledge their eviction in their own reconcile
-                self.evictions.evict(w.key, victims, preempted_message(w.key, w.spec.priority))
+                self.evictions.evict(w.key, victims, decision.evict_message
+                                     or preempted_message(w.key, w.spec.priority))
                 decision.assume(self._ledger, w)
                 self.evictions.block(w.key)
             if decision.ok or decision.outcome == PREEMPT:
@@ -253,14 +260,33 @@ class PlacementState(PlacementCache):
             book.evict(key, f"preempted by {w.key} (priority {w.spec.priority}) to make room")
         return decision
 
+    def queue_usage(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(queue -> GPUs used, owner -> what it holds), for the queues' status."""
+        with self._lock:
+            return self.queues.usage(self._ledger) if self.queues else ({}, {})
+
     def release_if_other_object(self, key: str, uid: str | None) -> None:
         """A booking under ``key`` made for another object of that name (deleted and
         re-created) is not this one's: release it."""
         with self._lock:
             a = self._ledger.allocation(key)
             stale = a is not None and bool(a.uid) and bool(uid) and a.uid != uid
+            h = self._ledger.holding(departing_key(key))
+            stale_hold = h is not None and bool(h.uid) and bool(uid) and h.uid != uid
         if stale:
             self.forget(key)
+        if stale_hold:
+            self.departed(key)
+
+    def nomination_done(self, key: str) -> None:
+        """``key``'s children are made, or about to be with nothing left to wait
+        for: its booking is no longer a nomination over anybody. (A victim placed
+        again keeps its owner, as an eviction spends no retry: an overlap left behind
+        would keep counting it as being taken, for the queues' reclaim plans.)"""
+        with self._lock:
+            a = self._ledger.allocation(key)
+            if a is not None and a.overlap:
+                a.overlap = frozenset()
 
     def blockers(self, key: str) -> dict[str, list[str]]:
         """node -> pods that ``key``'s nomination still waits for (empty: none)."""

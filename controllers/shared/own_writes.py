@@ -190,11 +190,17 @@ class OwnWrites:
 
     def cancel(self, obj: JSON, mark: int | None) -> None:
         """The write that carries ``mark`` will never be sent (settled, refused): it
-        no longer makes every cached copy older."""
+        no longer makes every cached copy older, and ``view`` no longer shows the
+        status it carried (else a reconcile that wants that status again finds it
+        unchanged and writes nothing, for ever)."""
         with self._lock:
             w = self._writes.get(_uid(obj))
-            if w is not None and mark is not None and w.mark == mark:
+            if w is None or mark is None:
+                return
+            if w.mark == mark:
                 w.mark = None
+            if w.status_mark == mark:
+                w.status = w.status_mark = None
 
     def is_behind(self, obj: JSON) -> bool:
         """Is ``obj`` (from the cache) older than our last write of it? (A copy

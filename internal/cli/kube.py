@@ -170,6 +170,10 @@ class Kube:
     def nodes(self) -> list[JSON]:
         return self._list("v1", "Node")
 
+    def queues(self) -> list[JSON]:
+        """GPUQueue objects (cluster-scoped)."""
+        return self._list(API_VERSION, "GPUQueue")
+
     def pods(self, namespace: str | None = None, label_selector: str | None = None,
              field_selector: str | None = None) -> list[JSON]:
         return self._list("v1", "Pod", namespace, label_selector=label_selector,

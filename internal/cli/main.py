@@ -1,7 +1,7 @@
 """``kubectl gpu``: the plugin's entry point (installed as the ``kubectl-gpu`` script,
 so ``kubectl gpu ...`` finds it on PATH).
 
-Commands: status, nodes, workloads, describe, submit, template, watch. Global flags
+Commands: status, nodes, workloads, queues, describe, submit, template, watch. Global flags
 (``--kubeconfig``, ``--context``, ``--as``, ``--as-group``, ``-n/--namespace``, ``-A``,
 ``-o``, ``--request-timeout``) go before or after the command, and every argument is
 checked (``internal/cli/validate.py``) before any request. An error is one line on
@@ -21,6 +21,7 @@ from types import ModuleType
 from internal.cli import (
     cmd_describe,
     cmd_nodes,
+    cmd_queues,
     cmd_status,
     cmd_submit,
     cmd_template,
@@ -35,6 +36,7 @@ COMMANDS: dict[str, ModuleType] = {
     "status": cmd_status,
     "nodes": cmd_nodes,
     "workloads": cmd_workloads,
+    "queues": cmd_queues,
     "describe": cmd_describe,
     "submit": cmd_submit,
     "template": cmd_template,

@@ -88,6 +88,39 @@ PHASES = ("Pending", "Scheduled", "Running", "Succeeded", "Failed")
 STATE = StateCollector()
 REGISTRY.register(STATE)
 
+
+class QueueCollector(Collector):
+    """Per-GPUQueue gauges read at scrape time (controllers/queues/status.py points it at
+    the queues): nominal, used and borrowed GPUs, and workloads pending."""
+
+    SERIES = (("nominal", "GPUs guaranteed to the queue (spec.nominalGPUs)."),
+              ("used", "GPUs the queue's workloads and its namespaces' GPU pods hold."),
+              ("borrowed", "GPUs the queue uses above its nominal, borrowed from its cohort."),
+              ("pending", "The queue's workloads waiting for quota or capacity."))
+
+    def __init__(self) -> None:
+        self._rows: Callable[[], dict[str, dict[str, float]]] = dict
+
+    def set_source(self, rows: Callable[[], dict[str, dict[str, float]]]) -> None:
+        """``rows()``: queue -> {nominal, used, borrowed, pending}."""
+        self._rows = rows
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        rows = self._rows()
+        for what, doc in self.SERIES:
+            g = GaugeMetricFamily(f"gpu_orchestrator_queue_{what}", doc, labels=["queue"])
+            for queue, row in sorted(rows.items()):
+                g.add_metric([queue], row.get(what, 0.0))
+            yield g
+
+
+QUEUES = QueueCollector()
+REGISTRY.register(QUEUES)
+QUEUE_ADMISSION_WAIT = Histogram(
+    "gpu_orchestrator_queue_admission_wait_seconds", "From a queued GPUWorkload's "
+    "creationTimestamp to its admission by its GPUQueue (quota and devices found).",
+    ["queue"], buckets=(*_LATENCY_BUCKETS, 600, 1800, 3600), registry=REGISTRY)
+
 SCHEDULING_ATTEMPTS = Counter(
     "gpu_orchestrator_scheduling_attempts", "Placement decisions by strategy and result "
     "(scheduled, unschedulable, invalid, preempting).", ["strategy", "result"],
@@ -161,4 +194,5 @@ def series_names(collectors: Iterable[Collector]) -> frozenset[str]:
 #: The exported series names, for tests that check the dashboard and the alerts only
 #: name metrics that exist: every metric declared above, never a second list of names.
 METRIC_NAMES = series_names(v for v in list(globals().values())
-                            if isinstance(v, MetricWrapperBase | StateCollector))
+                            if isinstance(v, MetricWrapperBase | StateCollector
+                                          | QueueCollector))

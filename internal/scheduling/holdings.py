@@ -12,7 +12,9 @@ re-indexes the free counts of the nodes it touched, ``FreeIndex``):
 ``free_count(node) = |usable - named-held| - counted``, where each owner's counted
 GPUs on a node are the largest of what its bookings, its pods and its Jobs count (a
 device-plugin workload's booking, its Job and its pod are the same GPUs, not three
-times as many).
+times as many). What a preemption's victim holds on to (``departing:<key>``,
+``Ledger.depart``) counts as the booking it was. ``watchers`` are told of every
+holder added and gone (the queues' usage index keeps its sums by them).
 
 The rules of who may hold what beside whom (``assume``'s check, a pod's conflicts,
 a nomination's blockers) are ``DeviceLedger``'s (``ledger_core.py``), over these
@@ -22,7 +24,7 @@ Not thread-safe: callers serialize (one lock in the controller).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -31,6 +33,14 @@ from internal.scheduling.freeindex import FreeIndex
 from internal.scheduling.jobs import job_holder_key
 from internal.scheduling.pods import pod_holder_key
 from internal.scheduling.shares import Hold, NodeSharing, compatible, hold_of, owner_use
+
+#: the key prefix of what a workload holds on to after its booking was released
+#: while its children may still exist (``Ledger.depart``): counted like a booking
+DEPARTING = "departing:"
+
+
+def is_departing(key: str) -> bool:
+    return key.startswith(DEPARTING)
 
 
 @dataclass(slots=True)
@@ -68,6 +78,9 @@ class DeviceHoldings:
         self._allocs: dict[str, Allocation] = {}
         self._sharing: dict[str, NodeSharing] = {}
         self.index = FreeIndex()
+        #: called with (holder, True) when a holder is added, (holder, False) when it
+        #: goes (quota's usage index keeps its sums by them)
+        self.watchers: list[Callable[[Allocation, bool], None]] = []
 
     # ------------------------------------------------------------------- nodes
 
@@ -155,7 +168,7 @@ class DeviceHoldings:
         jobs: dict[str, int] = {}
         for key, n in self._counted.get(node, {}).items():
             a = self._allocs[key]
-            side = jobs if a.job else pods if a.holder else booked
+            side = jobs if a.job else pods if a.holder and not is_departing(key) else booked
             side[a.owner] = side.get(a.owner, 0) + n
         return {o: max(booked.get(o, 0), pods.get(o, 0), jobs.get(o, 0))
                 for o in booked.keys() | pods.keys() | jobs.keys()}
@@ -233,6 +246,8 @@ class DeviceHoldings:
         self._allocs[alloc.key] = alloc
         for node in touched:
             self._reindex(node)
+        for watch in self.watchers:
+            watch(alloc, True)
 
     def _release(self, alloc: Allocation) -> None:
         touched = set()
@@ -258,3 +273,5 @@ class DeviceHoldings:
         self._allocs.pop(alloc.key, None)
         for node in touched:
             self._reindex(node)
+        for watch in self.watchers:
+            watch(alloc, False)

@@ -25,7 +25,7 @@ from api.v1alpha1.keys import DEVICES_ANNOTATION
 from api.v1alpha1.types import GPUWorkload, Phase
 from internal.objects import object_key
 from internal.scheduling.freeindex import FreeIndex
-from internal.scheduling.holdings import Allocation
+from internal.scheduling.holdings import DEPARTING, Allocation, is_departing
 from internal.scheduling.jobs import job_holder_key, job_holding, job_uid
 from internal.scheduling.ledger_core import DeviceLedger, LedgerConflict
 from internal.scheduling.pods import (
@@ -40,9 +40,27 @@ from internal.scheduling.pods import (
     workload_owner,
 )
 
-__all__ = ["Allocation", "DeviceLedger", "FreeIndex", "Ledger", "LedgerConflict",
-           "booking_owner", "holds_devices", "is_controller_pod", "pod_gpu_request",
-           "pod_is_active"]
+__all__ = [
+    "DEPARTING",
+    "Allocation",
+    "DeviceLedger",
+    "FreeIndex",
+    "Ledger",
+    "LedgerConflict",
+    "booking_owner",
+    "departing_key",
+    "holds_devices",
+    "is_controller_pod",
+    "is_departing",
+    "pod_gpu_request",
+    "pod_is_active",
+]
+
+
+def departing_key(key: str) -> str:
+    """The key (and name) of what workload ``key`` held on to after its booking was
+    released while its children may still be made or still run (``Ledger.depart``)."""
+    return f"{DEPARTING}{key}"
 
 
 def booking_owner(w: GPUWorkload) -> str:
@@ -52,6 +70,39 @@ def booking_owner(w: GPUWorkload) -> str:
 
 class Ledger(DeviceLedger):
     """The ledger: the device arithmetic, with API objects read into it."""
+
+    def depart(self, key: str) -> Allocation | None:
+        """Release the booking ``key`` of a workload whose children may still exist or
+        still be being made (a preemption's victim, a deleted workload, an ended
+        attempt): what it booked is held on under ``departing_key(key)``, a holding
+        of the same owner, until ``release_departed`` (the workload's own reconcile
+        found none of its children left). Until then nobody else is given those
+        devices, whatever the cache shows of its pods: a pod still being created, or
+        created and not yet seen, would otherwise stand on devices given to another
+        workload (docs/architecture.md, invariant 3). A nomination over the owner
+        waits for it as for the owner's pods. Returns the released booking."""
+        a = self.allocation(key)
+        if a is None or a.holder:
+            return None
+        self.forget(key)
+        held = self.allocation(departing_key(key))
+        if held is not None:  # departed before: keep both (one owner holds both)
+            self.remove_holder(held.key)
+        placements = tuple(a.placements) + tuple(
+            p for p in (held.placements if held is not None else ()) if p not in a.placements)
+        counted = dict(a.counted)
+        for node, n in (held.counted.items() if held is not None else ()):
+            counted[node] = max(counted.get(node, 0), n)
+        hold = Allocation(departing_key(key), placements, counted, a.priority, True,
+                          a.gpus_per_replica, a.owner, holder=True,
+                          name=departing_key(a.name), uid=a.uid)
+        self._apply(hold)  # what it booked: nothing to check
+        return a
+
+    def release_departed(self, key: str) -> bool:
+        """Workload ``key``'s children are gone: its departing holding goes. True
+        if there was one."""
+        return self.remove_holder(departing_key(key))
 
     def sync_job(self, job: Mapping[str, Any]) -> list[str]:
         """Brings the ledger in line with one Job as the API has it now (``sync``; a

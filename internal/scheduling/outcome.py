@@ -36,6 +36,9 @@ class Decision:
     counted: bool = False
     gpus_per_replica: int = 0
     visited: int = 0  # nodes the filters ran on
+    queue: str | None = None  # the GPUQueue that admits it (None: in no queue)
+    wait_reason: str = ""  # waiting in its queue: the Scheduled condition's reason
+    evict_message: str = ""  # what a PREEMPT tells its victims (default: by priority)
 
     @property
     def ok(self) -> bool:

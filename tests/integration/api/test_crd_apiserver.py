@@ -25,6 +25,7 @@ def crds(cluster):
         "--timeout=60s",
         "crd/gpuworkloads.gpu.orchestrator.dev",
         "crd/gpunodes.gpu.orchestrator.dev",
+        "crd/gpuqueues.gpu.orchestrator.dev",
     )
     return cluster
 
@@ -149,3 +150,29 @@ def test_status_subresource_and_printer_columns(crds, namespace) -> None:
     assert row.endswith("1 of 1 replica(s) running"), row
     explain = crds.kubectl("explain", "gpuworkload.spec.gpusPerReplica").stdout
     assert "GPU devices per replica" in explain
+
+
+def test_gpuqueue_schema_columns_and_explain(crds) -> None:
+    """A queue may not lend more than its nominal; ``kubectl get gpuqueues`` shows
+    NOMINAL, USED, BORROWED, PENDING; ``kubectl explain`` the field docs."""
+    name = f"q-{int(time.time() * 1000) % 10**9}"
+    bad = {"apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUQueue",
+           "metadata": {"name": name}, "spec": {"nominalGPUs": 8, "lendingLimit": 9}}
+    proc = crds.kubectl("apply", "-f", "-", input=json.dumps(bad), check=False)
+    assert proc.returncode != 0 and "lendingLimit cannot exceed nominalGPUs" in proc.stderr
+    good = {**bad, "spec": {"nominalGPUs": 8, "cohort": "research"}}
+    crds.kubectl("apply", "-f", "-", input=json.dumps(good))
+    try:
+        crds.kubectl("patch", "gpuqueue", name, "--subresource=status", "--type=merge", "-p",
+                     json.dumps({"status": {"usedGPUs": 12.5, "borrowedGPUs": 4.5,
+                                            "pendingWorkloads": 2}}))
+        header, row = crds.kubectl("get", "gpuqueues", name).stdout.splitlines()[:2]
+        assert header.split() == ["NAME", "COHORT", "NOMINAL", "USED", "BORROWED", "PENDING",
+                                  "AGE"]
+        assert row.split()[:6] == [name, "research", "8", "12.5", "4.5", "2"]
+        explain = crds.kubectl("explain", "gpuqueue.spec.nominalGPUs").stdout
+        assert "GPUs guaranteed to this queue's workloads" in explain
+        # the workload side: spec.queueName cannot change once set
+        assert "queueName" in crds.kubectl("explain", "gpuworkload.spec").stdout
+    finally:
+        crds.kubectl("delete", "gpuqueue", name, check=False)

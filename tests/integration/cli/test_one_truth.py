@@ -41,7 +41,8 @@ def stamp(t: datetime) -> str:
 def installed(cluster: ControlPlane) -> ControlPlane:
     cluster.kubectl("apply", "-k", str(ROOT) + "/config")
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    "crd/gpuworkloads.gpu.orchestrator.dev", "crd/gpunodes.gpu.orchestrator.dev")
+                    "crd/gpuworkloads.gpu.orchestrator.dev", "crd/gpunodes.gpu.orchestrator.dev",
+                    "crd/gpuqueues.gpu.orchestrator.dev")
     return cluster
 
 

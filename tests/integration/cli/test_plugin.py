@@ -44,7 +44,8 @@ def now() -> str:
 def crds(cluster: ControlPlane) -> None:
     cluster.kubectl("apply", "-k", "config/crd")
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    "crd/gpuworkloads.gpu.orchestrator.dev", "crd/gpunodes.gpu.orchestrator.dev")
+                    "crd/gpuworkloads.gpu.orchestrator.dev", "crd/gpunodes.gpu.orchestrator.dev",
+                    "crd/gpuqueues.gpu.orchestrator.dev")
 
 
 class Plugin:

@@ -38,7 +38,8 @@ TENANT = "tenant-a"
 def installed(cluster: ControlPlane) -> ControlPlane:
     cluster.kubectl("apply", "-k", os.path.join(ROOT, "config"))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    "crd/gpuworkloads.gpu.orchestrator.dev", "crd/gpunodes.gpu.orchestrator.dev")
+                    "crd/gpuworkloads.gpu.orchestrator.dev", "crd/gpunodes.gpu.orchestrator.dev",
+                    "crd/gpuqueues.gpu.orchestrator.dev")
     return cluster
 
 

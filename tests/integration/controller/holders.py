@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -61,6 +62,8 @@ class HolderWatch:
 
     client: Client
     jobs: bool = False
+    #: called, on the watcher's thread, with the live pods after every pod event
+    on_live: Callable[[list[dict[str, Any]]], None] | None = None
     device_memory_mib: int | None = None  # every device's, for memory shares
     shared_max: int = 0  # the most workloads seen on one device at once
     portions: set[str] = field(default_factory=set)  # pods seen holding a share or MIG
@@ -180,6 +183,9 @@ class HolderWatch:
                 self.overlaps.append(Overlap(node, d, sorted(
                     f"{p['metadata']['namespace']}/{p['metadata']['name']}"
                     for p in pods.values())))
+        if self.on_live is not None:
+            self.on_live([p for p in self._live.values() if (p.get("spec") or {}).get("nodeName")
+                          and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")])
 
 
 def _annotation(pod: dict[str, Any], key: str) -> str:

@@ -69,5 +69,6 @@ def crds(cluster: ControlPlane) -> ControlPlane:
     cluster.kubectl("apply", "-k", str(ROOT / "config" / "crd"))
     cluster.kubectl("apply", "-f", str(ROOT / "config" / "manager" / "namespace.yaml"))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    "crd/gpuworkloads.gpu.orchestrator.dev", "crd/gpunodes.gpu.orchestrator.dev")
+                    "crd/gpuworkloads.gpu.orchestrator.dev", "crd/gpunodes.gpu.orchestrator.dev",
+                    "crd/gpuqueues.gpu.orchestrator.dev")
     return cluster

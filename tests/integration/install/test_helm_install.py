@@ -84,7 +84,8 @@ def test_install_place_upgrade_uninstall(plane: ControlPlane, helm: Path,
                    "--set", "manager.replicas=0", kubeconfig=kc).stdout
     assert "STATUS: deployed" in out
     plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                  "crd/gpuworkloads.gpu.orchestrator.dev", "crd/gpunodes.gpu.orchestrator.dev")
+                  "crd/gpuworkloads.gpu.orchestrator.dev", "crd/gpunodes.gpu.orchestrator.dev",
+                  "crd/gpuqueues.gpu.orchestrator.dev")
     admin = Client(RestConfig.from_kubeconfig(str(kc)))
     # The chart's RBAC is what the in-process manager gets (it impersonates the
     # release's ServiceAccount gpu-orchestrator-system:gpu-orchestrator).

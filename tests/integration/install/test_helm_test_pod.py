@@ -21,7 +21,8 @@ import yaml
 from hack.testenv import ControlPlane, signals_stop
 from tests.integration.install.conftest import NS, ROOT, render
 
-CRDS = ("gpuworkloads.gpu.orchestrator.dev", "gpunodes.gpu.orchestrator.dev")
+CRDS = ("gpuworkloads.gpu.orchestrator.dev", "gpunodes.gpu.orchestrator.dev",
+        "gpuqueues.gpu.orchestrator.dev")
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +98,9 @@ def test_a_working_release_passes(plane: ControlPlane, hooks: list[dict], sa_dir
     proc = run_test_pod(plane, hooks, sa_dir)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[:2] == [f"ok   CRD {c} Established" for c in CRDS]
-    assert lines[2] == "ok   manager: 2 of 2 replicas ready (/readyz)"
-    assert lines[3].startswith("ok   leader: manager-0_abc, renewed ")
+    assert lines[:3] == [f"ok   CRD {c} Established" for c in CRDS]
+    assert lines[3] == "ok   manager: 2 of 2 replicas ready (/readyz)"
+    assert lines[4].startswith("ok   leader: manager-0_abc, renewed ")
 
 
 def test_no_ready_manager_and_a_stale_lease_fail(plane: ControlPlane, hooks: list[dict],

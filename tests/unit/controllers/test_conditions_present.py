@@ -22,6 +22,7 @@ def test_a_running_preemptor_says_where_it_was_placed_not_what_it_waited_for() -
     env.settle("high")
     assert env.condition("high", "Scheduled")["reason"] == "WaitingForPreemption"
     env.pod_gone("low-0")
+    env.settle("low")  # sees its pod gone: its devices go
     env.settle("high")
     env.set_phase("high-0", "Running")
     env.settle("high")

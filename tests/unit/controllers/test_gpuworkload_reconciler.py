@@ -321,6 +321,9 @@ def test_a_preemptor_is_nominated_and_waits_for_its_victims_pods() -> None:
 
     env.pod_gone("low-0")
     assert f"{NS}/high" in env.woken
+    env.settle("high")  # low has not seen its pod gone yet: its devices are still its own
+    assert env.pod("high-0") is None
+    env.settle("low")  # its pod's deletion wakes it: none of its children is left
     env.settle("high")
     pod = env.pod("high-0")
     assert pod is not None
@@ -369,6 +372,7 @@ def test_a_victim_chosen_while_its_own_gang_is_being_created_is_waited_for() -> 
     assert env.pod("high-0") is None and env.overlaps() == []
     env.pod_gone("low-0")
     env.pod_gone("low-1")
+    env.settle("low")
     env.settle("high")
     assert env.pod("high-0") is not None
     assert seen == [[]] and env.overlaps() == []
@@ -387,10 +391,12 @@ def test_a_preemptor_deleted_while_waiting_gives_its_nomination_back() -> None:
     assert env.state.booking(f"{NS}/high") is None
 
     env.pod_gone("low-0")
-    assert env.free() == 4
-    env.workload("mid", gpusPerReplica=2, priority="medium")
-    env.settle("mid")
-    assert env.pod("mid-0") is not None
+    assert env.free() == 0  # the victim has not seen its pod gone: still its own
+    # the victim's reconcile (its pod's deletion wakes it) lets them go, and with no
+    # nomination left over them it is placed on them again
+    env.settle("low")
+    assert env.pod("low-0") is not None and env.free() == 0
+    assert env.status("low")["placements"][0]["devices"] == [0, 1, 2, 3]
 
 
 # ------------------------------------------------------------------ deleting

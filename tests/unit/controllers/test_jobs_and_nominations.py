@@ -74,6 +74,9 @@ def test_a_job_mode_victim_without_a_pod_yet_is_waited_for_until_its_job_is_gone
     env.job_gone("low-0")
     assert f"{NS}/high" in env.woken
     env.settle("high")
+    assert env.pod("high-0") is None  # low has not seen its Job gone yet
+    env.settle("low")  # the Job's deletion wakes it: none of its children is left
+    env.settle("high")
     assert env.pod("high-0") is not None and env.overlaps() == []
     assert env.status("high").get("nominatedOver") is None
 
@@ -102,6 +105,7 @@ def test_a_job_victim_chosen_while_its_job_is_being_created_is_waited_for() -> N
     env.settle("high")
     assert env.pod("high-0") is None
     env.job_gone("low-0")
+    env.settle("low")
     env.settle("high")
     assert env.pod("high-0") is not None and env.overlaps() == []
 
@@ -208,6 +212,7 @@ def test_a_restart_before_the_victim_took_in_its_eviction_evicts_it_again() -> N
     assert env.condition("low", "Preempted")["status"] == "True"
     assert env.client.names("delete", "Pod") == ["low-0"]
     env.pod_gone("low-0")
+    env.settle("low")
     env.settle("high")
     assert env.pod("high-0") is not None and env.overlaps() == []
     assert env.status("high").get("retries", 0) == 0

@@ -121,6 +121,18 @@ def test_a_cancelled_mark_stops_making_copies_older() -> None:
     assert not own.is_behind(obj)
 
 
+def test_a_status_never_sent_is_not_read_back() -> None:
+    """A held status the writer dropped (``StatusWriter.settle``) was never written:
+    the reconcile must see the cache's status, or the same status wanted again looks
+    unchanged and is never written (a queued gang stayed ``ReplicaDeleted``)."""
+    own = OwnWrites()
+    cached = workload("u1", 5, {"phase": "Pending", "message": "replica deleted"})
+    mark = own.writing(cached, {"phase": "Pending", "message": "waiting for quota"})
+    assert own.view(cached)["status"]["message"] == "waiting for quota"
+    own.cancel(cached, mark)
+    assert own.view(cached) is None and not own.is_behind(cached)
+
+
 def test_read_your_writes_until_the_cache_shows_the_write_that_carried_it() -> None:
     own = OwnWrites()
     cached = workload("u1", 5, {"phase": "Running"})

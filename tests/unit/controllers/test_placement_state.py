@@ -197,8 +197,8 @@ def test_a_nomination_keeps_the_victims_devices_from_everyone_else() -> None:
     assert d.outcome == PREEMPT and d.victims == ["ns/low"]
     assert "ns/low" in w.woken
     assert w.state.eviction("ns/low") is not None  # told on its own reconcile
-    assert w.state.booking("ns/low") is None
-    assert w.state.blockers("ns/high") == {"node1": ["ns/low-0"]}
+    assert w.state.booking("ns/low") is None  # released: held on to until low departs
+    assert w.state.blockers("ns/high") == {"node1": ["departing:ns/low", "ns/low-0"]}
     assert w.owners() == {d: {"uid-low#0", "uid-high#0"} for d in range(4)}
 
     # nobody else gets them, not even a workload as important as the preemptor
@@ -206,9 +206,13 @@ def test_a_nomination_keeps_the_victims_devices_from_everyone_else() -> None:
     assert not other.ok and other.outcome != PREEMPT
 
     w.state.events.on_pod(child("low", "uid-low", "node1", "0,1,2,3", terminating=True))
-    assert w.state.blockers("ns/high") == {"node1": ["ns/low-0"]}
-    w.woken.clear()
+    assert w.state.blockers("ns/high") == {"node1": ["departing:ns/low", "ns/low-0"]}
     w.state.events.on_pod_deleted(low_pod)
+    # until low's own reconcile sees no child of its own left (one of its reconciles
+    # may have been creating a pod when high chose it)
+    assert w.state.blockers("ns/high") == {"node1": ["departing:ns/low"]}
+    w.woken.clear()
+    w.state.departed("ns/low")
     assert "ns/high" in w.woken  # the preemptor may create its pod now
     assert w.state.blockers("ns/high") == {}
     assert w.owners() == {d: {"uid-high#0"} for d in range(4)}
@@ -225,6 +229,7 @@ def test_a_preemptor_that_goes_gives_its_nomination_back() -> None:
     assert w.state.booking("ns/high") is None
     assert w.owners()[0] == {"uid-low#0"}  # the victim's pod still holds
     w.state.events.on_pod_deleted(low_pod)
+    w.state.departed("ns/low")  # its reconcile sees it gone
     assert w.owners().keys() == {2, 3}
     assert w.state.decide(gw("mid", gpusPerReplica=2, priority="medium")).ok
 

@@ -1,0 +1,171 @@
+"""GPUQueues: their informers, the gate's book, and the queue-status controller.
+
+``setup_queues`` reads GPUQueues and Namespaces (a namespace's labels pick its
+default queue) into the manager's cache and returns the ``QueueBook`` that the
+placement state's ``decide`` consults. A GPUQueue's change wakes the waiting
+workloads (its quota may have grown); a write of its status does not.
+
+The queue-status controller writes each queue's ``status`` (used, borrowed and
+lent GPUs from the ledger; admitted and pending workloads from the cache; the
+``Active`` condition), once per change and looked at again every
+``STATUS_PERIOD`` seconds: usage moves with every pod, and one write per queue
+per period is what it costs. The same figures feed the
+``gpu_orchestrator_queue_*`` gauges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from fractions import Fraction
+from typing import Any
+
+import structlog
+
+from api.v1alpha1.queues import QUEUE_ACTIVE
+from api.v1alpha1.types import API_VERSION, format_time
+from controllers.queues.book import QueueBook
+from controllers.status.conditions import set_condition
+from internal.metrics.domain import QUEUES
+from internal.scheduling.quota import Queue, Quotas
+from runtime import Builder, FuncHandler, Manager, NotFound, Request, Result
+from runtime.errors import ApiError
+
+log = structlog.get_logger("queues")
+
+#: seconds between two looks at a queue's usage
+STATUS_PERIOD = 5.0
+
+JSON = Mapping[str, Any]
+
+
+def _num(f: Fraction) -> float | int:
+    return int(f) if f.denominator == 1 else round(float(f), 3)
+
+
+class QueueStatusReconciler:
+    """Writes a GPUQueue's status from the ledger (``usage``) and the cache (``book``)."""
+
+    def __init__(self, client: Any, book: QueueBook,
+                 usage: Callable[[], dict[str, Fraction] | None],
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.client, self.book, self.usage, self.clock = client, book, usage, clock
+
+    def desired(self, name: str, used: Mapping[str, Fraction],
+                quotas: Quotas, counts: Mapping[str, tuple[int, int]],
+                old: JSON) -> dict[str, Any] | None:
+        q = quotas.get(name)
+        if q is None:
+            return None
+        u = quotas.usage(q, used)
+        admitted, pending = counts.get(name, (0, 0))
+        if q.cohort is None and q.borrowing_limit:
+            active = (True, "NoCohort", "admitting workloads up to nominalGPUs: "
+                      "borrowingLimit is set but the queue has no cohort to borrow from")
+        else:
+            active = (True, "Ready", "admitting workloads")
+        status = {
+            "usedGPUs": _num(u.used), "borrowedGPUs": _num(u.borrowed),
+            "lentGPUs": _num(u.lent), "admittedWorkloads": admitted,
+            "pendingWorkloads": pending,
+        }
+        conditions = set_condition(list(old.get("conditions") or ()), QUEUE_ACTIVE, active[0],
+                                   active[1], active[2], format_time(self.clock()), None)
+        status["conditions"] = conditions
+        return status
+
+    def reconcile(self, req: Request) -> Result | None:
+        used = self.usage()
+        if used is None:
+            return Result(requeue_after=1.0)  # not leading yet, or rebuilding
+        raw = self.book.queue(req.name)
+        if raw is None:
+            return None
+        old = raw.get("status") or {}
+        status = self.desired(req.name, used, self.book.quotas(), self.book.counts(), old)
+        if status is None:
+            return Result(requeue_after=STATUS_PERIOD)
+        if any(old.get(k) != v for k, v in status.items() if k != "conditions") or \
+                _conditions(old) != _conditions(status):
+            status["lastUpdateTime"] = format_time(self.clock())
+            try:
+                self.client.patch(API_VERSION, "GPUQueue", req.name, {"status": status},
+                                  subresource="status")
+            except NotFound:
+                return None
+        return Result(requeue_after=STATUS_PERIOD)
+
+
+def _conditions(status: JSON) -> list[tuple[Any, ...]]:
+    return [(c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+            for c in status.get("conditions") or ()]
+
+
+def queues_unavailable(client: Any) -> str | None:
+    """Why the API server serves no GPUQueues (a sentence), or None when it does, or
+    when discovery failed for another reason than 404 (the informers retry), as for
+    DRA (controllers/dra_availability.py)."""
+    try:
+        client.resource_for(API_VERSION, "GPUQueue")
+    except NotFound as exc:
+        return f"the GPUQueue CRD is not installed ({exc})"
+    except ApiError as exc:
+        log.warning("queues.discovery.failed", code=exc.status, error=str(exc))
+    return None
+
+
+def setup_queues(mgr: Manager, workloads: Any, state: Callable[[], Any],
+                 require_queue: bool) -> QueueBook | None:
+    """The queues' informers, book, status controller and gauges. ``state()`` is the
+    placement state now (None while not leading). None, and nothing read, where the
+    API server serves no GPUQueues: informers of a kind that is not served would
+    never sync, and the manager would stop at its cache-sync timeout; workloads are
+    then placed as without queues (``spec.queueName`` and ``--require-queue`` have
+    no effect, said once here)."""
+    why = queues_unavailable(mgr.client)
+    if why is not None:
+        log.warning("queues.unavailable", reason=why,
+                    effect="workloads are placed as without queues; GPUQueues and "
+                           "Namespaces are not read", require_queue=require_queue)
+        return None
+    queues = mgr.informer_for(API_VERSION, "GPUQueue")
+    namespaces = mgr.informer_for("v1", "Namespace")
+    book = QueueBook(queues.indexer, namespaces.indexer, workloads.indexer, require_queue)
+
+    def wake(*_: Any) -> None:
+        s = state()
+        if s is not None and s.ready:
+            s.capacity_freed()
+
+    def spec_changed(old: JSON, new: JSON) -> None:
+        # not for our own status writes: they change no quota
+        gens = [(o.get("metadata") or {}).get("generation") for o in (old, new)]
+        if gens[0] is None or gens[0] != gens[1]:
+            wake()
+
+    queues.add_event_handler(FuncHandler(wake, spec_changed, wake, name="queues-wake"))
+
+    def usage() -> dict[str, Fraction] | None:
+        s = state()
+        return s.queue_usage()[0] if s is not None and s.ready else None
+
+    Builder(mgr).named("gpuqueue").for_(API_VERSION, "GPUQueue").complete(
+        QueueStatusReconciler(mgr.client, book, usage))
+
+    def rows() -> dict[str, dict[str, float]]:
+        used = usage() or {}
+        quotas = book.quotas()
+        counts = book.counts()
+        out = {}
+        for name, q in quotas.queues.items():
+            u = quotas.usage(q, used)
+            out[name] = {"nominal": float(q.nominal), "used": float(u.used),
+                         "borrowed": float(u.borrowed),
+                         "pending": float(counts.get(name, (0, 0))[1])}
+        return out
+
+    QUEUES.set_source(rows)
+    return book
+
+
+__all__ = ["Queue", "QueueStatusReconciler", "setup_queues"]
