@@ -26,8 +26,10 @@ from typing import Any
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION
 from api.v1alpha1.types import API_VERSION
+from controllers.gpuworkload.backstop import DEFAULT_PERIOD
 from hack.testenv import ControlPlane
 from runtime import Client
+from runtime.manager import Options
 from tests.integration.controller.conftest import NodeGroup, delete_workload, workload
 from tests.integration.controller.holders import HolderWatch
 from tests.integration.controller.preemptions import PreemptionWatch
@@ -41,6 +43,11 @@ SEED = int(os.environ.get("CHURN_SEED") or 2511)
 KILLS = int(os.environ.get("CHURN_KILLS") or 2)
 LOG = os.environ.get("CHURN_LOG")
 WAITING = {"WaitingForQuota", "Queued", "WaitingForCapacity"}
+#: the last restart's manager leads within a Lease (15 s) of it; the backstop then
+#: reconciles a workload no reconcile looked at within 1.5 periods (its first sweep
+#: comes half a period in, and a workload is due a whole period after it is first
+#: seen): the settle check waits at least that long after the last restart
+SETTLE_BOUND = Options().lease_duration + 1.5 * DEFAULT_PERIOD + 10
 
 
 def _gpus(pod: dict[str, Any]) -> int:
@@ -89,7 +96,7 @@ def test_queues_under_churn_never_exceed_quota_and_settle(
     killed = 0
     try:
         ctl.start()
-        started = time.monotonic()
+        started = restarted = time.monotonic()
         while (elapsed := time.monotonic() - started) < CHURN_SECONDS:
             assert ctl.alive(), f"the controller exited:\n{ctl.tail()}"
             if kills and elapsed >= kills[0]:
@@ -97,6 +104,7 @@ def test_queues_under_churn_never_exceed_quota_and_settle(
                 ctl.kill9()
                 killed += 1
                 ctl.start()
+                restarted = time.monotonic()
             if live and rng.random() < 0.35:
                 team, name = live.pop(rng.randrange(len(live)))
                 delete_workload(admin, ns[team], name)
@@ -162,7 +170,8 @@ def test_queues_under_churn_never_exceed_quota_and_settle(
                         return False  # one GPU within its nominal, lent out: reclaim it
             return True
         try:
-            eventually(settled, timeout=90, interval=1.0, what="queues settled")
+            bound = max(90.0, restarted + SETTLE_BOUND - time.monotonic())
+            eventually(settled, timeout=bound, interval=1.0, what="queues settled")
         except AssertionError as exc:
             raise AssertionError(
                 f"{exc}: {why[0]} (meanwhile {len(watch.overlaps)} overlaps, {len(over)} "
