@@ -13,16 +13,29 @@ sees of each node's GPUs), ``Evictions`` (victims to tell, preemptors waiting),
 yet are the controller's ``OwnWrites`` (a collaborator with a lock of its own, a
 leaf: asked under this lock, it never calls out), so an older cached copy is not
 taken for news. Nothing outside this module,
-``state``, ``releases`` and ``events`` of this package touches them
+``state`` and ``events`` of this package touches them
 (``tests/unit/controllers/test_one_door.py`` greps for it).
 
 The informers' changes (``set_node``, ``set_holder``, ``set_claim``,
 ``set_workload``, ``workload_gone``) are called by ``events.CacheEvents``;
 most return what to wake (None: nothing) so the caller wakes it unlocked
-(``wake_if``). Bookings are committed here (``commit``) and released by
-``releases.Releases``, which it inherits (``forget``, ``depart``, ``departed``),
-and a committed placement this ledger does not know is adopted from the workload's
-status (``adopt``), as kube-scheduler's cache adds a pod it finds bound.
+(``wake_if``). Bookings are committed here (``commit``) and released here:
+
+- ``forget``: the booking goes (its pods keep what they hold); with ``departed``,
+  what it held on to after a preemption goes too.
+- ``depart``: a preemption's victim gives up its booking while one of its own
+  reconciles may still be creating a child on its devices (that child is in the
+  ledger only once its create answers): its devices stay held under
+  ``departing:<key>`` (``Ledger.depart``), counted as its booking was, by the free
+  counts and the queues' usage (docs/architecture.md, invariant 3).
+- ``departed``: the victim's own reconcile found none of its children left or being
+  made (or it is gone): what it held on to goes.
+
+Every change of the cache is a method of this class, the owner of the lock; that
+is why it is a little above 400 lines (a mixin holding some of them would declare
+the lock and ledger it does not own). A committed placement this ledger does not
+know is adopted from the workload's status (``adopt``), as kube-scheduler's cache
+adds a pod it finds bound.
 """
 
 from __future__ import annotations
@@ -40,11 +53,10 @@ from controllers.placement.evictions import Evictions
 from controllers.placement.node_views import NodeViews
 from controllers.placement.pending import PendingSet, is_placed, is_terminal
 from controllers.placement.pod_book import PodBook
-from controllers.placement.releases import Releases
 from controllers.shared.own_writes import OwnWrites
 from internal.objects import JSON, object_key
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
-from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner
+from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner, departing_key
 from internal.scheduling.resourceslices import SliceInventory, claim_holder_key, claim_holding
 from internal.scheduling.snapshot import NodeInfo, Snapshot
 
@@ -59,7 +71,7 @@ LEDGER_READS = frozenset({
     "holders", "holding", "is_committed", "job", "pod", "sharing", "usable"})
 
 
-class PlacementCache(Releases):
+class PlacementCache:
     """The snapshot and the ledger behind one lock, kept by the informers' changes
     and asked by the reconcilers; every method takes the lock."""
 
@@ -306,6 +318,40 @@ class PlacementCache(Releases):
         return any(book.owns_key(ledger_key) for book in self.pod_books)
 
     # ----------------------------------------------------------- bookings
+
+    def forget(self, key: str, *, departed: bool = False) -> None:
+        """Release ``key``'s booking (its pods keep what they hold), and with
+        ``departed`` what it held on to (``depart``); wakes workloads waiting for
+        capacity."""
+        with self._lock:
+            released = self._ledger.forget(key) is not None
+            released = (departed and self._ledger.release_departed(key)) or released
+            self.evictions.unblock(key)
+            self.evictions.stop_waiting(key)
+            waiting = list(self.pending.waiting) if released else []
+        if released:
+            self._wake(waiting)
+
+    def depart(self, key: str) -> None:
+        """Release ``key``'s booking while its children may still exist or be being
+        made: its devices stay held (``Ledger.depart``) until ``departed``."""
+        with self._lock:
+            self._ledger.depart(key)
+            self.evictions.unblock(key)
+            self.evictions.stop_waiting(key)
+
+    def departing(self, key: str) -> bool:
+        """Does ``key`` hold on to a released booking (``depart``)?"""
+        with self._lock:
+            return self._ledger.holding(departing_key(key)) is not None
+
+    def departed(self, key: str) -> None:
+        """None of ``key``'s children is left: what it held on to goes; wakes."""
+        with self._lock:
+            released = self._ledger.release_departed(key)
+            waiting = list(self.pending.waiting) if released else []
+        if released:
+            self._wake(waiting)
 
     def commit(self, key: str) -> None:
         with self._lock:

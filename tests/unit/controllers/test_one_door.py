@@ -11,7 +11,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 #: the placement state's own modules
 OWN = {"controllers/placement/cache.py", "controllers/placement/state.py",
-       "controllers/placement/releases.py",
        "controllers/placement/events.py"}
 #: the code that runs (tests may set scenes through the private fields)
 TREES = ("controllers", "internal", "runtime", "api", "main.py")
