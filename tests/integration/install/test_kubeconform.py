@@ -28,7 +28,8 @@ def tool() -> str:
 @pytest.fixture(scope="module")
 def locations(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     crds = tmp_path_factory.mktemp("crd-schemas")
-    assert schemas.from_crds(sorted((ROOT / "config/crd").glob("*.yaml")), crds) == 2
+    # one schema per CRD we ship: GPUNode, GPUQueue, GPUWorkload
+    assert schemas.from_crds(sorted((ROOT / "config/crd").glob("*.yaml")), crds) == 3
     return [f"{schemas.builtin(binaries())}/{schemas.LOCATION}", f"{crds}/{schemas.LOCATION}"]
 
 
