@@ -6,20 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from api.v1alpha1.types import Placement
-from internal.scheduling import Ledger, LedgerConflict
+from internal.scheduling import LedgerConflict
 from internal.scheduling.ledger import departing_key
-
-
-def P(node: str, *devices: int, i: int = 0) -> Placement:
-    return Placement(index=i, node=node, devices=list(devices))
-
-
-def ledger(**nodes: int) -> Ledger:
-    led = Ledger()
-    for n, gpus in (nodes or {"n1": 4}).items():
-        led.set_node_devices(n, range(gpus))
-    return led
+from tests.unit.scheduling.test_ledger_free import P, ledger
 
 
 def test_a_departed_booking_holds_its_devices_until_released() -> None:
