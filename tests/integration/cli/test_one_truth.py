@@ -105,6 +105,10 @@ def test_kubectl_gpu_nodes_agrees_with_the_controller(
     group, sick, silent = nodes
     admin = Client(RestConfig.from_kubeconfig(str(placing.cluster.kubeconfig)))
     placing.wait_nodes([sick, silent])
+    # the reports the plugin reads from the API reach the controller's cache a moment
+    # later (longer while a watch re-opens): what follows compares the two
+    placing.sees(sick, lambda i: i.has_gpunode and i.unhealthy == {2}, "device 2 unhealthy")
+    placing.sees(silent, lambda i: i.has_gpunode and i.stale, "its agent silent")
 
     view = gpu_nodes(placing.cluster, capsys, sick, silent)
     assert (view[sick]["free"], view[sick]["unhealthy"], view[sick]["stale"]) == (3, 1, 0)

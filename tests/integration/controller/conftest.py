@@ -9,7 +9,7 @@ import contextlib
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
 from controllers.gpuworkload.setup import ControllerOptions, setup_gpuworkload_controller
 from controllers.podbinding.controller import PodBindingOptions, setup_podbinding_controller
 from hack.testenv import ControlPlane
+from internal.scheduling.snapshot import NodeInfo
 from runtime import Client, Forbidden, Manager, NotFound, Options, RestConfig
 from runtime.errors import TooManyRequests
 from tests.waiting import eventually, watched
@@ -99,6 +100,18 @@ class Running:
             return all(i is not None and i.ready and not i.taints for i in infos)
         eventually(seen, timeout=30, what=f"controller sees nodes {names} Ready")
         return names
+
+    def sees(self, node: str, check: Callable[[NodeInfo], object], what: str) -> NodeInfo:
+        """Waits until this controller's snapshot of ``node`` satisfies ``check`` (a
+        GPUNode written by a test reaches it a moment later, longer when its watch is
+        re-opening), and returns that view."""
+        assert self.reconciler is not None
+        state = self.reconciler.ensure_state()  # built from the caches on first use
+
+        def ok() -> NodeInfo | None:
+            info = state.node_info(node)
+            return info if info is not None and check(info) else None
+        return eventually(ok, timeout=30, what=f"controller sees {node}: {what}")
 
     def stop(self) -> None:
         if self.mgr is not None:

@@ -109,20 +109,9 @@ def hosts(installed: ControlPlane, admin: Client) -> Iterator[Callable[[str, str
             admin.delete(API_VERSION, "GPUNode", h.node)
 
 
-def seen(run: Running, node: str, pred: Callable[[NodeInfo], bool], what: str) -> NodeInfo:
-    """Waits until the controller's snapshot of ``node`` satisfies ``pred``."""
-    assert run.reconciler is not None
-    state = run.reconciler.ensure_state()  # built from the caches on first use
-
-    def check() -> NodeInfo | None:
-        info = state.node_info(node)
-        return info if info is not None and pred(info) else None
-    return eventually(check, timeout=30, what=f"controller sees {node}: {what}")
-
-
 def reported(run: Running, node: str, usable: int) -> NodeInfo:
-    return seen(run, node, lambda i: i.has_gpunode and not i.stale and len(i.usable) == usable,
-                f"GPUNode with {usable} healthy devices")
+    return run.sees(node, lambda i: i.has_gpunode and not i.stale and len(i.usable) == usable,
+                    f"GPUNode with {usable} healthy devices")
 
 
 def devices_of(w: dict[str, Any]) -> dict[int, list[int]]:
@@ -224,7 +213,7 @@ def test_stale_heartbeat_offers_nothing_and_keeps_placements(
     pod, = all_running(admin, namespace, "before", 1)
 
     host.halt()  # the agent stops: no more heartbeats
-    seen(placing, node, lambda i: i.stale and not i.usable, "stale, nothing offered")
+    placing.sees(node, lambda i: i.stale and not i.usable, "stale, nothing offered")
     admin.create(workload("after", namespace, gpusPerReplica=1, nodeSelector=group.selector))
     cond = wait_condition(admin, namespace, "after", "Scheduled", "Unschedulable")
     assert f"{node}: {STALE_REASON}" in cond["message"]
@@ -252,8 +241,8 @@ def test_least_loaded_prefers_the_node_reporting_lower_utilization(
         h = hosts(node, "h100-sxm-8")
         for i in range(8):
             h.backend.update_device(i, {"utilization": {"gpu": util}})
-    seen(placing, hot, lambda i: round(i.mean_utilization) == 90, "90% busy")
-    seen(placing, cool, lambda i: round(i.mean_utilization) == 5, "5% busy")
+    placing.sees(hot, lambda i: round(i.mean_utilization) == 90, "90% busy")
+    placing.sees(cool, lambda i: round(i.mean_utilization) == 5, "5% busy")
     # cool also has fewer free GPUs: utilization decides before the free count
     admin.create(workload("filler", namespace, gpusPerReplica=2,
                           schedulingStrategy="annotationMap", schedulingMap=f"0={cool}:0,1"))

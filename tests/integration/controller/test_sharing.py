@@ -52,16 +52,6 @@ def _device(node: str, i: int, **extra: Any) -> dict[str, Any]:
             "memoryTotalMiB": 80 * GI, "healthy": True, **extra}
 
 
-def _seen(controller: Running, node: str, check: Any, what: str) -> None:
-    assert controller.reconciler is not None
-    state = controller.reconciler.ensure_state()  # built from the caches on first use
-
-    def ok() -> bool:
-        info = state.node_info(node)
-        return info is not None and info.has_gpunode and bool(check(info))
-    eventually(ok, timeout=30, what=f"controller sees the GPUNode of {node}: {what}")
-
-
 def _held(admin: Client, ns: str, name: str) -> tuple[str, int, dict[str, Any]]:
     pod, = pods_of(admin, ns, name)
     ann = pod["metadata"]["annotations"]
@@ -78,7 +68,7 @@ def test_eight_memory_shares_fill_exactly_two_devices_and_never_meet_a_whole_gpu
     with cleanup_gpunodes(admin, *nodes):
         for n in nodes:
             _report(admin, n, [_device(n, i) for i in range(4)])
-            _seen(controller, n, lambda i: len(i.usable) == 4, "4 devices")
+            controller.sees(n, lambda i: i.has_gpunode and len(i.usable) == 4, "4 devices")
         for i in range(8):
             admin.create(workload(f"s{i}", namespace, schedulingStrategy="bestFit",
                                   gpuShare={"memory": "20Gi"}, nodeSelector=group.selector))
@@ -112,7 +102,7 @@ def test_a_deleted_shares_device_is_free_only_when_its_pod_is_gone(
     node, = controller.wait_nodes(group.add(1, gpus=1))
     with cleanup_gpunodes(admin, node):
         _report(admin, node, [_device(node, 0)])
-        _seen(controller, node, lambda i: len(i.usable) == 1, "1 device")
+        controller.sees(node, lambda i: i.has_gpunode and len(i.usable) == 1, "1 device")
         slow = {"spec": {"terminationGracePeriodSeconds": 5,
                          "containers": [{"name": "main", "image": "busybox:1.36"}]}}
         admin.create(workload("first", namespace, gpuShare={"memory": "60Gi"},
@@ -143,7 +133,8 @@ def test_mig_instances_one_per_replica_and_never_whole(
     with cleanup_gpunodes(admin, node):
         _report(admin, node, [_device(node, 0, migMode=True, migInstances=mig),
                               _device(node, 1)])
-        _seen(controller, node, lambda i: i.usable == frozenset({1}), "device 0 MIG-enabled")
+        controller.sees(node, lambda i: i.has_gpunode and i.usable == frozenset({1}),
+                        "device 0 MIG-enabled")
         for i in range(7):
             admin.create(workload(f"m{i}", namespace, migProfile="1g.10gb",
                                   nodeSelector=group.selector))
@@ -193,14 +184,14 @@ def test_a_restarted_controller_reads_the_shares_back_from_the_pods(
     node, = controller.wait_nodes(group.add(1, gpus=1))
     with cleanup_gpunodes(admin, node):
         _report(admin, node, [_device(node, 0)])
-        _seen(controller, node, lambda i: len(i.usable) == 1, "1 device")
+        controller.sees(node, lambda i: i.has_gpunode and len(i.usable) == 1, "1 device")
         for name in ("a", "b"):
             admin.create(workload(name, namespace, gpuShare={"memory": "20Gi"},
                                   nodeSelector=group.selector))
             wait_phase(admin, namespace, name, "Running")
         controller.stop()
         controller.start()
-        _seen(controller, node, lambda i: len(i.usable) == 1, "1 device")
+        controller.sees(node, lambda i: i.has_gpunode and len(i.usable) == 1, "1 device")
         admin.create(workload("big", namespace, gpuShare={"memory": "60Gi"},
                               nodeSelector=group.selector, retryPolicy=RETRY))
         cond = wait_condition(admin, namespace, "big", "Scheduled", "Unschedulable")
