@@ -156,6 +156,11 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                         "(Scheduled then Running within it is one Running write); Running, "
                         "Succeeded and Failed are never held. The lag users see is "
                         "gpu_orchestrator_status_write_lag_seconds")
+    p.add_argument("--status-busy-hold", type=_seconds, default=5.0, metavar="SECONDS",
+                   help="while placements are being made (the work queue busy), a Scheduled "
+                        "status whose --status-lag ended waits on for them to pause, at most "
+                        "this much longer (in a burst pods run later than the lag; 0: no "
+                        "wait)")
     p.add_argument("--status-busy-qps", type=float, default=0.0,
                    help="while placements are being made (the work queue busy), write at "
                         "most this many statuses per second, draining afterwards (0: no "
@@ -224,7 +229,8 @@ def run_manager(args: argparse.Namespace) -> int:
         require_queue=args.require_queue,
         evict_conflicting_pods=args.evict_conflicting_pods,
         status_pacing=PacingOptions(lag=args.status_lag, busy_qps=args.status_busy_qps,
-                                    max_lag=args.status_max_lag),
+                                    max_lag=args.status_max_lag,
+                                    busy_hold=args.status_busy_hold),
         dra=DraOptions(driver=args.dra_driver, device_class=args.dra_device_class)
         if args.enable_dra or args.device_exposure == DeviceExposure.DRA.value else None))
     if args.enable_pod_binding:

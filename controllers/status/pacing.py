@@ -17,6 +17,13 @@ without a user noticing:
   admission did not add it: a finalizer held back would leave a just-placed
   workload deletable before its pods are gone): the writer sends it at once and
   holds the status it came with (``ready_at(..., finalizer=False)``).
+- **A held state waits longer while placements are being made.** When its hold
+  ends while ``busy()`` (the controller's work queue has an item queued or being
+  processed), a ``Scheduled`` status stays held until the placements pause, at most
+  ``busy_hold`` more: in a burst the pods a workload made run seconds after their
+  creation (the node agents are as busy as we are), later than ``lag``, and each
+  of those workloads would otherwise cost two writes. Looked at again every
+  ``BUSY_RECHECK`` seconds, so it goes within that of the queue going idle.
 - **Writes yield to placements.** While ``busy()`` (the controller's work queue
   has an item queued or being processed: pods being created, bound, committed),
   the writer sends at most ``busy_qps`` statuses per second (a token bucket, burst
@@ -45,6 +52,8 @@ from typing import Any
 #: the phase a workload passes through on its way to Running: held for ``lag``
 #: (not Pending: it carries the reason a user waits for, see above)
 HELD_PHASES = frozenset({"Scheduled"})
+#: seconds between two looks at ``busy()`` for a status held on while busy
+BUSY_RECHECK = 0.25
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,9 @@ class PacingOptions:
     #: a status ready this long is sent whether placements are being made or not
     #: (--status-max-lag)
     max_lag: float = 5.0
+    #: while placements are being made, a held status waits for them to pause this
+    #: much longer than ``lag`` at most (--status-busy-hold); 0: not at all
+    busy_hold: float = 5.0
 
 
 class Pacer:
@@ -81,12 +93,19 @@ class Pacer:
         with self._lock:
             self._draining = on
 
-    def ready_at(self, status: dict[str, Any], since: float, finalizer: bool) -> float:
+    def ready_at(self, status: dict[str, Any], since: float, finalizer: bool,
+                 now: float | None = None) -> float:
         """The earliest time a status first submitted at ``since`` may be sent
-        (``finalizer``: it carries the finalizer's first patch)."""
+        (``finalizer``: it carries the finalizer's first patch), as judged at
+        ``now``: a held status whose hold ended while busy says a moment later,
+        until ``busy_hold`` is spent."""
         if self._draining or finalizer or status.get("phase") not in HELD_PHASES:
             return since
-        return since + self.options.lag
+        held = since + self.options.lag
+        now = self.clock() if now is None else now
+        if now < held or self.options.busy_hold <= 0 or not self.busy():
+            return held
+        return min(held + self.options.busy_hold, now + BUSY_RECHECK)
 
     def admit(self, since: float, now: float) -> float:
         """0.0: send a status ready to go since ``since`` now (a token was taken,

@@ -263,7 +263,7 @@ class StatusWriter:
                     if want is None or key in self._inflight:
                         self._order.popleft()  # settled, forgotten, taken, or a duplicate
                         continue
-                    ready = max(want.not_before, self._ready_at(key, want))
+                    ready = max(want.not_before, self._ready_at(key, want, now))
                     if ready > now:
                         self._order.popleft()
                         heapq.heappush(self._later, (ready, next(self._seq), key))
@@ -279,11 +279,11 @@ class StatusWriter:
                     return key, want
                 self._cv.wait(wait)
 
-    def _ready_at(self, key: str, want: _Want) -> float:
+    def _ready_at(self, key: str, want: _Want, now: float) -> float:
         if self.pacer is None:
             return want.since
         first_finalizer = want.finalizer and self._finalized.get(key) != want.uid
-        return self.pacer.ready_at(want.status, want.since, first_finalizer)
+        return self.pacer.ready_at(want.status, want.since, first_finalizer, now)
 
     def _run(self) -> None:
         while True:

@@ -1,8 +1,9 @@
 """The status writer's pacing (controllers/status/pacing.py) on a fake clock that
 only the test moves: a passing state (Scheduled) is held for the lag and a newer
 one replaces it, what a user waits for (Running, the finalizer) is never held,
-writes go at a bounded rate while placements are being made and drain afterwards,
-and nothing is lost on ``stop``."""
+a held state waits on while placements are being made (bounded), writes go at a
+bounded rate while placements are being made and drain afterwards, and nothing is
+lost on ``stop``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 from typing import Any
 
 from api.v1alpha1.types import API_VERSION
-from controllers.status.pacing import Pacer, PacingOptions
+from controllers.status.pacing import BUSY_RECHECK, Pacer, PacingOptions
 from controllers.status.writer import StatusWriter
 from runtime.store import Indexer, thaw
 from tests.waiting import eventually
@@ -68,7 +69,8 @@ def status(phase: str) -> dict[str, Any]:
 
 def writer(api: API, clock: Clock, busy: threading.Event | None = None,
            **opts: Any) -> StatusWriter:
-    pacer = Pacer(PacingOptions(**{"lag": 1.0, "busy_qps": 0.0, "max_lag": 5.0, **opts}),
+    pacer = Pacer(PacingOptions(**{"lag": 1.0, "busy_qps": 0.0, "max_lag": 5.0,
+                                   "busy_hold": 0.0, **opts}),
                   busy=busy.is_set if busy is not None else lambda: False, clock=clock)
     w = StatusWriter(api, api.cache, threads=2, clock=clock, pacer=pacer)
     w.start()
@@ -207,6 +209,54 @@ def test_without_tokens_statuses_go_in_ready_order_each_max_lag_after_it_was_rea
     w.stop()
 
 
+def test_a_held_status_waits_on_while_placing_and_goes_when_they_pause() -> None:
+    api, clock, busy = API(), Clock(), threading.Event()
+    busy.set()
+    w = writer(api, clock, busy, busy_hold=5.0)
+    raw = api.create("a")
+    w.submit(raw, status("Scheduled"))
+    clock.now += 1.0  # the lag passed, but placements are being made
+    settle_for()
+    clock.now += 1.0
+    settle_for()
+    assert api.writes == []
+    busy.clear()  # they paused: it goes at the next look
+    clock.now += BUSY_RECHECK
+    eventually(lambda: api.writes == [("a", "Scheduled")], what="the held status, once idle")
+    w.stop()
+
+
+def test_scheduled_then_running_while_placing_is_one_running_write() -> None:
+    # in a burst the pods run after the lag: the Running status still folds the
+    # Scheduled one, which would otherwise be a write of its own
+    api, clock, busy = API(), Clock(), threading.Event()
+    busy.set()
+    w = writer(api, clock, busy, busy_hold=5.0)
+    raw = api.create("a")
+    w.submit(raw, status("Scheduled"))
+    clock.now += 3.0
+    settle_for()
+    assert api.writes == []
+    w.submit(raw, status("Running"))
+    assert w.flush(5)
+    assert api.writes == [("a", "Running")]
+    w.stop()
+
+
+def test_a_held_status_waits_on_no_longer_than_the_busy_hold() -> None:
+    api, clock, busy = API(), Clock(), threading.Event()
+    busy.set()
+    w = writer(api, clock, busy, busy_hold=5.0)
+    raw = api.create("a")
+    w.submit(raw, status("Scheduled"))
+    clock.now += 1.0 + 4.9
+    settle_for()
+    assert api.writes == []
+    clock.now += 0.1  # lag + busy_hold: written though placements go on
+    eventually(lambda: api.writes == [("a", "Scheduled")], what="the held status")
+    w.stop()
+
+
 def test_stop_writes_what_is_held() -> None:
     api, clock = API(), Clock()
     w = writer(api, clock)
@@ -231,6 +281,23 @@ def test_pacer_holds_only_passing_states() -> None:
         assert p.ready_at({"phase": phase}, 10.0, False) == 10.0
     p.drain()
     assert p.ready_at({"phase": "Scheduled"}, 10.0, False) == 10.0
+
+
+def test_pacer_holds_a_passing_state_on_while_busy_up_to_the_busy_hold() -> None:
+    clock, busy = Clock(), [True]
+    p = Pacer(PacingOptions(lag=2.0, busy_hold=5.0), busy=lambda: busy[0], clock=clock)
+    since = clock.now
+    assert p.ready_at({"phase": "Scheduled"}, since, False, since + 1.0) == since + 2.0
+    assert p.ready_at({"phase": "Scheduled"}, since, False, since + 2.0) == \
+        since + 2.0 + BUSY_RECHECK
+    assert p.ready_at({"phase": "Scheduled"}, since, False, since + 6.9) == since + 7.0
+    assert p.ready_at({"phase": "Scheduled"}, since, False, since + 8.0) == since + 7.0
+    assert p.ready_at({"phase": "Running"}, since, False, since + 3.0) == since
+    busy[0] = False
+    assert p.ready_at({"phase": "Scheduled"}, since, False, since + 3.0) == since + 2.0
+    busy[0] = True
+    assert Pacer(PacingOptions(lag=2.0, busy_hold=0.0), busy=lambda: True).ready_at(
+        {"phase": "Scheduled"}, since, False, since + 3.0) == since + 2.0
 
 
 def test_pacer_tokens_refill_at_the_busy_rate_only_while_busy() -> None:
