@@ -9,6 +9,9 @@
 * ``shut_down`` makes ``get`` return ``(None, True)`` once the queue is empty; adds are
   ignored from then on; pending delayed adds are dropped. ``shut_down_with_drain`` also
   waits until every queued and processing item is done.
+* ``idle_for`` says how long the queue has had nothing queued and nothing in hand
+  (0 while it has): a caller that yields to the workers (the status writer) asks
+  whether work has paused, not whether it paused this very instant.
 * Wake-ups are counted: an add (or a ``done`` that puts a dirty item back) wakes one
   idle worker, never all of them; the last ``done`` wakes only a drain waiter. Idle
   workers sleep on one condition, the drain waiter on another over the same lock.
@@ -43,6 +46,7 @@ class WorkQueue:
         self._added_at: dict[Hashable, float] = {}
         self._shutting_down = False
         self._drain = False
+        self._idle_since: float | None = time.monotonic()  # None: an item queued or in hand
         # delaying part
         self._dcond = threading.Condition(threading.Lock())
         self._heap: list[tuple[float, int, Hashable]] = []
@@ -68,6 +72,7 @@ class WorkQueue:
                 return
             self._queue.append(item)
             self._added_at[item] = time.monotonic()
+            self._idle_since = None
             self._cond.notify()
 
     def get(self, timeout: float | None = None) -> tuple[Any, bool]:
@@ -103,8 +108,10 @@ class WorkQueue:
                 self._queue.append(item)
                 self._added_at[item] = time.monotonic()
                 self._cond.notify()
-            elif self._drain and not self._processing and not self._queue:
-                self._drained.notify_all()
+            elif not self._processing and not self._queue:
+                self._idle_since = time.monotonic()
+                if self._drain:
+                    self._drained.notify_all()
 
     def __len__(self) -> int:
         with self._cond:
@@ -113,6 +120,11 @@ class WorkQueue:
     def processing(self) -> int:
         with self._cond:
             return len(self._processing)
+
+    def idle_for(self) -> float:
+        """Seconds since the queue last had an item queued or in hand (0: it has one)."""
+        with self._cond:
+            return 0.0 if self._idle_since is None else time.monotonic() - self._idle_since
 
     def shutting_down(self) -> bool:
         with self._cond:

@@ -58,6 +58,10 @@ log = structlog.get_logger("setup")
 
 PLACEMENT_NODE_INDEX = "placement-node"
 COMPONENT = "gpu-orchestrator"
+#: placements count as being made until the work queue has been idle this long (s):
+#: in a burst it empties for a moment between two workloads' events, and the status
+#: writer's held statuses should not all go at each such moment
+PLACING_QUIET = 1.0
 
 
 def index_by_placement_node(obj: Any) -> list[str]:
@@ -218,9 +222,9 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         recorder = EventRecorder(second_client(mgr), COMPONENT)
     writer = None
     if status_client is not None:
-        def placing() -> bool:  # the workers have something queued or in hand
+        def placing() -> bool:  # the workers had something queued or in hand just now
             ctrl = holder.get("ctrl")
-            return ctrl is not None and bool(len(ctrl.queue) or ctrl.queue.processing())
+            return ctrl is not None and ctrl.queue.idle_for() < PLACING_QUIET
 
         writer = StatusWriter(status_client, workloads.indexer, threads=opts.status_writers,
                               own_writes=own_writes,

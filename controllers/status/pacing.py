@@ -18,14 +18,14 @@ without a user noticing:
   workload deletable before its pods are gone): the writer sends it at once and
   holds the status it came with (``ready_at(..., finalizer=False)``).
 - **A held state waits longer while placements are being made.** When its hold
-  ends while ``busy()`` (the controller's work queue has an item queued or being
-  processed), a ``Scheduled`` status stays held until the placements pause, at most
-  ``busy_hold`` more: in a burst the pods a workload made run seconds after their
-  creation (the node agents are as busy as we are), later than ``lag``, and each
-  of those workloads would otherwise cost two writes. Looked at again every
-  ``BUSY_RECHECK`` seconds, so it goes within that of the queue going idle.
-- **Writes yield to placements.** While ``busy()`` (the controller's work queue
-  has an item queued or being processed: pods being created, bound, committed),
+  ends while ``busy()`` (the controller's work queue had an item queued or being
+  processed within the last second, ``setup.PLACING_QUIET``: pods being created,
+  bound, committed), a ``Scheduled`` status stays held until the placements pause,
+  at most ``busy_hold`` more: in a burst the pods a workload made run seconds after
+  their creation (the node agents are as busy as we are), later than ``lag``, and
+  each of those workloads would otherwise cost two writes. Looked at again every
+  ``BUSY_RECHECK`` seconds, so it goes within that of the placements pausing.
+- **Writes yield to placements.** While ``busy()``,
   the writer sends at most ``busy_qps`` statuses per second (a token bucket, burst
   one); idle, it sends as fast as its client allows and so drains what waited.
   A status waits for a token at most ``max_lag`` after it was ready to go (its

@@ -102,6 +102,30 @@ def test_an_item_handed_out_may_be_added_again_once_done() -> None:
     assert q.get(timeout=0) == ("a", False)
 
 
+def test_idle_for_counts_from_the_last_item_done_with_nothing_queued() -> None:
+    q = WorkQueue()
+    q.add("a")
+    q.add("b")
+    assert q.idle_for() == 0.0  # queued
+    q.get()
+    q.get()
+    q.done("a")
+    assert q.idle_for() == 0.0  # "b" still in hand
+    q.add("a")
+    q.done("b")
+    assert q.idle_for() == 0.0  # "a" queued again
+    q.get()
+    q.add("a")  # dirty while in hand: put back by its done
+    q.done("a")
+    assert q.idle_for() == 0.0
+    q.get()
+    before = time.monotonic()
+    q.done("a")
+    time.sleep(0.05)
+    idle = q.idle_for()
+    assert 0.05 <= idle <= time.monotonic() - before
+
+
 # ---------------------------------------------------------------- blocking get
 
 
