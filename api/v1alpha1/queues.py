@@ -9,12 +9,19 @@ A workload names its queue in ``spec.queueName``, or gets the queue whose
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import Field
 
-from api.v1alpha1.types import API_VERSION, Condition, ObjectMeta, _Base
+from api.v1alpha1.types import (
+    API_VERSION,
+    Condition,
+    NullAsEmptyList,
+    ObjectMeta,
+    Time,
+    _Base,
+)
 
 #: the condition a queue's status carries (its reason says how it admits)
 QUEUE_ACTIVE = "Active"
@@ -188,14 +195,14 @@ class GPUQueueStatus(_Base):
         0, alias="pendingWorkloads", ge=0,
         description="The queue's workloads waiting for quota or capacity.",
     )
-    conditions: list[Condition] = Field(
+    conditions: Annotated[list[Condition], NullAsEmptyList] = Field(
         default_factory=list,
         description=(
             "Active: True while the queue admits workloads (reason Ready, or NoCohort: "
             "a borrowingLimit with no cohort to borrow from)."
         ),
     )
-    last_update_time: datetime | None = Field(
+    last_update_time: Time = Field(
         None, alias="lastUpdateTime", description="When the controller last wrote this status."
     )
 

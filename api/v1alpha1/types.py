@@ -15,13 +15,14 @@ import json
 import re
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
-    field_serializer,
+    PlainSerializer,
     field_validator,
     model_serializer,
     model_validator,
@@ -88,6 +89,18 @@ def format_time(value: datetime) -> str:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# The field types every model shares (one definition each, not a validator or a
+# serializer per model): the CRD generator reads the plain type under them.
+
+#: a list the API may send as null: read as empty
+NullAsEmptyList = BeforeValidator(lambda v: [] if v is None else v)
+#: a map the API may send as null: read as empty
+NullAsEmptyDict = BeforeValidator(lambda v: {} if v is None else v)
+#: a time, written as Kubernetes writes times (``format_time``)
+Time = Annotated[datetime | None,
+                 PlainSerializer(lambda v: None if v is None else format_time(v))]
 
 
 # --------------------------------------------------------------------------- enums
@@ -161,19 +174,16 @@ class ObjectMeta(_Base):
         None, alias="resourceVersion", description="Opaque version for optimistic concurrency."
     )
     generation: int | None = Field(None, description="Sequence number of spec changes.")
-    labels: dict[str, str] = Field(default_factory=dict, description="Labels.")
-    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations.")
+    labels: Annotated[dict[str, str], NullAsEmptyDict] = Field(
+        default_factory=dict, description="Labels.")
+    annotations: Annotated[dict[str, str], NullAsEmptyDict] = Field(
+        default_factory=dict, description="Annotations.")
     creation_timestamp: str | None = Field(
         None, alias="creationTimestamp", description="Creation time (RFC 3339)."
     )
     deletion_timestamp: str | None = Field(
         None, alias="deletionTimestamp", description="Deletion time, set when deleting."
     )
-
-    @field_validator("labels", "annotations", mode="before")
-    @classmethod
-    def _none_to_empty(cls, v: Any) -> Any:
-        return {} if v is None else v
 
 
 # ---------------------------------------------------------------------- GPUWorkload
@@ -388,7 +398,7 @@ class GPUWorkloadSpec(_Base):
             ]
         },
     )
-    node_selector: dict[str, str] = Field(
+    node_selector: Annotated[dict[str, str], NullAsEmptyDict] = Field(
         default_factory=dict,
         alias="nodeSelector",
         description="Only nodes whose labels match all of these are considered.",
@@ -478,11 +488,6 @@ class GPUWorkloadSpec(_Base):
             raise ValueError(f"priority must be in [0, {MAX_PRIORITY}], got {p}")
         return p
 
-    @field_validator("node_selector", mode="before")
-    @classmethod
-    def _none_to_empty(cls, v: Any) -> Any:
-        return {} if v is None else v
-
     @field_validator("template")
     @classmethod
     def _template_size(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -565,7 +570,7 @@ class Condition(_Base):
     status: ConditionStatus = Field(..., description="True, False or Unknown.")
     reason: str = Field("", description="Machine-readable CamelCase reason.")
     message: str = Field("", description="Human-readable explanation.")
-    last_transition_time: datetime | None = Field(
+    last_transition_time: Time = Field(
         None,
         alias="lastTransitionTime",
         description="When the condition last changed status.",
@@ -577,10 +582,6 @@ class Condition(_Base):
         description="metadata.generation the condition was computed from.",
     )
 
-    @field_serializer("last_transition_time")
-    def _ser_time(self, v: datetime | None) -> str | None:
-        return None if v is None else format_time(v)
-
 
 class GPUWorkloadStatus(_Base):
     """Observed state of a GPUWorkload, written by the controller."""
@@ -589,7 +590,7 @@ class GPUWorkloadStatus(_Base):
         Phase.PENDING,
         description="Pending, Scheduled, Running, Succeeded or Failed.",
     )
-    placements: list[Placement] = Field(
+    placements: Annotated[list[Placement], NullAsEmptyList] = Field(
         default_factory=list,
         description=(
             "Node and devices per replica. Writing it is the commit point of a "
@@ -600,7 +601,7 @@ class GPUWorkloadStatus(_Base):
             "x-kubernetes-list-map-keys": ["index"],
         },
     )
-    conditions: list[Condition] = Field(
+    conditions: Annotated[list[Condition], NullAsEmptyList] = Field(
         default_factory=list,
         description=(
             "Conditions: Scheduled (False: why it is not placed, or why it failed), "
@@ -612,7 +613,7 @@ class GPUWorkloadStatus(_Base):
             "x-kubernetes-list-map-keys": ["type"],
         },
     )
-    nominated_over: list[str] = Field(
+    nominated_over: Annotated[list[str], NullAsEmptyList] = Field(
         default_factory=list,
         alias="nominatedOver",
         description=(
@@ -626,7 +627,7 @@ class GPUWorkloadStatus(_Base):
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
     retries: int = Field(0, ge=0, description="Scheduling retries made so far.")
-    next_retry_time: datetime | None = Field(
+    next_retry_time: Time = Field(
         None,
         alias="nextRetryTime",
         description="When the next scheduling attempt is due.",
@@ -682,15 +683,6 @@ class GPUWorkloadStatus(_Base):
             "(gpu.orchestrator.dev/workload=<name>), for the scale subresource."
         ),
     )
-
-    @field_serializer("next_retry_time")
-    def _ser_time(self, v: datetime | None) -> str | None:
-        return None if v is None else format_time(v)
-
-    @field_validator("placements", "conditions", "nominated_over", mode="before")
-    @classmethod
-    def _none_to_empty(cls, v: Any) -> Any:
-        return [] if v is None else v
 
     def condition(self, type_: str) -> Condition | None:
         for c in self.conditions:
@@ -761,17 +753,12 @@ class GPUDevice(_Base):
             "as these instances (spec.migProfile), never whole nor shared."
         ),
     )
-    nvlink_peers: list[int] = Field(
+    nvlink_peers: Annotated[list[int], NullAsEmptyList] = Field(
         default_factory=list,
         alias="nvlinkPeers",
         description="Host indices of devices this one has an active NVLink to.",
         json_schema_extra={"item_minimum": 0},
     )
-
-    @field_validator("nvlink_peers", mode="before")
-    @classmethod
-    def _none_to_empty(cls, v: Any) -> Any:
-        return [] if v is None else v
 
 
 class GPUNodeSpec(_Base):
@@ -808,7 +795,7 @@ class GPUNodeStatus(_Base):
         },
     )
 
-    devices: list[GPUDevice] = Field(
+    devices: Annotated[list[GPUDevice], NullAsEmptyList] = Field(
         default_factory=list,
         description="GPU devices of the node.",
         json_schema_extra={
@@ -831,18 +818,9 @@ class GPUNodeStatus(_Base):
         alias="topologyKnown",
         description="True when nvlinkPeers were read from NVML (topology can be trusted).",
     )
-    last_heartbeat_time: datetime | None = Field(
+    last_heartbeat_time: Time = Field(
         None, alias="lastHeartbeatTime", description="When the agent last reported."
     )
-
-    @field_serializer("last_heartbeat_time")
-    def _ser_time(self, v: datetime | None) -> str | None:
-        return None if v is None else format_time(v)
-
-    @field_validator("devices", mode="before")
-    @classmethod
-    def _none_to_empty(cls, v: Any) -> Any:
-        return [] if v is None else v
 
 
 class GPUNode(_Base):

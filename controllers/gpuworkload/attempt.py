@@ -23,7 +23,14 @@ import structlog
 
 from api.v1alpha1.changes import SPEC_CHANGED_REASON
 from api.v1alpha1.keys import SPEC_HASH_ANNOTATION
-from api.v1alpha1.types import DeviceExposure, GPUWorkload, Phase, Placement, WorkloadKind
+from api.v1alpha1.types import (
+    DeviceExposure,
+    GPUWorkload,
+    Phase,
+    Placement,
+    RetryPolicy,
+    WorkloadKind,
+)
 from controllers.gpuworkload import children as ch
 from controllers.gpuworkload import unmanaged
 from controllers.gpuworkload.child_api import ChildAPI
@@ -277,12 +284,19 @@ class AttemptRunner:
                              f"(maxRetries {w.spec.retry_policy.max_retries})")
         retries += 1
         m.RETRIES.inc()
-        delay = next_delay(retries, w.spec.retry_policy, self.rng)
-        nxt = fmt_time(datetime.fromtimestamp(self.clock().timestamp() + delay, UTC))
+        delay, nxt = self.next_retry(retries, w.spec.retry_policy, self.clock())
         msg = f"{message}; retry {retries} of {w.spec.retry_policy.max_retries} in {delay:.0f}s"
         status.placements(None).retry(retries, nxt).phase(Phase.PENDING, msg)
         status.condition(SCHEDULED, False, reason, msg).condition(READY, False, reason, msg)
         return Outcome(status, Result(requeue_after=delay)).warn(reason, msg)
+
+    def next_retry(self, retry: int, policy: RetryPolicy, now: datetime) -> tuple[float, str]:
+        """When retry ``retry`` (from 1) may start: its delay in seconds (exponential
+        backoff with jitter, ``retryPolicy``) and the ``status.nextRetryTime`` that
+        says so. The one place a retry's time is made, for an ended attempt and an
+        unschedulable one alike."""
+        delay = next_delay(retry, policy, self.rng)
+        return delay, fmt_time(datetime.fromtimestamp(now.timestamp() + delay, UTC))
 
     def fail(self, state: PlacementState, raw: JSON, status: StatusBuilder, reason: str,
              message: str, retries: int | None = None) -> Outcome:

@@ -16,10 +16,9 @@ The placement state is the reconcile's (fetched once per reconcile and passed in
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
 import structlog
 
@@ -31,7 +30,7 @@ from controllers.gpuworkload.reconcile_outcome import Outcome
 from controllers.placement.state import PlacementState
 from controllers.queues.wait import wait_in_queue
 from controllers.shared.own_writes import OwnWrites
-from controllers.status.builder import StatusBuilder, fmt_time, parse_time
+from controllers.status.builder import StatusBuilder, parse_time
 from controllers.status.conditions import (
     PREEMPTED,
     READY,
@@ -41,7 +40,7 @@ from controllers.status.conditions import (
 )
 from controllers.status.writer import StatusWriter
 from internal import metrics as m
-from internal.backoff import next_delay, should_retry
+from internal.backoff import should_retry
 from internal.objects import JSON, object_key
 from internal.scheduling.framework import INVALID_MAP, PREEMPT, UNSCHEDULABLE
 from internal.scheduling.jobs import job_finished
@@ -66,8 +65,7 @@ def pod_is_commit_point(w: GPUWorkload) -> bool:
 class Placer:
     def __init__(self, children: ChildAPI, attempts: AttemptRunner,
                  status_writer: StatusWriter | None, write_status: WriteStatus,
-                 own_writes: OwnWrites, clock: Callable[[], datetime],
-                 rng: random.Random) -> None:
+                 own_writes: OwnWrites, clock: Callable[[], datetime]) -> None:
         self.children = children
         self.attempts = attempts
         self.status_writer = status_writer
@@ -75,7 +73,6 @@ class Placer:
         self.own_writes = own_writes
         self.write_status = write_status
         self.clock = clock
-        self.rng = rng
 
     def previous_attempt(self, state: PlacementState, w: GPUWorkload, raw: JSON,
                          status: StatusBuilder) -> Outcome | None:
@@ -198,8 +195,7 @@ class Placer:
             why = (f"gave up after {retries} retries: {message}" if retries
                    else f"unschedulable and maxRetries is 0: {message}")
             return self.attempts.fail(state, raw, status, UNSCHEDULABLE, why, retries=retries)
-        delay = next_delay(retries + 1, policy, self.rng)
-        nxt = fmt_time(datetime.fromtimestamp(now.timestamp() + delay, UTC))
+        delay, nxt = self.attempts.next_retry(retries + 1, policy, now)
         status.retry(retries, nxt)
         out = self._unplaced(raw, status, UNSCHEDULABLE, message)
         out.result = Result(requeue_after=delay)

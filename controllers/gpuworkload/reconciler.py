@@ -147,7 +147,7 @@ class GPUWorkloadReconciler:
         self.attempts = AttemptRunner(self.children, claims, self.options, dra_why, clock, rng)
         #: deciding, booking and committing a placement
         self.placer = Placer(self.children, self.attempts, status_writer, self._write_status,
-                             self.own_writes, clock, rng)
+                             self.own_writes, clock)
         self.finalizer = ChildrenFinalizer(client, self.children, status_writer,
                                            self.attempts.release, self.own_writes,
                                            children_gone=self._children_gone)

@@ -125,7 +125,7 @@ class _Waiting:
 
 class PodBindingReconciler:
     def __init__(self, client: Any, recorder: EventRecorder, pods: Indexer,
-                 state: Callable[[], PlacementState], book: SeedBook,
+                 states: PlacementStateSource, book: SeedBook,
                  options: PodBindingOptions | None = None,
                  own_writes: OwnWrites | None = None) -> None:
         self.client = client
@@ -133,7 +133,9 @@ class PodBindingReconciler:
         self.own_writes = own_writes if own_writes is not None else OwnWrites()
         self.recorder = recorder
         self.pods = pods
-        self.state = state
+        #: the manager's one placement state, shared with the GPUWorkload reconciler
+        #: and the claims (built from the caches before its first use)
+        self.states = states
         self.book = book
         self.options = options or PodBindingOptions()
         self.enqueue_after: Callable[[Request, float], None] = lambda req, delay: None
@@ -145,7 +147,7 @@ class PodBindingReconciler:
     # ------------------------------------------------------------------ entry
 
     def reconcile(self, req: Request) -> Result | None:
-        state = self.state()  # the ledger is rebuilt before the first placement
+        state = self.states.get()  # the ledger is rebuilt before the first placement
         key = f"{req.namespace}/{req.name}"
         pod = self.pods.get_by_name(req.name, req.namespace)
         if pod is None or not self.book.owns(pod) or not pod_is_active(pod):
@@ -285,7 +287,7 @@ class PodBindingReconciler:
         how many were asked. For preemption: the devices stay held until the pods are
         gone (docs/architecture.md, invariants 2 and 3), so a caller keeps them
         nominated meanwhile."""
-        keys = self.state().seed_pod_keys(self.book, ledger_key)
+        keys = self.states.get().seed_pod_keys(self.book, ledger_key)
         asked = 0
         for key in keys:
             ns, name = key.split("/", 1)
@@ -376,7 +378,7 @@ def setup_podbinding_controller(mgr: Manager, states: PlacementStateSource,
     book = SeedBook(opts.scheduler_name)
     states.add_pod_book(book)
     reconciler = PodBindingReconciler(mgr.client, mgr.event_recorder(opts.scheduler_name),
-                                      pods.indexer, states.get, book, opts, own_writes)
+                                      pods.indexer, states, book, opts, own_writes)
     ctrl = (Builder(mgr).named("podbinding")
             .for_("v1", "Pod", pod_predicate(book))
             .with_options(max_concurrent_reconciles=opts.workers)

@@ -21,7 +21,9 @@ are remembered here, each until the informer shows it:
   mark in place; ``cancel(obj, mark)`` takes back a mark whose write will never be
   sent (settled, or refused). ``wrote`` without a mark (a synchronous write) is the
   latest. Read your writes: ``view(raw)`` is the cached copy with the status we
-  last asked for, until the cache shows the write that carried it.
+  last asked for, until the cache shows the write that carried it. Our finalizer,
+  added by the status writer (``finalized``), counts as on the object
+  (``finalizer_added``) until the object is forgotten: a reconcile asks for it once.
 - **Seed bindings** (``bound``): a pod we bound counts as bound
   (``binding_on_its_way``) until the informer shows it on a node or deleted (it
   was in the cache when we bound it, so a relist that misses it deletes it).
@@ -65,6 +67,7 @@ class _Writes:
     status: dict[str, Any] | None = None  # the status we last asked for
     status_mark: int | None = None  # the write that carries it
     status_rv: int = 0  # where it landed (0: not yet)
+    finalizer: bool = False  # our finalizer landed on it
 
 
 class OwnWrites:
@@ -234,6 +237,19 @@ class OwnWrites:
                 resource_version(raw) >= w.status_rv:
             w.status = w.status_mark = None
         return w.status is None
+
+    def finalized(self, obj: JSON) -> None:
+        """Our finalizer landed on ``obj`` (this UID); the cache may not show it yet."""
+        uid = _uid(obj)
+        if uid:
+            with self._lock:
+                self._writes.setdefault(uid, _Writes()).finalizer = True
+
+    def finalizer_added(self, uid: str) -> bool:
+        """Did our finalizer land on object ``uid``? (Until the object is forgotten.)"""
+        with self._lock:
+            w = self._writes.get(uid)
+            return w is not None and w.finalizer
 
     # ------------------------------------------------------------------ bindings
 

@@ -115,7 +115,6 @@ class StatusWriter:
         self._later: list[tuple[float, int, str]] = []
         self._seq = itertools.count()
         self._inflight: set[str] = set()
-        self._finalized: dict[str, str] = {}  # key -> UID we saw our finalizer on
         #: keys whose write in flight was settled or forgotten: not retried if it fails
         self._superseded: set[str] = set()
         self._gone: set[str] = set()  # keys forgotten while a write was in flight
@@ -183,7 +182,6 @@ class StatusWriter:
             dropped = self._pending.pop(key, None)
             if dropped is not None:
                 self.own_writes.cancel(_ref(dropped), dropped.mark)  # never sent
-            self._finalized.pop(key, None)
             if key in self._inflight:  # it records nothing and is not retried
                 self._superseded.add(key)
                 self._gone.add(key)
@@ -197,7 +195,7 @@ class StatusWriter:
         key, uid = object_key(raw), meta.get("uid")
         with self._cv:
             want = self._pending.get(key)
-            return self._finalized.get(key) == uid or (
+            return self.own_writes.finalizer_added(uid or "") or (
                 want is not None and want.uid == uid and want.finalizer)
 
     def queued(self) -> int:
@@ -282,7 +280,7 @@ class StatusWriter:
     def _ready_at(self, key: str, want: _Want, now: float) -> float:
         if self.pacer is None:
             return want.since
-        first_finalizer = want.finalizer and self._finalized.get(key) != want.uid
+        first_finalizer = want.finalizer and not self.own_writes.finalizer_added(want.uid)
         return self.pacer.ready_at(want.status, want.since, first_finalizer, now)
 
     def _run(self) -> None:
@@ -329,8 +327,7 @@ class StatusWriter:
             WRITES.labels("gone").inc()
             self.own_writes.forget(want.uid)  # ours is gone: another object has the name
             return True
-        with self._cv:
-            finalized = self._finalized.get(key) == want.uid
+        finalized = self.own_writes.finalizer_added(want.uid)
         if want.finalizer and not finalized and cached is not None \
                 and not self._add_finalizer(cached):
             return False
@@ -359,7 +356,7 @@ class StatusWriter:
         key = object_key(obj)
         with self._cv:
             if key not in self._gone:  # forgotten meanwhile: nothing of it is kept
-                self._finalized[key] = obj["metadata"]["uid"]
+                self.own_writes.finalized(obj)
         return True
 
 

@@ -8,6 +8,7 @@ from api.v1alpha1.types import (
     GPUNode,
     GPUWorkload,
     GPUWorkloadSpec,
+    GPUWorkloadStatus,
     Phase,
     Placement,
     Topology,
@@ -133,6 +134,19 @@ def test_gpunode_parses_agent_report() -> None:
     assert n.status.devices[1].healthy is False
     assert n.status.devices[1].nvlink_peers == []
     assert n.to_api()["status"]["lastHeartbeatTime"] == "2024-01-01T00:00:00Z"
+
+
+def test_a_queue_status_reads_and_writes_as_a_workloads_does() -> None:
+    """The shared field types: a null list reads as empty, a time is written as
+    Kubernetes writes times (seconds, ``Z``), as the queue-status controller does."""
+    from api.v1alpha1.queues import GPUQueueStatus
+
+    st = GPUQueueStatus.model_validate({"conditions": None,
+                                        "lastUpdateTime": "2024-01-02T03:04:05Z"})
+    assert st.conditions == []
+    st.last_update_time = datetime(2024, 1, 2, 3, 4, 5, 123, tzinfo=UTC)
+    assert st.to_api()["lastUpdateTime"] == "2024-01-02T03:04:05Z"
+    assert GPUWorkloadStatus.model_validate({"conditions": None}).conditions == []
 
 
 def test_exposure_enum_values() -> None:

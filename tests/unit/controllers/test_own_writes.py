@@ -163,6 +163,17 @@ def test_another_object_of_the_same_name_is_never_taken_for_ours() -> None:
     assert len(own) == 0
 
 
+def test_our_finalizer_counts_as_on_its_object_until_the_object_is_deleted() -> None:
+    own = OwnWrites()
+    own.finalized(workload("u1", 7))  # the cache still shows none
+    assert own.finalizer_added("u1")
+    assert not own.finalizer_added("u2")  # another object of that name
+    own.observed(workload("u1", 8))
+    assert own.finalizer_added("u1")
+    own.deleted(workload("u1", 8))
+    assert not own.finalizer_added("u1") and len(own) == 0
+
+
 # ------------------------------------------------------------------ bindings
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
+from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
 from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler, pod_predicate
 from controllers.podbinding.seedbook import SeedBook, bound_entry, owner_key, read_bound
@@ -76,15 +77,30 @@ class Env:
         for p in pods:
             self.pods.add(p)
         self.book = SeedBook()
-        self.state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, pod_books=[self.book])
-        self.rebuild()
+        # the manager's one placement state, as setup hands it to the pod binding:
+        # the book registered with the source, the state built and filled from the
+        # caches on first use (and again once invalidated)
+        self.states = PlacementStateSource(
+            lambda books: PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, pod_books=books),
+            lambda state: self.fill(state))
+        self.states.add_pod_book(self.book)
         self.client, self.recorder = FakeClient(), FakeRecorder()
-        self.rec = PodBindingReconciler(self.client, self.recorder, self.pods,
-                                        lambda: self.state, self.book, PodBindingOptions())
+        self.rec = self.reconciler()
+
+    def reconciler(self, options: PodBindingOptions | None = None) -> PodBindingReconciler:
+        return PodBindingReconciler(self.client, self.recorder, self.pods, self.states,
+                                    self.book, options or PodBindingOptions())
+
+    @property
+    def state(self) -> PlacementState:
+        return self.states.get()
+
+    def fill(self, state: PlacementState,
+             workloads: list[dict[str, Any]] = ()) -> list[str]:  # type: ignore[assignment]
+        return state.rebuild(lambda: (self.nodes, [], list(workloads), self.pods.list()))
 
     def rebuild(self, workloads: list[dict[str, Any]] = ()) -> list[str]:  # type: ignore[assignment]
-        return self.state.rebuild(lambda: (self.nodes, [], list(workloads),
-                                           self.pods.list()))
+        return self.fill(self.state, workloads)
 
     def add(self, p: dict[str, Any]) -> None:
         self.pods.add(p)
@@ -253,6 +269,23 @@ def test_rebuild_reports_a_pod_bound_onto_a_workloads_device() -> None:
     assert env.holder("node4", 3) == "ns/gw"
 
 
+def test_after_a_lost_event_the_pod_binding_places_on_a_state_rebuilt_from_the_caches() -> None:
+    """The pod binding takes the manager's one state from its source: once a handler
+    lost an event (the state invalidated), its next reconcile rebuilds the state from
+    the caches, so a pod the lost event would have booked still holds its devices."""
+    env = Env()
+    lost = env.state
+    env.add(pod("other-0", map_text=None, owner=None, node_name="node1", phase="Running",
+                scheduler="default-scheduler",
+                annotations={"gpu.orchestrator.dev/devices": "0,1"}))  # its event lost
+    lost.invalidate("a handler raised")
+    env.add(pod("check-0"))  # its map line: node1, devices 0 and 1
+    env.reconcile("check-0")
+    assert env.bound() == {}
+    assert env.warnings("check-0") and "node1" in env.warnings("check-0")[0]
+    assert env.state is not lost and env.holder("node1", 0) == f"{NS}/other-0"
+
+
 def test_bound_entry_and_owner_key() -> None:
     assert owner_key(pod("x-1")) == STS
     assert owner_key(pod("x-1", owner=None)) == f"Pod:{NS}/x-1"
@@ -404,8 +437,7 @@ def test_a_pod_bound_by_someone_else_onto_held_devices(evict: bool) -> None:
     env = Env()
     env.state._ledger.assume("ns/gw", [Placement(index=0, node="node1", devices=[0, 1])])
     env.client = EvictingClient()
-    env.rec = PodBindingReconciler(env.client, env.recorder, env.pods, lambda: env.state,
-                                   env.book, PodBindingOptions(evict_conflicting_pods=evict))
+    env.rec = env.reconciler(PodBindingOptions(evict_conflicting_pods=evict))
     action = "evicted" if evict else "reported"
     before = conflicts(action)
     env.add(pod("intruder-0", map_text=None, owner=None, node_name="node1",
@@ -432,8 +464,7 @@ def test_evict_holder_asks_every_pod_of_a_seed_holder_to_go() -> None:
         env.add(pod(f"check-{i}"))
         env.reconcile(f"check-{i}")
     env.client = EvictingClient()
-    env.rec = PodBindingReconciler(env.client, env.recorder, env.pods, lambda: env.state,
-                                   env.book, PodBindingOptions())
+    env.rec = env.reconciler()
     assert is_seed_key(STS) and not is_seed_key("ns/gw")
     assert env.rec.evict_holder(STS, "preempted by ns/urgent (priority 100)") == 2
     assert sorted(e["metadata"]["name"] for e in env.client.evictions) == ["check-3", "check-4"]

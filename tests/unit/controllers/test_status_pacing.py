@@ -10,7 +10,10 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from api.v1alpha1.types import API_VERSION
 from controllers.status.pacing import BUSY_RECHECK, Pacer, PacingOptions
@@ -67,14 +70,33 @@ def status(phase: str) -> dict[str, Any]:
     return {"phase": phase, "placements": [{"node": "n1", "deviceIndices": [0]}]}
 
 
-def writer(api: API, clock: Clock, busy: threading.Event | None = None,
-           **opts: Any) -> StatusWriter:
-    pacer = Pacer(PacingOptions(**{"lag": 1.0, "busy_qps": 0.0, "max_lag": 5.0,
-                                   "busy_hold": 0.0, **opts}),
-                  busy=busy.is_set if busy is not None else lambda: False, clock=clock)
-    w = StatusWriter(api, api.cache, threads=2, clock=clock, pacer=pacer)
-    w.start()
-    return w
+class Paced:
+    """A paced writer on a fake API and a fake clock; ``busy`` is the work queue's
+    "placements under way" (clear: idle). Made by the ``paced`` fixture, which
+    stops it after the test, passed or not."""
+
+    def __init__(self) -> None:
+        self.api, self.clock, self.busy = API(), Clock(), threading.Event()
+        self.w: StatusWriter | None = None
+
+    def writer(self, *, busy: bool = False, **opts: Any) -> StatusWriter:
+        if busy:
+            self.busy.set()
+        pacer = Pacer(PacingOptions(**{"lag": 1.0, "busy_qps": 0.0, "max_lag": 5.0,
+                                       "busy_hold": 0.0, **opts}),
+                      busy=self.busy.is_set, clock=self.clock)
+        self.w = StatusWriter(self.api, self.api.cache, threads=2, clock=self.clock,
+                              pacer=pacer)
+        self.w.start()
+        return self.w
+
+
+@pytest.fixture
+def paced() -> Iterator[Paced]:
+    env = Paced()
+    yield env
+    if env.w is not None:
+        env.w.stop(1)
 
 
 def settle_for(seconds: float = 0.3) -> None:
@@ -83,9 +105,8 @@ def settle_for(seconds: float = 0.3) -> None:
     time.sleep(seconds)
 
 
-def test_scheduled_then_running_within_the_lag_is_one_running_write() -> None:
-    api, clock = API(), Clock()
-    w = writer(api, clock)
+def test_scheduled_then_running_within_the_lag_is_one_running_write(paced: Paced) -> None:
+    api, clock, w = paced.api, paced.clock, paced.writer()
     raw = api.create("a")
     w.submit(raw, status("Scheduled"))
     settle_for()
@@ -96,12 +117,10 @@ def test_scheduled_then_running_within_the_lag_is_one_running_write() -> None:
     assert w.flush(5)
     assert api.writes == [("a", "Running")]
     assert api.objects["a"]["status"]["phase"] == "Running"
-    w.stop()
 
 
-def test_a_held_status_is_written_once_the_lag_passed() -> None:
-    api, clock = API(), Clock()
-    w = writer(api, clock)
+def test_a_held_status_is_written_once_the_lag_passed(paced: Paced) -> None:
+    api, clock, w = paced.api, paced.clock, paced.writer()
     raw = api.create("a")
     w.submit(raw, status("Scheduled"))
     settle_for()
@@ -109,14 +128,12 @@ def test_a_held_status_is_written_once_the_lag_passed() -> None:
     clock.now += 1.0
     assert w.flush(5)
     assert api.writes == [("a", "Scheduled")]
-    w.stop()
 
 
-def test_why_an_attempt_ended_is_not_replaced_by_the_retry_that_follows() -> None:
+def test_why_an_attempt_ended_is_not_replaced_by_the_retry_that_follows(paced: Paced) -> None:
     # an ended attempt's Pending status (its reason) goes at once: the next attempt's
     # Scheduled, submitted a moment later, must not fold it away
-    api, clock = API(), Clock()
-    w = writer(api, clock)
+    api, clock, w = paced.api, paced.clock, paced.writer()
     raw = api.create("a")
     w.submit(raw, status("Pending"))
     settle_for()  # the fake clock stands still: a held status would not be written
@@ -125,23 +142,19 @@ def test_why_an_attempt_ended_is_not_replaced_by_the_retry_that_follows() -> Non
     clock.now += 1.0
     assert w.flush(5)
     assert api.writes == [("a", "Pending"), ("a", "Scheduled")]
-    w.stop()
 
 
-def test_running_and_terminal_states_are_not_held() -> None:
-    api, clock = API(), Clock()
-    w = writer(api, clock)
+def test_running_and_terminal_states_are_not_held(paced: Paced) -> None:
+    api, w = paced.api, paced.writer()
     a, b = api.create("a"), api.create("b")
     w.submit(a, status("Running"))
     w.submit(b, status("Failed"))
     assert w.flush(5)  # the clock never moved
     assert sorted(api.writes) == [("a", "Running"), ("b", "Failed")]
-    w.stop()
 
 
-def test_the_finalizer_is_not_held_the_status_it_came_with_is() -> None:
-    api, clock = API(), Clock()
-    w = writer(api, clock)
+def test_the_finalizer_is_not_held_the_status_it_came_with_is(paced: Paced) -> None:
+    api, w = paced.api, paced.writer()
     raw = api.create("a")
     w.submit(raw, status("Scheduled"), finalizer=True)
     eventually(lambda: api.writes == [("a", "finalizer")], what="the finalizer, at once")
@@ -151,13 +164,11 @@ def test_the_finalizer_is_not_held_the_status_it_came_with_is() -> None:
     w.submit(raw, status("Running"))
     assert w.flush(5)
     assert api.writes == [("a", "finalizer"), ("a", "Running")]
-    w.stop()
 
 
-def test_writes_go_at_the_busy_rate_while_placing_and_drain_afterwards() -> None:
-    api, clock, busy = API(), Clock(), threading.Event()
-    busy.set()
-    w = writer(api, clock, busy, busy_qps=2.0)
+def test_writes_go_at_the_busy_rate_while_placing_and_drain_afterwards(paced: Paced) -> None:
+    api, clock, busy = paced.api, paced.clock, paced.busy
+    w = paced.writer(busy=True, busy_qps=2.0)
     raws = [api.create(f"w{i}") for i in range(5)]
     for raw in raws:
         w.submit(raw, status("Running"))
@@ -169,13 +180,11 @@ def test_writes_go_at_the_busy_rate_while_placing_and_drain_afterwards() -> None
     busy.clear()  # placements done: what waited drains
     assert w.flush(5)
     assert sorted(n for n, _ in api.writes) == [f"w{i}" for i in range(5)]
-    w.stop()
 
 
-def test_a_status_waits_for_a_token_no_longer_than_the_max_lag() -> None:
-    api, clock, busy = API(), Clock(), threading.Event()
-    busy.set()
-    w = writer(api, clock, busy, busy_qps=0.001, max_lag=5.0)
+def test_a_status_waits_for_a_token_no_longer_than_the_max_lag(paced: Paced) -> None:
+    api, clock = paced.api, paced.clock
+    w = paced.writer(busy=True, busy_qps=0.001, max_lag=5.0)
     raws = [api.create(f"w{i}") for i in range(3)]
     for raw in raws:
         w.submit(raw, status("Running"))
@@ -184,13 +193,12 @@ def test_a_status_waits_for_a_token_no_longer_than_the_max_lag() -> None:
     clock.now += 5.0  # still busy, but every status is max_lag old now
     assert w.flush(5)
     assert len(api.writes) == 3
-    w.stop()
 
 
-def test_without_tokens_statuses_go_in_ready_order_each_max_lag_after_it_was_ready() -> None:
-    api, clock, busy = API(), Clock(), threading.Event()
-    busy.set()
-    w = writer(api, clock, busy, busy_qps=0.001, max_lag=5.0)
+def test_without_tokens_statuses_go_in_ready_order_each_max_lag_after_it_was_ready(
+        paced: Paced) -> None:
+    api, clock = paced.api, paced.clock
+    w = paced.writer(busy=True, busy_qps=0.001, max_lag=5.0)
     first, held, young = api.create("first"), api.create("held"), api.create("young")
     w.submit(first, status("Running"))  # takes the one token
     eventually(lambda: api.writes == [("first", "Running")], what="the first write")
@@ -206,13 +214,11 @@ def test_without_tokens_statuses_go_in_ready_order_each_max_lag_after_it_was_rea
     clock.now = t0 + 6.0
     eventually(lambda: ("held", "Scheduled") in api.writes, what="the held status")
     assert w.flush(5)
-    w.stop()
 
 
-def test_a_held_status_waits_on_while_placing_and_goes_when_they_pause() -> None:
-    api, clock, busy = API(), Clock(), threading.Event()
-    busy.set()
-    w = writer(api, clock, busy, busy_hold=5.0)
+def test_a_held_status_waits_on_while_placing_and_goes_when_they_pause(paced: Paced) -> None:
+    api, clock, busy = paced.api, paced.clock, paced.busy
+    w = paced.writer(busy=True, busy_hold=5.0)
     raw = api.create("a")
     w.submit(raw, status("Scheduled"))
     clock.now += 1.0  # the lag passed, but placements are being made
@@ -223,15 +229,13 @@ def test_a_held_status_waits_on_while_placing_and_goes_when_they_pause() -> None
     busy.clear()  # they paused: it goes at the next look
     clock.now += BUSY_RECHECK
     eventually(lambda: api.writes == [("a", "Scheduled")], what="the held status, once idle")
-    w.stop()
 
 
-def test_scheduled_then_running_while_placing_is_one_running_write() -> None:
+def test_scheduled_then_running_while_placing_is_one_running_write(paced: Paced) -> None:
     # in a burst the pods run after the lag: the Running status still folds the
     # Scheduled one, which would otherwise be a write of its own
-    api, clock, busy = API(), Clock(), threading.Event()
-    busy.set()
-    w = writer(api, clock, busy, busy_hold=5.0)
+    api, clock = paced.api, paced.clock
+    w = paced.writer(busy=True, busy_hold=5.0)
     raw = api.create("a")
     w.submit(raw, status("Scheduled"))
     clock.now += 3.0
@@ -240,13 +244,11 @@ def test_scheduled_then_running_while_placing_is_one_running_write() -> None:
     w.submit(raw, status("Running"))
     assert w.flush(5)
     assert api.writes == [("a", "Running")]
-    w.stop()
 
 
-def test_a_held_status_waits_on_no_longer_than_the_busy_hold() -> None:
-    api, clock, busy = API(), Clock(), threading.Event()
-    busy.set()
-    w = writer(api, clock, busy, busy_hold=5.0)
+def test_a_held_status_waits_on_no_longer_than_the_busy_hold(paced: Paced) -> None:
+    api, clock = paced.api, paced.clock
+    w = paced.writer(busy=True, busy_hold=5.0)
     raw = api.create("a")
     w.submit(raw, status("Scheduled"))
     clock.now += 1.0 + 4.9
@@ -254,12 +256,10 @@ def test_a_held_status_waits_on_no_longer_than_the_busy_hold() -> None:
     assert api.writes == []
     clock.now += 0.1  # lag + busy_hold: written though placements go on
     eventually(lambda: api.writes == [("a", "Scheduled")], what="the held status")
-    w.stop()
 
 
-def test_stop_writes_what_is_held() -> None:
-    api, clock = API(), Clock()
-    w = writer(api, clock)
+def test_stop_writes_what_is_held(paced: Paced) -> None:
+    api, w = paced.api, paced.writer()
     raw = api.create("a")
     w.submit(raw, status("Scheduled"))
     settle_for()

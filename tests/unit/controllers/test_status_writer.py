@@ -187,6 +187,25 @@ def test_a_workload_forgotten_while_its_finalizer_is_added_is_forgotten(api: API
         writer.stop()
 
 
+def test_the_finalizer_we_added_is_one_of_our_own_writes(api: API) -> None:
+    """Remembered where every write of ours is (the controller's OwnWrites, by UID):
+    a reconcile asks for it once while the cache lags, and the object's delete event
+    ends it, as it ends every record of that object."""
+    raw = api.create("uid-1")
+    own = OwnWrites()
+    writer = writer_of(api, own_writes=own)
+    try:
+        writer.submit(raw, {"phase": "Scheduled"}, finalizer=True)
+        assert writer.flush(5)
+        assert CHILDREN_FINALIZER in api.objects["w"]["metadata"]["finalizers"]
+        assert writer.has_finalizer(raw) and own.finalizer_added("uid-1")
+        again = api.create("uid-2")  # deleted, then created again under its name
+        own.deleted(raw)
+        assert not writer.has_finalizer(raw) and not writer.has_finalizer(again)
+    finally:
+        writer.stop()
+
+
 # --------------------------------------------------------------- own writes
 
 
