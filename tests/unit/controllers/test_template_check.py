@@ -3,6 +3,8 @@ words, once per namespace and spec; anything else says nothing about the templat
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
 from controllers.gpuworkload.template_check import ChildDryRun
 from runtime import ApiError
+from tests.waiting import eventually
 
 
 class DryRunClient:
@@ -58,3 +61,59 @@ def test_dra_children_are_not_dry_run() -> None:
     client = DryRunClient(None)
     assert ChildDryRun(client, DeviceExposure.DRA).check(*gw()) is None
     assert client.calls == []
+
+
+class SlowClient(DryRunClient):
+    """A dry run that answers only when the test lets it."""
+
+    def __init__(self, error: ApiError | Exception | None = None) -> None:
+        super().__init__(None)
+        self.raise_ = error
+        self.release = threading.Event()
+
+    def create(self, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        self.calls.append(obj)
+        self.release.wait(10)
+        if self.raise_ is not None:
+            raise self.raise_
+        return obj
+
+
+def _ask_together(check: Any, workers: int) -> tuple[list[threading.Thread], list[Any]]:
+    answers: list[Any] = []
+
+    def ask(i: int) -> None:
+        try:
+            answers.append(check(*gw(name=f"w{i}", replicas=2)))
+        except Exception as exc:  # what a worker would see
+            answers.append(exc)
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(workers)]
+    for t in threads:
+        t.start()
+    return threads, answers
+
+
+def test_workers_asking_together_share_one_dry_run() -> None:
+    # a burst's first workloads of one spec reach the 16 workers together
+    client = SlowClient(ApiError(422, "Invalid", "bad port"))
+    threads, answers = _ask_together(ChildDryRun(client, DeviceExposure.CUDA_VISIBLE_DEVICES)
+                                     .check, 16)
+    eventually(lambda: len(client.calls) == 1, what="the first dry run sent")
+    time.sleep(0.1)  # the others are waiting on it, not sending their own
+    client.release.set()
+    for t in threads:
+        t.join(10)
+    assert len(client.calls) == 1
+    assert len(answers) == 16 and all("bad port" in a for a in answers)
+
+
+def test_a_dry_run_that_raised_lets_the_next_worker_try() -> None:
+    client = SlowClient(OSError("connection reset"))
+    check = ChildDryRun(client, DeviceExposure.CUDA_VISIBLE_DEVICES).check
+    threads, answers = _ask_together(check, 2)
+    eventually(lambda: len(client.calls) == 1, what="the first dry run sent")
+    client.release.set()
+    for t in threads:
+        t.join(10)
+    # each raised (nothing remembered), the second after its own dry run
+    assert len(client.calls) == 2 and all(isinstance(a, OSError) for a in answers)
