@@ -106,6 +106,7 @@ class Placer:
             # wakes the workload earlier (its own status write, freed capacity).
             return Outcome(status, Result(requeue_after=(due_at - self.clock()).total_seconds()))
         if state.higher_priority_fresh(key, w.spec.priority):
+            log.debug("placement.priority_gate", workload=key)
             return Outcome(status, Result(requeue_after=PRIORITY_GATE_DELAY))
         writer = self.status_writer
         # the commit below is a precondition on this copy's resourceVersion: nothing
@@ -113,6 +114,8 @@ class Placer:
         # flight could land after the commit: no commit now)
         if writer is not None and not pod_is_commit_point(w) and \
                 (not writer.settle(key) or self.own_writes.ahead_of(raw)):
+            log.debug("placement.commit_waits", workload=key,
+                      why="a status write of ours in flight or ahead of the cache")
             return Outcome(status, Result(requeue_after=0.1))
         started = time.perf_counter()
         decision = state.decide(w)

@@ -189,6 +189,7 @@ class GPUWorkloadReconciler:
             raw = view  # the status we last asked for, not yet in the cache
         elif self.own_writes.is_behind(raw):
             # The cache has not caught up with our own last write of this object.
+            log.debug("reconcile.behind_own_write", workload=key)
             return Result(requeue_after=0.1)
         out = self._observe_and_act(state, raw)
         return self._report(raw, out)
