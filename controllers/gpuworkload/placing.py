@@ -112,11 +112,16 @@ class Placer:
         # the commit below is a precondition on this copy's resourceVersion: nothing
         # of ours may be pending, in flight or ahead of the cache (a write still in
         # flight could land after the commit: no commit now)
-        if writer is not None and not pod_is_commit_point(w) and \
-                (not writer.settle(key) or self.own_writes.ahead_of(raw)):
-            log.debug("placement.commit_waits", workload=key,
-                      why="a status write of ours in flight or ahead of the cache")
-            return Outcome(status, Result(requeue_after=0.1))
+        if writer is not None and not pod_is_commit_point(w):
+            asked = self.own_writes.view(raw) is not None  # raw shows a status not sent yet
+            if not writer.settle(key) or self.own_writes.ahead_of(raw):
+                log.debug("placement.commit_waits", workload=key,
+                          why="a status write of ours in flight or ahead of the cache")
+                return Outcome(status, Result(requeue_after=0.1))
+            if asked and self.own_writes.view(raw) is None:
+                # settle dropped the status this reconcile started from: the API never
+                # got it, so whatever is decided now is written, even the same again
+                status.old = {}
         started = time.perf_counter()
         decision = state.decide(w)
         strategy = decision.strategy
