@@ -301,6 +301,8 @@ class StatusWriter:
             with self._cv:
                 self._inflight.discard(key)
                 if key in self._superseded:
+                    if not ok:  # it never landed and never will: its mark goes
+                        self.own_writes.cancel(_ref(want), want.mark)
                     ok = True  # settled or forgotten meanwhile: not retried
                 self._superseded.discard(key)
                 self._gone.discard(key)
