@@ -67,8 +67,13 @@ class Placer:
     def __init__(self, children: ChildAPI, attempts: AttemptRunner,
                  status_writer: StatusWriter | None, write_status: WriteStatus,
                  own_writes: OwnWrites, clock: Callable[[], datetime],
-                 rng: random.Random) -> None:
+                 rng: random.Random,
+                 cached: Callable[[str], JSON | None] | None = None) -> None:
         self.children = children
+        #: a workload as the informer's cache holds it (None: not there), which the
+        #: priority gate asks before it waits behind one (None: it takes the
+        #: pending set's word)
+        self.cached = cached
         self.attempts = attempts
         self.status_writer = status_writer
         #: our writes the cache has not shown yet (the commit's among them)
@@ -105,8 +110,9 @@ class Placer:
             # An ended attempt's retry waits out its backoff (retryPolicy), whatever
             # wakes the workload earlier (its own status write, freed capacity).
             return Outcome(status, Result(requeue_after=(due_at - self.clock()).total_seconds()))
-        if state.higher_priority_fresh(key, w.spec.priority):
-            log.debug("placement.priority_gate", workload=key)
+        ahead = state.higher_priority_fresh(key, w.spec.priority, self.cached)
+        if ahead is not None:
+            log.debug("placement.priority_gate", workload=key, waits_for=ahead)
             return Outcome(status, Result(requeue_after=PRIORITY_GATE_DELAY))
         writer = self.status_writer
         # the commit below is a precondition on this copy's resourceVersion: nothing
