@@ -119,7 +119,7 @@ class Placer:
         # of ours may be pending, in flight or ahead of the cache (a write still in
         # flight could land after the commit: no commit now)
         if writer is not None and not pod_is_commit_point(w):
-            asked = self.own_writes.view(raw) is not None  # raw shows a status not sent yet
+            asked = self.own_writes.view(raw) is not None  # a status of ours, not cached yet
             if not writer.settle(key) or self.own_writes.ahead_of(raw):
                 log.debug("placement.commit_waits", workload=key,
                           why="a status write of ours in flight or ahead of the cache")
@@ -127,6 +127,8 @@ class Placer:
             if asked and self.own_writes.view(raw) is None:
                 # settle dropped the status this reconcile started from: the API never
                 # got it, so whatever is decided now is written, even the same again
+                log.debug("placement.status_dropped", workload=key,
+                          effect="what is decided now is written")
                 status.old = {}
         started = time.perf_counter()
         decision = state.decide(w)
