@@ -61,6 +61,16 @@ def test_a_higher_workload_tried_or_deleted_without_its_event_holds_nobody_back(
     assert c.state.higher_priority_fresh(LOW, 0, _cached(c)) is None
 
 
+def test_the_reconciler_holds_a_lower_workload_behind_a_higher_one_never_tried() -> None:
+    env = Env()
+    env.workload("high", gpusPerReplica=1, priority=50)
+    env.workload("low", gpusPerReplica=1)
+    result = env.reconcile("low")
+    assert result is not None and 0 < result.requeue_after <= 1.0
+    assert env.decisions == 0 and not env.status("low").get("placements")
+    assert not any(c["type"] == "Scheduled" for c in env.status("low").get("conditions") or ())
+
+
 def test_the_reconciler_places_a_lower_workload_behind_a_stale_entry() -> None:
     """Through the reconcile: the gate asks the reconciler's cache."""
     env = Env()
