@@ -65,8 +65,13 @@ def pod_is_commit_point(w: GPUWorkload) -> bool:
 class Placer:
     def __init__(self, children: ChildAPI, attempts: AttemptRunner,
                  status_writer: StatusWriter | None, write_status: WriteStatus,
-                 own_writes: OwnWrites, clock: Callable[[], datetime]) -> None:
+                 own_writes: OwnWrites, clock: Callable[[], datetime],
+                 cached: Callable[[str], JSON | None] | None = None) -> None:
         self.children = children
+        #: a workload as the informer's cache holds it (None: not there), which the
+        #: priority gate asks before it waits behind one (None: it takes the
+        #: pending set's word)
+        self.cached = cached
         self.attempts = attempts
         self.status_writer = status_writer
         #: our writes the cache has not shown yet (the commit's among them)
@@ -102,15 +107,26 @@ class Placer:
             # An ended attempt's retry waits out its backoff (retryPolicy), whatever
             # wakes the workload earlier (its own status write, freed capacity).
             return Outcome(status, Result(requeue_after=(due_at - self.clock()).total_seconds()))
-        if state.higher_priority_fresh(key, w.spec.priority):
+        ahead = state.higher_priority_fresh(key, w.spec.priority, self.cached)
+        if ahead is not None:
+            log.debug("placement.priority_gate", workload=key, waits_for=ahead)
             return Outcome(status, Result(requeue_after=PRIORITY_GATE_DELAY))
         writer = self.status_writer
         # the commit below is a precondition on this copy's resourceVersion: nothing
         # of ours may be pending, in flight or ahead of the cache (a write still in
         # flight could land after the commit: no commit now)
-        if writer is not None and not pod_is_commit_point(w) and \
-                (not writer.settle(key) or self.own_writes.ahead_of(raw)):
-            return Outcome(status, Result(requeue_after=0.1))
+        if writer is not None and not pod_is_commit_point(w):
+            asked = self.own_writes.view(raw) is not None  # a status of ours, not cached yet
+            if not writer.settle(key) or self.own_writes.ahead_of(raw):
+                log.debug("placement.commit_waits", workload=key,
+                          why="a status write of ours in flight or ahead of the cache")
+                return Outcome(status, Result(requeue_after=0.1))
+            if asked and self.own_writes.view(raw) is None:
+                # settle dropped the status this reconcile started from: the API never
+                # got it, so whatever is decided now is written, even the same again
+                log.debug("placement.status_dropped", workload=key,
+                          effect="what is decided now is written")
+                status.old = {}
         started = time.perf_counter()
         decision = state.decide(w)
         strategy = decision.strategy

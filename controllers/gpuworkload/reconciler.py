@@ -147,7 +147,7 @@ class GPUWorkloadReconciler:
         self.attempts = AttemptRunner(self.children, claims, self.options, dra_why, clock, rng)
         #: deciding, booking and committing a placement
         self.placer = Placer(self.children, self.attempts, status_writer, self._write_status,
-                             self.own_writes, clock)
+                             self.own_writes, clock, cached=self._cached)
         self.finalizer = ChildrenFinalizer(client, self.children, status_writer,
                                            self.attempts.release, self.own_writes,
                                            children_gone=self._children_gone)
@@ -189,9 +189,15 @@ class GPUWorkloadReconciler:
             raw = view  # the status we last asked for, not yet in the cache
         elif self.own_writes.is_behind(raw):
             # The cache has not caught up with our own last write of this object.
+            log.debug("reconcile.behind_own_write", workload=key)
             return Result(requeue_after=0.1)
         out = self._observe_and_act(state, raw)
         return self._report(raw, out)
+
+    def _cached(self, key: str) -> JSON | None:
+        """Workload ``key`` as the cache holds it (None: not there)."""
+        namespace, _, name = key.partition("/")
+        return self.workloads.get_by_name(name, namespace)
 
     def _defaults(self, w: GPUWorkload) -> None:
         """The manager's defaults, on a spec that names none."""

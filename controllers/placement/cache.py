@@ -292,9 +292,14 @@ class PlacementCache:
         with self._lock:
             return fn()
 
-    def higher_priority_fresh(self, key: str, priority: int) -> bool:
+    def higher_priority_fresh(self, key: str, priority: int,
+                              current: Callable[[str], JSON | None] | None = None
+                              ) -> str | None:
+        """A never-tried workload of higher priority than ``key``'s, which ``key``
+        lets go first (the priority gate), or None; ``current`` reads the cache
+        (``PendingSet.higher_fresh``)."""
         with self._lock:
-            return self.pending.higher_fresh(key, priority)
+            return self.pending.higher_fresh(key, priority, current)
 
     def node_gpus(self) -> tuple[dict[str, int], dict[str, int]]:
         """(total usable, allocated) GPUs per node, for the metrics."""

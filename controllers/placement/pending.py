@@ -1,12 +1,24 @@
 """The unplaced workloads: those never tried yet (by priority, for the priority
-gate) and those waiting for capacity (woken when devices free up)."""
+gate) and those waiting for capacity (woken when devices free up).
+
+The set follows the workloads' informer events. The priority gate does not take
+its word alone: before a workload waits behind a never-tried one, the cache is
+asked whether that one is still never tried (``higher_fresh``'s ``current``). An
+entry the cache contradicts (the workload placed, tried or gone, its event not
+taken in here yet) is dropped: else every workload of lower priority would wait
+behind it for ever, each wait a reconcile, so the backstop would not step in."""
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
+
+import structlog
 
 from api.v1alpha1.types import GPUWorkload, Phase
 from internal.objects import JSON, object_key
+
+log = structlog.get_logger("pending")
 
 
 def is_placed(status: JSON) -> bool:
@@ -15,6 +27,16 @@ def is_placed(status: JSON) -> bool:
 
 def is_terminal(status: JSON) -> bool:
     return status.get("phase") in (Phase.SUCCEEDED.value, Phase.FAILED.value)
+
+
+def never_tried(obj: JSON) -> bool:
+    """Is ``obj`` a workload no placement was tried for yet (no ``Scheduled``
+    condition, not placed, not ended, not being deleted)?"""
+    status = obj.get("status") or {}
+    if (obj.get("metadata") or {}).get("deletionTimestamp") or is_placed(status) \
+            or is_terminal(status):
+        return False
+    return not any(c.get("type") == "Scheduled" for c in status.get("conditions") or ())
 
 
 class PendingSet:
@@ -33,8 +55,7 @@ class PendingSet:
         meta = obj.get("metadata") or {}
         if meta.get("deletionTimestamp") or is_placed(status) or is_terminal(status):
             return
-        attempted = any(c.get("type") == "Scheduled" for c in status.get("conditions") or ())
-        if attempted:
+        if not never_tried(obj):  # attempted, unschedulable
             self.waiting.add(key)
             return
         try:
@@ -50,8 +71,24 @@ class PendingSet:
         if prio is not None:
             del self._prios[bisect.bisect_left(self._prios, prio)]
 
-    def higher_fresh(self, key: str, priority: int) -> bool:
-        """Is a never-tried workload other than ``key`` of higher priority waiting?"""
+    def higher_fresh(self, key: str, priority: int,
+                     current: Callable[[str], JSON | None] | None = None) -> str | None:
+        """A never-tried workload other than ``key`` of higher priority (the first
+        found), or None. ``current`` reads a workload from the cache (None: gone);
+        entries it shows placed, tried or gone are dropped."""
         if not self._prios or self._prios[-1] <= priority:
-            return False
-        return any(p > priority for k, p in self._fresh.items() if k != key)
+            return None
+        for k, p in list(self._fresh.items()):
+            if p <= priority or k == key:
+                continue
+            if current is not None:
+                obj = current(k)
+                if obj is None or not never_tried(obj):
+                    status = (obj or {}).get("status") or {}
+                    log.debug("pending.stale", workload=k, gone=obj is None,
+                              phase=status.get("phase"), placed=is_placed(status),
+                              effect="no longer holds lower priorities back")
+                    self.discard(k)
+                    continue
+            return k
+        return None

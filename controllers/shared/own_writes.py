@@ -18,12 +18,13 @@ are remembered here, each until the informer shows it:
   way every cached copy is older than it (``is_behind``); after, a copy is older
   when its resourceVersion is below where our last write landed. ``wrote`` of an
   earlier write (one in flight when a later one was marked) leaves the later one's
-  mark in place; ``cancel(obj, mark)`` takes back a mark whose write will never be
-  sent (settled, or refused). ``wrote`` without a mark (a synchronous write) is the
-  latest. Read your writes: ``view(raw)`` is the cached copy with the status we
-  last asked for, until the cache shows the write that carried it. Our finalizer,
-  added by the status writer (``finalized``), counts as on the object
-  (``finalizer_added``) until the object is forgotten: a reconcile asks for it once.
+  mark in place, and still records where it landed; ``cancel(obj, mark)`` takes
+  back a mark whose write will never be sent (settled, or refused). ``wrote``
+  without a mark (a synchronous write) is the latest. Read your writes:
+  ``view(raw)`` is the cached copy with the status we last asked for, until the
+  cache shows the write that carried it. Our finalizer, added by the status writer
+  (``finalized``), counts as on the object (``finalizer_added``) until the object is
+  forgotten: a reconcile asks for it once.
 - **Seed bindings** (``bound``): a pod we bound counts as bound
   (``binding_on_its_way``) until the informer shows it on a node or deleted (it
   was in the cache when we bound it, so a relist that misses it deletes it).
@@ -185,9 +186,12 @@ class OwnWrites:
             w = self._writes.setdefault(uid, _Writes())
             if mark is not None and mark == w.status_mark:
                 w.status_rv = rv
+            # where it landed counts even while a later write is on its way: that one
+            # may never be sent (settled, ``cancel``)
+            w.landed = max(w.landed, rv)
             if mark is not None and w.mark is not None and mark != w.mark:
                 return  # a later write is on its way: every cached copy is older
-            w.landed, w.mark = max(w.landed, rv), None
+            w.mark = None
             if status is not None:
                 w.status, w.status_mark, w.status_rv = dict(status), None, rv
 

@@ -26,8 +26,10 @@ Guarantees:
 - **Synchronous commits win.** Gangs and Job mode commit their placement with a
   resourceVersion precondition on the workers' client; ``settle(key)`` first drops
   the pending write of that workload and waits for one in flight, which is then
-  never retried (the commit supersedes it). ``settle`` says whether it settled:
-  False (a write still in flight after its timeout) means no commit now, requeue.
+  never retried (the commit supersedes it); a write dropped, or settled in flight
+  and failed, takes back its mark in ``OwnWrites`` (it never lands). ``settle``
+  says whether it settled: False (a write still in flight after its timeout) means
+  no commit now, requeue.
   The commit itself is recorded in ``OwnWrites`` (``wrote(..., status=...)``).
 - **Only on its object.** Every status write carries the workload's UID as a
   precondition, so it never lands on another object of the same name (deleted and
@@ -299,6 +301,8 @@ class StatusWriter:
             with self._cv:
                 self._inflight.discard(key)
                 if key in self._superseded:
+                    if not ok:  # it never landed and never will: its mark goes
+                        self.own_writes.cancel(_ref(want), want.mark)
                     ok = True  # settled or forgotten meanwhile: not retried
                 self._superseded.discard(key)
                 self._gone.discard(key)

@@ -121,6 +121,20 @@ def test_a_cancelled_mark_stops_making_copies_older() -> None:
     assert not own.is_behind(obj)
 
 
+def test_an_earlier_write_that_landed_counts_once_the_later_one_is_cancelled() -> None:
+    """Write 1 lands while write 2 is on its way, then a settle drops write 2 (never
+    sent): a cached copy older than write 1 is still older than our own write, and
+    a gang's commit on it (a resourceVersion precondition) would conflict."""
+    own = OwnWrites()
+    cached = workload("u1", 5)
+    first = own.writing(cached, {"phase": "Pending", "message": "waiting for quota"})
+    second = own.writing(cached, {"phase": "Pending", "message": "waiting for devices"})
+    own.wrote(workload("u1", 9, {"phase": "Pending"}), first)
+    own.cancel(cached, second)
+    assert own.is_behind(cached) and own.ahead_of(cached)
+    assert not own.is_behind(workload("u1", 9)) and not own.ahead_of(workload("u1", 9))
+
+
 def test_a_status_never_sent_is_not_read_back() -> None:
     """A held status the writer dropped (``StatusWriter.settle``) was never written:
     the reconcile must see the cache's status, or the same status wanted again looks

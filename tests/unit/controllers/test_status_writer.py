@@ -151,6 +151,28 @@ def test_a_settled_write_that_fails_in_flight_is_not_retried(api: API) -> None:
         writer.stop()
 
 
+def test_a_settled_write_that_fails_in_flight_takes_back_its_mark(api: API) -> None:
+    """It never landed: it no longer makes every cached copy older, and ``view`` no
+    longer shows its status (else a gang that decides the same wait again finds it
+    unchanged and writes nothing, and stays without its Scheduled condition)."""
+    raw = api.create("uid-1")
+    own = OwnWrites()
+    gate = hold(api, 0)
+    api.fail[0] = internal()
+    writer = writer_of(api, own_writes=own)
+    try:
+        writer.submit(raw, {"phase": "Pending", "message": "queue a: waiting for quota"})
+        assert api.entered[0].wait(5)
+        assert writer.settle(KEY, timeout=0.05) is False
+        gate.set()  # the write in flight fails
+        assert writer.flush(2)
+        assert own.view(raw) is None
+        assert not own.is_behind(raw)
+    finally:
+        gate.set()
+        writer.stop()
+
+
 # ---------------------------------------------------------- another object
 
 
