@@ -2,23 +2,32 @@
 no server, one process, best of several rounds so that a loaded machine shows less).
 
     python -m bench.hotpath models      # the reconcile's read of its workload, µs
+    python -m bench.hotpath placement   # one placement decision, µs
 
 ``models``: ``WorkloadModels.model`` on the objects a workload's reconciles see in
 one life: each a new version (a new resourceVersion, another status, the same
 spec and generation), as the informer hands them out after our status writes and
 the pods' events. A one-GPU workload and an 8-replica gang, each with a pod
 template and a status of its size.
+
+``placement``: ``Scheduler.schedule`` (the decision, no booking) of a one-GPU
+workload and an 8-replica gang of one GPU each, leastLoaded and bestFit, on the
+micro-benchmark's cluster (``bench/micro.py``: 100 nodes x 8 GPUs, half of them
+booked at random).
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import time
 from collections.abc import Callable
 from typing import Any
 
 from api.v1alpha1.types import API_VERSION
+from bench.micro import _workload, build
 from controllers.gpuworkload.models import WorkloadModels
+from internal.scheduling import Scheduler
 from runtime.store import freeze
 
 TEMPLATE = {"metadata": {"labels": {"app": "train"}},
@@ -89,13 +98,24 @@ def bench_models(n: int) -> None:
             print(f"models replicas={r}: {_read_us(objs, n):5.1f} µs per read, {what}")
 
 
+def bench_placement(n: int) -> None:
+    snap, ledger, _ = build(100, 8, 0.5)
+    sched = Scheduler(snap, ledger, rng=random.Random(1))
+    for strategy in ("leastLoaded", "bestFit"):
+        for replicas in (1, 8):
+            w = _workload("w", schedulingStrategy=strategy, replicas=replicas)
+            assert sched.schedule(w).ok
+            us = best_us(lambda i, w=w: sched.schedule(w), max(1, n // 20))
+            print(f"placement {strategy} replicas={replicas}: {us:7.1f} µs per decision")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.hotpath", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["models"])
+    p.add_argument("what", choices=["models", "placement"])
     p.add_argument("-n", type=int, default=2000, help="calls per round")
     args = p.parse_args(argv)
-    {"models": bench_models}[args.what](args.n)
+    {"models": bench_models, "placement": bench_placement}[args.what](args.n)
 
 
 if __name__ == "__main__":
