@@ -3,6 +3,7 @@ no server, one process, best of several rounds so that a loaded machine shows le
 
     python -m bench.hotpath models      # the reconcile's read of its workload, µs
     python -m bench.hotpath placement   # one placement decision, µs
+    python -m bench.hotpath reconcile   # a unit's reconciles with the unit tests' fakes, µs
 
 ``models``: ``WorkloadModels.model`` on the objects a workload's reconciles see in
 one life: each a new version (a new resourceVersion, another status, the same
@@ -14,6 +15,13 @@ template and a status of its size.
 workload and an 8-replica gang of one GPU each, leastLoaded and bestFit, on the
 micro-benchmark's cluster (``bench/micro.py``: 100 nodes x 8 GPUs, half of them
 booked at random).
+
+``reconcile``: ``GPUWorkloadReconciler.reconcile`` through a unit's life on the unit
+tests' fakes (``tests/unit/controllers/fakes.py``: real caches and placement state,
+a client that answers at once, no server, so no HTTP in it): a one-GPU workload
+created, reconciled (placed, its pod created), its pod Running, reconciled twice
+(the status, then a pod event with nothing to do); 100 nodes x 8 GPUs, 400 units,
+logging as the manager does it (JSON, info, to /dev/null). Medians.
 """
 
 from __future__ import annotations
@@ -109,13 +117,42 @@ def bench_placement(n: int) -> None:
             print(f"placement {strategy} replicas={replicas}: {us:7.1f} µs per decision")
 
 
+def bench_reconcile(n: int) -> None:
+    import io
+    import statistics
+
+    import structlog
+
+    from main import configure_logging
+    from tests.unit.controllers.fakes import Env
+    configure_logging("json", "info")
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(io.StringIO()))
+    env = Env(nodes=100, gpus=8)
+    placing: list[float] = []
+    running: list[float] = []
+    for i in range(min(n, 400)):
+        name = f"w{i}"
+        env.workload(name, gpusPerReplica=1)
+        t0 = time.perf_counter()
+        env.reconcile(name)
+        placing.append(time.perf_counter() - t0)
+        env.set_phase(f"{name}-0", "Running")
+        for _ in range(2):
+            t0 = time.perf_counter()
+            env.reconcile(name)
+            running.append(time.perf_counter() - t0)
+    print(f"reconcile placing: {statistics.median(placing) * 1e6:7.1f} µs (median)")
+    print(f"reconcile running: {statistics.median(running) * 1e6:7.1f} µs (median)")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.hotpath", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["models", "placement"])
+    p.add_argument("what", choices=["models", "placement", "reconcile"])
     p.add_argument("-n", type=int, default=2000, help="calls per round")
     args = p.parse_args(argv)
-    {"models": bench_models, "placement": bench_placement}[args.what](args.n)
+    {"models": bench_models, "placement": bench_placement,
+     "reconcile": bench_reconcile}[args.what](args.n)
 
 
 if __name__ == "__main__":
