@@ -4,6 +4,7 @@ no server, one process, best of several rounds so that a loaded machine shows le
     python -m bench.hotpath models      # the reconcile's read of its workload, µs
     python -m bench.hotpath placement   # one placement decision, µs
     python -m bench.hotpath reconcile   # a unit's reconciles with the unit tests' fakes, µs
+    python -m bench.hotpath headers     # a response's header block parsed, µs
 
 ``models``: ``WorkloadModels.model`` on the objects a workload's reconciles see in
 one life: each a new version (a new resourceVersion, another status, the same
@@ -22,6 +23,9 @@ a client that answers at once, no server, so no HTTP in it): a one-GPU workload
 created, reconciled (placed, its pod created), its pod Running, reconciled twice
 (the status, then a pod event with nothing to do); 100 nodes x 8 GPUs, 400 units,
 logging as the manager does it (JSON, info, to /dev/null). Medians.
+
+``headers``: the header block kube-apiserver sends with a JSON answer, parsed by
+``http.client``'s own parser (the ``email`` package) and by ``runtime/httpheaders.py``.
 """
 
 from __future__ import annotations
@@ -145,14 +149,29 @@ def bench_reconcile(n: int) -> None:
     print(f"reconcile running: {statistics.median(running) * 1e6:7.1f} µs (median)")
 
 
+def bench_headers(n: int) -> None:
+    import io
+
+    from runtime import httpheaders
+    block = (b"Audit-Id: 5d1c1c0e-7a8b-4a52-9a7e-8f8f8f8f8f8f\r\n"
+             b"Cache-Control: no-cache, private\r\nContent-Type: application/json\r\n"
+             b"X-Kubernetes-Pf-Flowschema-Uid: 1b2c3d4e-aaaa-bbbb-cccc-000000000000\r\n"
+             b"X-Kubernetes-Pf-Prioritylevel-Uid: 2b2c3d4e-aaaa-bbbb-cccc-000000000000\r\n"
+             b"Date: Wed, 25 Nov 2026 02:00:00 GMT\r\nContent-Length: 1234\r\n\r\n")
+    for name, parse in (("email (http.client)", httpheaders._original),
+                        ("runtime/httpheaders.py", httpheaders.parse_headers)):
+        us = best_us(lambda i, parse=parse: parse(io.BytesIO(block)), n)
+        print(f"headers {name}: {us:5.1f} µs per response")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.hotpath", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["models", "placement", "reconcile"])
+    p.add_argument("what", choices=["models", "placement", "reconcile", "headers"])
     p.add_argument("-n", type=int, default=2000, help="calls per round")
     args = p.parse_args(argv)
     {"models": bench_models, "placement": bench_placement,
-     "reconcile": bench_reconcile}[args.what](args.n)
+     "reconcile": bench_reconcile, "headers": bench_headers}[args.what](args.n)
 
 
 if __name__ == "__main__":
