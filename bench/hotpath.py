@@ -158,7 +158,7 @@ def bench_headers(n: int) -> None:
              b"X-Kubernetes-Pf-Flowschema-Uid: 1b2c3d4e-aaaa-bbbb-cccc-000000000000\r\n"
              b"X-Kubernetes-Pf-Prioritylevel-Uid: 2b2c3d4e-aaaa-bbbb-cccc-000000000000\r\n"
              b"Date: Wed, 25 Nov 2026 02:00:00 GMT\r\nContent-Length: 1234\r\n\r\n")
-    for name, parse in (("email (http.client)", httpheaders._original),
+    for name, parse in (("email (http.client)", httpheaders.email_parse_headers),
                         ("runtime/httpheaders.py", httpheaders.parse_headers)):
         us = best_us(lambda i, parse=parse: parse(io.BytesIO(block)), n)
         print(f"headers {name}: {us:5.1f} µs per response")

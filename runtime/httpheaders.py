@@ -18,7 +18,8 @@ import http.client
 import re
 from typing import Any, BinaryIO
 
-_original = http.client.parse_headers
+#: http.client's own parser (the email package), for what is not plain lines
+email_parse_headers = http.client.parse_headers
 #: a header line FeedParser takes as ``name: value`` as it stands: a name of the
 #: characters it allows (printable, no colon, no space), the colon, the value after
 #: its leading blanks, no CR or LF inside
