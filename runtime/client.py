@@ -18,6 +18,9 @@ Guarantees of :meth:`Client.request`:
   first bytes received, never a crash;
 * every attempt is counted in ``rest_client_requests_total{code,method,host}`` and
   timed in ``rest_client_request_duration_seconds``.
+
+Importing it installs :mod:`runtime.httpheaders`' parser of response headers into
+``http.client`` (the same message, without the ``email`` package's cost).
 """
 
 from __future__ import annotations
@@ -34,13 +37,15 @@ import orjson
 import structlog
 import urllib3
 
-from runtime import errors, metrics
+from runtime import errors, httpheaders, metrics
 from runtime.ratelimit import TokenBucket
 from runtime.restconfig import RestConfig
 from runtime.retry import Backoff, RetryPolicy, idempotent, parse_retry_after, retryable
 from runtime.watch import Watch
 
 log = structlog.get_logger("runtime.client")
+
+httpheaders.install()
 
 JSON = dict[str, Any]
 

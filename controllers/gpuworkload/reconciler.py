@@ -66,6 +66,7 @@ from api.v1alpha1.types import (
     API_VERSION,
     DeviceExposure,
     GPUWorkload,
+    GPUWorkloadSpec,
     Phase,
     Placement,
     SchedulingStrategy,
@@ -134,7 +135,8 @@ class GPUWorkloadReconciler:
         self.workloads = workloads
         self.pods = pods
         self.options = options or Options()
-        #: the typed workload of a cached version, validated once (the hot path)
+        #: the typed workload of a cached version, its spec validated once per
+        #: generation (the hot path)
         self.models = WorkloadModels(self._defaults)
         self.clock = clock
         rng = rng or random.Random()
@@ -176,6 +178,7 @@ class GPUWorkloadReconciler:
         raw = self.workloads.get_by_name(req.name, req.namespace)
         if raw is None:
             self.attempts.release(state, key, departed=True)
+            self.models.forget(key)
             if self.status_writer is not None:
                 self.status_writer.forget(key)
             if self.backstop is not None:
@@ -199,13 +202,14 @@ class GPUWorkloadReconciler:
         namespace, _, name = key.partition("/")
         return self.workloads.get_by_name(name, namespace)
 
-    def _defaults(self, w: GPUWorkload) -> None:
-        """The manager's defaults, on a spec that names none."""
-        if w.spec.scheduling_strategy is None:  # the manager's --default-strategy
-            w.spec.scheduling_strategy = SchedulingStrategy(
+    def _defaults(self, spec: GPUWorkloadSpec) -> None:
+        """The manager's defaults, on a spec that names none (once per spec model:
+        ``WorkloadModels``)."""
+        if spec.scheduling_strategy is None:  # the manager's --default-strategy
+            spec.scheduling_strategy = SchedulingStrategy(
                 self.options.default_strategy or SchedulingStrategy.LEAST_LOADED.value)
-        if w.spec.device_exposure is None:
-            w.spec.device_exposure = self.options.default_exposure  # the filters read it
+        if spec.device_exposure is None:
+            spec.device_exposure = self.options.default_exposure  # the filters read it
 
     def _observe_and_act(self, state: PlacementState, raw: JSON) -> Outcome:
         key = object_key(raw)

@@ -14,8 +14,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import combinations, pairwise
 from math import comb
 
 from api.v1alpha1.types import Topology
@@ -46,11 +47,29 @@ def runs(indices: Iterable[int]) -> list[list[int]]:
 
 
 def fragments(indices: Iterable[int]) -> int:
-    return len(runs(indices))
+    """How many maximal runs of consecutive indices (``len(runs(...))`` of distinct
+    indices): each index whose predecessor is not among them starts one. No sort: a
+    decision asks it of every combination of every node it visits."""
+    s = indices if isinstance(indices, (set, frozenset)) else set(indices)
+    return sum(1 for i in s if i - 1 not in s)
 
 
-def _key(rest: set[int], chosen: tuple[int, ...]) -> tuple[int, int, tuple[int, ...]]:
-    return (fragments(rest.difference(chosen)), fragments(chosen), chosen)
+def fragments_left(free: AbstractSet[int], whole: int, chosen: tuple[int, ...]) -> int:
+    """``fragments(free - chosen)`` for ``chosen`` out of ``free`` (``whole``:
+    ``fragments(free)``), from ``chosen`` alone: a chosen index that started a run no
+    longer does, and a free index right after a chosen one starts one now."""
+    mine = set(chosen)
+    return (whole - sum(1 for i in chosen if i - 1 not in free)
+            + sum(1 for i in chosen if i + 1 in free and i + 1 not in mine))
+
+
+def _runs_of_sorted(chosen: tuple[int, ...]) -> int:
+    """``fragments(chosen)`` of ascending distinct indices."""
+    return (1 + sum(1 for a, b in pairwise(chosen) if b != a + 1)) if chosen else 0
+
+
+def _key(rest: set[int], whole: int, chosen: tuple[int, ...]) -> tuple[int, int, tuple[int, ...]]:
+    return (fragments_left(rest, whole, chosen), _runs_of_sorted(chosen), chosen)
 
 
 def pick_plain(free: Iterable[int], n: int) -> tuple[int, ...] | None:
@@ -61,7 +80,11 @@ def pick_plain(free: Iterable[int], n: int) -> tuple[int, ...] | None:
         return None
     if comb(len(free_sorted), n) <= EXHAUSTIVE_LIMIT:
         rest = set(free_sorted)
-        return min(combinations(free_sorted, n), key=lambda c: _key(rest, c))
+        whole = fragments(rest)
+        if n == 1:  # _key inlined for the usual replica: (fragments left, index)
+            return (min((whole - (i - 1 not in rest) + (i + 1 in rest), i)
+                        for i in free_sorted)[1],)
+        return min(combinations(free_sorted, n), key=lambda c: _key(rest, whole, c))
     fitting = [r for r in runs(free_sorted) if len(r) >= n]
     if fitting:
         best = min(fitting, key=lambda r: (len(r), r[0]))
@@ -110,7 +133,8 @@ def pick_devices(
             cliques = _cliques(free_sorted, n, nvlink_peers)
             if cliques:
                 rest = set(free_sorted)
-                best = min(cliques, key=lambda c: (fragments(rest.difference(c)), c))
+                whole = fragments(rest)
+                best = min(cliques, key=lambda c: (fragments_left(rest, whole, c), c))
                 return Pick(tuple(best))
             if topology is Topology.REQUIRED:
                 return Pick(None, f"no NVLink-connected set of {n} free GPUs")

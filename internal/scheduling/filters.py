@@ -76,7 +76,8 @@ def filter_node(
     if want is not None:
         return filter_portion(node, ctx, want)
     view = ctx.view
-    free_count = view.free_count(name)
+    free = view.free_devices(name)
+    free_count = view.free_count(name, free)
     min_mem = spec.min_gpu_memory_mib
 
     def mem_ok(d: int) -> bool:
@@ -93,7 +94,6 @@ def filter_node(
         if free_count < ctx.gpus:
             return f"{free_text(free_count, node, view)}, needs {ctx.gpus}", (), free_count
         return None, (), free_count
-    free = view.free_devices(name)
     eligible = sorted(d for d in free if mem_ok(d))
     available = min(len(eligible), free_count)
     if available < ctx.gpus:

@@ -25,6 +25,7 @@ Not thread-safe: callers serialize (one lock in the controller).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -133,6 +134,12 @@ class DeviceHoldings:
     def device_owners(self, node: str, device: int) -> frozenset[str]:
         """The owners holding ``device`` of ``node`` (empty: free)."""
         return frozenset(self._holders.get(node, {}).get(device, {}).values())
+
+    def held_except(self, node: str, owners: AbstractSet[str]) -> set[int]:
+        """The devices of ``node`` held by an owner not in ``owners`` (one pass over
+        the node's holders: a decision asks it of every node it visits)."""
+        return {d for d, keys in self._holders.get(node, {}).items()
+                if any(o not in owners for o in keys.values())}
 
     def device_holds(self, node: str, device: int) -> list[tuple[str, bool, Hold]]:
         """(owner, is a booking, what it holds) for each holder of ``device``."""

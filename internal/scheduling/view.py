@@ -23,6 +23,8 @@ class View:
         self.ledger = ledger
         self.owner = owner
         self.released = frozenset(released)
+        #: the owners whose holdings this decision does not count as taken
+        self.mine = self.released | {owner}
         self.taken: dict[str, set[int]] = {}
         self.taken_count: dict[str, int] = {}
         #: (node, device) -> the shares and MIG instances this decision took there
@@ -40,12 +42,12 @@ class View:
                    for o in self.ledger.device_owners(node, device))
 
     def free_devices(self, node: str) -> set[int]:
-        taken = self.taken.get(node, ())
-        return {
-            d
-            for d in self.ledger.usable(node)
-            if d not in taken and not self.held_by_other(node, d)
-        }
+        """The usable devices of ``node`` neither held by another owner nor taken by
+        this decision."""
+        free = set(self.ledger.usable(node))
+        free -= self.ledger.held_except(node, self.mine)
+        free.difference_update(self.taken.get(node, ()))
+        return free
 
     def counted_load(self, node: str) -> int:
         c = self.ledger.counted(node)
@@ -53,8 +55,12 @@ class View:
             self.taken_count.get(node, 0)
         )
 
-    def free_count(self, node: str) -> int:
-        return max(0, len(self.free_devices(node)) - self.counted_load(node))
+    def free_count(self, node: str, free: set[int] | None = None) -> int:
+        """GPUs of ``node`` this decision may take (``free``: its ``free_devices``,
+        when the caller has them already)."""
+        if free is None:
+            free = self.free_devices(node)
+        return max(0, len(free) - self.counted_load(node))
 
     def take(self, node: str, devices: Iterable[int], count: int = 0) -> None:
         self.taken.setdefault(node, set()).update(devices)

@@ -17,6 +17,7 @@ from internal.scheduling.devicepicker import (
     EXHAUSTIVE_LIMIT,
     Pick,
     fragments,
+    fragments_left,
     pick_devices,
     pick_plain,
     runs,
@@ -34,16 +35,22 @@ def is_clique(devs: tuple[int, ...], peers: dict[int, frozenset[int]]) -> bool:
     return all(linked(a, b, peers) for a, b in combinations(devs, 2))
 
 
+def pieces(devs: set[int] | tuple[int, ...]) -> int:
+    """The fragments of ``devs`` by their definition: how many runs (the picker
+    counts them without building the runs)."""
+    return len(runs(devs))
+
+
 def best_plain(free: set[int], n: int) -> tuple[int, ...]:
     return min(combinations(sorted(free), n),
-               key=lambda c: (fragments(free - set(c)), fragments(c), c))
+               key=lambda c: (pieces(free - set(c)), pieces(c), c))
 
 
 def best_clique(free: set[int], n: int, peers: dict[int, frozenset[int]]) -> tuple | None:
     cliques = [c for c in combinations(sorted(free), n) if is_clique(c, peers)]
     if not cliques:
         return None
-    return min(cliques, key=lambda c: (fragments(free - set(c)), c))
+    return min(cliques, key=lambda c: (pieces(free - set(c)), c))
 
 
 # a node of up to 8 GPUs, some free, with NVLinks reported by one side or both
@@ -139,6 +146,14 @@ def test_runs_and_fragments() -> None:
     assert runs([5, 0, 1, 3, 4, 9]) == [[0, 1], [3, 4, 5], [9]]
     assert runs([]) == []
     assert fragments({0, 2, 4}) == 3 and fragments({1, 2, 3}) == 1 and fragments(()) == 0
+
+
+@given(free=st.sets(st.integers(0, 15), max_size=16), data=st.data())
+def test_fragments_counts_the_runs_and_what_a_choice_leaves(free: set[int],
+                                                            data: st.DataObject) -> None:
+    assert fragments(free) == pieces(free) == fragments(tuple(sorted(free)))
+    chosen = tuple(sorted(data.draw(st.sets(st.sampled_from(sorted(free)))) if free else ()))
+    assert fragments_left(free, fragments(free), chosen) == pieces(free - set(chosen))
 
 
 # ------------------------------------------------------- large nodes (greedy regime)

@@ -1,0 +1,178 @@
+"""Micro-measurements of the controller's per-reconcile costs (a script, not a test;
+no server, one process, best of several rounds so that a loaded machine shows less).
+
+    python -m bench.hotpath models      # the reconcile's read of its workload, µs
+    python -m bench.hotpath placement   # one placement decision, µs
+    python -m bench.hotpath reconcile   # a unit's reconciles with the unit tests' fakes, µs
+    python -m bench.hotpath headers     # a response's header block parsed, µs
+
+``models``: ``WorkloadModels.model`` on the objects a workload's reconciles see in
+one life: each a new version (a new resourceVersion, another status, the same
+spec and generation), as the informer hands them out after our status writes and
+the pods' events. A one-GPU workload and an 8-replica gang, each with a pod
+template and a status of its size.
+
+``placement``: ``Scheduler.schedule`` (the decision, no booking) of a one-GPU
+workload and an 8-replica gang of one GPU each, leastLoaded and bestFit, on the
+micro-benchmark's cluster (``bench/micro.py``: 100 nodes x 8 GPUs, half of them
+booked at random).
+
+``reconcile``: ``GPUWorkloadReconciler.reconcile`` through a unit's life on the unit
+tests' fakes (``tests/unit/controllers/fakes.py``: real caches and placement state,
+a client that answers at once, no server, so no HTTP in it): a one-GPU workload
+created, reconciled (placed, its pod created), its pod Running, reconciled twice
+(the status, then a pod event with nothing to do); 100 nodes x 8 GPUs, 400 units,
+logging as the manager does it (JSON, info, to /dev/null). Medians.
+
+``headers``: the header block kube-apiserver sends with a JSON answer, parsed by
+``http.client``'s own parser (the ``email`` package) and by ``runtime/httpheaders.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from api.v1alpha1.types import API_VERSION
+from bench.micro import _workload, build
+from controllers.gpuworkload.models import WorkloadModels
+from internal.scheduling import Scheduler
+from runtime.store import freeze
+
+TEMPLATE = {"metadata": {"labels": {"app": "train"}},
+            "spec": {"containers": [{"name": "main", "image": "registry.local/train:1.4",
+                                     "command": ["python", "-m", "train"],
+                                     "args": ["--epochs", "10", "--batch", "256"],
+                                     "env": [{"name": "NCCL_DEBUG", "value": "WARN"}],
+                                     "resources": {"limits": {"cpu": "4", "memory": "16Gi"}}}],
+                     "restartPolicy": "Never"}}
+
+
+def workload(replicas: int, rv: int, generation: int = 1, ready: int = 0) -> Any:
+    """A cached GPUWorkload as the informer holds it (frozen, no managedFields), at
+    ``rv``, Running on its placements (``readyReplicas`` less ``ready``)."""
+    placements = [{"index": i, "node": f"node-{i:03d}", "devices": [0]}
+                  for i in range(replicas)]
+    conds = [{"type": t, "status": "True", "reason": r, "message": m,
+              "lastTransitionTime": "2026-01-01T00:00:01Z", "observedGeneration": generation}
+             for t, r, m in (("Scheduled", "Placed", f"placed {replicas} replica(s)"),
+                             ("Ready", "AllRunning", f"{replicas}/{replicas} running"),
+                             ("PlacementTrusted", "Booked", "booked by this controller"))]
+    return freeze({
+        "apiVersion": API_VERSION, "kind": "GPUWorkload",
+        "metadata": {"name": "train", "namespace": "team-a", "uid": "0b7f-uid",
+                     "resourceVersion": str(rv), "generation": generation,
+                     "creationTimestamp": "2026-01-01T00:00:00Z",
+                     "labels": {"team": "a"}, "finalizers": ["gpu.orchestrator.dev/children"],
+                     "annotations": {"note": "bench"}},
+        "spec": {"replicas": replicas, "gpusPerReplica": 1, "template": TEMPLATE,
+                 "retryPolicy": {"maxRetries": 3}},
+        "status": {"phase": "Running", "placements": placements, "conditions": conds,
+                   "strategy": "leastLoaded", "replicas": replicas,
+                   "readyReplicas": replicas - ready,
+                   "observedGeneration": generation, "retries": 0,
+                   "selector": "gpu.orchestrator.dev/workload=train"},
+    })
+
+
+def best_us(fn: Callable[[int], Any], n: int, rounds: int = 5) -> float:
+    """µs per call of ``fn(i)`` for i in range(n), the best of ``rounds`` rounds."""
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for i in range(n):
+            fn(i)
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best * 1e6
+
+
+def _read_us(objs: list[Any], n: int) -> float:
+    models = WorkloadModels()
+    models.model(objs[0])
+    return best_us(lambda i: models.model(objs[i % len(objs)]), n)
+
+
+def bench_models(n: int) -> None:
+    for r in (1, 8):
+        cases = {
+            # a status write: a new version, another status, the same generation
+            "new version, other status": [workload(r, 100 + i, ready=i % 2) for i in range(n)],
+            # the status we asked for (the writer's view), then written back
+            "new version, equal status": [workload(r, 100 + i) for i in range(n)],
+            # an edit: every version a new generation
+            "new generation": [workload(r, 100 + i, generation=1 + i) for i in range(n)],
+            "the same object": [workload(r, 100)],
+        }
+        for what, objs in cases.items():
+            print(f"models replicas={r}: {_read_us(objs, n):5.1f} µs per read, {what}")
+
+
+def bench_placement(n: int) -> None:
+    snap, ledger, _ = build(100, 8, 0.5)
+    sched = Scheduler(snap, ledger, rng=random.Random(1))
+    for strategy in ("leastLoaded", "bestFit"):
+        for replicas in (1, 8):
+            w = _workload("w", schedulingStrategy=strategy, replicas=replicas)
+            assert sched.schedule(w).ok
+            us = best_us(lambda i, w=w: sched.schedule(w), max(1, n // 20))
+            print(f"placement {strategy} replicas={replicas}: {us:7.1f} µs per decision")
+
+
+def bench_reconcile(n: int) -> None:
+    import io
+    import statistics
+
+    import structlog
+
+    from main import configure_logging
+    from tests.unit.controllers.fakes import Env
+    configure_logging("json", "info")
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(io.StringIO()))
+    env = Env(nodes=100, gpus=8)
+    placing: list[float] = []
+    running: list[float] = []
+    for i in range(min(n, 400)):
+        name = f"w{i}"
+        env.workload(name, gpusPerReplica=1)
+        t0 = time.perf_counter()
+        env.reconcile(name)
+        placing.append(time.perf_counter() - t0)
+        env.set_phase(f"{name}-0", "Running")
+        for _ in range(2):
+            t0 = time.perf_counter()
+            env.reconcile(name)
+            running.append(time.perf_counter() - t0)
+    print(f"reconcile placing: {statistics.median(placing) * 1e6:7.1f} µs (median)")
+    print(f"reconcile running: {statistics.median(running) * 1e6:7.1f} µs (median)")
+
+
+def bench_headers(n: int) -> None:
+    import io
+
+    from runtime import httpheaders
+    block = (b"Audit-Id: 5d1c1c0e-7a8b-4a52-9a7e-8f8f8f8f8f8f\r\n"
+             b"Cache-Control: no-cache, private\r\nContent-Type: application/json\r\n"
+             b"X-Kubernetes-Pf-Flowschema-Uid: 1b2c3d4e-aaaa-bbbb-cccc-000000000000\r\n"
+             b"X-Kubernetes-Pf-Prioritylevel-Uid: 2b2c3d4e-aaaa-bbbb-cccc-000000000000\r\n"
+             b"Date: Wed, 25 Nov 2026 02:00:00 GMT\r\nContent-Length: 1234\r\n\r\n")
+    for name, parse in (("email (http.client)", httpheaders.email_parse_headers),
+                        ("runtime/httpheaders.py", httpheaders.parse_headers)):
+        us = best_us(lambda i, parse=parse: parse(io.BytesIO(block)), n)
+        print(f"headers {name}: {us:5.1f} µs per response")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.hotpath", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=["models", "placement", "reconcile", "headers"])
+    p.add_argument("-n", type=int, default=2000, help="calls per round")
+    args = p.parse_args(argv)
+    {"models": bench_models, "placement": bench_placement,
+     "reconcile": bench_reconcile, "headers": bench_headers}[args.what](args.n)
+
+
+if __name__ == "__main__":
+    main()
