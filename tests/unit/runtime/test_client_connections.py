@@ -5,7 +5,6 @@ API server a round trip and a key exchange each)."""
 
 from __future__ import annotations
 
-import json
 import ssl
 import threading
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ import pytest
 
 from hack.testenv.pki import CertificateAuthority
 from runtime import Client, RestConfig
+from tests.http_replies import reply_json
 
 
 class Api(BaseHTTPRequestHandler):
@@ -24,12 +24,7 @@ class Api(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         Api.paths.append(self.path)
-        body = json.dumps({"kind": "APIVersions", "versions": ["v1"]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        reply_json(self, {"kind": "APIVersions", "versions": ["v1"]})
 
     def log_message(self, *_a: object) -> None:
         pass

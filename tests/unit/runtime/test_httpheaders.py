@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.client
 import io
-import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +18,7 @@ from hypothesis import strategies as st
 
 from runtime import Client, RestConfig, errors, httpheaders
 from runtime.retry import NO_RETRY
+from tests.http_replies import reply_json
 
 #: what kube-apiserver sends with a JSON answer
 API_SERVER = (b"Audit-Id: 5d1c1c0e-7a8b-4a52-9a7e-8f8f8f8f8f8f\r\n"
@@ -91,17 +91,10 @@ class Api(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path.endswith("/busy"):
-            body = json.dumps({"kind": "Status", "code": 429, "reason": "TooManyRequests",
-                               "message": "too many requests"}).encode()
-            self.send_response(429)
-            self.send_header("Retry-After", "7")
+            reply_json(self, {"kind": "Status", "code": 429, "reason": "TooManyRequests",
+                              "message": "too many requests"}, 429, {"Retry-After": "7"})
         else:
-            body = json.dumps({"kind": "Pod", "metadata": {"name": "p"}}).encode()
-            self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+            reply_json(self, {"kind": "Pod", "metadata": {"name": "p"}})
 
     def log_message(self, *_a: object) -> None:
         pass

@@ -6,7 +6,6 @@ from ``*-data`` fields used from memory (no file left anywhere), the cluster's
 from __future__ import annotations
 
 import base64
-import json
 import os
 import select
 import socket
@@ -25,6 +24,7 @@ import yaml
 from hack.testenv.pki import CertificateAuthority
 from runtime import Client, RestConfig
 from runtime.kubeconfig import KubeconfigError, load
+from tests.http_replies import reply_json
 
 
 class Api(BaseHTTPRequestHandler):
@@ -39,12 +39,7 @@ class Api(BaseHTTPRequestHandler):
                 if k == "commonName":
                     cn = v
         Api.seen.append((self.path, cn, self.headers.get("Authorization")))
-        body = json.dumps({"kind": "APIVersions", "versions": ["v1"]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        reply_json(self, {"kind": "APIVersions", "versions": ["v1"]})
 
     def log_message(self, *_a: object) -> None:
         pass
