@@ -6,8 +6,10 @@ custom-resource write of its own per state, and each costs the API server more t
 the pod it reports (issue 26). Two rules keep those writes off the placement path
 without a user noticing:
 
-- **Passing states are held.** A status whose phase is ``Scheduled`` is sent
-  ``lag`` seconds after its first submit, not before; a newer status submitted
+- **Passing states are held.** A status whose phase is ``Scheduled`` because the
+  workload was placed (``passing``: not a wait for a preemption's victims or for
+  devices, which says why the workload does not start) is sent ``lag`` seconds
+  after its first submit, not before; a newer status submitted
   meanwhile replaces it (the writer's latest-wins), so Scheduled then Running
   within the lag is one Running write. ``Pending`` is not held: it says why a
   workload waits or why its last attempt ended (``ClaimMismatch``, a failed child:
@@ -49,11 +51,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from controllers.status.conditions import SCHEDULED
+
 #: the phase a workload passes through on its way to Running: held for ``lag``
 #: (not Pending: it carries the reason a user waits for, see above)
 HELD_PHASES = frozenset({"Scheduled"})
 #: seconds between two looks at ``busy()`` for a status held on while busy
 BUSY_RECHECK = 0.25
+
+
+def passing(status: dict[str, Any]) -> bool:
+    """A state a workload passes through: ``Scheduled`` because it was placed and its
+    children are being made. Not one that says why it waits (its ``Scheduled``
+    condition's reason ``WaitingForPreemption`` or ``WaitingForDevices``: a victim's
+    pods take their grace period to go, and a held wait would be folded into the
+    ``Running`` that follows, the user never told why the workload did not start)."""
+    if status.get("phase") not in HELD_PHASES:
+        return False
+    return any(c.get("type") == SCHEDULED and c.get("reason") == SCHEDULED
+               for c in status.get("conditions") or ())
 
 
 @dataclass(frozen=True)
@@ -99,7 +115,7 @@ class Pacer:
         (``finalizer``: it carries the finalizer's first patch), as judged at
         ``now``: a held status whose hold ended while busy says a moment later,
         until ``busy_hold`` is spent."""
-        if self._draining or finalizer or status.get("phase") not in HELD_PHASES:
+        if self._draining or finalizer or not passing(status):
             return since
         held = since + self.options.lag
         now = self.clock() if now is None else now

@@ -66,8 +66,17 @@ class API:
             return thaw(obj)
 
 
-def status(phase: str) -> dict[str, Any]:
-    return {"phase": phase, "placements": [{"node": "n1", "deviceIndices": [0]}]}
+def status(phase: str, reason: str | None = None) -> dict[str, Any]:
+    """A status as the reconciler builds it: a Scheduled one carries its Scheduled
+    condition (reason ``Scheduled``: placed; or why it waits)."""
+    out: dict[str, Any] = {"phase": phase, "placements": [{"node": "n1", "deviceIndices": [0]}]}
+    if phase == "Scheduled":
+        out["conditions"] = [{"type": "Scheduled", "status": "True",
+                              "reason": reason or "Scheduled"}]
+    return out
+
+
+SCHEDULED = status("Scheduled")
 
 
 class Paced:
@@ -274,30 +283,40 @@ def test_stop_writes_what_is_held(paced: Paced) -> None:
 def test_pacer_holds_only_passing_states() -> None:
     clock = Clock()
     p = Pacer(PacingOptions(lag=1.5), clock=clock)
-    assert p.ready_at({"phase": "Scheduled"}, 10.0, False) == 11.5
+    assert p.ready_at(SCHEDULED, 10.0, False) == 11.5
     assert p.ready_at({"phase": "Pending"}, 10.0, False) == 10.0
-    assert p.ready_at({"phase": "Scheduled"}, 10.0, True) == 10.0
+    assert p.ready_at(SCHEDULED, 10.0, True) == 10.0
     for phase in ("Running", "Succeeded", "Failed"):
         assert p.ready_at({"phase": phase}, 10.0, False) == 10.0
     p.drain()
-    assert p.ready_at({"phase": "Scheduled"}, 10.0, False) == 10.0
+    assert p.ready_at(SCHEDULED, 10.0, False) == 10.0
+
+
+def test_pacer_does_not_hold_a_wait_for_a_preemption_or_for_devices() -> None:
+    # a Scheduled status that says why the workload does not start yet is not a
+    # passing state: folded into the Running that follows, the user never sees why
+    p = Pacer(PacingOptions(lag=2.0, busy_hold=5.0), busy=lambda: True)
+    for reason in ("WaitingForPreemption", "WaitingForDevices"):
+        assert p.ready_at(status("Scheduled", reason), 10.0, False, 10.0) == 10.0
+    assert p.ready_at({"phase": "Scheduled"}, 10.0, False, 10.0) == 10.0  # no condition
+    assert p.ready_at(SCHEDULED, 10.0, False, 10.0) == 12.0
 
 
 def test_pacer_holds_a_passing_state_on_while_busy_up_to_the_busy_hold() -> None:
     clock, busy = Clock(), [True]
     p = Pacer(PacingOptions(lag=2.0, busy_hold=5.0), busy=lambda: busy[0], clock=clock)
     since = clock.now
-    assert p.ready_at({"phase": "Scheduled"}, since, False, since + 1.0) == since + 2.0
-    assert p.ready_at({"phase": "Scheduled"}, since, False, since + 2.0) == \
+    assert p.ready_at(SCHEDULED, since, False, since + 1.0) == since + 2.0
+    assert p.ready_at(SCHEDULED, since, False, since + 2.0) == \
         since + 2.0 + BUSY_RECHECK
-    assert p.ready_at({"phase": "Scheduled"}, since, False, since + 6.9) == since + 7.0
-    assert p.ready_at({"phase": "Scheduled"}, since, False, since + 8.0) == since + 7.0
+    assert p.ready_at(SCHEDULED, since, False, since + 6.9) == since + 7.0
+    assert p.ready_at(SCHEDULED, since, False, since + 8.0) == since + 7.0
     assert p.ready_at({"phase": "Running"}, since, False, since + 3.0) == since
     busy[0] = False
-    assert p.ready_at({"phase": "Scheduled"}, since, False, since + 3.0) == since + 2.0
+    assert p.ready_at(SCHEDULED, since, False, since + 3.0) == since + 2.0
     busy[0] = True
     assert Pacer(PacingOptions(lag=2.0, busy_hold=0.0), busy=lambda: True).ready_at(
-        {"phase": "Scheduled"}, since, False, since + 3.0) == since + 2.0
+        SCHEDULED, since, False, since + 3.0) == since + 2.0
 
 
 def test_pacer_tokens_refill_at_the_busy_rate_only_while_busy() -> None:
