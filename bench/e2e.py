@@ -425,7 +425,11 @@ class Bench:
             time.sleep(0.2)
 
     def _empty(self, ns: str, system: System) -> None:
-        """Deletes the phase's units and pods at once (grace 0) and the namespace."""
+        """Deletes the phase's units and pods at once (grace 0) and the namespace, and
+        waits until the namespace is gone: the next phase starts on a control plane
+        that is not still deleting this one's Events and, for ours, looking up the
+        deleted workloads that owned its pods (the garbage collector's GETs), work
+        that otherwise fell into the next phase's measured window."""
         if system.name == OURS:
             self.api.request("DELETE", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/gpuworkloads")
         if system.name == JOBS:
@@ -453,6 +457,11 @@ class Bench:
                 break
             time.sleep(0.5)
         self.api.request("DELETE", f"/api/v1/namespaces/{ns}")
+        while time.time() < deadline:
+            code, _ = self.api.request("GET", f"/api/v1/namespaces/{ns}")
+            if code == 404:
+                break
+            time.sleep(0.5)
 
     def warm_up(self, system: System, tag: str) -> None:
         ns = f"warm-{tag}"
