@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +39,38 @@ def status(message: str) -> dict[str, Any]:
             "conditions": CONDITIONS}
 
 
+def writer_patch(uid: str, message: str) -> list[dict[str, Any]]:
+    """The status writer's JSON patch (controllers/status/patches.py): a test of the
+    UID, then the whole status."""
+    return [{"op": "test", "path": "/metadata/uid", "value": uid},
+            {"op": "add", "path": "/status", "value": status(message)}]
+
+
+def strip_crd_rules(api: Any) -> None:
+    """The GPUWorkload CRD without its CEL rules, in force when this returns."""
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gpuworkloads.{e2e.GROUP}"
+    crd = api.must("GET", path)
+
+    def strip(node: Any) -> None:
+        if isinstance(node, dict):
+            node.pop("x-kubernetes-validations", None)
+            for v in node.values():
+                strip(v)
+        elif isinstance(node, list):
+            for v in node:
+                strip(v)
+    strip(crd["spec"])
+    api.must("PUT", path, crd)
+    time.sleep(5.0)  # the API server rebuilds the resource's storage and validators
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.apicost", description=__doc__)
     p.add_argument("-n", type=int, default=600, help="requests of each kind (default 600)")
     p.add_argument("--bin-dir", type=Path, default=None)
+    p.add_argument("--without-crd-rules", action="store_true",
+                   help="strip the GPUWorkload CRD's x-kubernetes-validations (its CEL "
+                        "rules) after installing it: what they cost each write")
     args = p.parse_args(argv)
     from hack.testenv.controlplane import binaries
 
@@ -52,13 +81,16 @@ def main(argv: list[str] | None = None) -> int:
         cp.start()
         bench = e2e.Bench(cp, e2e.Config(sizes=[0], bursts=[0], finalizer_policy=False), print)
         bench.install_crds()
+        if args.without_crd_rules:
+            strip_crd_rules(bench.api)
         ns = "apicost"
         bench._namespace(ns)
         api = bench.api
         n = args.n
         wl = f"/apis/{e2e.GROUP}/{e2e.VERSION}/namespaces/{ns}/gpuworkloads"
         merge = "application/merge-patch+json"
-        kinds: list[tuple[str, list[tuple[str, str, Any, str]]]] = [
+        Requests = list[tuple[str, str, Any, str]]
+        kinds: list[tuple[str, Requests | Callable[[], Requests]]] = [
             ("GPUWorkload create, no admission policy",
              [("POST", wl, e2e._workload(ns, f"u-{i}"), "application/json") for i in range(n)]),
             ("GPUWorkload status merge patch",
@@ -71,6 +103,11 @@ def main(argv: list[str] | None = None) -> int:
             ("GPUWorkload status merge patch, again",
              [("PATCH", f"{wl}/u-{i}/status", {"status": status("running")}, merge)
               for i in range(n)]),
+            *[(f"GPUWorkload status as the writer sends it, {k + 1}/3",
+               lambda k=k: [("PATCH", f"{wl}/u-{i}/status", writer_patch(uids[f"u-{i}"],
+                                                                        f"written {k}"),
+                             "application/json-patch+json") for i in range(n)])
+              for k in range(3)],
             ("Pod create (bound or not)",
              [("POST", f"/api/v1/namespaces/{ns}/pods", e2e._pod(ns, f"p-{i}"),
                "application/json") for i in range(n)]),
@@ -88,9 +125,11 @@ def main(argv: list[str] | None = None) -> int:
                 "involvedObject": {"kind": "Pod", "name": f"p-{i}", "namespace": ns}},
                "application/json") for i in range(n)]),
         ]
+        uids: dict[str, str] = {}
         pid = cp.pids()["kube-apiserver"]
         print(f"kube-apiserver CPU per request ({n} of each, 8 connections):")
-        for label, items in kinds:
+        for label, listed in kinds:
+            items = listed() if callable(listed) else listed
             if label == FINALIZER_POLICY_CREATE:
                 bench.install_finalizer_policy()
             before = proc_stats(pid)["cpu_s"]
@@ -100,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             def send(chunk: list[tuple[str, str, Any, str]], errors: list[str] = errors) -> None:
                 for method, path, body, ct in chunk:
                     code, out = api.request(method, path, body, content_type=ct)
+                    if method == "POST" and code == 201 and path == wl:
+                        uids[out["metadata"]["name"]] = out["metadata"]["uid"]
                     if code >= 300:
                         errors.append(f"{code} {str(out)[:200]}")
 
