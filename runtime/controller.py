@@ -21,6 +21,7 @@ from typing import Protocol
 import structlog
 
 from runtime import metrics
+from runtime.errors import ApiError
 from runtime.handler import EnqueueHandler, MapFunc, Request
 from runtime.informer import HandlerRegistration, SharedIndexInformer
 from runtime.predicates import Predicate
@@ -165,7 +166,9 @@ class Controller:
                 error=str(e),
                 error_type=type(e).__name__,
                 requeues=self.queue.num_requeues(req),
-                exc_info=True,
+                # the API server's answer says what went wrong; any other error is
+                # a bug of the reconciler's, logged with where it was raised
+                exc_info=not isinstance(e, ApiError),
             )
             return
         self._m_time.observe(time.monotonic() - start)

@@ -6,7 +6,10 @@ from __future__ import annotations
 import threading
 import time
 
+import structlog.testing
+
 from runtime.controller import Controller, Result, TerminalError
+from runtime.errors import Forbidden
 from runtime.handler import Request, enqueue_object, enqueue_owner
 from runtime.informer import SharedIndexInformer
 from runtime.predicates import GenerationChangedPredicate, LabelChangedPredicate, or_
@@ -108,3 +111,21 @@ def test_late_handler_gets_existing_objects_and_sync() -> None:
     assert reg.wait_for_sync(5)
     assert sorted(seen) == ["a", "b"]
     assert inf.has_synced()
+
+
+def test_a_failed_reconcile_is_logged_with_its_traceback_only_when_it_is_a_bug() -> None:
+    # an API server's refusal (a 403 in a namespace being deleted) says what went
+    # wrong in its message; a traceback is for an error of the reconciler's own
+    def reconcile(req: Request) -> Result | None:
+        if req.name == "refused":
+            raise Forbidden("pods is forbidden: the namespace is being terminated")
+        raise KeyError("spec")
+
+    ctrl = Controller("log-ctrl", reconcile)
+    with structlog.testing.capture_logs() as logs:
+        ctrl._reconcile_handler(Request("ns", "refused"))
+        ctrl._reconcile_handler(Request("ns", "bug"))
+    errors = {e["name"]: e for e in logs if e["event"] == "controller.reconcile_error"}
+    assert errors["refused"]["exc_info"] is False
+    assert "being terminated" in errors["refused"]["error"]
+    assert errors["bug"]["exc_info"] is True and errors["bug"]["error_type"] == "KeyError"
