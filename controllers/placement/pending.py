@@ -29,14 +29,23 @@ def is_terminal(status: JSON) -> bool:
     return status.get("phase") in (Phase.SUCCEEDED.value, Phase.FAILED.value)
 
 
+def _settled(obj: JSON) -> bool:
+    """Placed, ended or being deleted: neither never tried nor waiting."""
+    status = obj.get("status") or {}
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp")) or \
+        is_placed(status) or is_terminal(status)
+
+
+def _attempted(obj: JSON) -> bool:
+    """Has a placement been tried for ``obj`` (its ``Scheduled`` condition)?"""
+    return any(c.get("type") == "Scheduled"
+               for c in (obj.get("status") or {}).get("conditions") or ())
+
+
 def never_tried(obj: JSON) -> bool:
     """Is ``obj`` a workload no placement was tried for yet (no ``Scheduled``
     condition, not placed, not ended, not being deleted)?"""
-    status = obj.get("status") or {}
-    if (obj.get("metadata") or {}).get("deletionTimestamp") or is_placed(status) \
-            or is_terminal(status):
-        return False
-    return not any(c.get("type") == "Scheduled" for c in status.get("conditions") or ())
+    return not _settled(obj) and not _attempted(obj)
 
 
 class PendingSet:
@@ -51,11 +60,9 @@ class PendingSet:
     def update(self, obj: JSON) -> None:
         key = object_key(obj)
         self.discard(key)
-        status = obj.get("status") or {}
-        meta = obj.get("metadata") or {}
-        if meta.get("deletionTimestamp") or is_placed(status) or is_terminal(status):
+        if _settled(obj):
             return
-        if not never_tried(obj):  # attempted, unschedulable
+        if _attempted(obj):  # unschedulable
             self.waiting.add(key)
             return
         try:
