@@ -38,8 +38,7 @@ class View:
 
     def held_by_other(self, node: str, device: int) -> bool:
         """Is ``device`` held by an owner other than this decision's (and not released)?"""
-        return any(o != self.owner and o not in self.released
-                   for o in self.ledger.device_owners(node, device))
+        return any(o not in self.mine for o in self.ledger.device_owners(node, device))
 
     def free_devices(self, node: str) -> set[int]:
         """The usable devices of ``node`` neither held by another owner nor taken by
