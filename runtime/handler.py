@@ -58,7 +58,11 @@ def enqueue_owner(owner_api_version: str, owner_kind: str, only_controller: bool
 
 
 class EnqueueHandler(EventHandler):
-    """Informer handler: filter through predicates, map to requests, add to the queue."""
+    """Informer handler: filter through predicates, map to requests, add to the queue.
+    Inline (runtime/informer.py): a map function and predicates read the object only,
+    and an add to the queue never waits."""
+
+    inline = True
 
     def __init__(self, queue: Any, map_func: MapFunc, predicates: Iterable[Predicate] = ()) -> None:
         self.queue = queue

@@ -1,9 +1,15 @@
 """Shared index informers (port of client-go's SharedIndexInformer and SharedInformerFactory).
 
 An informer runs a :class:`~runtime.reflector.Reflector` into an :class:`~runtime.store.Indexer`
-and fans each change out to its handlers. Every handler has its own thread and unbounded
+and fans each change out to its handlers. A handler has its own thread and unbounded
 buffer (client-go's processorListener), so a slow handler never stalls the watch or the
-other handlers; each handler sees one object's changes in order.
+other handlers, unless it says it is ``inline``: a handler that only updates memory (a
+work queue, a cache) and waits on nothing but a short lock is called on the thread that
+delivers the event, right after the store is updated. In Python a thread per handler
+costs a thread switch per event and handler (the interpreter lock changes hands each
+time); measured in the benchmark's burst, the controller's hot handlers inline halved its
+voluntary context switches (bench/profile.md, "Handlers on the watch's thread"). Each
+handler sees one object's changes in order either way.
 
 Handlers receive frozen (read-only) objects. Deletes missed while the watch was down are
 delivered as :class:`~runtime.store.DeletedFinalStateUnknown` tombstones after a relist.
@@ -52,10 +58,13 @@ ErrorHook = Callable[[str, Any, BaseException], None]
 
 
 class EventHandler:
-    """Override any of these; each is called from the handler's own thread. ``name``
-    labels its errors (default: the class name)."""
+    """Override any of these; each is called from the handler's own thread, or, if
+    ``inline``, from the thread that delivers the event (the reflector's), with the
+    informer's lock held: an inline handler must not do I/O, wait, or register
+    handlers. ``name`` labels its errors (default: the class name)."""
 
     name = ""
+    inline = False
 
     def on_add(self, obj: JSON) -> None:
         pass
@@ -79,10 +88,12 @@ class FuncHandler(EventHandler):
         *,
         name: str = "",
         on_error: ErrorHook | None = None,
+        inline: bool = False,
     ) -> None:
         self._a, self._u, self._d = on_add, on_update, on_delete
         self.name = name
         self._e = on_error
+        self.inline = inline
 
     def on_error(self, op: str, obj: Any, exc: BaseException) -> None:
         if self._e:
@@ -105,7 +116,8 @@ _SYNCED = object()
 
 
 class HandlerRegistration:
-    """One handler's buffer and thread. ``has_synced()``: it has seen the initial list."""
+    """One handler's buffer and thread (none for an inline handler: each event is
+    delivered as it is pushed). ``has_synced()``: it has seen the initial list."""
 
     def __init__(self, handler: EventHandler, name: str) -> None:
         self.handler = handler
@@ -115,10 +127,17 @@ class HandlerRegistration:
         self._cond = threading.Condition()
         self._stopped = False
         self._synced = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"handler-{name}", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if not handler.inline:
+            self._thread = threading.Thread(target=self._run, name=f"handler-{name}",
+                                            daemon=True)
+            self._thread.start()
 
     def push(self, *n: Any) -> None:
+        if self._thread is None:
+            if not self._stopped:
+                self._deliver(n)
+            return
         with self._cond:
             self._buf.append(n)
             if len(self._buf) == 1:
@@ -150,19 +169,22 @@ class HandlerRegistration:
                 if self._stopped:
                     return
                 n = self._buf.popleft()
-            op = n[0]
-            if op is _SYNCED:
-                self._synced.set()
-                continue
-            try:
-                if op == "add":
-                    self.handler.on_add(n[1])
-                elif op == "update":
-                    self.handler.on_update(n[1], n[2])
-                else:
-                    self.handler.on_delete(n[1])
-            except Exception as exc:
-                self._failed(op, n[-1], exc)
+            self._deliver(n)
+
+    def _deliver(self, n: tuple[Any, ...]) -> None:
+        op = n[0]
+        if op is _SYNCED:
+            self._synced.set()
+            return
+        try:
+            if op == "add":
+                self.handler.on_add(n[1])
+            elif op == "update":
+                self.handler.on_update(n[1], n[2])
+            else:
+                self.handler.on_delete(n[1])
+        except Exception as exc:
+            self._failed(op, n[-1], exc)
 
     def _failed(self, op: str, obj: Any, exc: BaseException) -> None:
         """Logs, counts and hands over a handler's exception (the event is lost)."""

@@ -124,7 +124,8 @@ def placement_handler(reconciler: GPUWorkloadReconciler, kind: str, method: str
     state's ``events.<method>`` (its ``CacheEvents``), deletes to
     ``<method>_deleted``. A call that raises loses that event, so the state may be
     short of a holder: it is invalidated and rebuilt from the caches before the
-    next placement (``ensure_state()``)."""
+    next placement (``ensure_state()``). Inline: the state's updates are memory
+    only, so they run on the watch's thread (runtime/informer.py)."""
     def call(name: str) -> Any:
         def deliver(*args: Any) -> None:
             state = reconciler.state
@@ -138,7 +139,7 @@ def placement_handler(reconciler: GPUWorkloadReconciler, kind: str, method: str
             state.invalidate(f"the {kind} {op} handler raised {type(exc).__name__}: {exc}")
 
     return FuncHandler(call(method), call(method), call(f"{method}_deleted"),
-                       name=f"placement-{kind.lower()}", on_error=lost)
+                       name=f"placement-{kind.lower()}", on_error=lost, inline=True)
 
 
 def _refresh_stale(reconciler: GPUWorkloadReconciler) -> None:
@@ -261,7 +262,7 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     for informer in (workloads, pods, jobs):  # the cache shows our writes
         informer.add_event_handler(FuncHandler(
             own_writes.observed, lambda old, new: own_writes.observed(new),
-            own_writes.deleted, name=f"own-writes-{informer.kind.lower()}"))
+            own_writes.deleted, name=f"own-writes-{informer.kind.lower()}", inline=True))
     workloads.add_event_handler(on("GPUWorkload", "on_workload"))
     if slices is not None and claims is not None:
         slices.add_event_handler(on("ResourceSlice", "on_resourceslice"))
