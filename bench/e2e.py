@@ -618,7 +618,8 @@ class Bench:
         out: dict[str, float] = {}
         for line in text.splitlines():
             if line.startswith(("gpu_orchestrator_status_write", "events_dropped_total",
-                                "gpu_orchestrator_child_creates_total")):
+                                "gpu_orchestrator_child_creates_total",
+                                "controller_runtime_reconcile_total", "workqueue_adds_total")):
                 name, _, v = line.rpartition(" ")
                 out[name] = float(v)
         return out
