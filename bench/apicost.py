@@ -6,7 +6,9 @@ any mutating admission, and with config/admission-finalizer putting our finalize
 into it, installed just before); the CPU the kube-apiserver process
 used meanwhile (``/proc/<pid>/stat``), divided by N, is printed. Nothing else
 writes meanwhile (no controller, no scheduler; kwok runs no pods: no node exists),
-so the numbers are the requests' own cost plus their watch fan-out.
+so the numbers are the requests' own cost plus their watch fan-out. Last it prints
+the ratio those costs alone set for a unit's kube-apiserver CPU, ours against
+kube-scheduler's (``unit_floor``): no benchmark run can come in under it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,20 @@ CONDITIONS = [{"type": t, "status": "True", "reason": t, "message": "placed on n
 
 
 FINALIZER_POLICY_CREATE = "GPUWorkload create, finalizer by policy"
+POD_CREATE = "Pod create (bound or not)"
+BINDING = "Binding (kube-scheduler's)"
+EVENT_CREATE = "Event create"
+POD_RUNNING = "Pod status patch (kwok's Running)"
+RUNNING = {"status": {"phase": "Running", "podIP": "127.0.0.2", "hostIP": "127.0.0.1",
+                      "startTime": "2026-01-01T00:00:00Z",
+                      "conditions": [{"type": t, "status": "True",
+                                      "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                                     for t in ("Initialized", "Ready", "ContainersReady",
+                                               "PodScheduled")],
+                      "containerStatuses": [{"name": "main", "image": "busybox:1.36",
+                                             "imageID": "", "ready": True, "restartCount": 0,
+                                             "started": True, "state": {"running": {
+                                                 "startedAt": "2026-01-01T00:00:00Z"}}}]}}
 
 
 def status(message: str) -> dict[str, Any]:
@@ -62,6 +78,22 @@ def strip_crd_rules(api: Any) -> None:
     strip(crd["spec"])
     api.must("PUT", path, crd)
     time.sleep(5.0)  # the API server rebuilds the resource's storage and validators
+
+
+def unit_floor(costs: dict[str, float]) -> str:
+    """What a unit's own requests cost, ours against kube-scheduler's, before any watch
+    fan-out, and with the pod's Running patch that both pay: ours is the user's create (the
+    finalizer by policy), one status write (the writer's patch, the mean of its
+    batches), the pod and an Event; kube-scheduler's the pod, a Binding and an Event."""
+    writer = [v for k, v in costs.items() if k.startswith("GPUWorkload status as the writer")]
+    ours = (costs[FINALIZER_POLICY_CREATE] + sum(writer) / len(writer)
+            + costs[POD_CREATE] + costs[EVENT_CREATE])
+    theirs = costs[POD_CREATE] + costs[BINDING] + costs[EVENT_CREATE]
+    both = costs[POD_RUNNING]
+    return (f"a unit's own requests: ours {ours:.2f} ms (create, status, pod, Event), "
+            f"kube-scheduler's {theirs:.2f} ms (pod, Binding, Event): {ours / theirs:.2f}x; "
+            f"with the pod's Running patch both pay ({both:.2f} ms): "
+            f"{(ours + both) / (theirs + both):.2f}x")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,17 +140,20 @@ def main(argv: list[str] | None = None) -> int:
                                                                         f"written {k}"),
                              "application/json-patch+json") for i in range(n)])
               for k in range(3)],
-            ("Pod create (bound or not)",
+            (POD_CREATE,
              [("POST", f"/api/v1/namespaces/{ns}/pods", e2e._pod(ns, f"p-{i}"),
                "application/json") for i in range(n)]),
-            ("Binding (kube-scheduler's)",
+            (BINDING,
              [("POST", f"/api/v1/namespaces/{ns}/pods/p-{i}/binding",
                {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": f"p-{i}"},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": "n"}},
                "application/json") for i in range(n)]),
             (FINALIZER_POLICY_CREATE,
              [("POST", wl, e2e._workload(ns, f"f-{i}"), "application/json") for i in range(n)]),
-            ("Event create",
+            (POD_RUNNING,
+             [("PATCH", f"/api/v1/namespaces/{ns}/pods/p-{i}/status", RUNNING, merge)
+              for i in range(n)]),
+            (EVENT_CREATE,
              [("POST", f"/api/v1/namespaces/{ns}/events",
                {"metadata": {"name": f"e-{i}"}, "reason": "Scheduled", "message": "placed",
                 "type": "Normal", "count": 1,
@@ -126,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                "application/json") for i in range(n)]),
         ]
         uids: dict[str, str] = {}
+        costs: dict[str, float] = {}
         pid = cp.pids()["kube-apiserver"]
         print(f"kube-apiserver CPU per request ({n} of each, 8 connections):")
         for label, listed in kinds:
@@ -152,8 +188,10 @@ def main(argv: list[str] | None = None) -> int:
             took = time.time() - t0
             time.sleep(1.0)  # the watch fan-out of the last ones
             cpu = proc_stats(pid)["cpu_s"] - before
+            costs[label] = 1000 * cpu / n
             print(f"  {label:<40} {1000 * cpu / n:6.2f} ms  ({n / took:5.0f}/s"
                   f"{f', {len(errors)} errors: ' + errors[0] if errors else ''})")
+        print(unit_floor(costs))
         with open("/proc/loadavg") as f:
             print(f"load average: {' '.join(f.read().split()[:3])}")
     finally:
