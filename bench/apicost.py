@@ -8,7 +8,7 @@ used meanwhile (``/proc/<pid>/stat``), divided by N, is printed. Nothing else
 writes meanwhile (no controller, no scheduler; kwok runs no pods: no node exists),
 so the numbers are the requests' own cost plus their watch fan-out. Last it prints
 the ratio those costs alone set for a unit's kube-apiserver CPU, ours against
-kube-scheduler's (``unit_floor``): no benchmark run can come in under it.
+kube-scheduler's (``unit_floor``), before the watch fan-out each system adds.
 """
 
 from __future__ import annotations
