@@ -575,6 +575,9 @@ class Bench:
             "cpu_s": round(after["proc"]["cpu_s"] - (0 if killed else before["proc"]["cpu_s"]),
                            2),
             "killed": killed or None,
+            "ctx_switches_per_unit": None if killed or not units else {
+                k: round((after["proc"][k] - before["proc"][k]) / units, 1)
+                for k in ("ctx_voluntary", "ctx_involuntary")},
             "peak_rss_mib": after["proc"]["peak_rss_mib"],
             "rss_mib": after["proc"]["rss_mib"],
             "cpu_s_control_plane": {n: round(after["others"][n] - before["others"][n], 2)
@@ -598,7 +601,10 @@ class Bench:
             f"bound in {elapsed:.1f}s -> {row['throughput_per_s']}/s, p50 "
             f"{_ms(row['latency_p50_s'])} p99 {_ms(row['latency_p99_s'])}, "
             f"{row['api_requests_per_unit_own']} req/unit, cpu {row['cpu_s']}s, "
-            f"peak rss {row['peak_rss_mib']} MiB, double-booked: {check['violations']}")
+            f"peak rss {row['peak_rss_mib']} MiB, double-booked: {check['violations']}"
+            + (f", context switches/unit {ctx['ctx_voluntary']} voluntary "
+               f"{ctx['ctx_involuntary']} involuntary"
+               if (ctx := row["ctx_switches_per_unit"]) else ""))
         return row
 
     def _writer_metrics(self) -> dict[str, float]:

@@ -13,6 +13,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -269,4 +270,23 @@ def proc_stats(pid: int) -> dict[str, float]:
                 rss = int(line.split()[1]) / 1024
             elif line.startswith("VmHWM:"):
                 hwm = int(line.split()[1]) / 1024
-    return {"cpu_s": cpu, "rss_mib": round(rss, 1), "peak_rss_mib": round(hwm, 1)}
+    return {"cpu_s": cpu, "rss_mib": round(rss, 1), "peak_rss_mib": round(hwm, 1),
+            **context_switches(pid)}
+
+
+def context_switches(pid: int) -> dict[str, int]:
+    """Voluntary (a thread blocked: a lock, a socket, the interpreter lock) and
+    involuntary (preempted) context switches of every thread ``pid`` has now; a thread
+    that has ended is no longer counted."""
+    out = {"ctx_voluntary": 0, "ctx_involuntary": 0}
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            text = status.read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        for line in text.splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                out["ctx_voluntary"] += int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches:"):
+                out["ctx_involuntary"] += int(line.split()[1])
+    return out
