@@ -19,6 +19,17 @@ Three outcomes for an edit of a spec field:
 
 Guarantee: every field of :class:`~api.v1alpha1.types.GPUWorkloadSpec` has exactly
 one entry (checked by the unit tests), so a new field cannot be left undecided.
+
+Where a refused field's rule lives decides what every write of the workload costs the
+kube-apiserver, status writes included: the CRD's rules run on every write, and each
+``self.<field>`` read on the spec (an object of some twenty properties) costs a few
+microseconds there (kube-apiserver 1.34 rebuilds the spec's property table on every
+read; ``python -m bench.apicost --pprof DIR`` shows it). So a refused field is
+compared on the field itself (``self == oldSelf``, evaluated only when both versions
+hold it, without reading the spec), and the spec keeps one cheap rule per field that
+has no default: it is neither added nor removed (:func:`presence_rules`). A field
+with a default is never absent, so its own rule covers it. Same refusals, same
+messages and field paths; ``README.md`` ("Throughput II, round 5") has the cost.
 """
 
 from __future__ import annotations
@@ -50,25 +61,25 @@ class FieldChange:
     change: Change
     why: str
     #: CEL on the spec (``self``, ``oldSelf``) that holds when the edit is allowed;
-    #: None for fields that may change.
+    #: None for fields that may change or are compared on the field (``same``).
     rule: str | None = None
     message: str | None = None
+    #: CEL on the field's own value (``self``, ``oldSelf``) that holds when the edit
+    #: is allowed; evaluated when both versions hold the field. Its presence is
+    #: held by :func:`presence_rules`.
+    same: str | None = None
 
 
-def _unchanged(field: str) -> str:
-    """CEL: the optional field is set in both or neither, and equal when set."""
-    return (
-        f"has(self.{field}) == has(oldSelf.{field}) && "
-        f"(!has(self.{field}) || self.{field} == oldSelf.{field})"
-    )
-
-
-def _refused(field: str, why: str, *, rule: str | None = None, hint: str = _REDO) -> FieldChange:
+def _refused(field: str, why: str, *, rule: str | None = None,
+             same: str = "self == oldSelf", hint: str = _REDO) -> FieldChange:
+    """A refused field: compared on the field (``same``) unless a spec-level ``rule``
+    (one that reads other fields too) decides it."""
     return FieldChange(
         field,
         Change.REFUSED,
         why,
-        rule=rule or _unchanged(field),
+        rule=rule,
+        same=None if rule else same,
         message=f"{field} cannot change while the workload exists; {hint}",
     )
 
@@ -120,10 +131,7 @@ SPEC_CHANGES: tuple[FieldChange, ...] = (
         "priority",
         "Decides what this workload may preempt and what may preempt it.",
         # int-or-string: compare the spelling (an int and a string never compare equal)
-        rule=(
-            "has(self.priority) == has(oldSelf.priority) && (!has(self.priority) || "
-            "string(self.priority) == string(oldSelf.priority))"
-        ),
+        same="string(self) == string(oldSelf)",
     ),
     _refused("priorityClassName", "Decides the priority, and whether it may preempt "
              "workloads of other namespaces."),
@@ -154,25 +162,39 @@ SPEC_CHANGES: tuple[FieldChange, ...] = (
 
 
 def transition_rules() -> list[dict[str, Any]]:
-    """The spec-level ``x-kubernetes-validations`` that refuse forbidden edits.
-
-    Each names the field (``fieldPath``) and says ``Forbidden``; one rule per refused
-    field, so the message names exactly what the user changed.
-    """
+    """The spec-level ``x-kubernetes-validations`` that refuse forbidden edits which
+    read more than one field (``replicas`` of a map, the GPU count under either
+    spelling). Each names the field (``fieldPath``) and says ``Forbidden``."""
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
     for c in SPEC_CHANGES:
         if c.rule is None or c.rule in seen:
             continue  # gpuCount shares gpusPerReplica's rule
         seen.add(c.rule)
-        out.append(
-            {
-                "rule": c.rule,
-                "message": c.message,
-                "fieldPath": f".{c.field}",
-                "reason": "FieldValueForbidden",
-            }
-        )
+        out.append(_forbidden(c.rule, c, field_path=True))
+    return out
+
+
+def field_rules() -> dict[str, dict[str, Any]]:
+    """Per refused field compared on itself, its ``x-kubernetes-validations`` entry
+    (a transition rule on the field's schema; the error names ``spec.<field>``)."""
+    return {c.field: _forbidden(c.same, c, field_path=False)
+            for c in SPEC_CHANGES if c.same is not None}
+
+
+def presence_rules(defaulted: set[str]) -> list[dict[str, Any]]:
+    """Spec-level rules: a refused field compared on itself is neither added nor
+    removed. Not for the ``defaulted`` fields (the API server fills them in on every
+    write, so they are never absent)."""
+    return [_forbidden(f"has(self.{c.field}) == has(oldSelf.{c.field})", c, field_path=True)
+            for c in SPEC_CHANGES if c.same is not None and c.field not in defaulted]
+
+
+def _forbidden(rule: str, c: FieldChange, *, field_path: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"rule": rule, "message": c.message}
+    if field_path:
+        out["fieldPath"] = f".{c.field}"
+    out["reason"] = "FieldValueForbidden"
     return out
 
 

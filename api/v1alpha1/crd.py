@@ -285,6 +285,20 @@ def _crd(
     }
 
 
+def _with_field_change_rules(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with the refused fields' own transition rules on their properties and
+    the spec's rules that they are neither added nor removed (changes.py says why)."""
+    spec = schema["properties"]["spec"]
+    props = spec["properties"]
+    for field, rule in changes.field_rules().items():
+        props[field]["x-kubernetes-validations"] = [
+            *props[field].get("x-kubernetes-validations", []), rule]
+    defaulted = {f for f, p in props.items() if "default" in p}
+    spec["x-kubernetes-validations"] = [
+        *spec.get("x-kubernetes-validations", []), *changes.presence_rules(defaulted)]
+    return schema
+
+
 def workload_crd() -> dict[str, Any]:
     return _crd(
         plural="gpuworkloads",
@@ -292,12 +306,12 @@ def workload_crd() -> dict[str, Any]:
         singular="gpuworkload",
         scope="Namespaced",
         short_names=["gw"],
-        schema=_root_schema(
+        schema=_with_field_change_rules(_root_schema(
             _doc(GPUWorkload),
             GPUWorkloadSpec,
             GPUWorkloadStatus,
             [MAP_INDEX_RULE, MAP_STRATEGY_RULE, *SHARING_RULES, *changes.transition_rules()],
-        ),
+        )),
         subresources=WORKLOAD_SUBRESOURCES,
         columns=[
             {

@@ -24,19 +24,55 @@ def test_replicas_and_template_restart_the_rest_is_refused_or_in_place() -> None
     assert by_field["modelName"] is changes.Change.IN_PLACE
 
 
-def test_refused_fields_have_a_rule_that_names_them_and_says_what_to_do() -> None:
-    spec = crd.workload_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"][
+def _spec_schema() -> dict:
+    return crd.workload_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"][
         "properties"]["spec"]
-    rules = {r["fieldPath"]: r for r in spec["x-kubernetes-validations"] if "fieldPath" in r}
+
+
+def _forbidden_rules(schema: dict) -> list[dict]:
+    return [r for r in schema.get("x-kubernetes-validations", [])
+            if r.get("reason") == "FieldValueForbidden" and "oldSelf" in r["rule"]]
+
+
+def test_refused_fields_have_a_rule_that_names_them_and_says_what_to_do() -> None:
+    spec = _spec_schema()
+    on_spec = {r["fieldPath"]: r for r in _forbidden_rules(spec)}
     for c in changes.SPEC_CHANGES:
-        if c.change is changes.Change.REFUSED and c.field != "gpuCount":
-            r = rules[f".{c.field}"]
-            assert "oldSelf" in r["rule"]
+        if c.change is not changes.Change.REFUSED or c.field == "gpuCount":
+            continue
+        # on the field itself (the error names spec.<field>), or on the spec with the
+        # field as its path when the rule reads other fields too
+        own = _forbidden_rules(spec["properties"][c.field])
+        rules = own or [on_spec[f".{c.field}"]]
+        for r in rules:
             assert r["message"].startswith(f"{c.field} cannot change")
             assert "delete and re-create" in r["message"]
-            assert r["reason"] == "FieldValueForbidden"
-    assert rules[".gpusPerReplica"]["message"] == (
+    assert on_spec[".gpusPerReplica"]["message"] == (
         "gpusPerReplica cannot change while the workload exists; delete and re-create it")
+
+
+def test_a_refused_field_without_a_default_can_be_neither_added_nor_removed() -> None:
+    """Its own rule runs only when both versions hold it: the spec holds the rest.
+    A field with a default is always there, so it needs no such rule."""
+    spec = _spec_schema()
+    on_spec = {r["fieldPath"]: r["rule"] for r in _forbidden_rules(spec)}
+    for field, prop in spec["properties"].items():
+        if not _forbidden_rules(prop):
+            continue
+        if "default" in prop:
+            assert f".{field}" not in on_spec, field
+        else:
+            assert on_spec[f".{field}"] == f"has(self.{field}) == has(oldSelf.{field})"
+
+
+def test_no_spec_rule_reads_a_refused_field_it_could_compare_on_the_field() -> None:
+    """The spec-level transition rules are the ones that read several fields: every
+    read of a spec field costs the API server on every write, status writes included."""
+    spec = _spec_schema()
+    own = {f for f, p in spec["properties"].items() if _forbidden_rules(p)}
+    for r in _forbidden_rules(spec):
+        field = r["fieldPath"][1:]
+        assert field not in own or r["rule"] == f"has(self.{field}) == has(oldSelf.{field})"
 
 
 def test_docs_state_the_decision_for_every_field() -> None:
