@@ -1,0 +1,212 @@
+"""``python -m bench.apiserver_profile``: where the kube-apiserver's CPU goes for the
+requests a unit of ours costs, recorded with the kube-apiserver's own profiler.
+
+On a fresh local control plane (the benchmark's: config/crd and
+config/admission-finalizer installed, no controller, no scheduler, no node), each
+kind of request is sent over 8 connections for ``--seconds`` while
+``/debug/pprof/profile`` records the kube-apiserver: the GPUWorkload status as the
+status writer sends it, the GPUWorkload create (finalizer by policy) and, for
+comparison, a pod create. Written to ``--out``: each raw profile
+(``<kind>.pb.gz``, for ``go tool pprof``) and ``summary.md``: per kind, the requests
+sent, the CPU per request, and the share of the process's CPU samples under each
+stage of a request (:data:`STAGES`; a sample may fall under two, e.g. a CEL rule run
+inside the validation), then ``go tool pprof -top -cum`` of the largest entries.
+
+The profiler costs the process a little CPU of its own: read shares, and take CPU
+per request from ``python -m bench.apicost``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import itertools
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import e2e
+from bench.apicost import writer_patch
+from bench.kube import proc_stats
+
+#: (stage, a regular expression over ``go tool pprof -top -cum`` function names);
+#: the stage's share is that of its largest match (cumulative, so nested calls are
+#: not counted twice)
+STAGES: tuple[tuple[str, str], ...] = (
+    ("CRD rules (CEL, x-kubernetes-validations)",
+     r"apiserver/schema/cel\.\(\*Validator\)\.Validate$"),
+    ("  of which: the spec's property table rebuilt per field read",
+     r"schema/cel/model\.\(\*Structural\)\.Properties$"),
+    ("CRD schema validation (OpenAPI)",
+     r"customResourceValidator\.Validate(StatusUpdate|Update)?$"),
+    ("admission policies (ValidatingAdmissionPolicy, CEL)",
+     r"policy/validating\.\(\*Plugin\)\.Validate$"),
+    ("admission policies (MutatingAdmissionPolicy, CEL)",
+     r"policy/mutating\.\(\*Plugin\)\.Admit$"),
+    ("patch applied to the stored object (JSON encode, patch, decode)",
+     r"handlers\.\(\*patcher\)\.applyPatch$"),
+    ("managed fields", r"managedfields/internal\.\(\*FieldManager\)\.Update$"),
+    ("body decoded into the schema (pruning, defaulting)",
+     r"apiserver\.schemaCoercingDecoder\.Decode$"),
+    ("the watch cache decoding etcd's events",
+     r"storage/etcd3\.\(\*watchChan\)\.transform$"),
+    ("the response encoded", r"responsewriters\.WriteObjectNegotiated$"),
+    ("garbage collection (background marking)", r"^runtime\.gcBgMarkWorker$"),
+)
+
+
+def _kinds(ns: str, uids: dict[str, str], n: int
+           ) -> list[tuple[str, Callable[[int, int], tuple[str, str, Any, str]]]]:
+    """(name, make(worker, i) -> (method, path, body, content type)) per kind."""
+    wl = f"/apis/{e2e.GROUP}/{e2e.VERSION}/namespaces/{ns}/gpuworkloads"
+
+    def status(k: int, i: int) -> tuple[str, str, Any, str]:
+        name = f"u-{(k * 131 + i) % n}"
+        return ("PATCH", f"{wl}/{name}/status", writer_patch(uids[name], f"w {k} {i}"),
+                "application/json-patch+json")
+
+    def create(k: int, i: int) -> tuple[str, str, Any, str]:
+        return ("POST", wl, e2e._workload(ns, f"c-{k}-{i}"), "application/json")
+
+    def pod(k: int, i: int) -> tuple[str, str, Any, str]:
+        return ("POST", f"/api/v1/namespaces/{ns}/pods", e2e._pod(ns, f"p-{k}-{i}"),
+                "application/json")
+
+    return [("gpuworkload-status", status), ("gpuworkload-create", create),
+            ("pod-create", pod)]
+
+
+def _record(api: Any, seconds: int, out: Path) -> None:
+    conn = http.client.HTTPSConnection("127.0.0.1", api.port, context=api.ctx,
+                                       timeout=seconds + 60)
+    try:
+        conn.request("GET", f"/debug/pprof/profile?seconds={seconds}")
+        resp = conn.getresponse()
+        data = resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"/debug/pprof/profile: HTTP {resp.status}: {data[:200]!r}")
+        out.write_bytes(data)
+    finally:
+        conn.close()
+
+
+def _send_while(api: Any, make: Callable[[int, int], tuple[str, str, Any, str]],
+                until: float, workers: int = 8) -> tuple[int, list[str]]:
+    sent = [0] * workers
+    errors: list[str] = []
+
+    def run(k: int) -> None:
+        for i in itertools.count():
+            if time.time() >= until or errors:
+                return
+            method, path, body, ct = make(k, i)
+            code, out = api.request(method, path, body, content_type=ct)
+            if code >= 300:
+                errors.append(f"{method} {path}: {code} {str(out)[:200]}")
+                return
+            sent[k] += 1
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(sent), errors
+
+
+def top_cum(profile: Path, nodes: int = 400) -> list[tuple[float, str]]:
+    """(cumulative % of samples, function) from ``go tool pprof -top -cum``."""
+    text = subprocess.run(["go", "tool", "pprof", "-top", "-cum", f"-nodecount={nodes}",
+                           str(profile)], capture_output=True, text=True, check=True).stdout
+    rows = []
+    for line in text.splitlines():
+        m = re.match(r"\s*\S+\s+\S+%\s+\S+%\s+\S+\s+(\S+)%\s+(.+)$", line)
+        if m:
+            rows.append((float(m.group(1)), m.group(2).strip()))
+    return rows
+
+
+def stages(rows: list[tuple[float, str]]) -> list[tuple[str, float]]:
+    """Each stage of :data:`STAGES` with its share (%) of the profile's samples."""
+    out = []
+    for label, pattern in STAGES:
+        shares = [pct for pct, fn in rows if re.search(pattern, fn)]
+        out.append((label, max(shares, default=0.0)))
+    return out
+
+
+def summary(results: list[dict[str, Any]], out: Path) -> str:
+    lines = ["# Where the kube-apiserver's CPU goes, per kind of request", "",
+             "`python -m bench.apiserver_profile` (module docstring: how it is measured).",
+             ""]
+    for r in results:
+        rows = top_cum(out / f"{r['kind']}.pb.gz")
+        lines += [f"## {r['kind']}", "",
+                  f"{r['sent']} requests in {r['seconds']} s over 8 connections, "
+                  f"{r['cpu_ms']:.2f} ms of kube-apiserver CPU per request "
+                  "(profiler running).", "",
+                  "| stage | share of CPU samples |", "| --- | ---: |"]
+        lines += [f"| {label} | {pct:.1f}% |" for label, pct in stages(rows) if pct]
+        lines += ["", "```", *(f"{pct:5.1f}%  {fn}" for pct, fn in rows[:25]), "```", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.apiserver_profile",
+                                description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=Path("bench/results/apiserver-profile"))
+    p.add_argument("--seconds", type=int, default=12, help="per kind (default 12)")
+    p.add_argument("--bin-dir", type=Path, default=None)
+    args = p.parse_args(argv)
+    if shutil.which("go") is None:
+        p.error("go is needed on PATH (go tool pprof reads the profiles)")
+    from hack.testenv.controlplane import binaries
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="gpu-apiprof-"))
+    cp = e2e.BenchPlane(workdir, nodes=0, gpus=8, bin_dir=args.bin_dir or binaries(),
+                        static_nodes=True)
+    results = []
+    try:
+        cp.start()
+        bench = e2e.Bench(cp, e2e.Config(sizes=[0], bursts=[0]), print)
+        bench.install_crds()  # and the finalizer policy (Config's default)
+        ns = "apiprof"
+        bench._namespace(ns)
+        api = bench.api
+        n = 200
+        wl = f"/apis/{e2e.GROUP}/{e2e.VERSION}/namespaces/{ns}/gpuworkloads"
+        uids = {f"u-{i}": api.must("POST", wl, e2e._workload(ns, f"u-{i}"))["metadata"]["uid"]
+                for i in range(n)}
+        pid = cp.pids()["kube-apiserver"]
+        for kind, make in _kinds(ns, uids, n):
+            before = proc_stats(pid)["cpu_s"]
+            recorder = threading.Thread(target=_record,
+                                        args=(api, args.seconds, args.out / f"{kind}.pb.gz"))
+            recorder.start()
+            sent, errors = _send_while(api, make, time.time() + args.seconds)
+            recorder.join()
+            cpu = proc_stats(pid)["cpu_s"] - before
+            if errors:
+                raise RuntimeError(f"{kind}: {errors[0]}")
+            results.append({"kind": kind, "sent": sent, "seconds": args.seconds,
+                            "cpu_ms": 1000 * cpu / max(sent, 1)})
+            print(f"{kind}: {sent} requests, {1000 * cpu / max(sent, 1):.2f} ms per request")
+    finally:
+        cp.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    text = summary(results, args.out)
+    (args.out / "summary.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,34 @@
+"""The kube-apiserver profile's summary: each stage's share read from pprof's
+cumulative listing, the largest match only (a stage's functions nest)."""
+
+from __future__ import annotations
+
+from bench.apiserver_profile import STAGES, stages
+
+ROWS = [
+    (56.9, "k8s.io/apiserver/pkg/endpoints/handlers/finisher.finishRequest.func1"),
+    (14.9, "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel.(*Validator).Validate"),
+    (14.9, "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel.(*Validator).validate"),
+    (9.9, "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel/model.(*Structural).Properties"),
+    (14.3, "k8s.io/apiserver/pkg/endpoints/handlers.(*patcher).applyPatch"),
+    (6.0, "k8s.io/apimachinery/pkg/util/managedfields/internal.(*FieldManager).Update"),
+    (15.0, "runtime.gcBgMarkWorker"),
+    (15.0, "runtime.gcBgMarkWorker.func2"),
+]
+
+
+def test_each_stage_takes_its_own_function_and_not_a_nested_one() -> None:
+    shares = dict(stages(ROWS))
+    assert shares["CRD rules (CEL, x-kubernetes-validations)"] == 14.9
+    assert shares["  of which: the spec's property table rebuilt per field read"] == 9.9
+    assert shares["patch applied to the stored object (JSON encode, patch, decode)"] == 14.3
+    assert shares["managed fields"] == 6.0
+    assert shares["garbage collection (background marking)"] == 15.0
+    assert shares["admission policies (ValidatingAdmissionPolicy, CEL)"] == 0.0
+
+
+def test_no_stage_matches_the_request_as_a_whole() -> None:
+    """A stage that matched the handler chain would read as most of the CPU."""
+    whole = [(100.0, fn) for _, fn in ROWS[:1]]
+    assert all(share == 0.0 for _, share in stages(whole))
+    assert len({label for label, _ in STAGES}) == len(STAGES)
