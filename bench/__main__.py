@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from bench import e2e, micro, profile, report
+from bench import apiserver_profile, e2e, micro, profile, report
 
 HERE = Path(__file__).resolve().parent
 
@@ -70,6 +70,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true",
                    help="py-spy record the controller during the burst and the steady phase "
                         "of the largest burst's size (needs py-spy; bench/profile.py)")
+    p.add_argument("--apiserver-profile", type=int, default=0, metavar="SECONDS",
+                   help="record the kube-apiserver's CPU profile for SECONDS from the start "
+                        "of each system's burst at the largest burst's size, and write its "
+                        "CPU per unit by stage (bench/apiserver_profile.py)")
     p.add_argument("--no-finalizer-policy", action="store_true",
                    help="ours without config/admission-finalizer: the controller adds its "
                         "finalizer with a patch (clusters without MutatingAdmissionPolicy)")
@@ -169,7 +173,12 @@ def run_e2e(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, Any
                     bench.profiler = profile.PySpy(spy, args.out / "profile")
                 else:
                     progress("profile: py-spy not found, not profiling")
+            if args.apiserver_profile:
+                bench.apiserver_profiler = apiserver_profile.PhaseRecorder(
+                    bench.api, args.out / "apiserver-profile", args.apiserver_profile)
             results = bench.run()
+            if bench.apiserver_profiler is not None:
+                doc["apiserver_profile"] = _apiserver_summary(results, bench, args.out)
             if args.profile and bench.profiler is not None:
                 doc["profile_top"] = {}
                 for phase in ("burst", "steady"):
@@ -189,6 +198,28 @@ def run_e2e(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, Any
                 progress(f"kept {workdir}")
             else:
                 shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _apiserver_summary(results: list[dict[str, Any]], bench: e2e.Bench, out: Path) -> str:
+    """The kube-apiserver's CPU per unit by stage in each system's profiled burst,
+    written to ``<out>/apiserver-profile/summary.md`` and printed."""
+    for e in bench.apiserver_profiler.errors:
+        progress(f"apiserver profile: {e}")
+    size = next((r for r in results if r["nodes"] == bench.profile_nodes), None)
+    folder = out / "apiserver-profile"
+    profiles = {}
+    for name, phases in (size or {}).get("systems", {}).items():
+        path = folder / f"{name}-burst.pb.gz"
+        if path.exists() and phases.get("burst"):
+            profiles[name] = (path, int(phases["burst"]["bound"]))
+    if not profiles:
+        return ""
+    text = (f"# The kube-apiserver during each system's burst ({bench.profile_nodes} nodes, "
+            f"{bench.apiserver_profiler.seconds} s from the burst's start)\n\n"
+            + apiserver_profile.per_unit(profiles) + "\n")
+    (folder / "summary.md").write_text(text)
+    progress(text)
+    return text
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ sent, the CPU per request, and the share of the process's CPU samples under each
 stage of a request (:data:`STAGES`; a sample may fall under two, e.g. a CEL rule run
 inside the validation), then ``go tool pprof -top -cum`` of the largest entries.
 
+``python -m bench --apiserver-profile`` records the kube-apiserver the same way during
+each system's burst at the largest burst's size (:class:`PhaseRecorder`) and writes,
+per system, the kube-apiserver CPU per unit under each stage and under each kind of
+work (:data:`WORK`): what a unit of ours costs it beside a unit of kube-scheduler's.
+
 The profiler costs the process a little CPU of its own: read shares, and take CPU
 per request from ``python -m bench.apicost``.
 """
@@ -59,6 +64,89 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("the response encoded", r"responsewriters\.WriteObjectNegotiated$"),
     ("garbage collection (background marking)", r"^runtime\.gcBgMarkWorker$"),
 )
+
+
+#: what the kube-apiserver is doing, by the handler that does it (cumulative; they do
+#: not nest in one another)
+WORK: tuple[tuple[str, str], ...] = (
+    ("creates", r"registry\.\(\*Store\)\.Create$"),
+    ("updates and patches", r"registry\.\(\*Store\)\.Update$"),
+    ("deletes", r"registry\.\(\*Store\)\.Delete$"),
+    ("gets", r"registry\.\(\*Store\)\.Get$"),
+    ("lists", r"registry\.\(\*Store\)\.List$"),
+    ("watches served (encoding events for each watcher)",
+     r"handlers\.\(\*WatchServer\)\.HandleHTTP$"),
+    ("the watch cache dispatching events", r"cacher\.\(\*Cacher\)\.dispatchEvents$"),
+    ("the watch cache decoding etcd's events",
+     r"storage/etcd3\.\(\*watchChan\)\.transform$"),
+    ("garbage collection (background marking)", r"^runtime\.gcBgMarkWorker$"),
+)
+
+
+class PhaseRecorder:
+    """The kube-apiserver's CPU profile for ``seconds`` from a phase's start, written
+    to ``<out_dir>/<system>-<phase>.pb.gz`` (``start`` returns at once, ``stop``
+    waits for the profile)."""
+
+    def __init__(self, api: Any, out_dir: Path, seconds: int) -> None:
+        self.api, self.out_dir, self.seconds = api, out_dir, seconds
+        self._thread: threading.Thread | None = None
+        self.errors: list[str] = []
+
+    def start(self, system: str, phase: str) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        out = self.out_dir / f"{system}-{phase}.pb.gz"
+
+        def run() -> None:
+            try:
+                _record(self.api, self.seconds, out)
+            except (OSError, RuntimeError, http.client.HTTPException) as e:
+                self.errors.append(f"{out.name}: {e}")
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._thread.join(self.seconds + 90)
+            self._thread = None
+
+
+def total_samples_s(profile: Path) -> float:
+    """The profile's CPU seconds sampled ("Total samples = ...")."""
+    text = subprocess.run(["go", "tool", "pprof", "-top", "-nodecount=1", str(profile)],
+                          capture_output=True, text=True, check=True).stdout
+    m = re.search(r"Total samples = ([0-9.]+)(ms|s|mins)", text)
+    if not m:
+        return 0.0
+    return float(m.group(1)) * {"ms": 0.001, "s": 1.0, "mins": 60.0}[m.group(2)]
+
+
+def per_unit(profiles: dict[str, tuple[Path, int]]) -> str:
+    """Markdown: kube-apiserver CPU ms per unit, by stage and by kind of work, one
+    column per system; ``profiles`` maps a system to (its profile, units)."""
+    cols, shares = [], []
+    for system, (path, units) in profiles.items():
+        rows = top_cum(path)
+        total = total_samples_s(path)
+        both = dict(stages(rows))
+        both.update(_shares(rows, WORK))
+        cols.append(system)
+        shares.append({k: 1000 * total * pct / 100 / max(units, 1) for k, pct in both.items()}
+                      | {"(all samples)": 1000 * total / max(units, 1)})
+    labels = ["(all samples)", *(label for label, _ in WORK), *(label for label, _ in STAGES)]
+    lines = ["| kube-apiserver CPU ms per unit | " + " | ".join(cols) + " |",
+             "| --- |" + " ---: |" * len(cols)]
+    for label in labels:
+        lines.append(f"| {label} | " + " | ".join(f"{s.get(label, 0.0):.2f}" for s in shares)
+                     + " |")
+    return "\n".join(lines)
+
+
+def _shares(rows: list[tuple[float, str]], table: tuple[tuple[str, str], ...]
+            ) -> list[tuple[str, float]]:
+    return [(label, max((pct for pct, fn in rows if re.search(pattern, fn)), default=0.0))
+            for label, pattern in table]
 
 
 def _kinds(ns: str, uids: dict[str, str], n: int
@@ -134,11 +222,7 @@ def top_cum(profile: Path, nodes: int = 400) -> list[tuple[float, str]]:
 
 def stages(rows: list[tuple[float, str]]) -> list[tuple[str, float]]:
     """Each stage of :data:`STAGES` with its share (%) of the profile's samples."""
-    out = []
-    for label, pattern in STAGES:
-        shares = [pct for pct, fn in rows if re.search(pattern, fn)]
-        out.append((label, max(shares, default=0.0)))
-    return out
+    return _shares(rows, STAGES)
 
 
 def summary(results: list[dict[str, Any]], out: Path) -> str:

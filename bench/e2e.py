@@ -300,6 +300,9 @@ class Bench:
         self.controller: Process | None = None
         self.metrics_port: int | None = None
         self.profiler: Any = None
+        # the kube-apiserver's own profile (--apiserver-profile): each system's burst at
+        # the size of the largest burst (bench/apiserver_profile.py)
+        self.apiserver_profiler: Any = None
         # py-spy (--profile): ours' burst and steady phase at the size of the largest burst
         self.profile_nodes = cfg.sizes[max(range(len(cfg.sizes)), key=lambda i: cfg.bursts[i])]
 
@@ -499,6 +502,10 @@ class Bench:
             system.name == OURS and len(self.nodes) == self.profile_nodes
         if profiling:
             self.profiler.start(pid, kind)
+        recording = kind == "burst" and self.apiserver_profiler is not None and \
+            len(self.nodes) == self.profile_nodes
+        if recording:
+            self.apiserver_profiler.start(system.name, kind)
         stop = threading.Event()
         t_start = time.time()
         if rate:
@@ -541,6 +548,8 @@ class Bench:
             stop.set()
             if profiling:
                 self.profiler.stop()
+            if recording:
+                self.apiserver_profiler.stop()
             watch.stop()
             creator.close()
         after = {"proc": proc_stats(pid), "others": {n: proc_stats(p)["cpu_s"]

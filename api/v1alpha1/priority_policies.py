@@ -50,9 +50,15 @@ def priority_ceiling() -> list[dict[str, Any]]:
     ceiling = f"{labels}['{MAX_PRIORITY_LABEL}']"
     labelled = f"has({labels}) && '{MAX_PRIORITY_LABEL}' in {labels}"
     return policy_pair(f"workload-priority-ceiling.{GROUP}", {
-        "matchConstraints": {"resourceRules": _GW_RULES},
-        # (a matchCondition cannot read namespaceObject: the validations say "unless
-        # labelled" themselves)
+        # only in a labelled namespace: the API server decides that from the
+        # namespace's labels, with no CEL, so a GPUWorkload anywhere else costs it no
+        # evaluation (a matchCondition cannot read namespaceObject); the validations
+        # still say "unless labelled" themselves
+        "matchConstraints": {
+            "resourceRules": _GW_RULES,
+            "namespaceSelector": {
+                "matchExpressions": [{"key": MAX_PRIORITY_LABEL, "operator": "Exists"}]},
+        },
         "validations": [
             {
                 "expression": f"!({labelled}) || {ceiling}.matches('^[0-9]{{1,10}}$')",

@@ -70,3 +70,13 @@ def test_the_new_policies_are_generated() -> None:
     assert names == ["pod-devices.gpu.orchestrator.dev",
                      "workload-priority-ceiling.gpu.orchestrator.dev",
                      "workload-priority-class.gpu.orchestrator.dev"]
+
+
+def test_the_priority_ceiling_is_matched_only_in_a_labelled_namespace() -> None:
+    """Every other namespace's GPUWorkloads cost the API server no CEL for it: the
+    namespace's labels decide the match."""
+    from api.v1alpha1.priority_policies import MAX_PRIORITY_LABEL, priority_ceiling
+
+    policy = next(d for d in priority_ceiling() if d["kind"] == "ValidatingAdmissionPolicy")
+    assert policy["spec"]["matchConstraints"]["namespaceSelector"] == {
+        "matchExpressions": [{"key": MAX_PRIORITY_LABEL, "operator": "Exists"}]}
