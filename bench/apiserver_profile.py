@@ -134,12 +134,14 @@ def per_unit(profiles: dict[str, tuple[Path, int]]) -> str:
         cols.append(system)
         shares.append({k: 1000 * total * pct / 100 / max(units, 1) for k, pct in both.items()}
                       | {"(all samples)": 1000 * total / max(units, 1)})
-    labels = ["(all samples)", *(label for label, _ in WORK), *(label for label, _ in STAGES)]
+    labels = list(dict.fromkeys(["(all samples)", *(label for label, _ in WORK),
+                                 *(label for label, _ in STAGES)]))
     lines = ["| kube-apiserver CPU ms per unit | " + " | ".join(cols) + " |",
              "| --- |" + " ---: |" * len(cols)]
     for label in labels:
-        lines.append(f"| {label} | " + " | ".join(f"{s.get(label, 0.0):.2f}" for s in shares)
-                     + " |")
+        if any(s.get(label, 0.0) for s in shares):
+            lines.append(f"| {label} | "
+                         + " | ".join(f"{s.get(label, 0.0):.2f}" for s in shares) + " |")
     return "\n".join(lines)
 
 

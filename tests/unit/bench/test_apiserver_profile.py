@@ -32,3 +32,18 @@ def test_no_stage_matches_the_request_as_a_whole() -> None:
     whole = [(100.0, fn) for _, fn in ROWS[:1]]
     assert all(share == 0.0 for _, share in stages(whole))
     assert len({label for label, _ in STAGES}) == len(STAGES)
+
+
+def test_per_unit_turns_shares_into_ms_per_unit_once_per_row(monkeypatch, tmp_path) -> None:
+    from bench import apiserver_profile
+
+    monkeypatch.setattr(apiserver_profile, "top_cum", lambda path: ROWS)
+    monkeypatch.setattr(apiserver_profile, "total_samples_s", lambda path: 8.0)
+    table = apiserver_profile.per_unit({"ours": (tmp_path / "a", 800),
+                                        "theirs": (tmp_path / "b", 400)})
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in table.splitlines()[2:]}
+    assert rows["(all samples)"] == ["10.00", "20.00 |"]  # 8 s over 800 and over 400 units
+    # 15% of 8 s over 800 units
+    assert rows["garbage collection (background marking)"][0] == "1.50"
+    assert len(rows) == len(table.splitlines()) - 2  # no row twice
+    assert "deletes" not in rows  # nothing sampled there in either column
