@@ -88,6 +88,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error("--burst needs one value, or one per --sizes value")
     if args.sizes != sorted(args.sizes):
         p.error("--sizes must be ascending (nodes are added, never removed)")
+    if args.apiserver_profile and shutil.which("go") is None:
+        p.error("--apiserver-profile needs go on PATH (go tool pprof reads the profiles)")
+    if args.apiserver_profile < 0:
+        p.error("--apiserver-profile takes a number of seconds above 0")
     return args
 
 

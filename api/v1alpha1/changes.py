@@ -24,7 +24,7 @@ Where a refused field's rule lives decides what every write of the workload cost
 kube-apiserver, status writes included: the CRD's rules run on every write, and each
 ``self.<field>`` read on the spec (an object of some twenty properties) costs a few
 microseconds there (kube-apiserver 1.34 rebuilds the spec's property table on every
-read; ``python -m bench.apicost --pprof DIR`` shows it). So a refused field is
+read; ``python -m bench.apiserver_profile`` shows it). So a refused field is
 compared on the field itself (``self == oldSelf``, evaluated only when both versions
 hold it, without reading the spec), and the spec keeps one cheap rule per field that
 has no default: it is neither added nor removed (:func:`presence_rules`). A field
