@@ -18,6 +18,9 @@ policy                             what it refuses
                                    label cannot open ``queue-gpu-pods``' door)
 =================================  =========================================================
 
+``queue-gpu-pods`` never matches kube-system, kube-public or kube-node-lease: a GPUQueue
+selecting one of them does not hold its pods (see ``queue_gpu_pods`` for why).
+
 Both queue policies take every GPUQueue as a param (``paramRef.selector: {}``): the API
 server evaluates the rule once per queue, and a request passes only if every
 evaluation does. With no GPUQueue at all nothing is refused
@@ -35,7 +38,12 @@ from __future__ import annotations
 from typing import Any
 
 from api.v1alpha1.keys import GPU_RESOURCE, WORKLOAD_LABEL
-from api.v1alpha1.policies import MANAGER_SERVICE_ACCOUNT, policy_pair, resource_rule
+from api.v1alpha1.policies import (
+    MANAGER_SERVICE_ACCOUNT,
+    SYSTEM_NAMESPACES,
+    policy_pair,
+    resource_rule,
+)
 from api.v1alpha1.types import GROUP, VERSION
 
 #: Who makes the pods of a Job: the job controller's own service account, or the
@@ -81,6 +89,12 @@ def _not_trusted() -> str:
             f"!(has(request.userInfo.groups) && '{ADMINS_GROUP}' in request.userInfo.groups)")
 
 
+#: matchConstraints.namespaceSelector: every namespace but the system ones
+NOT_SYSTEM_NAMESPACES: dict[str, Any] = {"matchExpressions": [
+    {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+     "values": list(SYSTEM_NAMESPACES)}]}
+
+
 def queue_namespaces() -> list[dict[str, Any]]:
     return policy_pair(f"queue-namespaces.{GROUP}", {
         "paramKind": QUEUE_PARAM,
@@ -108,7 +122,13 @@ def queue_gpu_pods() -> list[dict[str, Any]]:
             f"{_asks_gpu('object.spec.initContainers')})")
     return policy_pair(f"queue-gpu-pods.{GROUP}", {
         "paramKind": QUEUE_PARAM,
-        "matchConstraints": {"resourceRules": [resource_rule("", "v1", ["pods"], ["CREATE"])]},
+        # never the system namespaces: a policy whose paramKind is a CRD is a
+        # configuration error (failurePolicy Fail: every request it matches is denied)
+        # while the API server's admission has not discovered GPUQueue, up to 30 s after
+        # a kube-apiserver restart on a busy machine (python -m hack.admission_window);
+        # kube-system's pods must never wait on that
+        "matchConstraints": {"resourceRules": [resource_rule("", "v1", ["pods"], ["CREATE"])],
+                             "namespaceSelector": NOT_SYSTEM_NAMESPACES},
         "matchConditions": [
             {"name": "not-trusted", "expression": _not_trusted()},
             {"name": "not-our-jobs-pod", "expression": f"!({from_our_job})"},

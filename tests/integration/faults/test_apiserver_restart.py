@@ -8,7 +8,7 @@ import sys
 import time
 
 from hack.testenv import ControlPlane
-from runtime import Client
+from runtime import Client, Invalid
 from tests.integration.controller.conftest import NodeGroup, Running, wait_phase, workload
 from tests.integration.faults.conftest import device_holders
 
@@ -25,6 +25,12 @@ def test_controller_rides_out_an_apiserver_restart(
         t0 = time.monotonic()
         installed.restart_apiserver()
         assert installed.pids()["kube-apiserver"] != pid
+        # a busy API server may refuse GPUWorkloads for up to 30 s after its start: our
+        # queue-namespaces policy takes GPUQueues as params, a configuration error until
+        # its admission rediscovers that resource (hack/admission_window.py); it must
+        # admit them again within a minute
+        admitted_after = _admitted(admin, namespace, timeout=60)
+        print(f"GPUWorkloads admitted {admitted_after:.1f}s after the restart", file=sys.stderr)
         admin.create(workload("after", namespace, nodeSelector=group.selector))
         wait_phase(admin, namespace, "after", "Running", timeout=180)
         print(f"placed {time.monotonic() - t0:.1f}s after the restart began", file=sys.stderr)
@@ -34,3 +40,16 @@ def test_controller_rides_out_an_apiserver_restart(
         assert len(held) == len(set(held)) == 2
     finally:
         run.stop()
+
+
+def _admitted(admin: Client, namespace: str, timeout: float) -> float:
+    """Seconds until a dry-run GPUWorkload create is admitted; fails after ``timeout``."""
+    t0 = time.monotonic()
+    while True:
+        try:
+            admin.create(workload("probe", namespace), dry_run=True)
+            return time.monotonic() - t0
+        except Invalid as e:
+            if "failed to configure policy" not in str(e) or time.monotonic() - t0 > timeout:
+                raise
+            time.sleep(0.5)

@@ -80,3 +80,16 @@ def test_the_priority_ceiling_is_matched_only_in_a_labelled_namespace() -> None:
     policy = next(d for d in priority_ceiling() if d["kind"] == "ValidatingAdmissionPolicy")
     assert policy["spec"]["matchConstraints"]["namespaceSelector"] == {
         "matchExpressions": [{"key": MAX_PRIORITY_LABEL, "operator": "Exists"}]}
+
+
+def test_queue_gpu_pods_never_matches_a_system_namespace() -> None:
+    """Its GPUQueue params make it a configuration error (every pod it matches denied)
+    until a restarted API server rediscovers GPUQueue: kube-system must not wait."""
+    from api.v1alpha1.policies import SYSTEM_NAMESPACES
+    from api.v1alpha1.queue_policies import queue_gpu_pods
+
+    policy = next(d for d in queue_gpu_pods() if d["kind"] == "ValidatingAdmissionPolicy")
+    selector = policy["spec"]["matchConstraints"]["namespaceSelector"]
+    assert selector == {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                                              "operator": "NotIn",
+                                              "values": list(SYSTEM_NAMESPACES)}]}
