@@ -8,6 +8,8 @@
   false``, HTTP-like code 400) with the parser's message naming the bad line.
 - A pod-index label that is not an index (``²``, 70 digits): rejected, with why.
 - A review without ``request.uid``: BadReview (the server answers HTTP 400).
+- A pod CREATE whose object, metadata, annotations, labels or spec is not a JSON
+  object (kube-apiserver never sends one): rejected, naming the field.
 - A replica index that cannot be told, or that the map does not name: allowed,
   unchanged, with a warning (the pod-binding controller records the Event and
   leaves the pod Pending).
@@ -60,6 +62,31 @@ def not_ours(pod: Mapping[str, Any], scheduler_name: str) -> str | None:
     return None
 
 
+#: the parts of a pod this webhook reads as objects, by their path in the review
+_POD_OBJECTS = (("metadata",), ("metadata", "annotations"), ("metadata", "labels"),
+                ("spec",))
+
+
+def _kind_of(value: Any) -> str:
+    return {str: "a string", list: "a list", bool: "a boolean", int: "a number",
+            float: "a number"}.get(type(value), type(value).__name__)
+
+
+def misshapen(pod: Any) -> str | None:
+    """Which field of the pod this webhook reads is not a JSON object, in words."""
+    if not isinstance(pod, Mapping):
+        return f"request.object is {_kind_of(pod)}, not an object"
+    for path in _POD_OBJECTS:
+        value: Any = pod
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+            if value is None:
+                break
+        if value is not None and not isinstance(value, Mapping):
+            return f"request.object.{'.'.join(path)} is {_kind_of(value)}, not an object"
+    return None
+
+
 def mutate_review(body: Mapping[str, Any],
                   default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES,
                   scheduler_name: str = DEFAULT_SCHEDULER_NAME,
@@ -74,10 +101,13 @@ def mutate_review(body: Mapping[str, Any],
     if not isinstance(uid, str) or not uid:
         raise BadReview("the AdmissionReview's request has no uid")
     pod = req.get("object") or {}
-    resource = req.get("resource") or {}
-    if (req.get("operation") != "CREATE" or resource.get("resource") != "pods"
-            or req.get("subResource") or not isinstance(pod, dict)):
+    resource = req.get("resource")
+    if (req.get("operation") != "CREATE" or not isinstance(resource, Mapping)
+            or resource.get("resource") != "pods" or req.get("subResource")):
         return _review(uid, {"allowed": True})
+    why = misshapen(pod)
+    if why is not None:
+        return deny(uid, f"not a pod this webhook can read: {why}")
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     text = annotations.get(SCHEDULING_MAP_ANNOTATION)
     if text is None:

@@ -11,13 +11,22 @@ Bounded, so that a flood cannot exhaust memory or threads:
 beyond                            answer
 ================================  ==================================================
 ``MAX_BODY`` (what an AdmissionReview of the largest Pod kube-apiserver accepts
-can be)                           413 Request Entity Too Large, connection closed
-``max_in_flight`` reviews being   429 Too Many Requests with ``Retry-After: 1``,
-parsed or answered at once        connection closed (kube-apiserver then applies the
-                                  webhook's failurePolicy; the pod's controller retries)
+can be)                           413 Request Entity Too Large, body discarded unparsed,
+                                  connection closed
+``max_in_flight`` reviews being   429 Too Many Requests with ``Retry-After: 1``, body
+parsed or answered at once        discarded unparsed, connection closed (kube-apiserver
+                                  then applies the webhook's failurePolicy; the pod's
+                                  controller retries)
 ``max_connections`` open          the new connection is closed before its TLS
 connections                       handshake (a thread per connection is the cost)
 ================================  ==================================================
+
+A refused body is read and dropped (at most ``DISCARD_MAX`` bytes, within
+``READ_TIMEOUT``) after the answer is sent: a client sends its body whole before it
+reads, and closing a connection with data unread resets it, which loses the answer.
+Whatever the review holds, the answer is an HTTP status or an AdmissionReview: a
+review of the wrong shape is a 400 or a refusal that names the field, never a
+closed connection.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import contextlib
 import socket
 import ssl
 import threading
+import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -47,6 +57,9 @@ HANDSHAKE_TIMEOUT = 10.0
 #: a body announced by Content-Length must arrive within this (kube-apiserver sends
 #: it at once); a client that sends less holds a connection no longer
 READ_TIMEOUT = 5.0
+#: a refused body up to this is read and dropped so that its sender gets the answer;
+#: beyond it the connection is closed with the body unread
+DISCARD_MAX = 16 << 20
 DEFAULT_MAX_IN_FLIGHT = 4  # a maximum-size review peaks at ~52 MiB of Python objects
 DEFAULT_MAX_CONNECTIONS = 64
 
@@ -101,14 +114,15 @@ class _Handler(BaseHTTPRequestHandler):
                        "text/plain")
             return
         if length > MAX_BODY:
-            self.close_connection = True  # the body is never read
+            self.close_connection = True  # the body is never parsed
             log.warning("webhook_body_too_large", length=length, limit=MAX_BODY)
             self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                        f"an AdmissionReview is at most {MAX_BODY} bytes (the largest Pod "
                        f"kube-apiserver accepts); got {length}".encode(), "text/plain")
+            self._discard(length)
             return
         if not self.server.in_flight.acquire(blocking=False):
-            self.close_connection = True  # the body is never read
+            self.close_connection = True  # the body is never parsed
             log.warning("webhook_too_many_requests", limit=self.server.max_in_flight)
             self.send_response(HTTPStatus.TOO_MANY_REQUESTS)
             body = f"more than {self.server.max_in_flight} reviews at once".encode()
@@ -117,11 +131,32 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+            self._discard(length)
             return
         try:
             self._review(length)
         finally:
             self.server.in_flight.release()
+
+    def _discard(self, length: int) -> None:
+        """Reads and drops the refused body of ``length`` bytes, at most ``DISCARD_MAX``
+        and for at most ``READ_TIMEOUT``, so that a client that writes it whole before
+        reading gets the answer already sent instead of a reset connection."""
+        if length > DISCARD_MAX:
+            return
+        deadline = time.monotonic() + READ_TIMEOUT
+        try:
+            while length > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self.connection.settimeout(left)
+                chunk = self.rfile.read1(min(length, 1 << 16))
+                if not chunk:
+                    return
+                length -= len(chunk)
+        except OSError:  # timed out, or the client went away: closed either way
+            return
 
     def _review(self, length: int) -> None:
         self.connection.settimeout(READ_TIMEOUT)
@@ -155,7 +190,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         except Exception as exc:  # a bug of ours: a denial that says so, never a 500
             log.exception("webhook_internal_error")
-            uid = review.get("request", {}).get("uid") if isinstance(review, dict) else None
+            uid = _object(_object(review).get("request")).get("uid")
             if not isinstance(uid, str) or not uid:
                 self._send(HTTPStatus.BAD_REQUEST, b"not an AdmissionReview", "text/plain")
                 return
@@ -166,11 +201,17 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, orjson.dumps(answer))
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` where it is a JSON object, else an empty one: the log line reads
+    whatever shape the review has."""
+    return value if isinstance(value, dict) else {}
+
+
 def _log_answer(review: dict[str, Any], answer: dict[str, Any]) -> None:
-    req = review["request"]
+    req = _object(review.get("request"))
     resp = answer["response"]
-    md = (req.get("object") or {}).get("metadata") or {}
-    name = md.get("name") or req.get("name") or md.get("generateName") or ""
+    md = _object(_object(req.get("object")).get("metadata"))
+    name = str(md.get("name") or req.get("name") or md.get("generateName") or "")
     if "patch" not in resp and resp.get("allowed") and not resp.get("warnings"):
         return
     log.info("pod_admitted", pod=f"{req.get('namespace', '')}/{name}",
