@@ -43,7 +43,6 @@ from controllers.status.conditions import (
     READY,
     SCHEDULED,
     aggregate,
-    child_phase,
     get_condition,
 )
 from internal import metrics as m
@@ -181,7 +180,7 @@ class AttemptRunner:
             if created is not None and w.status.retries == 0:
                 m.CREATE_TO_BOUND.observe(max(0.0, (self.clock() - created).total_seconds()))
 
-        phases = {i: child_phase(c) for i, c in mine.items() if i < w.spec.replicas}
+        phases = {i: self.children.phase(c) for i, c in mine.items() if i < w.spec.replicas}
         phase, message = aggregate(phases, w.spec.replicas)
         if phase is Phase.FAILED:
             raise EndAttempt("ReplicaFailed", message)
@@ -230,7 +229,8 @@ class AttemptRunner:
             ended.events[:0] = out.events
             return ended
         report, done = unmanaged.leave_running(raw, out.status, w.spec.replicas, mine,
-                                               self.dra_why, changed)
+                                               self.dra_why, changed,
+                                               phase_of=self.children.phase)
         if done:
             state.forget(w.key)
         report.events[:0] = out.events

@@ -11,6 +11,8 @@ them back. Guarantees:
 - AlreadyExists adopts our own child of that name and never another's
   (``ChildNameTaken``); a create the API refuses for good ends the attempt
   (``ChildCreateFailed``); anything else is raised for the queue to retry.
+- A child's phase is read from what this controller watches: a Job's from its
+  pods, never from the Job's counts of them (``phase``).
 - Asking is not freeing: children are deleted (Jobs in the foreground, so a Job is
   gone only once its pods are), and their devices stay held until they are gone.
 """
@@ -22,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from api.v1alpha1.keys import ATTEMPT_LABEL, INDEX_LABEL
+from controllers.gpuworkload.job_pods import pods_of_job
 from controllers.gpuworkload.reconcile_outcome import EndAttempt
 from controllers.placement.state import PlacementState
 from controllers.shared.own_writes import OwnWrites
@@ -77,6 +80,13 @@ class ChildAPI:
             else:
                 stale = True
         return mine, stale
+
+    def phase(self, child: JSON) -> str:
+        """The child's phase (``child_phase``); a Job's from the pods it controls, as
+        the pod cache shows them (controllers/gpuworkload/job_pods.py)."""
+        if child.get("kind") == "Job":
+            return child_phase(child, pods_of_job(self.pods, child))
+        return child_phase(child)
 
     def left(self, uid: str) -> list[JSON]:
         """Every Pod and Job that ``uid`` owns and the cache still shows."""

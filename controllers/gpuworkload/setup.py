@@ -29,6 +29,7 @@ from controllers.dra.claim_controller import claim_manager, setup_claims
 from controllers.dra.claims import DraOptions
 from controllers.gpuworkload.backstop import DEFAULT_PERIOD, Backstop
 from controllers.gpuworkload.intruders import IntruderEvictor
+from controllers.gpuworkload.job_pods import workload_of_job_pod
 from controllers.gpuworkload.options import Options
 from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
 from controllers.gpuworkload.template_check import ChildDryRun
@@ -271,7 +272,10 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     builder = (Builder(mgr).named("gpuworkload")
                .for_(API_VERSION, "GPUWorkload")
                .owns("v1", "Pod")
-               .owns("batch/v1", "Job"))
+               .owns("batch/v1", "Job")
+               # a Job child's pod: its workload's phase is read from it
+               .watches("v1", "Pod", workload_of_job_pod(jobs.indexer, API_VERSION,
+                                                         "GPUWorkload")))
     if dra is not None:
         builder = builder.owns(DRA_API_VERSION, "ResourceClaim")  # an edited claim is seen
     gated: Any = reconciler

@@ -33,7 +33,7 @@ Which exposure an attempt uses is read from its children (their
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -92,11 +92,13 @@ def managed_again(raw: JSON, status: StatusBuilder) -> None:
 
 def leave_running(raw: JSON, status: StatusBuilder, replicas: int,
                   children: Mapping[int, JSON], why: str,
-                  changed: str = "") -> tuple[Outcome, bool]:
+                  changed: str = "", *, phase_of: Callable[[JSON], str] = child_phase
+                  ) -> tuple[Outcome, bool]:
     """The report of a placed workload whose children exist and that this
     configuration cannot manage (the module's table). Returns the outcome and
-    whether all its replicas succeeded (the caller releases its booking then)."""
-    phases = {i: child_phase(c) for i, c in children.items() if i < replicas}
+    whether all its replicas succeeded (the caller releases its booking then).
+    ``phase_of``: a child's phase (``ChildAPI.phase``: a Job's from its pods)."""
+    phases = {i: phase_of(c) for i, c in children.items() if i < replicas}
     phase, message = aggregate(phases, replicas)
     claims = "its ResourceClaims stay allocated"
     if phase is Phase.SUCCEEDED:

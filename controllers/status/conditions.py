@@ -3,7 +3,7 @@ aggregated from its children."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from api.v1alpha1.types import Phase
@@ -49,8 +49,16 @@ def get_condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | 
     return None
 
 
-def child_phase(child: Mapping[str, Any]) -> str:
-    """Pending, Running, Succeeded, Failed, or Lost (being deleted) for a Pod or Job."""
+def child_phase(child: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] = ()) -> str:
+    """Pending, Running, Succeeded, Failed, or Lost (being deleted) for a Pod or Job.
+
+    A Job (``pods``: the pods it controls, as this controller's cache shows them)
+    has ended when the Job controller says so (its ``Complete`` or ``Failed``
+    condition: completions, ``backoffLimit``); until then it is Running while one
+    of its pods is Running, by the same rule as a Pod child, and never from the
+    Job's ``status.ready`` or ``status.active``, which another controller writes
+    and may leave stale. A Job's pod that ended (or is being deleted) runs no more:
+    the Job is Pending until the Job controller concludes it."""
     if (child.get("metadata") or {}).get("deletionTimestamp"):
         return "Lost"
     status = child.get("status") or {}
@@ -60,7 +68,8 @@ def child_phase(child: Mapping[str, Any]) -> str:
                 return "Succeeded"
             if c.get("status") == "True" and c.get("type") in ("Failed", "FailureTarget"):
                 return "Failed"
-        return "Running" if (status.get("ready") or 0) > 0 else "Pending"
+        running = any(child_phase(p) == "Running" for p in pods)
+        return "Running" if running else "Pending"
     phase = status.get("phase") or "Pending"
     return phase if phase in ("Running", "Succeeded", "Failed") else "Pending"
 
