@@ -49,3 +49,12 @@ CHILDREN_FINALIZER = f"{GROUP}/children"
 #: until no pod uses it and its allocation is removed (a claim must not vanish under
 #: a live pod)
 CLAIM_FINALIZER = f"{GROUP}/claim-in-use"
+
+#: on a Namespace, written only by the manager (the ``queue-namespace-marks`` policy):
+#: ``"true"`` while a GPUQueue selects it. The queues' admission policies match only
+#: namespaces carrying it (their ``namespaceSelector``), so they need no GPUQueue params
+QUEUED_LABEL = f"{GROUP}/queued"
+#: beside it: every GPUQueue that selects the namespace, by name, comma-separated (the
+#: first is the default queue of its workloads); an annotation, for a queue's name may
+#: be longer than a label's value
+QUEUES_ANNOTATION = f"{GROUP}/queues"

@@ -25,6 +25,11 @@ from api.v1alpha1.types import (
 
 #: the condition a queue's status carries (its reason says how it admits)
 QUEUE_ACTIVE = "Active"
+#: present (True) while a namespace the queue selects is also selected by a queue that
+#: comes first by name: that namespace's workloads without spec.queueName go there
+QUEUE_OVERLAPPING = "Overlapping"
+#: its reason
+ANOTHER_QUEUE_FIRST = "AnotherQueueFirst"
 
 #: spec-level rules of a GPUQueue (CEL)
 QUEUE_RULES = [
@@ -199,7 +204,10 @@ class GPUQueueStatus(_Base):
         default_factory=list,
         description=(
             "Active: True while the queue admits workloads (reason Ready, or NoCohort: "
-            "a borrowingLimit with no cohort to borrow from)."
+            "a borrowingLimit with no cohort to borrow from). Overlapping: True while "
+            "a namespace it selects is also selected by a queue that comes first by "
+            "name, the default queue of that namespace's workloads (reason "
+            "AnotherQueueFirst); absent otherwise."
         ),
     )
     last_update_time: Time = Field(

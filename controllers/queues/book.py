@@ -41,6 +41,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from api.v1alpha1.keys import QUEUED_LABEL
 from api.v1alpha1.queues import GPUQueue
 from api.v1alpha1.types import GPUWorkload, Phase
 from controllers.queues.outcomes import not_across_queues, reclaiming, wait, workload_need
@@ -48,10 +49,11 @@ from controllers.status.builder import parse_time
 from internal.metrics.domain import QUEUE_ADMISSION_WAIT
 from internal.scheduling.framework import PREEMPT, Decision
 from internal.scheduling.ledger import DEPARTING, Allocation, Ledger, is_departing
-from internal.scheduling.queue_usage import OwnerUse, UsageIndex, namespace_of, placement_gpus
+from internal.scheduling.queue_usage import OwnerUse, UsageIndex, namespace_of, placements_held
 from internal.scheduling.quota import Candidate, Queue, Quotas, without
 from internal.scheduling.reclaim import plan_reclaim
 from internal.scheduling.scheduler import Scheduler
+from internal.scheduling.sharefloor import DEFAULT_FLOORS, ShareFloors
 
 JSON = Mapping[str, Any]
 
@@ -88,15 +90,16 @@ class QueueBook:
     """Queues and namespaces from the caches; the gate of ``decide``."""
 
     def __init__(self, queues: Any, namespaces: Any, workloads: Any,
-                 require_queue: bool = False) -> None:
+                 require_queue: bool = False, floors: ShareFloors = DEFAULT_FLOORS) -> None:
         self._queues, self._namespaces, self._workloads = queues, namespaces, workloads
         self.require_queue = require_queue
+        self.floors = floors  # what a share counts at least (sharefloor.py)
         self._lock = threading.Lock()
         self._waiting: dict[str, _Waiting] = {}
         # parsed queues and namespace -> default queue, kept while no queue changes
         self._seen: tuple[Any, ...] = ()
         self._parsed: list[GPUQueue] = []
-        self._defaults: dict[tuple[str, str], str | None] = {}
+        self._defaults: dict[str, tuple[str, tuple[str, ...]]] = {}  # ns -> (rv, queues)
         self._index: UsageIndex | None = None
         self._index_seen: tuple[Any, ...] = ()
 
@@ -129,27 +132,42 @@ class QueueBook:
         return Quotas(Queue.of(q) for q in self.queues())
 
     def _labels(self, namespace: str) -> dict[str, str]:
+        """The namespace's labels a selector reads: not the manager's own mark, which
+        follows the selection (a selector on it would chase itself)."""
         ns = self._namespaces.get_by_name(namespace) if namespace else None
         labels = dict(((ns or {}).get("metadata") or {}).get("labels") or {})
+        labels.pop(QUEUED_LABEL, None)
         labels.setdefault("kubernetes.io/metadata.name", namespace)
         return labels
 
-    def default_queue(self, namespace: str, queues: list[GPUQueue] | None = None) -> str | None:
-        """The first queue (by name) whose namespaceSelector selects ``namespace``."""
+    def selecting(self, namespace: str, queues: list[GPUQueue] | None = None
+                  ) -> tuple[str, ...]:
+        """Every queue whose namespaceSelector selects ``namespace``, by name (the first
+        is its default queue)."""
         queues = self.queues() if queues is None else queues
         if not queues:
-            return None
+            return ()
         ns = self._namespaces.get_by_name(namespace) if namespace else None
-        memo = (namespace, ((ns or {}).get("metadata") or {}).get("resourceVersion") or "")
+        rv = ((ns or {}).get("metadata") or {}).get("resourceVersion") or ""
         with self._lock:
-            if memo in self._defaults:
-                return self._defaults[memo]
+            seen = self._defaults.get(namespace)
+        if seen is not None and seen[0] == rv:
+            return seen[1]
         labels = self._labels(namespace)
-        found = next((q.metadata.name for q in queues if q.spec.namespace_selector is not None
-                      and q.spec.namespace_selector.selects(labels)), None)
+        found = tuple(q.metadata.name for q in queues if q.spec.namespace_selector is not None
+                      and q.spec.namespace_selector.selects(labels))
         with self._lock:
-            self._defaults[memo] = found
+            self._defaults[namespace] = (rv, found)
         return found
+
+    def default_queue(self, namespace: str, queues: list[GPUQueue] | None = None) -> str | None:
+        """The first queue (by name) whose namespaceSelector selects ``namespace``."""
+        return next(iter(self.selecting(namespace, queues)), None)
+
+    def namespaces(self) -> list[str]:
+        """Every namespace in the cache, by name."""
+        return sorted(((n.get("metadata") or {}).get("name") or "")
+                      for n in self._namespaces.list())
 
     def resolve(self, w: GPUWorkload) -> tuple[str | None, str, str]:
         """(queue, refusal reason, message): the workload's queue, or why it has none."""
@@ -202,7 +220,7 @@ class QueueBook:
         if index is None or index.ledger is not ledger or self._index_seen != seen:
             if index is not None:
                 index.close()
-            index = UsageIndex(ledger, self.queue_of)
+            index = UsageIndex(ledger, self.queue_of, self.floors)
             with self._lock:
                 self._index, self._index_seen = index, seen
         return dict(index.used), index.owners
@@ -238,14 +256,16 @@ class QueueBook:
         if name is None:
             return decision  # outside any queue: today's meaning
         decision.queue = name
+        if decision.wait_reason:
+            return decision  # its spec waits whatever the quota (below a share floor)
         quotas = self.quotas()
         q = quotas.get(name)
         assert q is not None  # resolve() found it
         used, owners = self.usage(ledger)
-        need = workload_need(w)
+        need, note = workload_need(w, self.floors), ""
         if decision.placements and not decision.counted:  # what it would hold exactly
-            need = sum((placement_gpus(p, ledger.sharing(p.node)) for p in decision.placements),
-                       Fraction(0))
+            held = placements_held(decision.placements, ledger.sharing)
+            need, note = held.count(self.floors), held.floor_note(self.floors)
         me = _Waiting(name, w.spec.priority, w.metadata.creation_timestamp or "", need)
         ahead = self._ahead(w.key, me, q, quotas, used)
         if ahead is not None:
@@ -271,7 +291,21 @@ class QueueBook:
             return decision
         with self._lock:
             self._waiting[w.key] = me
-        return wait(decision.strategy, name, WAITING_FOR_QUOTA, why)
+        return wait(decision.strategy, name, WAITING_FOR_QUOTA,
+                    why + note + self._others_hint(w, name))
+
+    def _others_hint(self, w: GPUWorkload, queue: str) -> str:
+        """For a workload that took its namespace's default queue: the other queues
+        that select its namespace, which it could name (else nothing)."""
+        if w.spec.queue_name:
+            return ""
+        ns = w.metadata.namespace or "default"
+        others = [q for q in self.selecting(ns) if q != queue]
+        if not others:
+            return ""
+        return (f"; namespace {ns} is also selected by GPUQueue {', '.join(others)}: a "
+                f"workload without spec.queueName goes to {queue}, the first by name; set "
+                "spec.queueName to use another")
 
     def _admitted(self, w: GPUWorkload, queue: str) -> None:
         self._settle(w.key)

@@ -10,7 +10,12 @@ lent GPUs from the ledger; admitted and pending workloads from the cache; the
 ``Active`` condition), once per change and looked at again every
 ``STATUS_PERIOD`` seconds: usage moves with every pod, and one write per queue
 per period is what it costs. The same figures feed the
-``gpu_orchestrator_queue_*`` gauges.
+``gpu_orchestrator_queue_*`` gauges. A queue that selects a namespace another queue
+takes first (by name) says so: its ``Overlapping`` condition and a Warning Event
+(``AnotherQueueFirst``) when that changes.
+
+The namespace-marks controller (``controllers/queues/marks.py``) keeps the marks on
+each namespace that the queue admission policies read.
 """
 
 from __future__ import annotations
@@ -22,14 +27,16 @@ from typing import Any
 
 import structlog
 
-from api.v1alpha1.queues import QUEUE_ACTIVE
+from api.v1alpha1.queues import ANOTHER_QUEUE_FIRST, QUEUE_ACTIVE, QUEUE_OVERLAPPING
 from api.v1alpha1.types import API_VERSION, format_time
 from controllers.queues.book import QueueBook
+from controllers.queues.marks import NamespaceMarks, every_namespace, shadowed
 from controllers.status.conditions import set_condition
 from internal.metrics.domain import QUEUES
 from internal.scheduling.quota import Queue, Quotas
 from runtime import Builder, FuncHandler, Manager, NotFound, Request, Result
 from runtime.errors import ApiError
+from runtime.predicates import GenerationChangedPredicate
 
 log = structlog.get_logger("queues")
 
@@ -48,12 +55,14 @@ class QueueStatusReconciler:
 
     def __init__(self, client: Any, book: QueueBook,
                  usage: Callable[[], dict[str, Fraction] | None],
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 recorder: Any = None) -> None:
         self.client, self.book, self.usage, self.clock = client, book, usage, clock
+        self.recorder = recorder
 
     def desired(self, name: str, used: Mapping[str, Fraction],
                 quotas: Quotas, counts: Mapping[str, tuple[int, int]],
-                old: JSON) -> dict[str, Any] | None:
+                old: JSON, shadow: Mapping[str, str] | None = None) -> dict[str, Any] | None:
         q = quotas.get(name)
         if q is None:
             return None
@@ -69,8 +78,14 @@ class QueueStatusReconciler:
             "lentGPUs": _num(u.lent), "admittedWorkloads": admitted,
             "pendingWorkloads": pending,
         }
+        now = format_time(self.clock())
         conditions = set_condition(list(old.get("conditions") or ()), QUEUE_ACTIVE, active[0],
-                                   active[1], active[2], format_time(self.clock()), None)
+                                   active[1], active[2], now, None)
+        if shadow:
+            conditions = set_condition(conditions, QUEUE_OVERLAPPING, True, ANOTHER_QUEUE_FIRST,
+                                       overlap_message(name, shadow), now, None)
+        else:
+            conditions = [c for c in conditions if c.get("type") != QUEUE_OVERLAPPING]
         status["conditions"] = conditions
         return status
 
@@ -82,9 +97,13 @@ class QueueStatusReconciler:
         if raw is None:
             return None
         old = raw.get("status") or {}
-        status = self.desired(req.name, used, self.book.quotas(), self.book.counts(), old)
+        status = self.desired(req.name, used, self.book.quotas(), self.book.counts(), old,
+                              shadowed(self.book, req.name))
         if status is None:
             return Result(requeue_after=STATUS_PERIOD)
+        was, now = (_overlap(s) for s in (old, status))
+        if now is not None and now != was and self.recorder is not None:
+            self.recorder.warning(raw, ANOTHER_QUEUE_FIRST, now)
         if any(old.get(k) != v for k, v in status.items() if k != "conditions") or \
                 _conditions(old) != _conditions(status):
             status["lastUpdateTime"] = format_time(self.clock())
@@ -94,6 +113,26 @@ class QueueStatusReconciler:
             except NotFound:
                 return None
         return Result(requeue_after=STATUS_PERIOD)
+
+
+def overlap_message(queue: str, shadow: Mapping[str, str]) -> str:
+    """Which of the queue's namespaces go to another queue by default, and how to
+    use this one there."""
+    by_first: dict[str, list[str]] = {}
+    for ns, first in sorted(shadow.items()):
+        by_first.setdefault(first, []).append(ns)
+    parts = [f"namespace{'s' if len(nss) > 1 else ''} {', '.join(nss)} "
+             f"{'are' if len(nss) > 1 else 'is'} also selected by GPUQueue {first}, which "
+             "comes first by name" for first, nss in sorted(by_first.items())]
+    return (f"{'; '.join(parts)}: their workloads without spec.queueName go there; they "
+            f"use this queue only with spec.queueName: {queue}")
+
+
+def _overlap(status: JSON) -> str | None:
+    for c in status.get("conditions") or ():
+        if c.get("type") == QUEUE_OVERLAPPING:
+            return c.get("message")
+    return None
 
 
 def _conditions(status: JSON) -> list[tuple[Any, ...]]:
@@ -150,7 +189,12 @@ def setup_queues(mgr: Manager, workloads: Any, state: Callable[[], Any],
         return s.queue_usage()[0] if s is not None and s.ready else None
 
     Builder(mgr).named("gpuqueue").for_(API_VERSION, "GPUQueue").complete(
-        QueueStatusReconciler(mgr.client, book, usage))
+        QueueStatusReconciler(mgr.client, book, usage,
+                              recorder=mgr.event_recorder("gpu-orchestrator")))
+    # the marks the queue admission policies read (controllers/queues/marks.py)
+    Builder(mgr).named("queue-namespaces").for_("v1", "Namespace").watches(
+        API_VERSION, "GPUQueue", every_namespace(book), GenerationChangedPredicate()
+    ).complete(NamespaceMarks(mgr.client, book, namespaces.indexer))
 
     def rows() -> dict[str, dict[str, float]]:
         used = usage() or {}

@@ -82,14 +82,33 @@ def test_the_priority_ceiling_is_matched_only_in_a_labelled_namespace() -> None:
         "matchExpressions": [{"key": MAX_PRIORITY_LABEL, "operator": "Exists"}]}
 
 
-def test_queue_gpu_pods_never_matches_a_system_namespace() -> None:
-    """Its GPUQueue params make it a configuration error (every pod it matches denied)
-    until a restarted API server rediscovers GPUQueue: kube-system must not wait."""
-    from api.v1alpha1.policies import SYSTEM_NAMESPACES
-    from api.v1alpha1.queue_policies import queue_gpu_pods
+def test_no_policy_takes_a_custom_resource_as_a_param() -> None:
+    """A policy whose paramKind is a CRD is a configuration error while the API
+    server's admission has not discovered it (after a restart, or while the CRD is
+    not served): with failurePolicy Fail it denies every request it matches, before
+    any match condition can exempt one. Params may only be built-in kinds."""
+    from api.v1alpha1.finalizer_policy import finalizer_policy
+    from api.v1alpha1.pod_devices import pod_devices
+    from api.v1alpha1.priority_policies import priority_policies
 
-    policy = next(d for d in queue_gpu_pods() if d["kind"] == "ValidatingAdmissionPolicy")
-    selector = policy["spec"]["matchConstraints"]["namespaceSelector"]
-    assert selector == {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
-                                              "operator": "NotIn",
-                                              "values": list(SYSTEM_NAMESPACES)}]}
+    docs = [*security_policies(), *crd.admission_policy(), *pod_devices(),
+            *priority_policies(), *finalizer_policy()]
+    kinds = {d["metadata"]["name"]: d["spec"]["paramKind"] for d in docs
+             if d["kind"].endswith("AdmissionPolicy") and "paramKind" in d["spec"]}
+    groups = {n: k["apiVersion"].rpartition("/")[0] for n, k in kinds.items()}
+    assert all(g == "" or g.endswith(".k8s.io") for g in groups.values()), groups
+
+
+def test_the_queue_policies_match_only_namespaces_the_manager_marked() -> None:
+    """A pod or GPUWorkload in any other namespace is not even evaluated; no system
+    namespace is matched, marked or not."""
+    from api.v1alpha1.keys import QUEUED_LABEL
+    from api.v1alpha1.policies import SYSTEM_NAMESPACES
+    from api.v1alpha1.queue_policies import queue_gpu_pods, queue_namespaces
+
+    for make in (queue_gpu_pods, queue_namespaces):
+        policy = next(d for d in make() if d["kind"] == "ValidatingAdmissionPolicy")
+        assert policy["spec"]["matchConstraints"]["namespaceSelector"] == {
+            "matchLabels": {QUEUED_LABEL: "true"},
+            "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                  "values": list(SYSTEM_NAMESPACES)}]}
