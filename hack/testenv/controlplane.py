@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import pki
+from . import identities, pki
 from .process import Process, StartError
 
 HERE = Path(__file__).resolve().parent
@@ -181,7 +181,9 @@ class ControlPlane:
             dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
             ips=("127.0.0.1", "10.0.0.1"),
         )
-        self.admin = self.ca.issue("admin", "admin", orgs=("system:masters",))
+        self.admin = identities.issue(self.ca, identities.ADMIN)
+        self.components = {who.stem: (who, identities.issue(self.ca, who))
+                           for who in (identities.CONTROLLER_MANAGER, identities.SCHEDULER)}
         # kwok's kubelet endpoint (logs): kube-apiserver calls it over TLS.
         self.kwok_serving = self.ca.issue("kwok", "kwok", server=True, ips=("127.0.0.1",))
         self.sa = pki.service_account_keys(d)
@@ -251,33 +253,32 @@ class ControlPlane:
         proc.wait_ready(lambda: self.api("GET", "/readyz")[0] == 200, 120)
 
     def _write_kubeconfigs(self) -> None:
-        self.kubeconfig.write_text(json.dumps(self._kubeconfig_doc(), indent=2))
+        """The admin's ``kubeconfig``, and one per component (``identities``)."""
+        identities.write_kubeconfig(self.kubeconfig, self.server, self.ca.cert_path,
+                                    identities.ADMIN, self.admin)
+        for stem, (who, pair) in self.components.items():
+            identities.write_kubeconfig(self._component_kubeconfig(stem), self.server,
+                                        self.ca.cert_path, who, pair)
 
-    def _kubeconfig_doc(self) -> dict:
-        return {
-            "apiVersion": "v1", "kind": "Config", "current-context": "testenv",
-            "clusters": [{"name": "testenv", "cluster": {
-                "server": self.server, "certificate-authority": str(self.ca.cert_path)}}],
-            "users": [{"name": "admin", "user": {
-                "client-certificate": str(self.admin.cert), "client-key": str(self.admin.key)}}],
-            "contexts": [{"name": "testenv", "context": {
-                "cluster": "testenv", "user": "admin", "namespace": "default"}}],
-        }
+    def _component_kubeconfig(self, name: str) -> Path:
+        return self.dir / f"{name}.kubeconfig"
 
     def _healthz_probe(self, port: int):
         ctx = ssl._create_unverified_context()  # serving cert is self-signed by the component
         return lambda: self._http("GET", port, "/healthz", tls=ctx)[0] == 200
 
     def _start_component(self, name: str, certs: str, *flags: str) -> None:
-        """kube-controller-manager or kube-scheduler: admin kubeconfig, serving on a
-        random loopback port, no leader election; ready when /healthz answers."""
+        """kube-controller-manager or kube-scheduler: its own identity (``identities``,
+        never a cluster admin), serving on a random loopback port, no leader election;
+        ready when /healthz answers."""
         port = free_port()
         self.ports[name] = port
+        kubeconfig = self._component_kubeconfig(name)
         proc = self._spawn(name, [
             str(self.bin / name),
-            f"--kubeconfig={self.kubeconfig}",
-            f"--authentication-kubeconfig={self.kubeconfig}",
-            f"--authorization-kubeconfig={self.kubeconfig}",
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
             "--bind-address=127.0.0.1", f"--secure-port={port}",
             f"--cert-dir={self.dir / certs}",
             "--leader-elect=false", "--v=1", *flags,
@@ -288,6 +289,9 @@ class ControlPlane:
         self._start_component(
             "kube-controller-manager", "kcm-certs",
             f"--controllers={self._kcm_controllers()}",
+            # each controller acts as its own ServiceAccount (kube-system/job-controller,
+            # ...), as on a kubeadm cluster: admission sees who makes a pod
+            "--use-service-account-credentials=true",
             f"--service-account-private-key-file={self.sa.key}",
             f"--root-ca-file={self.ca.cert_path}",
             "--concurrent-gc-syncs=5",

@@ -1,7 +1,8 @@
 """Certificates and keys for the local control plane.
 
 One self-signed CA signs the kube-apiserver serving certificate and the client
-certificates (the admin is in ``system:masters``). A separate RSA key pair signs
+certificates (who gets one, and only the admin in ``system:masters``:
+``identities.py``). A separate RSA key pair signs
 ServiceAccount tokens. Everything is written as PEM files into one directory.
 """
 
