@@ -19,6 +19,7 @@ import sys
 import structlog
 
 from api.v1alpha1.types import DeviceExposure, SchedulingStrategy
+from internal.scheduling.bounds import MAX_GPUS_PER_NODE
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -128,6 +129,10 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpunode-stale-after", type=float, default=90.0,
                    help="seconds without an agent heartbeat before a GPUNode's devices are "
                         "no longer offered")
+    p.add_argument("--max-gpus-per-node", type=_gpus, default=MAX_GPUS_PER_NODE,
+                   help="a node reporting more GPUs (its nvidia.com/gpu, its GPUNode's or "
+                        "its ResourceSlices' devices) is refused: nothing offered there, a "
+                        "TooManyGPUs Event on the Node (the largest GPU nodes have 8 to 16)")
     p.add_argument("--enable-pod-binding", action="store_true",
                    help="run the pod-binding controller of the seed-compatible path: bind "
                         "pods whose schedulerName is --scheduler-name as their "
@@ -170,6 +175,17 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                         "whether placements are being made or not")
     p.add_argument("--burst", type=int, default=100, help="client-side API burst, of each "
                                                           "client")
+
+
+def _gpus(v: str) -> int:
+    """A number of GPUs, one or more."""
+    try:
+        out = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of GPUs, got {v!r}") from None
+    if out < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 GPU, got {v!r}")
+    return out
 
 
 def _seconds(v: str) -> float:
@@ -225,6 +241,7 @@ def run_manager(args: argparse.Namespace) -> int:
     _, reconciler = setup_gpuworkload_controller(mgr, ControllerOptions(
         workers=args.workers, default_exposure=DeviceExposure(args.device_exposure),
         stale_after=args.gpunode_stale_after, default_strategy=args.default_strategy,
+        max_gpus_per_node=args.max_gpus_per_node,
         namespaces=namespaces, resync_unsettled=args.resync_unsettled_period,
         require_queue=args.require_queue,
         evict_conflicting_pods=args.evict_conflicting_pods,

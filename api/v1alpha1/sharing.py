@@ -13,6 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field
 MEMORY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"
 #: a fraction of a device in (0, 1], at most three decimals
 FRACTION_PATTERN = r"^(0?\.[0-9]{1,3}|1(\.0{1,3})?)$"
+#: the API's own floor of a memory share, whatever the manager's --min-share-memory:
+#: the ledger books whole MiB, so a smaller figure (``memory: "1"``, one byte) is not
+#: a share anyone can mean
+MEMORY_FLOOR_RULE = "!isQuantity(self) || quantity(self).compareTo(quantity('1Mi')) >= 0"
+MEMORY_FLOOR_MESSAGE = "memory must be at least 1Mi"
 #: NVIDIA's MIG profile names (``1g.10gb``, ``3g.40gb``, ``1g.12gb+me``)
 MIG_PROFILE_PATTERN = r"^[1-8]g\.[0-9]+gb(\+me)?$"
 
@@ -43,14 +48,15 @@ class GPUShare(BaseModel):
     memory: str | None = Field(
         None,
         description=(
-            "Device memory per replica, a quantity (e.g. 20Gi). The device's memory "
-            "must be reported by its GPUNode; the sum of the shares on a device never "
-            "exceeds it."
+            "Device memory per replica, a quantity (e.g. 20Gi), at least 1Mi and at "
+            "least the cluster's --min-share-memory (1Gi by default; a smaller share "
+            "waits, ShareBelowMinimum). The device's memory must be reported by its "
+            "GPUNode; the sum of the shares on a device never exceeds it."
         ),
         json_schema_extra={
             "pattern": MEMORY_PATTERN,
             "x-kubernetes-validations": [
-                {"rule": "self.matches('[1-9]')", "message": "memory must be above 0"}
+                {"rule": MEMORY_FLOOR_RULE, "message": MEMORY_FLOOR_MESSAGE}
             ],
         },
     )
@@ -58,7 +64,9 @@ class GPUShare(BaseModel):
         None,
         description=(
             "Part of the device per replica, a decimal in (0, 1] with at most three "
-            "decimals (e.g. \"0.25\"); the sum on a device never exceeds 1."
+            "decimals (e.g. \"0.25\"), at least the cluster's --min-share-fraction "
+            "(0.05 by default; a smaller share waits, ShareBelowMinimum); the sum on a "
+            "device never exceeds 1."
         ),
         json_schema_extra={
             "pattern": FRACTION_PATTERN,
@@ -166,6 +174,19 @@ DOC_SECTION = [
     "and the claims the controller makes name whole devices); when `dra` or "
     "`device-plugin` is the controller's default, such a workload stays `Scheduled=False` "
     "saying so. MIG layouts are read from the GPUNode (the agent reports them); "
-    "reconfiguring them is not done here.",
+    "reconfiguring them is not done here. `minGPUMemoryMiB` holds for both: a share "
+    "goes only on a device, a MIG replica only on an instance, with at least that "
+    "much memory.",
+    "",
+    "**Share floors.** The manager places no share below `--min-share-memory` (1Gi by "
+    "default) or `--min-share-fraction` (0.05): such a workload waits Pending, "
+    "`Scheduled=False` with reason `ShareBelowMinimum`, and spends no retry (a share "
+    "cannot change: delete the workload and create it with a larger one). The API "
+    "refuses a memory share below 1Mi whatever the flags. Against its GPUQueue a share "
+    "counts as its part of the device, and the shares of one workload on one device "
+    "count at least `--min-share-fraction` together: a time-sliced share has the whole "
+    "device while it runs, and a device with a share is closed to whole-GPU workloads, "
+    "so shares spread over many devices cost the floor on each "
+    "([queues.md](queues.md#what-counts)).",
     "",
 ]

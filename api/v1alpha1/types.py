@@ -298,7 +298,10 @@ class GPUWorkloadSpec(_Base):
         alias="minGPUMemoryMiB",
         ge=0,
         le=MAX_GPU_MEMORY_MIB,
-        description="Only devices with at least this much total memory (MiB) are used.",
+        description=(
+            "Only devices with at least this much total memory (MiB) are used; with "
+            "gpuShare the device's memory, with migProfile the MIG instance's."
+        ),
     )
     gpu_share: GPUShare | None = Field(
         None,

@@ -43,6 +43,7 @@ from controllers.status.pacing import Pacer, PacingOptions
 from controllers.status.writer import StatusWriter
 from internal.metrics.domain import STATE
 from internal.objects import object_key
+from internal.scheduling.bounds import MAX_GPUS_PER_NODE
 from internal.scheduling.inventory import heartbeat
 from internal.scheduling.resourceslices import DRA_API_VERSION
 from runtime import Builder, Client, Controller, FuncHandler, Manager, Request
@@ -76,6 +77,8 @@ class ControllerOptions:
     default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES
     stale_after: float = 90.0  # seconds without a GPUNode heartbeat before it is stale
     stale_check_period: float = 10.0
+    #: GPUs a node may report before it is refused (internal/scheduling/bounds.py)
+    max_gpus_per_node: int = MAX_GPUS_PER_NODE
     default_strategy: str | None = None  # for specs that name no schedulingStrategy
     #: place only GPUWorkloads of these namespaces (empty: all); every pod and every
     #: workload's placements are still read and counted, wherever they are
@@ -204,7 +207,7 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
                               pod_books=pod_books, on_problem=recorder.warning,
                               dra_driver=dra.driver if dra else None,
                               priority_class_value=class_value, own_writes=own_writes,
-                              queues=queue_book)
+                              queues=queue_book, max_gpus_per_node=opts.max_gpus_per_node)
 
     def fill(state: PlacementState) -> None:
         state.rebuild(lambda: (nodes.indexer.list(), gpunodes.indexer.list(),

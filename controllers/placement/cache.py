@@ -55,6 +55,7 @@ from controllers.placement.pending import PendingSet, is_placed, is_terminal
 from controllers.placement.pod_book import PodBook
 from controllers.shared.own_writes import OwnWrites
 from internal.objects import JSON, object_key
+from internal.scheduling.bounds import MAX_GPUS_PER_NODE, event_message
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner, departing_key
 from internal.scheduling.resourceslices import SliceInventory, claim_holder_key, claim_holding
@@ -80,15 +81,18 @@ class PlacementCache:
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  pod_books: Sequence[PodBook] = (),
                  dra_driver: str | None = None,
-                 own_writes: OwnWrites | None = None) -> None:
+                 own_writes: OwnWrites | None = None,
+                 max_gpus_per_node: int = MAX_GPUS_PER_NODE) -> None:
         self._lock = threading.RLock()
+        #: GPUs a node may report before it is refused (``bounds.py``)
+        self.max_gpus_per_node = max_gpus_per_node
         self.nodes = NodeViews(stale_after, clock,
                                SliceInventory(dra_driver) if dra_driver else None)
         self.evictions = Evictions()
         #: our writes the caches have not shown yet (shared with the reconciler)
         self.own_writes = own_writes if own_writes is not None else OwnWrites()
         self._ledger = Ledger()
-        self._snapshot = Snapshot(self._ledger)
+        self._snapshot = Snapshot(self._ledger, max_gpus_per_node)
         self.pending = PendingSet()
         self.ready = False
         self._enqueue_waiting = enqueue_waiting or (lambda keys: None)
@@ -162,6 +166,15 @@ class PlacementCache:
             self._snapshot.upsert_gpunode(view)
         else:
             self._snapshot.remove_gpunode(name)
+
+    def take_refusals(self) -> list[tuple[JSON, str]]:
+        """(the Node, its Warning Event's message) of each node refused since last
+        asked (``bounds.py``): each refusal once, not once per decision."""
+        with self._lock:
+            snap = self._snapshot
+            return [(dict(raw), event_message(str(raw["metadata"]["name"]), why, source,
+                                              snap.max_gpus))
+                    for raw, why, source in snap.take_refused()]
 
     def set_claim(self, claim: JSON) -> tuple[list[str], list[str] | None] | None:
         """Records what an allocated ResourceClaim holds: (problems, what to wake);

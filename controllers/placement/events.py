@@ -23,6 +23,10 @@ Guarantees, for every handler here:
   ours and allocated ResourceClaim holds what it holds; the pod books' pods are
   booked by their book. A holder that cannot be read, or holds devices someone
   else holds, is reported once (``on_problem``) and skipped, never raised.
+- **A node reporting too much is refused, said once** (``bounds.py``): a Warning
+  Event ``TooManyGPUs`` on the Node when it is refused (or refused for another
+  reason), a log line and ``gpu_orchestrator_bad_objects_total{kind="Node"}``; not
+  once per decision, nor per heartbeat of the same report.
 - **Our writes win.** A workload copy older than this controller's own last
   write of it (``OwnWrites.is_behind``) is not adopted: it would undo the write.
 """
@@ -38,6 +42,7 @@ import structlog
 
 from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
 from internal.objects import JSON, object_key
+from internal.scheduling.bounds import REFUSED_REASON
 from internal.scheduling.jobs import job_uid
 from internal.scheduling.ledger import Ledger
 from internal.scheduling.pods import pod_uid
@@ -102,6 +107,7 @@ class CacheEvents:
 
     def on_node(self, node: JSON) -> None:
         self._state.wake_if(self._state.set_node(node))
+        self.report_refused()
 
     def on_node_deleted(self, node: Any) -> None:
         meta = (getattr(node, "obj", node) or {}).get("metadata") or {}
@@ -112,20 +118,31 @@ class CacheEvents:
 
     def on_gpunode(self, gpunode: JSON) -> None:
         self._state.wake_if(self._state.set_gpunode(gpunode))
+        self.report_refused()
 
     def on_gpunode_deleted(self, gpunode: Any) -> None:
         meta = (getattr(gpunode, "obj", gpunode) or {}).get("metadata") or {}
         # a late delete of an older GPUNode of that name drops nothing
         self._state.remove_gpunode(str(meta.get("name")), str(meta.get("uid") or ""))
+        self.report_refused()  # its Node's allocatable counts again
+
+    def report_refused(self) -> None:
+        """Reports each node refused since the last call, once (``bounds.py``)."""
+        for node, message in self._state.take_refusals():
+            BAD_OBJECTS.labels("Node").inc()
+            log.warning("node.refused", node=node["metadata"]["name"], message=message)
+            self._on_problem(node, REFUSED_REASON, message)
 
     # ------------------------------------------------------------------- DRA
 
     def on_resourceslice(self, rslice: JSON) -> None:
         """A ResourceSlice of the driver: the node's devices come from its slices."""
         self._state.wake_if(self._state.set_slice(rslice))
+        self.report_refused()
 
     def on_resourceslice_deleted(self, rslice: Any) -> None:
         self._state.remove_slice(getattr(rslice, "obj", rslice) or {})
+        self.report_refused()
 
     def on_claim(self, claim: JSON) -> None:
         """An allocated ResourceClaim holds its devices, whoever allocated it

@@ -40,7 +40,8 @@ from controllers.placement.pod_book import PodBook
 from controllers.shared.own_writes import OwnWrites
 from internal.metrics.domain import BAD_OBJECTS
 from internal.objects import JSON
-from internal.scheduling.framework import PREEMPT, Decision
+from internal.scheduling.bounds import MAX_GPUS_PER_NODE
+from internal.scheduling.framework import PREEMPT, UNSCHEDULABLE, Decision
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.ledger import Ledger, LedgerConflict, departing_key
 from internal.scheduling.scheduler import Scheduler
@@ -109,9 +110,10 @@ class PlacementState(PlacementCache):
                  dra_driver: str | None = None,
                  priority_class_value: Callable[[str], int | None] | None = None,
                  own_writes: OwnWrites | None = None,
-                 queues: QueueBook | None = None) -> None:
+                 queues: QueueBook | None = None,
+                 max_gpus_per_node: int = MAX_GPUS_PER_NODE) -> None:
         super().__init__(enqueue_waiting, stale_after, clock, pod_books, dra_driver,
-                         own_writes)
+                         own_writes, max_gpus_per_node)
         self.queues = queues  # the GPUQueues' gate (None: no queues)
         self.default_exposure = default_exposure
         self.rng = rng or random.Random()
@@ -152,7 +154,8 @@ class PlacementState(PlacementCache):
                 problems += book.rebuild(ledger, pods)
             problems += ledger.book_nominations(workloads)
             self._ledger = ledger
-            self._snapshot = Snapshot.build(nodes, self.nodes.reset(gpunodes), ledger)
+            self._snapshot = Snapshot.build(nodes, self.nodes.reset(gpunodes), ledger,
+                                            self.max_gpus_per_node)
             self.scheduler = Scheduler(self._snapshot, ledger, rng=self.rng,
                                        default_exposure=self.default_exposure)
             self.pending = PendingSet()
@@ -168,6 +171,7 @@ class PlacementState(PlacementCache):
             BAD_OBJECTS.labels("rebuild").inc()
             log.warning("ledger.rebuild.problem", problem=p)
         log.info("ledger.rebuilt", nodes=len(self._snapshot), holders=len(ledger.allocations()))
+        self.events.report_refused()
         return problems
 
     def _with_created(self, pods: list[JSON], jobs: list[JSON]
@@ -212,6 +216,7 @@ class PlacementState(PlacementCache):
                 return
             for view in self.nodes.views():
                 self._snapshot.upsert_gpunode(view)
+        self.events.report_refused()
 
     # ------------------------------------------------------------- placing
 
@@ -235,8 +240,7 @@ class PlacementState(PlacementCache):
             decision = (self.queues.gate(w, self._ledger, self.scheduler, across)
                         if self.queues else self.scheduler.schedule(w, across_namespaces=across))
             if decision.ok:
-                decision.assume(self._ledger, w)
-                self.evictions.unblock(w.key)
+                decision = self._book(decision, w)
             elif decision.outcome == PREEMPT:
                 for v in decision.victims:
                     book = next((b for b in self.pod_books if b.owns_key(v)), None)
@@ -258,6 +262,20 @@ class PlacementState(PlacementCache):
             self._enqueue_waiting(victims)
         for book, key in booked:
             book.evict(key, f"preempted by {w.key} (priority {w.spec.priority}) to make room")
+        return decision
+
+    def _book(self, decision: Decision, w: GPUWorkload) -> Decision:
+        """Under the lock: assumes ``decision``; a refusal of the ledger (a rule the
+        filters missed) is the workload's Unschedulable status, never a reconcile
+        error retried every few seconds."""
+        try:
+            decision.assume(self._ledger, w)
+        except LedgerConflict as exc:
+            log.warning("placement.refused", workload=w.key, reason=str(exc),
+                        effect="Unschedulable; the filters should have said so")
+            return Decision(UNSCHEDULABLE, decision.strategy, message=str(exc),
+                            visited=decision.visited)
+        self.evictions.unblock(w.key)
         return decision
 
     def queue_usage(self) -> tuple[dict[str, Any], dict[str, Any]]:

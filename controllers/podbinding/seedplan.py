@@ -24,6 +24,9 @@ from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
 from internal.scheduling.pods import pod_gpu_request, pod_uid
 
+#: the most GPUs one seed pod may ask for: a GPUWorkload replica's (gpusPerReplica)
+MAX_GPUS_PER_POD = 64
+
 
 def plan(view: PlacementView, pod: JSON, default_strategy: str) -> tuple[Entry | None, str]:
     """Where ``pod`` goes, or why it cannot go anywhere: read from ``view``,
@@ -81,7 +84,10 @@ def plan_default(view: PlacementView, pod: JSON, index: int | None,
                  default_strategy: str) -> tuple[Entry | None, str]:
     """No map: one replica by the default strategy."""
     requested = pod_gpu_request(pod)
-    gpus = min(max(requested, 1), 64)
+    if requested > MAX_GPUS_PER_POD:
+        return None, (f"the pod requests {requested} nvidia.com/gpu, more than the "
+                      f"{MAX_GPUS_PER_POD} one pod may have")
+    gpus = max(requested, 1)
     counted = requested > 0  # the device plugin picks the devices
     strategy = default_strategy
     if strategy == SchedulingStrategy.ANNOTATION_MAP.value:

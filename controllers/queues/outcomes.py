@@ -10,14 +10,16 @@ from typing import Any
 from api.v1alpha1.types import GPUWorkload
 from internal.scheduling.framework import PREEMPT, UNSCHEDULABLE, Decision
 from internal.scheduling.quota import Candidate, Queue, gpus_text
+from internal.scheduling.sharefloor import DEFAULT_FLOORS, ShareFloors
 from internal.scheduling.shares import parse_fraction
 
 
-def workload_need(w: GPUWorkload) -> Fraction:
-    """GPUs ``w`` will hold, before it is placed (a memory share counts whole)."""
+def workload_need(w: GPUWorkload, floors: ShareFloors = DEFAULT_FLOORS) -> Fraction:
+    """GPUs ``w`` will hold, before it is placed (a memory share counts whole; a
+    fraction at least the share floor, as if each replica had a device of its own)."""
     share = w.spec.gpu_share
     if share is not None and share.fraction:
-        return w.spec.replicas * parse_fraction(share.fraction)
+        return w.spec.replicas * floors.counted([parse_fraction(share.fraction)])
     if share is not None or w.spec.mig_profile:
         return Fraction(w.spec.replicas)
     return Fraction(w.spec.replicas * w.spec.gpus)

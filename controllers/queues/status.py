@@ -34,6 +34,7 @@ from controllers.queues.marks import NamespaceMarks, every_namespace, shadowed
 from controllers.status.conditions import set_condition
 from internal.metrics.domain import QUEUES
 from internal.scheduling.quota import Queue, Quotas
+from internal.scheduling.sharefloor import DEFAULT_FLOORS, ShareFloors
 from runtime import Builder, FuncHandler, Manager, NotFound, Request, Result
 from runtime.errors import ApiError
 from runtime.predicates import GenerationChangedPredicate
@@ -154,7 +155,8 @@ def queues_unavailable(client: Any) -> str | None:
 
 
 def setup_queues(mgr: Manager, workloads: Any, state: Callable[[], Any],
-                 require_queue: bool) -> QueueBook | None:
+                 require_queue: bool, floors: ShareFloors = DEFAULT_FLOORS
+                 ) -> QueueBook | None:
     """The queues' informers, book, status controller and gauges. ``state()`` is the
     placement state now (None while not leading). None, and nothing read, where the
     API server serves no GPUQueues: informers of a kind that is not served would
@@ -169,7 +171,8 @@ def setup_queues(mgr: Manager, workloads: Any, state: Callable[[], Any],
         return None
     queues = mgr.informer_for(API_VERSION, "GPUQueue")
     namespaces = mgr.informer_for("v1", "Namespace")
-    book = QueueBook(queues.indexer, namespaces.indexer, workloads.indexer, require_queue)
+    book = QueueBook(queues.indexer, namespaces.indexer, workloads.indexer, require_queue,
+                     floors)
 
     def wake(*_: Any) -> None:
         s = state()

@@ -1,7 +1,8 @@
 """The filters one node goes through for one replica, and the messages that say why
 a node was rejected (kube-scheduler's voice: ``node1: 1 free GPU, needs 2``).
 
-In order (the first that fails gives the node's reason): node exists; Ready; not
+In order (the first that fails gives the node's reason): node exists; not refused
+for reporting more GPUs than a node may have (``bounds.py``); Ready; not
 cordoned and every NoSchedule/NoExecute taint tolerated by the template (for every
 strategy, an annotation map's named nodes included); labels match spec.nodeSelector;
 the GPUNode's heartbeat not stale; enough free healthy devices with at least
@@ -16,7 +17,8 @@ from typing import Any
 from api.v1alpha1.types import DeviceExposure
 from internal.scheduling.devicepicker import pick_devices
 from internal.scheduling.sharefilter import filter_portion, wanted
-from internal.scheduling.snapshot import NodeInfo, tolerates, untolerated_taint
+from internal.scheduling.snapshot import NodeInfo
+from internal.scheduling.taints import tolerates, untolerated_taint
 from internal.scheduling.view import Context, View
 
 #: a node whose GPU agent stopped reporting offers nothing (its placements stay)
@@ -53,6 +55,8 @@ def filter_node(
     node = ctx.snapshot.get(name)
     if node is None:
         return "node not found", (), 0
+    if node.refused:
+        return node.refused, (), 0
     if not node.ready:
         return "NotReady", (), 0
     spec = ctx.workload.spec
@@ -131,6 +135,9 @@ def _filter_exact(
             problems.append(f"device {d} does not exist ({len(node.devices)} GPUs)")
         elif not node.devices[d].healthy:
             problems.append(f"device {d} unhealthy")
+        elif node.devices[d].mig_mode:
+            problems.append(f"device {d} MIG-enabled: offered only as MIG instances "
+                            "(spec.migProfile)")
         elif ctx.view.held_by_other(name, d):
             problems.append(f"device {d} held by "
                             f"{holder_text(str(ctx.view.ledger.holder(name, d)))}")

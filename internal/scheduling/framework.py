@@ -36,6 +36,8 @@ from internal.scheduling.search import (
     _resolve_strategy,
 )
 from internal.scheduling.sharefilter import wanted
+from internal.scheduling.sharefloor import DEFAULT_FLOORS, SHARE_BELOW_MINIMUM, ShareFloors
+from internal.scheduling.shares import Portion
 from internal.scheduling.snapshot import Snapshot
 from internal.scheduling.strategies.base import Strategy
 from internal.scheduling.view import Candidate, Context, View
@@ -57,6 +59,7 @@ def schedule(
     *,
     default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES,
     across_namespaces: bool = True,
+    floors: ShareFloors = DEFAULT_FLOORS,
 ) -> Decision:
     """Decide where every replica of ``workload`` goes. Changes neither the snapshot
     nor the ledger (only roundRobin's cursor moves on success).
@@ -66,6 +69,8 @@ def schedule(
     of the random strategy (seeded for reproducible decisions).
     ``across_namespaces``: may preemption take workloads of other namespaces (only
     a priority an admin controls may; see preemption.plan_preemption).
+    ``floors``: a share below them waits, reason ``ShareBelowMinimum``, whatever
+    the devices (internal/scheduling/sharefloor.py).
     """
     if snapshot.ledger is not ledger:
         snapshot.attach(ledger)
@@ -82,6 +87,12 @@ def schedule(
             f"gpuShare and migProfile cannot be placed with deviceExposure {exposure.value}: "
             "the kubelet's nvidia.com/gpu count and the DRA claims made here name whole "
             "devices; use cuda-visible-devices or nvidia-visible-devices"))
+    want = wanted(workload.spec)
+    below = floors.refusal(want) if isinstance(want, Portion) else None
+    if below is not None:
+        d = Decision(UNSCHEDULABLE, strat.name, message=below)
+        d.wait_reason = SHARE_BELOW_MINIMUM
+        return d
     placements, ctx, outcome, msg = _attempt(workload, snapshot, ledger, strat, rng, counted)
     if placements is not None:
         strat.placed([p.node for p in placements])

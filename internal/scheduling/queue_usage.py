@@ -5,8 +5,10 @@ pods and Jobs, the seed path's pods, and anybody's pod that requests
 ``nvidia.com/gpu``. One owner (one attempt of one workload, or a pod of nobody's)
 counts once: the largest of what its bookings, its pods and its Jobs hold, as the
 ledger counts a node's free GPUs. A share counts as its part of the device (a
-memory share of a device whose memory is unknown counts whole), a MIG instance as
-its profile's compute slices out of 7 (an instance not reported counts whole).
+memory share of a device whose memory is unknown counts whole), and what one owner's
+shares hold on one device counts at least the share floor together (``ShareFloors.
+counted``, internal/scheduling/sharefloor.py); a MIG instance counts as its profile's
+compute slices out of 7 (an instance not reported counts whole).
 
 Which queue an owner's GPUs count against: its booking's workload's queue when it
 has a booking, else its namespace's queue (``QueueOf``).
@@ -16,23 +18,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from api.v1alpha1.types import Placement
 from internal.scheduling.ledger import DEPARTING, Allocation, Ledger, is_departing
-from internal.scheduling.shares import NodeSharing, placement_portion
+from internal.scheduling.sharefloor import DEFAULT_FLOORS, ShareFloors
+from internal.scheduling.shares import NodeSharing, format_fraction, placement_portion
 
 ONE = Fraction(1)
 #: compute slices of a whole device (A100, H100): ``3g.40gb`` is 3/7 of it
 MIG_SLICES = 7
 
+#: a shared device: (node, index)
+Device = tuple[str, int]
 #: (the owner's representative holder) -> its queue's name, or None
 QueueOf = Callable[[Allocation], str | None]
 
 
 def placement_gpus(p: Placement, sharing: NodeSharing) -> Fraction:
-    """GPUs one replica's placement holds."""
+    """GPUs one replica's placement holds, before the share floor."""
     portion = placement_portion(p)
     if portion is None:
         return Fraction(len(p.devices))
@@ -47,10 +52,72 @@ def placement_gpus(p: Placement, sharing: NodeSharing) -> Fraction:
     return part if part is not None else ONE
 
 
-def holder_gpus(a: Allocation, sharing: Callable[[str], NodeSharing]) -> Fraction:
-    """GPUs ``a`` holds: its placements' and what it counts without naming devices."""
-    named = sum((placement_gpus(p, sharing(p.node)) for p in a.placements), Fraction(0))
-    return named + sum(a.counted.values())
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What holders hold, as a queue counts it: ``gpus`` (whole devices, MIG
+    instances, GPUs counted without devices) and ``shares``, each share device's
+    parts (floored only once all of one owner's side is summed: ``count``)."""
+
+    gpus: Fraction = Fraction(0)
+    shares: Mapping[Device, tuple[Fraction, ...]] = field(default_factory=dict)
+
+    def plus(self, other: Held) -> Held:
+        shares = dict(self.shares)
+        for d, parts in other.shares.items():
+            shares[d] = (*shares.get(d, ()), *parts)
+        return Held(self.gpus + other.gpus, shares)
+
+    def count(self, floors: ShareFloors) -> Fraction:
+        return self.gpus + sum((floors.counted(parts) for parts in self.shares.values()),
+                               Fraction(0))
+
+    def floor_note(self, floors: ShareFloors) -> str:
+        """`` (3 shared devices, each counts at least 0.05)`` where the floor raised
+        the count, for the quota's message ('' where it did not)."""
+        if not any(sum(parts) < floors.fraction for parts in self.shares.values()):
+            return ""
+        n = len(self.shares)
+        return (f" ({n} shared device{'s' if n != 1 else ''}, each counts at least "
+                f"{format_fraction(floors.fraction)})")
+
+
+def placements_held(placements: Iterable[Placement],
+                    sharing: Callable[[str], NodeSharing]) -> Held:
+    """What ``placements`` hold: their shares by device, the rest as GPUs."""
+    gpus = Fraction(0)
+    shares: dict[Device, tuple[Fraction, ...]] = {}
+    for p in placements:
+        portion = placement_portion(p)
+        if portion is not None and not portion.is_mig and len(p.devices) == 1:
+            part = portion.part(sharing(p.node).memory.get(p.devices[0]))
+            if part is not None:
+                key = (p.node, p.devices[0])
+                shares[key] = (*shares.get(key, ()), part)
+                continue
+        gpus += placement_gpus(p, sharing(p.node))  # whole, MIG, a share not weighed
+    return Held(gpus, shares)
+
+
+def holder_held(a: Allocation, sharing: Callable[[str], NodeSharing]) -> Held:
+    """What ``a`` holds: its placements and what it counts without naming devices."""
+    held = placements_held(a.placements, sharing)
+    return Held(held.gpus + sum(a.counted.values()), held.shares)
+
+
+def holder_gpus(a: Allocation, sharing: Callable[[str], NodeSharing],
+                floors: ShareFloors = DEFAULT_FLOORS) -> Fraction:
+    """GPUs ``a`` holds, counted alone (its owner's other holders aside)."""
+    return holder_held(a, sharing).count(floors)
+
+
+def _owner_gpus(held: Iterable[tuple[Allocation, Held]], floors: ShareFloors) -> Fraction:
+    """One owner's GPUs: the largest of its bookings', pods' and Jobs' sums, each
+    side's shares floored per device once the side is summed."""
+    sides: dict[str, Held] = {}
+    for a, h in held:
+        side = _side(a)
+        sides[side] = sides[side].plus(h) if side in sides else h
+    return max((h.count(floors) for h in sides.values()), default=Fraction(0))
 
 
 @dataclass(slots=True)
@@ -61,18 +128,16 @@ class OwnerUse:
     holder: Allocation
 
 
-def by_owner(allocs: Iterable[Allocation], sharing: Callable[[str], NodeSharing]
-             ) -> dict[str, OwnerUse]:
+def by_owner(allocs: Iterable[Allocation], sharing: Callable[[str], NodeSharing],
+             floors: ShareFloors = DEFAULT_FLOORS) -> dict[str, OwnerUse]:
     """owner -> what it holds: the largest of its bookings', pods' and Jobs' sums."""
-    sides: dict[str, dict[str, Fraction]] = {}
+    held: dict[str, list[tuple[Allocation, Held]]] = {}
     rep: dict[str, Allocation] = {}
     for a in allocs:
-        side = _side(a)
-        per = sides.setdefault(a.owner, {})
-        per[side] = per.get(side, Fraction(0)) + holder_gpus(a, sharing)
+        held.setdefault(a.owner, []).append((a, holder_held(a, sharing)))
         if a.owner not in rep or (rep[a.owner].holder and not a.holder):
             rep[a.owner] = a
-    return {o: OwnerUse(max(per.values()), rep[o]) for o, per in sides.items()}
+    return {o: OwnerUse(_owner_gpus(h, floors), rep[o]) for o, h in held.items()}
 
 
 def namespace_of(a: Allocation) -> str:
@@ -82,10 +147,11 @@ def namespace_of(a: Allocation) -> str:
 
 
 def used_by_queue(ledger: Ledger, queue_of: QueueOf,
-                  owners: Mapping[str, OwnerUse] | None = None) -> dict[str, Fraction]:
+                  owners: Mapping[str, OwnerUse] | None = None,
+                  floors: ShareFloors = DEFAULT_FLOORS) -> dict[str, Fraction]:
     """queue -> GPUs its owners hold (owners in no queue are left out)."""
     if owners is None:
-        owners = by_owner(ledger.allocations().values(), ledger.sharing)
+        owners = by_owner(ledger.allocations().values(), ledger.sharing, floors)
     out: dict[str, Fraction] = {}
     for use in owners.values():
         q = queue_of(use.holder)
@@ -113,11 +179,12 @@ class UsageIndex:
     gate builds a new one whenever a GPUQueue changes).
     """
 
-    def __init__(self, ledger: Ledger, queue_of: QueueOf) -> None:
-        self.ledger, self.queue_of = ledger, queue_of
+    def __init__(self, ledger: Ledger, queue_of: QueueOf,
+                 floors: ShareFloors = DEFAULT_FLOORS) -> None:
+        self.ledger, self.queue_of, self.floors = ledger, queue_of, floors
         self.used: dict[str, Fraction] = {}
         self.owners: dict[str, OwnerUse] = {}
-        self._holders: dict[str, dict[str, tuple[Allocation, Fraction]]] = {}
+        self._holders: dict[str, dict[str, tuple[Allocation, Held]]] = {}
         self._queue: dict[str, str | None] = {}
         for a in ledger.allocations().values():
             self.on_change(a, True)
@@ -133,7 +200,7 @@ class UsageIndex:
         holders = self._holders.setdefault(owner, {})
         before = self.owners.get(owner)
         if added:
-            holders[a.key] = (a, holder_gpus(a, self.ledger.sharing))
+            holders[a.key] = (a, holder_held(a, self.ledger.sharing))
         else:
             holders.pop(a.key, None)
         if before is not None:
@@ -143,12 +210,9 @@ class UsageIndex:
             self.owners.pop(owner, None)
             self._queue.pop(owner, None)
             return
-        sides = dict.fromkeys(_SIDES, Fraction(0))
-        for held, gpus in holders.values():
-            sides[_side(held)] += gpus
         rep = next((h for h, _ in holders.values() if not h.holder and not h.job),
                    next(iter(holders.values()))[0])
-        use = OwnerUse(max(sides.values()), rep)
+        use = OwnerUse(_owner_gpus(holders.values(), self.floors), rep)
         if before is None or before.holder is not rep:
             self._queue[owner] = self.queue_of(rep)
         self.owners[owner] = use
@@ -158,10 +222,11 @@ class UsageIndex:
         """Do ``owner``'s pods (or Jobs) hold all its bookings hold? A booking not
         yet backed may still be creating its pods, on devices that only the booking
         keeps from others: a reclaim does not take it (below, quota.py)."""
-        sides = dict.fromkeys(_SIDES, Fraction(0))
-        for held, gpus in self._holders.get(owner, {}).values():
-            sides[_side(held)] += gpus
-        return max(sides["pod"], sides["job"]) >= sides["booking"] > 0
+        sides = dict.fromkeys(_SIDES, Held())
+        for a, held in self._holders.get(owner, {}).values():
+            sides[_side(a)] = sides[_side(a)].plus(held)
+        count = {k: h.count(self.floors) for k, h in sides.items()}
+        return max(count["pod"], count["job"]) >= count["booking"] > 0
 
     def _add(self, queue: str | None, gpus: Fraction) -> None:
         if queue is None or not gpus:

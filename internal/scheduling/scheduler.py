@@ -7,6 +7,7 @@ import random
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, SchedulingStrategy
 from internal.scheduling.framework import Decision, schedule
 from internal.scheduling.ledger import Ledger
+from internal.scheduling.sharefloor import DEFAULT_FLOORS, ShareFloors
 from internal.scheduling.snapshot import Snapshot
 from internal.scheduling.strategies import Strategy, create
 
@@ -19,11 +20,13 @@ class Scheduler:
         *,
         rng: random.Random | None = None,
         default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES,
+        floors: ShareFloors = DEFAULT_FLOORS,
     ) -> None:
         self.snapshot = snapshot
         self.ledger = ledger
         self.rng = rng if rng is not None else random.Random(0)
         self.default_exposure = default_exposure
+        self.floors = floors  # the smallest share placed (sharefloor.py)
         self._strategies: dict[str, Strategy] = {}
         if snapshot.ledger is not ledger:
             snapshot.attach(ledger)
@@ -49,4 +52,5 @@ class Scheduler:
             self.rng,
             default_exposure=self.default_exposure,
             across_namespaces=across_namespaces,
+            floors=self.floors,
         )

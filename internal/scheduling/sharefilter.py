@@ -1,10 +1,12 @@
 """Placing a replica that takes part of one device: a share (``spec.gpuShare``) or a
 MIG instance (``spec.migProfile``).
 
-A share goes on a device that is not MIG-enabled, healthy, held whole by nobody,
-with room for it beside the shares already there (``shares.over``); a device no one
-holds yet counts against the node's free GPUs (a counted pod may be given it). A
-MIG replica takes a free instance of its profile on a MIG-enabled device.
+A share goes on a device that is not MIG-enabled, healthy, with at least
+``minGPUMemoryMiB`` of memory (reported), held whole by nobody, with room for it
+beside the shares already there (``shares.over``); a device no one holds yet counts
+against the node's free GPUs (a counted pod may be given it). A MIG replica takes a
+free instance of its profile, of at least ``minGPUMemoryMiB``, on a MIG-enabled
+device.
 
 Which device of a node: strategies that pack (``most_free_first = False``: bestFit)
 take the device with the least room left that still fits, so shares
@@ -87,10 +89,16 @@ def _filter_share(node: NodeInfo, ctx: Context, want: Portion) -> Result:
     sharing = ctx.view.ledger.sharing(name)
     pack = not getattr(ctx, "spread", True)
     fits: list[tuple[Fraction, int]] = []
-    whole = unknown = 0
+    whole = unknown = small = 0
     fresh_room = ctx.view.free_count(name) >= 1
+    min_mem = ctx.workload.spec.min_gpu_memory_mib
     for d in sorted(node.usable):
         if d in sharing.mig:
+            continue
+        mib = node.devices[d].memory_total_mib
+        if min_mem > 0 and (mib is None or mib < min_mem):
+            unknown += mib is None
+            small += mib is not None
             continue
         holds = _others(ctx, name, d)
         if any(h.whole for _, _, h in holds):
@@ -98,7 +106,6 @@ def _filter_share(node: NodeInfo, ctx: Context, want: Portion) -> Result:
             continue
         if not holds and not fresh_room:
             continue
-        mib = node.devices[d].memory_total_mib
         used, unweighed = owner_use(holds, mib)
         if unweighed or want.part(mib) is None:
             unknown += 1
@@ -109,6 +116,8 @@ def _filter_share(node: NodeInfo, ctx: Context, want: Portion) -> Result:
         amount = (mib_text(want.memory_mib) if want.memory_mib is not None
                   else format_fraction(want.fraction or Fraction(0)))
         why = f"no shared device with {amount} free"
+        if small:
+            why += f"; {small} device{'s' if small != 1 else ''} below {min_mem} MiB"
         if whole:
             why += f"; {whole} device{'s' if whole != 1 else ''} held whole"
         if unknown:
@@ -124,19 +133,25 @@ def _filter_mig(node: NodeInfo, ctx: Context, profile: str) -> Result:
     sharing = ctx.view.ledger.sharing(name)
     pack = not getattr(ctx, "spread", True)
     free: dict[int, list[str]] = {}
-    held = 0
+    held = small = 0
+    min_mem = ctx.workload.spec.min_gpu_memory_mib
     for d, instances in sorted(sharing.mig.items()):
         taken = frozenset().union(*(h.migs for _, _, h in _others(ctx, name, d)))
         for uuid, inst in sorted(instances.items()):
             if inst.profile != profile:
                 continue
-            if uuid in taken:
+            if inst.memory_mib < min_mem:
+                small += 1
+            elif uuid in taken:
                 held += 1
             else:
                 free.setdefault(d, []).append(uuid)
     if not free:
         why = f"no free MIG instance {profile}"
-        return why + (f" ({held} held)" if held else " (none on a MIG-enabled device)"), (), 0
+        counts = ([f"{held} held"] if held else []) + (
+            [f"{small} below {min_mem} MiB"] if small else [])
+        return why + (f" ({', '.join(counts)})" if counts
+                      else " (none on a MIG-enabled device)"), (), 0
     total = sum(len(v) for v in free.values())
     order = sorted(free, key=lambda d: ((len(free[d]) if pack else -len(free[d])), d))
     d = order[0]

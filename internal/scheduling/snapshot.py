@@ -18,6 +18,11 @@ returns why, and :attr:`Snapshot.ignored` keeps it): otherwise a GPUNode named
 config/crd refuses such an object; this is the second line. Deleting a GPUNode
 removes its devices at once (it is stored and removed under the same name).
 
+A node that reports more GPUs than ``max_gpus`` (``bounds.py``: its allocatable, its
+GPUNode's or its ResourceSlices' device list, a device's MIG instances) is refused:
+it offers nothing, ``NodeInfo.refused`` says why (the filters' reason for it), and
+:attr:`Snapshot.newly_refused` names it once per refusal for the caller to report.
+
 The snapshot keeps the ledger informed of each node's usable devices, so that the
 ledger's free-capacity index is right (``Snapshot(ledger)`` then ``upsert_*``).
 """
@@ -30,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from internal.scheduling.bounds import MAX_GPUS_PER_NODE, count_refusal, devices_refusal
 from internal.scheduling.inventory import (
     DEFAULT_STALE_AFTER,
     DRA_DRIVER_ANNOTATION,
@@ -78,6 +84,8 @@ class NodeInfo:
     cost: float = DEFAULT_COST
     #: the DRA driver whose ResourceSlices publish this node's GPUs ('' if none)
     dra_driver: str = ""
+    #: why the node is refused (it reports too much, ``bounds.py``): nothing offered
+    refused: str = ""
 
     @property
     def usable(self) -> frozenset[int]:
@@ -197,7 +205,13 @@ def gpunode_mismatch(gpunode: Mapping[str, Any]) -> str | None:
 class Snapshot:
     """Nodes by name, kept in name order, and mirrored into the ledger's capacity."""
 
-    def __init__(self, ledger: Ledger | None = None) -> None:
+    def __init__(self, ledger: Ledger | None = None,
+                 max_gpus: int = MAX_GPUS_PER_NODE) -> None:
+        self.max_gpus = max_gpus
+        #: node -> (why it is refused, what reported it); see ``bounds.py``
+        self.refused: dict[str, tuple[str, str]] = {}
+        #: nodes refused, or refused for another reason, since ``take_refused``
+        self.newly_refused: list[str] = []
         self.nodes: dict[str, NodeInfo] = {}
         self._names: list[str] = []  # sorted
         self._raw_nodes: dict[str, Mapping[str, Any]] = {}
@@ -215,8 +229,9 @@ class Snapshot:
         nodes: Iterable[Mapping[str, Any]],
         gpunodes: Iterable[Mapping[str, Any]] = (),
         ledger: Ledger | None = None,
+        max_gpus: int = MAX_GPUS_PER_NODE,
     ) -> Snapshot:
-        snap = cls(ledger)
+        snap = cls(ledger, max_gpus)
         for g in gpunodes:
             snap._store_gpunode(g)
         for n in nodes:
@@ -249,8 +264,12 @@ class Snapshot:
         stale = g is not None and (
             ((g.get("metadata") or {}).get("annotations") or {}).get(SOURCE_ANNOTATION) == "stale"
         )
-        if g is not None and (g.get("status") or {}).get("devices"):
-            devices, topo = _devices_from_gpunode(g)
+        reported = (g.get("status") or {}).get("devices") if g is not None else None
+        refused, source = self._judge(raw, g, reported)
+        if refused:
+            devices, topo = {}, False
+        elif reported:
+            devices, topo = _devices_from_gpunode(g or {})
         else:
             # no agent report: the allocatable devices (none offered when stale)
             devices = {
@@ -270,8 +289,15 @@ class Snapshot:
             cost=parse_cost(labels),
             dra_driver=str((((g or {}).get("metadata") or {}).get("annotations") or {}).get(
                 DRA_DRIVER_ANNOTATION) or ""),
+            refused=refused or "",
         )
         old = self.nodes.get(name)
+        if refused and (old is None or old.refused != refused):
+            self.newly_refused.append(name)
+        if refused:
+            self.refused[name] = (refused, source)
+        else:
+            self.refused.pop(name, None)
         if old is None:
             bisect.insort(self._names, name)
         if old is None or old.cost != info.cost:
@@ -279,6 +305,23 @@ class Snapshot:
         self.nodes[name] = info
         if self.ledger is not None:
             self.ledger.set_node_devices(name, info.usable, info.sharing())
+
+    def _judge(self, raw: Mapping[str, Any], g: Mapping[str, Any] | None,
+               reported: Any) -> tuple[str | None, str]:
+        """(why the node is refused or None, what reported it): counts only."""
+        if reported:
+            dra = ((g or {}).get("metadata") or {}).get("annotations") or {}
+            source = ("its ResourceSlices" if DRA_DRIVER_ANNOTATION in dra
+                      else "its GPUNode's status.devices")
+            return devices_refusal(reported, self.max_gpus), source
+        return (count_refusal(node_gpu_count(raw), self.max_gpus),
+                "its Node's status nvidia.com/gpu")
+
+    def take_refused(self) -> list[tuple[Mapping[str, Any], str, str]]:
+        """(the Node, why, what reported it) of each node refused since last asked."""
+        names, self.newly_refused = self.newly_refused, []
+        return [(self._raw_nodes[n], *self.refused[n]) for n in dict.fromkeys(names)
+                if n in self.refused and n in self._raw_nodes]
 
     def upsert_node(self, node: Mapping[str, Any]) -> None:
         name = str((node.get("metadata") or {}).get("name") or "")
@@ -317,6 +360,7 @@ class Snapshot:
         if uid and have.get("uid") and have["uid"] != uid:
             return False
         self._raw_nodes.pop(name, None)
+        self.refused.pop(name, None)
         if self.nodes.pop(name, None) is not None:
             i = bisect.bisect_left(self._names, name)
             del self._names[i]
@@ -359,38 +403,3 @@ class Snapshot:
                 levels.setdefault(self.nodes[name].cost, []).append(name)
             self._cost_levels = sorted(levels.items())
         return self._cost_levels
-
-
-# ----------------------------------------------------------------------- taints
-
-
-def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
-    """Kubernetes toleration matching for one taint."""
-    t_key = taint.get("key", "")
-    t_val = taint.get("value", "") or ""
-    t_eff = taint.get("effect", "")
-    for tol in tolerations:
-        eff = tol.get("effect") or ""
-        if eff and eff != t_eff:
-            continue
-        op = tol.get("operator") or "Equal"
-        key = tol.get("key") or ""
-        if op == "Exists":
-            if not key or key == t_key:
-                return True
-        elif key == t_key and (tol.get("value") or "") == t_val:
-            return True
-    return False
-
-
-def untolerated_taint(
-    node: NodeInfo, tolerations: Iterable[Mapping[str, Any]]
-) -> Mapping[str, Any] | None:
-    """The first NoSchedule/NoExecute taint of ``node`` not tolerated, else None."""
-    tols = list(tolerations)
-    for taint in node.taints:
-        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
-            continue
-        if not tolerates(tols, taint):
-            return taint
-    return None

@@ -526,3 +526,12 @@ def test_a_map_naming_a_node_whose_gpu_agent_went_silent_is_refused() -> None:
     env.reconcile("check-0")
     assert env.bound() == {}
     assert "node1: replica 0: GPUNode heartbeat stale" in env.warnings("check-0")[-1]
+
+
+def test_a_pod_asking_more_gpus_than_a_pod_may_have_is_told_what_it_asked() -> None:
+    env = Env()
+    env.add(pod("huge-0", map_text=None, gpus=100))
+    env.reconcile("huge-0")
+    assert env.client.bindings == []
+    assert env.warnings("huge-0") == [
+        "the pod requests 100 nvidia.com/gpu, more than the 64 one pod may have"]

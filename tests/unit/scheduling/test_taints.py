@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from internal.scheduling import UNSCHEDULABLE, schedule
-from internal.scheduling.snapshot import NodeInfo, tolerates, untolerated_taint
+from internal.scheduling.snapshot import NodeInfo
+from internal.scheduling.taints import tolerates, untolerated_taint
 from tests.unit.scheduling.helpers import cluster, node, workload
 
 EFFECTS = ["NoSchedule", "NoExecute", "PreferNoSchedule"]
