@@ -19,6 +19,7 @@ import sys
 import structlog
 
 from api.v1alpha1.types import DeviceExposure, SchedulingStrategy
+from internal.scheduling.sharefloor import DEFAULT_MIN_FRACTION, DEFAULT_MIN_MEMORY, ShareFloors
 from internal.scheduling.bounds import MAX_GPUS_PER_NODE
 
 
@@ -133,6 +134,15 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
                    help="a node reporting more GPUs (its nvidia.com/gpu, its GPUNode's or "
                         "its ResourceSlices' devices) is refused: nothing offered there, a "
                         "TooManyGPUs Event on the Node (the largest GPU nodes have 8 to 16)")
+    p.add_argument("--min-share-memory", type=_share_memory, default=DEFAULT_MIN_MEMORY,
+                   metavar="QUANTITY",
+                   help="the smallest gpuShare.memory placed (0: none); a smaller share "
+                        "waits Pending, ShareBelowMinimum (docs/usage.md, Sharing a GPU)")
+    p.add_argument("--min-share-fraction", type=_share_fraction, default=DEFAULT_MIN_FRACTION,
+                   metavar="DECIMAL",
+                   help="the smallest gpuShare.fraction placed (0: none), and the least the "
+                        "shares of one workload on one device count against its GPUQueue "
+                        "(docs/queues.md, What counts)")
     p.add_argument("--enable-pod-binding", action="store_true",
                    help="run the pod-binding controller of the seed-compatible path: bind "
                         "pods whose schedulerName is --scheduler-name as their "
@@ -186,6 +196,22 @@ def _gpus(v: str) -> int:
     if out < 1:
         raise argparse.ArgumentTypeError(f"expected at least 1 GPU, got {v!r}")
     return out
+
+
+def _share_memory(v: str) -> str:
+    try:
+        ShareFloors.parse(v, "0")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return v
+
+
+def _share_fraction(v: str) -> str:
+    try:
+        ShareFloors.parse("0", v)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return v
 
 
 def _seconds(v: str) -> float:
@@ -244,6 +270,7 @@ def run_manager(args: argparse.Namespace) -> int:
         max_gpus_per_node=args.max_gpus_per_node,
         namespaces=namespaces, resync_unsettled=args.resync_unsettled_period,
         require_queue=args.require_queue,
+        share_floors=ShareFloors.parse(args.min_share_memory, args.min_share_fraction),
         evict_conflicting_pods=args.evict_conflicting_pods,
         status_pacing=PacingOptions(lag=args.status_lag, busy_qps=args.status_busy_qps,
                                     max_lag=args.status_max_lag,

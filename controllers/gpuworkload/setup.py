@@ -46,6 +46,7 @@ from internal.objects import object_key
 from internal.scheduling.bounds import MAX_GPUS_PER_NODE
 from internal.scheduling.inventory import heartbeat
 from internal.scheduling.resourceslices import DRA_API_VERSION
+from internal.scheduling.sharefloor import DEFAULT_FLOORS, ShareFloors
 from runtime import Builder, Client, Controller, FuncHandler, Manager, Request
 from runtime.events import EventRecorder
 from runtime.store import (
@@ -98,6 +99,8 @@ class ControllerOptions:
     async_status: bool = True  # status written by the StatusWriter, off the workers' client
     status_writers: int = 4  # writer threads (each waits on one write at a time)
     require_queue: bool = False  # a workload in no GPUQueue waits (NoQueue) instead of placed
+    #: the smallest share placed and the least a share counts against its queue
+    share_floors: ShareFloors = DEFAULT_FLOORS
     #: when the status writer sends (controllers/status/pacing.py): the lag a
     #: Scheduled status waits for a newer one, the rate while placing
     status_pacing: PacingOptions = field(default_factory=PacingOptions)
@@ -188,7 +191,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     #: seed bindings (one record per UID, shared by everyone that writes or reads)
     own_writes = OwnWrites()
     # the queues' gate in decide (None where GPUQueues are not served)
-    queue_book = setup_queues(mgr, workloads, lambda: states.if_ready(), opts.require_queue)
+    queue_book = setup_queues(mgr, workloads, lambda: states.if_ready(), opts.require_queue,
+                              opts.share_floors)
 
     def enqueue(keys: Iterable[str]) -> None:
         ctrl = holder.get("ctrl")
@@ -207,7 +211,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
                               pod_books=pod_books, on_problem=recorder.warning,
                               dra_driver=dra.driver if dra else None,
                               priority_class_value=class_value, own_writes=own_writes,
-                              queues=queue_book, max_gpus_per_node=opts.max_gpus_per_node)
+                              queues=queue_book, max_gpus_per_node=opts.max_gpus_per_node,
+                              share_floors=opts.share_floors)
 
     def fill(state: PlacementState) -> None:
         state.rebuild(lambda: (nodes.indexer.list(), gpunodes.indexer.list(),

@@ -46,6 +46,7 @@ from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.ledger import Ledger, LedgerConflict, departing_key
 from internal.scheduling.scheduler import Scheduler
 from internal.scheduling.search import check_exact
+from internal.scheduling.sharefloor import DEFAULT_FLOORS, ShareFloors
 from internal.scheduling.snapshot import NodeInfo, Snapshot
 
 if TYPE_CHECKING:
@@ -111,14 +112,16 @@ class PlacementState(PlacementCache):
                  priority_class_value: Callable[[str], int | None] | None = None,
                  own_writes: OwnWrites | None = None,
                  queues: QueueBook | None = None,
-                 max_gpus_per_node: int = MAX_GPUS_PER_NODE) -> None:
+                 max_gpus_per_node: int = MAX_GPUS_PER_NODE,
+                 share_floors: ShareFloors = DEFAULT_FLOORS) -> None:
         super().__init__(enqueue_waiting, stale_after, clock, pod_books, dra_driver,
                          own_writes, max_gpus_per_node)
         self.queues = queues  # the GPUQueues' gate (None: no queues)
         self.default_exposure = default_exposure
         self.rng = rng or random.Random()
+        self.share_floors = share_floors
         self.scheduler = Scheduler(self._snapshot, self._ledger, rng=self.rng,
-                                   default_exposure=default_exposure)
+                                   default_exposure=default_exposure, floors=share_floors)
         #: the informers' handlers (controllers/gpuworkload/setup.py wires them)
         self.events = CacheEvents(self, on_problem, enqueue_on_node)
         #: a PriorityClass's value by name (None: no such class), from the cache
@@ -157,7 +160,8 @@ class PlacementState(PlacementCache):
             self._snapshot = Snapshot.build(nodes, self.nodes.reset(gpunodes), ledger,
                                             self.max_gpus_per_node)
             self.scheduler = Scheduler(self._snapshot, ledger, rng=self.rng,
-                                       default_exposure=self.default_exposure)
+                                       default_exposure=self.default_exposure,
+                                       floors=self.share_floors)
             self.pending = PendingSet()
             for w in workloads:
                 self._track_pending(w)
