@@ -12,26 +12,42 @@ PodDisruptionBudget holds), once per pod, with an ``UnauthorizedDevices`` Warnin
 Event saying why. Its devices stay held until it is gone (asking is not freeing).
 
 Not evicted: pods of a GPUWorkload (``is_controller_pod``), pods a pod book owns
-(the seed path), pods outside the manager's ``--namespaces``, and pods that only
-request ``nvidia.com/gpu`` (the device plugin's, counted, never named).
+(the seed path), pods outside the manager's ``--namespaces``, pods that only
+request ``nvidia.com/gpu`` (the device plugin's, counted, never named), and
+*orphans*: a pod our controller created is ours whoever owns it now. ``kubectl
+delete gw w --cascade=orphan`` takes its ownerReference away, and it runs on with
+its devices (docs/architecture.md); the ledger still says whose pod it was booked
+as (``Allocation.child_of``, ``booked_child`` here), and an orphan gets one Normal
+``Orphaned`` Event saying it is kept. A pod the ledger never booked as a workload's
+is a forgery, whatever labels it copies: its Warning says so.
+
+| the pod (bound, unfinished, naming devices)   | outcome                            |
+|-----------------------------------------------|------------------------------------|
+| a GPUWorkload's child, or a pod book's        | nothing                            |
+| the ledger booked it as a workload's (orphan) | ``Orphaned`` Event, once; kept     |
+| anything else (forged)                        | ``UnauthorizedDevices``, evicted   |
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from api.v1alpha1.keys import DEVICES_ANNOTATION
+from api.v1alpha1.keys import DEVICES_ANNOTATION, WORKLOAD_LABEL, WORKLOAD_UID_LABEL
 from internal.objects import JSON, object_key
-from internal.scheduling.pods import is_controller_pod, pod_is_active
+from internal.scheduling.pods import is_controller_pod, pod_is_active, pod_uid
 from runtime import ApiError, NotFound
+
+if TYPE_CHECKING:
+    from controllers.placement.state import PlacementState
 
 log = structlog.get_logger("controllers.gpuworkload.intruders")
 
 REASON = "UnauthorizedDevices"
+ORPHANED = "Orphaned"
 
 
 def names_devices_itself(pod: JSON, owned: Callable[[JSON], bool]) -> bool:
@@ -45,13 +61,24 @@ def names_devices_itself(pod: JSON, owned: Callable[[JSON], bool]) -> bool:
     return not is_controller_pod(pod) and not owned(pod)
 
 
+def booked_child(state: PlacementState | None, pod: JSON) -> str:
+    """The workload attempt whose pod ``state``'s ledger booked ``pod`` as ("": none,
+    or no state ready)."""
+    held = state.ledger_read("pod")(pod_uid(pod)) if state is not None else None
+    return held.child_of if held is not None else ""
+
+
 class IntruderEvictor:
-    """Informer handler: evicts, once per UID, each pod ``names_devices_itself``."""
+    """Informer handler: once per UID, keeps each orphan ``names_devices_itself``
+    finds (an Event) and evicts every other such pod."""
 
     def __init__(self, client: Any, recorder: Any, owned: Callable[[JSON], bool],
-                 active: Callable[[], bool], namespaces: frozenset[str] = frozenset()) -> None:
+                 active: Callable[[], bool], namespaces: frozenset[str] = frozenset(),
+                 booked_child: Callable[[JSON], str] = lambda pod: "") -> None:
         self.client, self.recorder = client, recorder
         self.owned, self.active, self.namespaces = owned, active, namespaces
+        #: the workload attempt whose pod the ledger booked this pod as ("": none)
+        self.booked_child = booked_child
         self._asked: set[str] = set()
         self._lock = threading.Lock()
 
@@ -67,6 +94,9 @@ class IntruderEvictor:
             if uid in self._asked:
                 return
             self._asked.add(uid)
+        if self.booked_child(pod):
+            self._keep_orphan(pod)
+            return
         # off the informer's thread: an API call must not hold up its other handlers
         threading.Thread(target=self._evict, args=(pod,), daemon=True,
                          name=f"evict-{object_key(pod)}").start()
@@ -76,14 +106,29 @@ class IntruderEvictor:
         with self._lock:
             self._asked.discard(uid)
 
+    def _keep_orphan(self, pod: JSON) -> None:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        ns = meta.get("namespace") or "default"
+        workload = f"{ns}/{labels[WORKLOAD_LABEL]}" if labels.get(WORKLOAD_LABEL) else \
+            f"of UID {labels.get(WORKLOAD_UID_LABEL) or self.booked_child(pod)}"
+        devices = (meta.get("annotations") or {}).get(DEVICES_ANNOTATION)
+        node = (pod.get("spec") or {}).get("nodeName")
+        log.info("pod.orphan.kept", pod=object_key(pod), workload=workload, devices=devices)
+        self.recorder.normal(pod, ORPHANED, (
+            f"orphaned by GPUWorkload {workload} (deleted with --cascade=orphan): "
+            f"gpu-orchestrator created it, so it runs on and keeps its devices {devices} "
+            f"on {node}; they are free again once it ends or is deleted"))
+
     def _evict(self, pod: JSON) -> None:
         meta = pod.get("metadata") or {}
         ns, name = meta.get("namespace") or "default", meta.get("name")
         devices = (meta.get("annotations") or {}).get(DEVICES_ANNOTATION)
         self.recorder.warning(pod, REASON, (
-            f"annotation {DEVICES_ANNOTATION}={devices} was not set by gpu-orchestrator: only "
-            "its controller and webhook give pods GPU devices; evicting the pod "
-            "(--evict-conflicting-pods)"))
+            f"annotation {DEVICES_ANNOTATION}={devices} was not set by gpu-orchestrator: the "
+            "pod is no GPUWorkload's, nor an orphan of one (the ledger never booked it as "
+            "a workload's pod), so the annotation is forged; only its controller and "
+            "webhook give pods GPU devices; evicting the pod (--evict-conflicting-pods)"))
         eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
                     "metadata": {"name": name, "namespace": ns},
                     "deleteOptions": {"preconditions": {"uid": meta.get("uid")}}}

@@ -28,7 +28,7 @@ from controllers.dra.availability import (
 from controllers.dra.claim_controller import claim_manager, setup_claims
 from controllers.dra.claims import DraOptions
 from controllers.gpuworkload.backstop import DEFAULT_PERIOD, Backstop
-from controllers.gpuworkload.intruders import IntruderEvictor
+from controllers.gpuworkload.intruders import IntruderEvictor, booked_child
 from controllers.gpuworkload.job_pods import workload_of_job_pod
 from controllers.gpuworkload.options import Options
 from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
@@ -265,7 +265,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
     if opts.evict_conflicting_pods:
         evictor = IntruderEvictor(mgr.client, recorder,
                                   lambda p: any(b.owns(p) for b in states.pod_books),
-                                  lambda: states.if_ready() is not None, opts.namespaces)
+                                  lambda: states.if_ready() is not None, opts.namespaces,
+                                  booked_child=lambda p: booked_child(states.if_ready(), p))
         pods.add_event_handler(FuncHandler(evictor.on_pod, evictor.on_pod,
                                            evictor.on_pod_deleted))
     for informer in (workloads, pods, jobs):  # the cache shows our writes

@@ -58,6 +58,9 @@ class Allocation:
     uid: str = ""  # the workload UID of a booking
     overlap: frozenset[str] = frozenset()  # owners a nomination was booked over
     job: bool = False  # a Job's holding (counted apart from its pods')
+    #: a pod's: the workload attempt (``<uid>#<attempt>``) whose pod the ledger booked
+    #: it as, kept when the pod is orphaned (``Ledger.sync_pod``); "" for anybody's
+    child_of: str = ""
 
     def __post_init__(self) -> None:
         self.owner = self.owner or self.key

@@ -32,7 +32,9 @@ from internal.scheduling.pods import (
     BadPod,
     BadShare,
     PodHolding,
+    child_owner,
     is_controller_pod,
+    labelled_owner,
     pod_gpu_request,
     pod_holding,
     pod_is_active,
@@ -142,10 +144,11 @@ class Ledger(DeviceLedger):
         nominations: bool = True,
     ) -> tuple[Ledger, list[str]]:
         """A ledger from the cache: first every pod and every Job of ours that holds
-        GPUs (what runs wins), then the committed placements of workloads that still
-        hold devices, then (with ``nominations``) those placed by preemption, nominated
-        again over the holders they wait for (``book_nominations``; a caller that
-        rebuilds more holders first, the seed path's, passes False and calls it then).
+        GPUs (what runs wins; an orphan known by its child labels, ``sync_pod``),
+        then the committed placements of workloads that still hold devices, then
+        (with ``nominations``) those placed by preemption, nominated again over the
+        holders they wait for (``book_nominations``; a caller that rebuilds more
+        holders first, the seed path's, passes False and calls it then).
 
         Returns the ledger and the problems found: unreadable pods (skipped, their
         request still counted where it can be read), placements that collide with
@@ -157,7 +160,7 @@ class Ledger(DeviceLedger):
             ledger.set_node_devices(node, devs)
         problems: list[str] = []
         for pod in pods:
-            problems += ledger.sync_pod(pod)
+            problems += ledger.sync_pod(pod, rebuilding=True)
         for job in jobs:
             problems += ledger.sync_job(job)
         parsed: list[GPUWorkload] = []
@@ -203,14 +206,31 @@ class Ledger(DeviceLedger):
                 problems.append(f"{w.key}: nominated placement not booked: {e}")
         return problems
 
-    def sync_pod(self, pod: Mapping[str, Any], priority: int = 0) -> list[str]:
+    def sync_pod(self, pod: Mapping[str, Any], priority: int = 0, *,
+                 rebuilding: bool = False) -> list[str]:
         """Brings the ledger in line with one pod as the API has it now. Returns
         problems (a malformed annotation: the pod's request is still counted).
 
         A bound pod keeps the devices it was first seen with: nobody of ours edits the
         annotation afterwards, so an edit (``kubectl annotate --overwrite``, which the
-        pod-devices policy refuses) neither books more nor releases any."""
+        pod-devices policy refuses) neither books more nor releases any.
+
+        A pod booked as a workload attempt's (its controller a GPUWorkload, or a Job
+        of ours) stays that attempt's pod in ``Allocation.child_of`` when it is
+        orphaned (``--cascade=orphan`` takes its ownerReference away, and it becomes
+        its own owner): a pod our controller created is ours whoever owns it now, and
+        the intruder check (controllers/gpuworkload/intruders.py) tells it from a pod
+        that forged our annotation by that. ``rebuilding``: the ledger never saw the
+        pod before (a manager's start), so a pod of nobody's that carries a workload's
+        child labels is taken for that workload's orphan."""
         uid = str((pod.get("metadata") or {}).get("uid") or object_key(pod))
+        old = self.pod(uid)
+        child_of = (old.child_of if old is not None else "") or child_owner(pod) or (
+            labelled_owner(pod) if rebuilding else "")
+        return self._sync_pod(pod, uid, priority, child_of)
+
+    def _sync_pod(self, pod: Mapping[str, Any], uid: str, priority: int,
+                  child_of: str) -> list[str]:
         given = self._given(pod, uid)
         try:
             h = pod_holding(pod)
@@ -224,7 +244,7 @@ class Ledger(DeviceLedger):
             if h is None:
                 self.remove_pod(uid)
             else:
-                self.set_pod(h, priority)
+                self.set_pod(h, priority, child_of=child_of)
             return [f"pod {object_key(pod)}: {exc}"]
         if given is not None and (h is None or h.devices != given[1]):
             now = ",".join(map(str, h.devices)) if h is not None and h.devices else "nothing"
@@ -233,11 +253,12 @@ class Ledger(DeviceLedger):
                        "holding those")
             h = PodHolding(uid, object_key(pod), given[0], given[1],
                            max(0, pod_gpu_request(pod) - len(given[1])), pod_owner(pod))
-            return [problem] + [f"pod {h.name}: {c}" for c in self.set_pod(h, priority)]
+            return [problem] + [f"pod {h.name}: {c}"
+                                for c in self.set_pod(h, priority, child_of=child_of)]
         if h is None:
             self.remove_pod(uid)
             return []
-        return [f"pod {h.name}: {c}" for c in self.set_pod(h, priority)]
+        return [f"pod {h.name}: {c}" for c in self.set_pod(h, priority, child_of=child_of)]
 
     def _given(self, pod: Mapping[str, Any], uid: str) -> tuple[str, tuple[int, ...]] | None:
         """(node, devices) a bound, unfinished pod was first seen holding by name,

@@ -76,7 +76,8 @@ class DeviceLedger(DeviceHoldings):
         its children may be made: whatever another owner still holds of its devices
         (named), and, where its nodes lack the GPUs it counts, the other owners'
         counted holdings there; for a nomination also every holding of the owners it
-        was booked over (its victims: their pods, a pod book's booking).
+        was booked over (its victims: their pods, a pod book's booking), and their
+        holdings elsewhere too (``_victims_holdings``).
 
         Devices, not owners, decide: a victim's pod that changed owner while it
         terminates (its workload deleted with ``--cascade=orphan``, so the garbage
@@ -106,7 +107,32 @@ class DeviceLedger(DeviceHoldings):
                 other = self._allocs[k]
                 if waits_for(k, other.owner) and (short or other.owner in a.overlap):
                     out.setdefault(node, set()).add(other.name)
+        for held in self._victims_holdings(a):
+            for node in held.nodes:
+                out.setdefault(node, set()).add(held.name)
         return {n: sorted(v) for n, v in out.items()}
+
+    def _victims_holdings(self, a: Allocation) -> list[Allocation]:
+        """What the owners the nomination ``a`` was booked over still hold, wherever
+        it is: their pods, Jobs and what they hold on to while departing. Their
+        queue counts it until it is gone, so the preemptor starts after it, not
+        beside it, on whichever devices it was given (a reclaim takes a victim for
+        the quota alone, away from those devices). An owner booked again is not
+        waited for here (a victim placed again keeps its owner, as an eviction
+        spends no retry; a pod book's victim keeps its booking until its pods go):
+        only what stands on the nomination's own devices is (above)."""
+        if not a.overlap:
+            return []
+        held: list[Allocation] = []
+        booked: set[str] = set()
+        for x in self._allocs.values():
+            if x.owner not in a.overlap or x.key == a.key:
+                continue
+            if x.holder:
+                held.append(x)
+            else:
+                booked.add(x.owner)
+        return [x for x in held if x.owner not in booked]
 
     # --------------------------------------------------------------- mutations
 
@@ -164,23 +190,27 @@ class DeviceLedger(DeviceHoldings):
             self._release(a)
         return a
 
-    def set_pod(self, h: PodHolding, priority: int = 0) -> list[str]:
+    def set_pod(self, h: PodHolding, priority: int = 0, *, child_of: str = "") -> list[str]:
         """Record what a pod holds (replacing what it held before). Never refused;
-        returns the conflicts it makes with other owners, for a report. Also records
-        an allocated ResourceClaim's holding (``resourceslices.ClaimHolding``, keyed
+        returns the conflicts it makes with other owners, for a report (not with
+        ``child_of``, the workload attempt whose pod it was booked as: an orphan
+        still beside its workload's booking). Also records an allocated
+        ResourceClaim's holding (``resourceslices.ClaimHolding``, keyed
         ``claim:<uid>``): a claim holds its devices as a pod does."""
         self.remove_holder(h.key)
         placements = (Placement(index=0, node=h.node, devices=list(h.devices),
                                 share=h.share or None, mig=h.mig or None),)
         alloc = Allocation(h.key, placements if h.devices else (), {}, priority, True, 0,
-                           h.owner, holder=True, name=h.name, job=isinstance(h, JobHolding))
+                           h.owner, holder=True, name=h.name, job=isinstance(h, JobHolding),
+                           child_of=child_of)
         if h.counted:
             alloc.counted[h.node] = h.counted
         held = self._holders.get(h.node, {})
         mine = {d: hold_of(placements, h.node, d) for d in h.devices}
         conflicts = sorted({f"{h.node}: device {d} also held by {self._describe({k: o})}"
                             for d in h.devices for k, o in held.get(d, {}).items()
-                            if o != h.owner and not self._nominated_over(k, h.owner)
+                            if o not in (h.owner, child_of)
+                            and not self._nominated_over(k, h.owner)
                             and self._clash(k, h.node, d, mine[d])})
         self._apply(alloc)
         return conflicts

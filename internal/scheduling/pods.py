@@ -192,3 +192,19 @@ def is_controller_pod(pod: JSON) -> bool:
         return True
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return ref.get("kind") == "Job" and WORKLOAD_UID_LABEL in labels
+
+
+def child_owner(pod: JSON) -> str:
+    """The workload attempt (``pod_owner``) whose child ``pod`` is now, by its
+    controller ownerReference; "" for a pod of nobody's."""
+    return pod_owner(pod) if is_controller_pod(pod) else ""
+
+
+def labelled_owner(pod: JSON) -> str:
+    """The workload attempt a pod's child labels name (the workload UID and attempt
+    the controller gives its children), else "". Labels alone never make a pod ours
+    (``is_controller_pod``); the ledger reads them only where it has nothing else to
+    know an orphan by (a rebuild, ``Ledger.rebuild``)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    uid = labels.get(WORKLOAD_UID_LABEL)
+    return workload_owner(str(uid), labels.get(ATTEMPT_LABEL)) if uid else ""
