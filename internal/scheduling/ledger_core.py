@@ -166,10 +166,10 @@ class DeviceLedger(DeviceHoldings):
 
     def set_pod(self, h: PodHolding, priority: int = 0, *, child_of: str = "") -> list[str]:
         """Record what a pod holds (replacing what it held before). Never refused;
-        returns the conflicts it makes with other owners, for a report (not with
-        ``child_of``, the workload attempt whose pod it was booked as: an orphan
-        still beside its workload's booking). Also records an allocated
-        ResourceClaim's holding (``resourceslices.ClaimHolding``, keyed
+        returns the conflicts it makes with other owners, for a report (not with its
+        kin: ``child_of`` is the workload attempt whose pod it was booked as, and an
+        orphan beside that attempt's booking or its other pods is none). Also records
+        an allocated ResourceClaim's holding (``resourceslices.ClaimHolding``, keyed
         ``claim:<uid>``): a claim holds its devices as a pod does."""
         self.remove_holder(h.key)
         placements = (Placement(index=0, node=h.node, devices=list(h.devices),
@@ -183,11 +183,21 @@ class DeviceLedger(DeviceHoldings):
         mine = {d: hold_of(placements, h.node, d) for d in h.devices}
         conflicts = sorted({f"{h.node}: device {d} also held by {self._describe({k: o})}"
                             for d in h.devices for k, o in held.get(d, {}).items()
-                            if o not in (h.owner, child_of)
+                            if not self._kin(k, o, h.owner, child_of)
                             and not self._nominated_over(k, h.owner)
                             and self._clash(k, h.node, d, mine[d])})
         self._apply(alloc)
         return conflicts
+
+    def _kin(self, key: str, owner: str, mine: str, child_of: str) -> bool:
+        """Is holder ``key`` (of ``owner``) of the group of a pod of owner ``mine``,
+        booked as a pod of ``child_of``: the same owner, or the same workload attempt
+        (its booking, or another of its pods, orphaned or not)?"""
+        if owner == mine:
+            return True
+        other = self._allocs.get(key)
+        return bool(child_of) and (owner == child_of or (
+            other is not None and other.child_of == child_of))
 
     def _nominated_over(self, key: str, owner: str) -> bool:
         """Is ``key`` a booking nominated over ``owner``'s holdings (a preemption)?"""

@@ -74,3 +74,25 @@ def test_only_the_managers_namespaces() -> None:
                          frozenset({"team-b"}))
     ev.on_pod(pod("bare"))
     assert client.asked == []
+
+
+def test_an_orphan_is_kept_with_an_event_and_a_forger_evicted_as_forged() -> None:
+    """``--cascade=orphan`` took the orphan's ownerReference away; the ledger still
+    says whose pod it booked it as. The forger copies its labels: nobody's."""
+    client, recorder = Evictions(), FakeRecorder()
+    labels = {"gpu.orchestrator.dev/workload": "w", "gpu.orchestrator.dev/workload-uid": "w-uid"}
+    booked = {"uid-w-0": "w-uid#0"}
+    ev = IntruderEvictor(client, recorder, lambda _: False, lambda: True,
+                         booked_child=lambda p: booked.get(p["metadata"]["uid"], ""))
+    ev.on_pod(pod("w-0", labels=labels))
+    ev.on_pod(None, pod("w-0", labels=labels))  # told once
+    ev.on_pod(pod("forged", devices="2,3", labels=labels))
+    eventually(lambda: client.asked == [("team-a", "forged")], timeout=5, what="evicted")
+    assert [(n, t, r) for n, t, r, _ in recorder.events] == [
+        ("w-0", "Normal", "Orphaned"), ("forged", "Warning", REASON)]
+    assert recorder.events[0][3] == (
+        "orphaned by GPUWorkload team-a/w (deleted with --cascade=orphan): gpu-orchestrator "
+        "created it, so it runs on and keeps its devices 0,1 on node1; they are free again "
+        "once it ends or is deleted")
+    assert "=2,3 was not set by gpu-orchestrator" in recorder.events[1][3]
+    assert "the annotation is forged" in recorder.events[1][3]
