@@ -1,12 +1,14 @@
 """``python -m hack.admission_window``: what a kube-apiserver restart does to admission
 while our policies are installed.
 
-A ValidatingAdmissionPolicy whose ``paramKind`` is a custom resource (ours:
-GPUQueue) is a configuration error until the API server's admission has discovered
-that resource, and with ``failurePolicy: Fail`` every request the policy's match
-rules take is then denied. kube-apiserver 1.34 refreshes that discovery when it
-starts and every 30 s after: on a busy machine the first refresh can come before the
-custom resources are served, and the window lasts until the next.
+A ValidatingAdmissionPolicy whose ``paramKind`` is a custom resource is a
+configuration error until the API server's admission has discovered that resource,
+and with ``failurePolicy: Fail`` every request the policy's match rules take is then
+denied. kube-apiserver 1.34 refreshes that discovery when it starts and every 30 s
+after: on a busy machine the first refresh can come before the custom resources are
+served, and the window lasts until the next. Our queue policies took GPUQueue params
+until they came to read the manager's namespace marks instead
+(``api/v1alpha1/queue_policies.py``): with today's policies every count is 0.
 
 On a fresh local control plane with ``config/crd`` installed, this restarts the
 kube-apiserver ``--restarts`` times; after each, for ``--seconds``, it sends dry-run
