@@ -51,6 +51,8 @@ def down(d: Path) -> int:
         remove_tree(d / sub)
     for f in ("kubeconfig", "state.json", "check-pods.ready"):
         (d / f).unlink(missing_ok=True)
+    for f in d.glob("*.kubeconfig"):  # the components' own (identities.py)
+        f.unlink()
     return 0
 
 
