@@ -76,7 +76,8 @@ class DeviceLedger(DeviceHoldings):
         its children may be made: whatever another owner still holds of its devices
         (named), and, where its nodes lack the GPUs it counts, the other owners'
         counted holdings there; for a nomination also every holding of the owners it
-        was booked over (its victims: their pods, a pod book's booking).
+        was booked over (its victims: their pods, a pod book's booking), and their
+        holdings elsewhere too (``_victims_holdings``).
 
         Devices, not owners, decide: a victim's pod that changed owner while it
         terminates (its workload deleted with ``--cascade=orphan``, so the garbage
@@ -106,7 +107,32 @@ class DeviceLedger(DeviceHoldings):
                 other = self._allocs[k]
                 if waits_for(k, other.owner) and (short or other.owner in a.overlap):
                     out.setdefault(node, set()).add(other.name)
+        for held in self._victims_holdings(a):
+            for node in held.nodes:
+                out.setdefault(node, set()).add(held.name)
         return {n: sorted(v) for n, v in out.items()}
+
+    def _victims_holdings(self, a: Allocation) -> list[Allocation]:
+        """What the owners the nomination ``a`` was booked over still hold, wherever
+        it is: their pods, Jobs and what they hold on to while departing. Their
+        queue counts it until it is gone, so the preemptor starts after it, not
+        beside it, on whichever devices it was given (a reclaim takes a victim for
+        the quota alone, away from those devices). An owner booked again is not
+        waited for here (a victim placed again keeps its owner, as an eviction
+        spends no retry; a pod book's victim keeps its booking until its pods go):
+        only what stands on the nomination's own devices is (above)."""
+        if not a.overlap:
+            return []
+        held: list[Allocation] = []
+        booked: set[str] = set()
+        for x in self._allocs.values():
+            if x.owner not in a.overlap or x.key == a.key:
+                continue
+            if x.holder:
+                held.append(x)
+            else:
+                booked.add(x.owner)
+        return [x for x in held if x.owner not in booked]
 
     # --------------------------------------------------------------- mutations
 

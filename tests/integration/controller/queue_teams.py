@@ -1,5 +1,5 @@
-"""Two teams' namespaces and GPUQueues (nominal 8 each, one cohort) for the queue
-tests, removed afterwards."""
+"""Two teams' namespaces and GPUQueues (nominal 8 each unless told, one cohort) for
+the queue tests, removed afterwards."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ TEMPLATE = {"spec": {"terminationGracePeriodSeconds": 2,
 
 
 class Teams:
-    def __init__(self, cluster: ControlPlane, admin: Client) -> None:
+    def __init__(self, cluster: ControlPlane, admin: Client, nominal: int = 8) -> None:
         tag = uuid.uuid4().hex[:6]
         self.admin, self.cluster = admin, cluster
         self.cohort = f"research-{tag}"
@@ -29,7 +29,7 @@ class Teams:
                 "apiVersion": "v1", "kind": "Namespace",
                 "metadata": {"name": self.ns[team]}})
             assert code == 201, body
-            self.make_queue(self.queue[team], 8, self.ns[team], cohort=self.cohort)
+            self.make_queue(self.queue[team], nominal, self.ns[team], cohort=self.cohort)
 
     def make_queue(self, name: str, nominal: int, ns: str, **spec: Any) -> None:
         self.admin.create({"apiVersion": API_VERSION, "kind": "GPUQueue",

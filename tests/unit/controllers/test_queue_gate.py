@@ -321,3 +321,35 @@ def test_a_borrower_still_making_its_pods_is_not_reclaimed() -> None:
     assert c.state.decide(c.submit("ns-a", "starting")).ok  # booked, no pod yet
     d = c.state.decide(c.submit("ns-b", "b0"))
     assert d.outcome == PREEMPT and d.victims == ["ns-a/a2"], d.message  # not "starting"
+
+
+
+def test_a_reclaimer_waits_for_every_victims_pods_not_only_those_on_its_devices() -> None:
+    """a and b lend each other 4 of a cohort of 8 on a cluster of 16; a borrows b's 4
+    as eight 1-GPU workloads. b's 2-GPU workload takes two of them back: one for its
+    devices, the other for the quota alone, away from the devices it is given. That
+    victim's pod counts against the cohort until it is gone (terminating, in its
+    grace period): the reclaimer's pods wait for it too, or the cohort runs more
+    than its 8."""
+    c = Cluster(queue("a", 4, "ns-a"), queue("b", 4, "ns-b"))
+    for i in range(8):
+        c.run("ns-a", f"a{i}", gpus=1)
+    where = {f"a{i}": {(p.node, d) for p in c.state.booking(f"ns-a/a{i}").placements
+                       for d in p.devices} for i in range(8)}
+    b0 = c.state.decide(c.submit("ns-b", "b0", gpus=2))
+    assert b0.outcome == PREEMPT and sorted(b0.victims) == ["ns-a/a6", "ns-a/a7"], b0.message
+    mine = {(p.node, d) for p in b0.placements for d in p.devices}
+    elsewhere = [v for v in ("a6", "a7") if not where[v] & mine]
+    assert elsewhere, "every victim stands on the reclaimer's devices: nothing to show"
+    for v in ("a6", "a7"):
+        c.state.evicted(f"ns-a/{v}")  # its reconcile took the eviction in, deleted its pod
+    # the victims' pods are terminating: the reclaimer's pods wait for both
+    blockers = c.state.blockers("ns-b/b0")
+    waited = {n for names in blockers.values() for n in names}
+    assert {f"ns-a/{v}-0" for v in elsewhere} <= waited, blockers
+    assert sum(c.used().values()) == 10.0  # a's 8, its victims' too, and b0's 2
+    c.gone("ns-a", "a6")
+    assert c.state.blockers("ns-b/b0") != {}  # a7's pod is still there
+    c.gone("ns-a", "a7")
+    assert c.state.blockers("ns-b/b0") == {}
+    assert c.used() == {"a": 6.0, "b": 2.0}

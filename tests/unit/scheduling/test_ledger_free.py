@@ -254,7 +254,8 @@ def test_blockers_list_every_victim_once_sorted() -> None:
     led.sync_pod(pod("vc", gpus=1))
     led.assume("ns/pre", [P("n1", 0, 1)], owner="pre#0",
                overlap=["pod:u-va", "pod:u-vb", "pod:u-vc"], check_capacity=False)
-    assert led.blockers("ns/pre") == {"n1": ["team/va", "team/vb"]}
+    # every victim, also one that holds none of its devices (vc: counted, not named)
+    assert led.blockers("ns/pre") == {"n1": ["team/va", "team/vb", "team/vc"]}
     led.assume("ns/pre", [P("n1", 0, 1), P("n1", i=1)], gpus_per_replica=1,
                owner="pre#0", overlap=["pod:u-va", "pod:u-vb", "pod:u-vc"],
                check_capacity=False)
