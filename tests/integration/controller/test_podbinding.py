@@ -259,6 +259,16 @@ def test_pods_without_a_map_are_placed_by_the_default_strategy(
     assert p["spec"]["nodeName"] == node
 
 
+def test_a_pod_asking_more_gpus_than_a_pod_may_have_is_told_what_it_asked(
+        binder: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+    group.add(1, gpus=8)
+    create(admin, namespace, pod("huge", gpus=100, node_selector=group.selector))
+    e = wait_event(admin, namespace, "huge", "FailedScheduling",
+                   "the pod requests 100 nvidia.com/gpu, more than the 64 one pod may have")
+    assert "needs 64" not in e["message"]
+    assert not get_pod(admin, namespace, "huge")["spec"].get("nodeName")
+
+
 def test_unannotated_pod_without_gpu_request_reserves_one_named_device(
         binder: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
     node, = group.add(1, gpus=1)
