@@ -162,7 +162,7 @@ def test_mig_instances_one_per_replica_and_never_whole(
 @pytest.mark.parametrize("spec, message", [
     ({"gpuShare": {"memory": "20Gi"}, "gpusPerReplica": 2}, "gpusPerReplica must be 1"),
     ({"gpuShare": {"memory": "20Gi", "fraction": "0.5"}}, "exactly one of memory and fraction"),
-    ({"gpuShare": {"memory": "0Gi"}}, "memory must be above 0"),
+    ({"gpuShare": {"memory": "0Gi"}}, "memory must be at least 1Mi"),
     ({"gpuShare": {"fraction": "0.000"}}, "fraction must be above 0"),
     ({"gpuShare": {"fraction": "0.5"}, "migProfile": "1g.10gb"}, "cannot be set together"),
     ({"gpuShare": {"fraction": "0.5"}, "deviceExposure": "device-plugin"},
