@@ -18,7 +18,9 @@ allocated ResourceClaims and the seed path's pods. So:
   devices it seems to name); the node's free count is the ledger's ``free_count``;
 - every allocated claim of the driver holds its devices (ours show as their
   workload's replicas);
-- what the controller cannot book or read is listed as a problem, in its words.
+- what the controller cannot book or read is listed as a problem, in its words, and
+  so is a node it refuses for reporting more GPUs than a node may have
+  (``internal/scheduling/bounds.py``; the plugin judges with the default bound).
 """
 
 from __future__ import annotations
@@ -165,7 +167,9 @@ def picture(nodes: Iterable[Mapping[str, Any]], gpunodes: Iterable[Mapping[str, 
         if h.published.has(name):
             ng.source = "ResourceSlice"
         out.append(ng)
-    return Picture(out, list(h.problems))
+    refused = [f"node {n}: {why} ({source})"
+               for n, (why, source) in sorted(h.snapshot.refused.items())]
+    return Picture(out, list(h.problems) + refused)
 
 
 def node_gpus(*args: Any, **kw: Any) -> list[NodeGPUs]:

@@ -112,9 +112,11 @@ def _place_mapped(ctx: Context) -> tuple[list[Placement] | None, str, str]:
     except mapparser.MapParseError as e:
         return None, INVALID_MAP, f"invalid scheduling map: {e}"
     # a node's size for the map check is its highest device index + 1: a GPUNode may
-    # report 0, 2, 3 (device 1 gone); a missing index is the filter's own reason
-    sizes = {n: (max(info.devices) + 1 if info.devices else 0)
-             for n, info in ctx.snapshot.nodes.items()}
+    # report 0, 2, 3 (device 1 gone); a missing index is the filter's own reason.
+    # Only the nodes the map names: a decision walks no other node's devices.
+    named = (ctx.snapshot.get(n) for n in {e.node for e in entries.values()})
+    sizes = {info.name: (max(info.devices) + 1 if info.devices else 0)
+             for info in named if info is not None}
     problems = mapparser.check_map_against(entries, w.spec.replicas, sizes)
     if problems:
         return None, INVALID_MAP, "invalid scheduling map: " + "; ".join(problems)

@@ -217,3 +217,10 @@ def test_nodes_show_shares_and_mig_instances_per_device() -> None:
     assert d1.sharing is None and d1.free
     assert d2.sharing == "MIG: 1 of 7 instances held" and not d2.offered
     assert n1.free == 1
+
+
+def test_a_node_reporting_a_million_gpus_is_a_problem_not_a_million_rows() -> None:
+    pic = inventory.picture([node("n1", 2), node("n9", 1_000_000)], [], [], [])
+    assert [n.name for n in pic.nodes] == ["n1"]
+    assert pic.problems == ["node n9: reports 1000000 GPUs, more than 64; excluded "
+                            "(its Node's status nvidia.com/gpu)"]
