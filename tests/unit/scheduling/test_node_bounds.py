@@ -12,7 +12,8 @@ from typing import Any
 from internal.scheduling import Ledger, Snapshot, schedule
 from internal.scheduling.bounds import MAX_GPUS_PER_NODE, MAX_MIG_INSTANCES
 from internal.scheduling.outcome import UNSCHEDULABLE
-from tests.unit.scheduling.helpers import cluster, gpunode, node, workload
+from internal.scheduling.resourceslices import SliceInventory
+from tests.unit.scheduling.helpers import DRA_DRIVER, cluster, dra_slice, gpunode, node, workload
 
 MILLION = 1_000_000
 
@@ -98,3 +99,14 @@ def test_a_whole_gpu_map_naming_a_mig_enabled_device_is_unschedulable_with_a_rea
     ok = schedule(workload("w", schedulingStrategy="annotationMap", schedulingMap="0=n1:1"),
                   snap, ledger)
     assert ok.ok, ok.message
+
+
+def test_resourceslices_publishing_too_many_gpus_refuse_their_node() -> None:
+    inv = SliceInventory(DRA_DRIVER)
+    inv.upsert(dra_slice("n1", 8))
+    inv.upsert(dra_slice("n2", MAX_GPUS_PER_NODE + 1))
+    snap = Snapshot.build([node("n1", 8), node("n2", 8)],
+                          [inv.view("n1", None), inv.view("n2", None)], Ledger())
+    assert snap.get("n1").refused == "" and len(snap.get("n1").devices) == 8
+    assert snap.refused == {"n2": ("reports 65 GPUs, more than 64; excluded",
+                                   "its ResourceSlices")}
