@@ -31,7 +31,7 @@ is a forgery, whatever labels it copies: its Warning says so.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger("controllers.gpuworkload.intruders")
 
 REASON = "UnauthorizedDevices"
+#: how often every pod is looked at again (``sweep``): those already there when the
+#: ledger became ready (a manager's start) had their events before it
+SWEEP_PERIOD = 10.0
 ORPHANED = "Orphaned"
 
 
@@ -80,10 +83,23 @@ class IntruderEvictor:
         #: the workload attempt whose pod the ledger booked this pod as ("": none)
         self.booked_child = booked_child
         self._asked: set[str] = set()
+        #: UIDs whose eviction failed: asked again on their next update, not by a sweep
+        self._refused: set[str] = set()
         self._lock = threading.Lock()
 
     def on_pod(self, *args: Any) -> None:
-        pod = args[-1]
+        self._look(args[-1], again=True)
+
+    def sweep(self, pods: Iterable[JSON]) -> None:
+        """Looks at every pod again (a leader's Ticker, every ``SWEEP_PERIOD``): a
+        pod whose events all came before the ledger was ready would otherwise wait
+        for its next update, and on a cluster without GPUWorkloads no reconcile
+        ever builds the ledger (the Ticker does). A pod whose eviction was refused
+        (a PodDisruptionBudget) is asked again on its next update only."""
+        for pod in pods:
+            self._look(pod, again=False)
+
+    def _look(self, pod: JSON, again: bool) -> None:
         meta = pod.get("metadata") or {}
         ns, uid = meta.get("namespace") or "default", str(meta.get("uid") or "")
         if not self.active() or (self.namespaces and ns not in self.namespaces):
@@ -91,9 +107,10 @@ class IntruderEvictor:
         if not names_devices_itself(pod, self.owned):
             return
         with self._lock:
-            if uid in self._asked:
+            if uid in self._asked or (not again and uid in self._refused):
                 return
             self._asked.add(uid)
+            self._refused.discard(uid)
         if self.booked_child(pod):
             self._keep_orphan(pod)
             return
@@ -105,6 +122,7 @@ class IntruderEvictor:
         uid = str(((getattr(pod, "obj", pod) or {}).get("metadata") or {}).get("uid") or "")
         with self._lock:
             self._asked.discard(uid)
+            self._refused.discard(uid)
 
     def _keep_orphan(self, pod: JSON) -> None:
         meta = pod.get("metadata") or {}
@@ -143,5 +161,6 @@ class IntruderEvictor:
             self.recorder.warning(pod, "EvictionFailed", f"could not evict the pod: {exc}")
             with self._lock:  # its next update asks again (a PodDisruptionBudget may allow it)
                 self._asked.discard(str(meta.get("uid") or ""))
+                self._refused.add(str(meta.get("uid") or ""))
             return
         log.info("pod.intruder.evicted", pod=object_key(pod), devices=devices)

@@ -28,7 +28,7 @@ from controllers.dra.availability import (
 from controllers.dra.claim_controller import claim_manager, setup_claims
 from controllers.dra.claims import DraOptions
 from controllers.gpuworkload.backstop import DEFAULT_PERIOD, Backstop
-from controllers.gpuworkload.intruders import IntruderEvictor, booked_child
+from controllers.gpuworkload.intruders import SWEEP_PERIOD, IntruderEvictor, booked_child
 from controllers.gpuworkload.job_pods import workload_of_job_pod
 from controllers.gpuworkload.options import Options
 from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
@@ -269,6 +269,11 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
                                   booked_child=lambda p: booked_child(states.if_ready(), p))
         pods.add_event_handler(FuncHandler(evictor.on_pod, evictor.on_pod,
                                            evictor.on_pod_deleted))
+
+        def sweep_intruders() -> None:
+            states.get()  # the ledger, built from the caches if no reconcile has yet
+            evictor.sweep(pods.indexer.list())
+        mgr.add(Ticker("intruders", SWEEP_PERIOD, sweep_intruders))
     for informer in (workloads, pods, jobs):  # the cache shows our writes
         informer.add_event_handler(FuncHandler(
             own_writes.observed, lambda old, new: own_writes.observed(new),

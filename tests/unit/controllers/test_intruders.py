@@ -4,11 +4,13 @@ controller or a pod book made are never touched."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from controllers.gpuworkload.intruders import REASON, IntruderEvictor, names_devices_itself
+from runtime.errors import TooManyRequests
 from tests.unit.controllers.fakes import FakeRecorder
 from tests.waiting import eventually
 
@@ -96,3 +98,37 @@ def test_an_orphan_is_kept_with_an_event_and_a_forger_evicted_as_forged() -> Non
         "once it ends or is deleted")
     assert "=2,3 was not set by gpu-orchestrator" in recorder.events[1][3]
     assert "the annotation is forged" in recorder.events[1][3]
+
+
+class Refusing(Evictions):
+    """A PodDisruptionBudget refuses every eviction (429)."""
+
+    def create_subresource(self, *args: Any, **kwargs: Any) -> dict:
+        super().create_subresource(*args, **kwargs)
+        raise TooManyRequests(429, "TooManyRequests", "Cannot evict pod: disruption budget")
+
+
+def test_a_sweep_asks_the_pods_whose_events_came_before_the_ledger_was_ready() -> None:
+    client = Evictions()
+    placing = [False]
+    ev = IntruderEvictor(client, FakeRecorder(), lambda _: False, lambda: placing[0])
+    ev.on_pod(pod("bare"))  # its only event: the ledger is not ready yet
+    placing[0] = True
+    ev.sweep([pod("bare"), pod("ours", owner="GPUWorkload")])
+    ev.sweep([pod("bare")])
+    eventually(lambda: client.asked == [("team-a", "bare")], timeout=5, what="evicted")
+    time.sleep(0.2)
+    assert client.asked == [("team-a", "bare")]  # once
+
+
+def test_a_refused_eviction_is_asked_again_on_an_update_not_by_every_sweep() -> None:
+    client, recorder = Refusing(), FakeRecorder()
+    ev = IntruderEvictor(client, recorder, lambda _: False, lambda: True)
+    ev.on_pod(pod("bare"))
+    eventually(lambda: [r for _, _, r, _ in recorder.events] == [REASON, "EvictionFailed"],
+               timeout=5, what="refused")
+    ev.sweep([pod("bare")])
+    time.sleep(0.2)
+    assert len(client.asked) == 1
+    ev.on_pod(None, pod("bare"))  # its next update
+    eventually(lambda: len(client.asked) == 2, timeout=5, what="asked again")
