@@ -19,7 +19,7 @@ def workload_need(w: GPUWorkload, floors: ShareFloors = DEFAULT_FLOORS) -> Fract
     fraction at least the share floor, as if each replica had a device of its own)."""
     share = w.spec.gpu_share
     if share is not None and share.fraction:
-        return w.spec.replicas * floors.counted([parse_fraction(share.fraction)])
+        return w.spec.replicas * floors.counted(parse_fraction(share.fraction))
     if share is not None or w.spec.mig_profile:
         return Fraction(w.spec.replicas)
     return Fraction(w.spec.replicas * w.spec.gpus)

@@ -55,44 +55,42 @@ def placement_gpus(p: Placement, sharing: NodeSharing) -> Fraction:
 @dataclass(frozen=True, slots=True)
 class Held:
     """What holders hold, as a queue counts it: ``gpus`` (whole devices, MIG
-    instances, GPUs counted without devices) and ``shares``, each share device's
-    parts (floored only once all of one owner's side is summed: ``count``)."""
+    instances, GPUs counted without devices) and ``shares``, the part of each shared
+    device (floored only once all of one owner's side is summed: ``count``)."""
 
     gpus: Fraction = Fraction(0)
-    shares: Mapping[Device, tuple[Fraction, ...]] = field(default_factory=dict)
-
-    def plus(self, other: Held) -> Held:
-        shares = dict(self.shares)
-        for d, parts in other.shares.items():
-            shares[d] = (*shares.get(d, ()), *parts)
-        return Held(self.gpus + other.gpus, shares)
+    shares: Mapping[Device, Fraction] = field(default_factory=dict)
 
     def count(self, floors: ShareFloors) -> Fraction:
-        return self.gpus + sum((floors.counted(parts) for parts in self.shares.values()),
+        return self.gpus + sum((floors.counted(part) for part in self.shares.values()),
                                Fraction(0))
 
     def floor_note(self, floors: ShareFloors) -> str:
         """`` (3 shared devices, each counts at least 0.05)`` where the floor raised
         the count, for the quota's message ('' where it did not)."""
-        if not any(sum(parts) < floors.fraction for parts in self.shares.values()):
+        if not any(part < floors.fraction for part in self.shares.values()):
             return ""
         n = len(self.shares)
         return (f" ({n} shared device{'s' if n != 1 else ''}, each counts at least "
                 f"{format_fraction(floors.fraction)})")
 
 
+def _add_shares(into: dict[Device, Fraction], shares: Mapping[Device, Fraction]) -> None:
+    for d, part in shares.items():
+        into[d] = into.get(d, Fraction(0)) + part
+
+
 def placements_held(placements: Iterable[Placement],
                     sharing: Callable[[str], NodeSharing]) -> Held:
     """What ``placements`` hold: their shares by device, the rest as GPUs."""
     gpus = Fraction(0)
-    shares: dict[Device, tuple[Fraction, ...]] = {}
+    shares: dict[Device, Fraction] = {}
     for p in placements:
         portion = placement_portion(p)
         if portion is not None and not portion.is_mig and len(p.devices) == 1:
             part = portion.part(sharing(p.node).memory.get(p.devices[0]))
             if part is not None:
-                key = (p.node, p.devices[0])
-                shares[key] = (*shares.get(key, ()), part)
+                _add_shares(shares, {(p.node, p.devices[0]): part})
                 continue
         gpus += placement_gpus(p, sharing(p.node))  # whole, MIG, a share not weighed
     return Held(gpus, shares)
@@ -110,14 +108,23 @@ def holder_gpus(a: Allocation, sharing: Callable[[str], NodeSharing],
     return holder_held(a, sharing).count(floors)
 
 
-def _owner_gpus(held: Iterable[tuple[Allocation, Held]], floors: ShareFloors) -> Fraction:
-    """One owner's GPUs: the largest of its bookings', pods' and Jobs' sums, each
-    side's shares floored per device once the side is summed."""
-    sides: dict[str, Held] = {}
+def _side_totals(held: Iterable[tuple[Allocation, Held]], floors: ShareFloors
+           ) -> dict[str, Fraction]:
+    """One owner's GPUs per side (booking, pod, job): each side summed, then its
+    shares floored per device. Linear in the owner's holders and their devices."""
+    gpus: dict[str, Fraction] = {}
+    shares: dict[str, dict[Device, Fraction]] = {}
     for a, h in held:
         side = _side(a)
-        sides[side] = sides[side].plus(h) if side in sides else h
-    return max((h.count(floors) for h in sides.values()), default=Fraction(0))
+        gpus[side] = gpus.get(side, Fraction(0)) + h.gpus
+        if h.shares:
+            _add_shares(shares.setdefault(side, {}), h.shares)
+    return {side: Held(g, shares.get(side, {})).count(floors) for side, g in gpus.items()}
+
+
+def _owner_gpus(held: Iterable[tuple[Allocation, Held]], floors: ShareFloors) -> Fraction:
+    """One owner's GPUs: the largest of its bookings', pods' and Jobs' sums."""
+    return max(_side_totals(held, floors).values(), default=Fraction(0))
 
 
 @dataclass(slots=True)
@@ -168,6 +175,31 @@ def _side(a: Allocation) -> str:
     return "job" if a.job else "pod" if a.holder and not is_departing(a.key) else "booking"
 
 
+@dataclass(slots=True)
+class _Side:
+    """One side (booking, pod, job) of one owner, summed as its holders come and go:
+    its GPUs, its part of each shared device, and those parts floored (``total``)."""
+
+    gpus: Fraction = Fraction(0)
+    shares: dict[Device, Fraction] = field(default_factory=dict)
+    floored: Fraction = Fraction(0)
+
+    @property
+    def total(self) -> Fraction:
+        return self.gpus + self.floored
+
+    def add(self, held: Held, sign: int, floors: ShareFloors) -> None:
+        self.gpus += sign * held.gpus
+        for d, part in held.shares.items():
+            was = self.shares.get(d, Fraction(0))
+            now = was + sign * part
+            self.floored += floors.counted(now) - floors.counted(was)
+            if now:
+                self.shares[d] = now
+            else:
+                self.shares.pop(d, None)
+
+
 class UsageIndex:
     """``used_by_queue`` and ``by_owner`` kept current from the ledger's changes
     (``Ledger.watchers``) instead of summed again at every decision: each holder's
@@ -185,6 +217,7 @@ class UsageIndex:
         self.used: dict[str, Fraction] = {}
         self.owners: dict[str, OwnerUse] = {}
         self._holders: dict[str, dict[str, tuple[Allocation, Held]]] = {}
+        self._sides: dict[str, dict[str, _Side]] = {}  # owner -> side -> its sums
         self._queue: dict[str, str | None] = {}
         for a in ledger.allocations().values():
             self.on_change(a, True)
@@ -196,23 +229,29 @@ class UsageIndex:
             self.ledger.watchers.remove(self.on_change)
 
     def on_change(self, a: Allocation, added: bool) -> None:
+        """``a`` added (or replaced) or gone: its owner's sides change by what it
+        holds (in time linear in its devices), then its owner's GPUs and queue."""
         owner = a.owner
         holders = self._holders.setdefault(owner, {})
+        sides = self._sides.setdefault(owner, {})
         before = self.owners.get(owner)
+        old = holders.pop(a.key, None)
+        if old is not None:
+            sides[_side(old[0])].add(old[1], -1, self.floors)
         if added:
-            holders[a.key] = (a, holder_held(a, self.ledger.sharing))
-        else:
-            holders.pop(a.key, None)
+            held = holder_held(a, self.ledger.sharing)
+            holders[a.key] = (a, held)
+            sides.setdefault(_side(a), _Side()).add(held, 1, self.floors)
         if before is not None:
             self._add(self._queue.get(owner), -before.gpus)
         if not holders:
-            del self._holders[owner]
+            del self._holders[owner], self._sides[owner]
             self.owners.pop(owner, None)
             self._queue.pop(owner, None)
             return
         rep = next((h for h, _ in holders.values() if not h.holder and not h.job),
                    next(iter(holders.values()))[0])
-        use = OwnerUse(_owner_gpus(holders.values(), self.floors), rep)
+        use = OwnerUse(max(side.total for side in sides.values()), rep)
         if before is None or before.holder is not rep:
             self._queue[owner] = self.queue_of(rep)
         self.owners[owner] = use
@@ -222,11 +261,9 @@ class UsageIndex:
         """Do ``owner``'s pods (or Jobs) hold all its bookings hold? A booking not
         yet backed may still be creating its pods, on devices that only the booking
         keeps from others: a reclaim does not take it (below, quota.py)."""
-        sides = dict.fromkeys(_SIDES, Held())
-        for a, held in self._holders.get(owner, {}).values():
-            sides[_side(a)] = sides[_side(a)].plus(held)
-        count = {k: h.count(self.floors) for k, h in sides.items()}
-        return max(count["pod"], count["job"]) >= count["booking"] > 0
+        sides = dict.fromkeys(_SIDES, Fraction(0))
+        sides.update((k, v.total) for k, v in self._sides.get(owner, {}).items())
+        return max(sides["pod"], sides["job"]) >= sides["booking"] > 0
 
     def _add(self, queue: str | None, gpus: Fraction) -> None:
         if queue is None or not gpus:

@@ -28,7 +28,6 @@ MPS limits memory, not compute). MIG instances have their own count (their slice
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -79,10 +78,9 @@ class ShareFloors:
                     "with a larger share")
         return None
 
-    def counted(self, parts: Iterable[Fraction]) -> Fraction:
-        """GPUs that one owner's shares on one device (their ``parts``) count."""
-        total = sum(parts, Fraction(0))
-        return max(total, self.fraction) if total else total
+    def counted(self, part: Fraction) -> Fraction:
+        """GPUs that one owner's shares on one device (``part`` of it together) count."""
+        return max(part, self.fraction) if part else part
 
 
 #: the manager's defaults (also what a caller that names no floors gets)

@@ -3,13 +3,15 @@ minGPUMemoryMiB for shares and MIG instances: pure, no server."""
 
 from __future__ import annotations
 
+import contextlib
+import random
 from fractions import Fraction
 
 import pytest
 
 from api.v1alpha1.types import Placement
 from internal.scheduling.framework import UNSCHEDULABLE, schedule
-from internal.scheduling.ledger import Ledger
+from internal.scheduling.ledger import Ledger, LedgerConflict
 from internal.scheduling.pods import PodHolding
 from internal.scheduling.queue_usage import UsageIndex, by_owner, placements_held
 from internal.scheduling.sharefloor import (
@@ -120,3 +122,43 @@ def test_min_gpu_memory_holds_for_a_mig_instance() -> None:
     assert not d.ok and d.reasons == {
         "n1": "no free MIG instance 1g.10gb (7 below 20000 MiB)"}, d.message
     assert schedule(workload("m", migProfile="1g.10gb", minGPUMemoryMiB=9984), snap, led).ok
+
+
+def test_the_index_floors_as_the_sum_done_again_after_any_changes() -> None:
+    """Bookings placed and placed again, pods and departures of small shares (the
+    floor raises most devices' counts): the index always equals the sum done again."""
+    rng = random.Random(11)
+    led = _led(8)
+    index = UsageIndex(led, lambda a: "a")
+    live: list[str] = []
+    raised = 0
+    shares = ["fraction=0.01", "fraction=0.02", "fraction=0.25", "memory=1024Mi"]
+    for step in range(500):
+        if live and rng.random() < 0.35:
+            key = live.pop(rng.randrange(len(live)))
+            if key.startswith("pod:"):
+                led.remove_holder(key)
+            else:
+                led.forget(key)
+        else:
+            owner = f"o{rng.randrange(6)}"
+            placements = [_share("n1", rng.randrange(8), rng.choice(shares), i)
+                          for i in range(rng.randrange(1, 4))]
+            if rng.random() < 0.5:
+                p = placements[0]
+                h = PodHolding(f"u{step}", f"ns-a/p{step}", "n1", tuple(p.devices), 0, owner,
+                               share=p.share or "")
+                led.set_pod(h)
+                live.append(h.key)
+                continue
+            key = rng.choice([k for k in live if not k.startswith("pod:")] or [f"ns-a/w{step}"])
+            with contextlib.suppress(LedgerConflict):
+                led.assume(key, placements, owner=owner, check_capacity=False)
+                if key not in live:
+                    live.append(key)
+        full = by_owner(led.allocations().values(), led.sharing)
+        assert {o: u.gpus for o, u in index.owners.items()} == {o: u.gpus for o, u in full.items()}
+        assert index.used.get("a", 0) == sum((u.gpus for u in full.values()), Fraction(0))
+        bare = by_owner(led.allocations().values(), led.sharing, ShareFloors(0, Fraction(0)))
+        raised += any(bare[o].gpus < u.gpus for o, u in full.items())
+    assert raised > 100, "the floor raised the count at many steps"
