@@ -49,16 +49,23 @@ unit: venv ## the unit tests only (no control plane)
 integration: venv testenv ## the integration tests only (local control plane)
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
-# The churn test as a soak (not in CI): 100 nodes x 8 GPUs, SOAK_SECONDS (600), nine
-# kill -9s, seed SEED (1); prints overlaps and stuck workloads at the end.
+# The churn tests as a soak (not in CI): the churn at 100 nodes x 8 GPUs, then the queue
+# churn (three GPUQueues in a cohort), each for SOAK_SECONDS (600) with nine kill -9s,
+# two kube-apiserver restarts and a 20 s etcd pause, seed SEED (1); each prints its
+# overlaps, quota overshoots, stuck workloads and orphans lost at the end.
 SOAK_SECONDS ?= 600
 SEED ?= 1
-soak: venv testenv ## the churn test at 100 nodes x 8 GPUs for SOAK_SECONDS (600) with nine kill -9s (SEED=, not in CI)
+soak: venv testenv ## the churn tests (100 x 8 GPUs; queues in a cohort) for SOAK_SECONDS (600) with kill -9s, kube-apiserver restarts and an etcd pause (SEED=, not in CI)
 	@mkdir -p $(TESTENV_DIR)
 	CHURN_SEED=$(SEED) CHURN_SECONDS=$(SOAK_SECONDS) CHURN_NODES=100 CHURN_GPUS=8 \
-	  CHURN_LIVE=450 CHURN_KILLS=9 CHURN_PACE=0.2 CHURN_LOG=$(TESTENV_DIR)/soak-$(SEED).log \
+	  CHURN_LIVE=450 CHURN_KILLS=9 CHURN_PACE=0.2 CHURN_RESTARTS=2 CHURN_ETCD_PAUSE=20 \
+	  CHURN_LOG=$(TESTENV_DIR)/soak-$(SEED).log \
 	  $(BIN)/pytest -s -q --timeout=$$(( $(SOAK_SECONDS) + 900 )) \
 	  tests/integration/controller/test_churn.py
+	CHURN_SEED=$(SEED) CHURN_SECONDS=$(SOAK_SECONDS) CHURN_KILLS=9 CHURN_RESTARTS=2 \
+	  CHURN_ETCD_PAUSE=20 CHURN_LOG=$(TESTENV_DIR)/soak-queues-$(SEED).log \
+	  $(BIN)/pytest -s -q --timeout=$$(( $(SOAK_SECONDS) + 900 )) \
+	  tests/integration/controller/test_queues_churn.py
 
 $(CHECKOV_VENV)/.stamp-$(CHECKOV_VERSION):
 	$(PYTHON) -m venv $(CHECKOV_VENV)

@@ -252,6 +252,17 @@ class ControlPlane:
         self.processes = {"etcd": self.processes["etcd"], "kube-apiserver": proc, **rest}
         proc.wait_ready(lambda: self.api("GET", "/readyz")[0] == 200, 120)
 
+    def pause_etcd(self, seconds: float) -> None:
+        """Stops etcd (SIGSTOP, by its PID) for ``seconds`` and lets it go on
+        (SIGCONT): kube-apiserver's requests hang meanwhile, as on a slow disk."""
+        pid = self.processes["etcd"].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
     def _write_kubeconfigs(self) -> None:
         """The admin's ``kubeconfig``, and one per component (``identities``)."""
         identities.write_kubeconfig(self.kubeconfig, self.server, self.ca.cert_path,

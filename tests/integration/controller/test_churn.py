@@ -2,18 +2,24 @@
 
 Workloads of every strategy, gangs, Job mode, preemptions (one of them a gang)
 whose victims are deleted with ``--cascade=orphan`` at several delays into the
-preemptor's wait, deleted replicas and kill -9 of the controller: created, deleted
-and failed at random (seeded) for a bounded time, while ``HolderWatch`` samples
-every live pod on every pod event. Across the whole run no (node, device) is held
-by two live pods of different workloads, and at its end no workload is left
-unplaced while its retry is due and the group has room for it, nor Scheduled while
-its pods run (``churn_checks.stuck``: a lost requeue). The controller runs as its
-own process (``python main.py manager``), so it can be killed with SIGKILL and
-started again, as a crashed pod would be.
+preemptor's wait, workloads orphan-deleted while they run, deleted replicas, kill -9
+of the controller, kube-apiserver restarts and an etcd pause: created, deleted and
+failed at random (seeded) for a bounded time, while ``HolderWatch`` samples every
+live pod on every pod event. Across the whole run no (node, device) is held by two
+live pods of different workloads, and at its end no workload is left unplaced while
+its retry is due and the group has room for it, nor Scheduled while its pods run
+(``churn_checks.stuck``: a lost requeue, or a phase read from a Job status the
+restart left stale), and every pod of a workload orphan-deleted while it ran is
+still Running (``--cascade=orphan`` keeps the pods and their devices; no
+``UnauthorizedDevices`` eviction). The controller runs as its own process (``python
+main.py manager``), so it can be killed with SIGKILL and started again, as a crashed
+pod would be.
 
 ``CHURN_SEED`` and ``CHURN_SECONDS`` change the seed and the duration; ``CHURN_NODES``,
 ``CHURN_GPUS``, ``CHURN_LIVE``, ``CHURN_KILLS`` and ``CHURN_PACE`` its size (``make
-soak`` runs 100 x 8 for ten minutes with nine kill -9s).
+soak`` runs 100 x 8 for ten minutes with nine kill -9s); ``CHURN_RESTARTS`` the
+kube-apiserver restarts (1) and ``CHURN_ETCD_PAUSE`` the seconds etcd is stopped
+once (3; ``make soak``: 2 restarts, 20 s).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from api.v1alpha1.keys import WORKLOAD_LABEL
 from api.v1alpha1.types import API_VERSION, SchedulingStrategy
 from hack.testenv import ControlPlane
 from hack.testenv.process import stop_child
@@ -55,6 +62,9 @@ LIVE_MAX = int(os.environ.get("CHURN_LIVE") or 10)
 KILLS = int(os.environ.get("CHURN_KILLS") or 2)
 #: the pause between two random actions is 0.1-0.5 s times this
 PACE = float(os.environ.get("CHURN_PACE") or 1.0)
+#: kube-apiserver restarts, spread over the run; one etcd pause of this many seconds
+RESTARTS = int(os.environ.get("CHURN_RESTARTS") or 1)
+ETCD_PAUSE = float(os.environ.get("CHURN_ETCD_PAUSE") or 3)
 
 
 class ControllerProcess:
@@ -96,6 +106,21 @@ class ControllerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def restarted_after_lease_loss(self) -> bool:
+        """If the process exited because it lost its Lease (a kube-apiserver restart
+        or an etcd pause longer than the renew deadline: the manager stops, as
+        controller-runtime's does), starts it again, as the kubelet restarts a
+        container, and says so; False if it runs, or exited for another reason."""
+        if self.proc is None or self.proc.poll() is None:
+            return False
+        with contextlib.suppress(OSError):
+            last = self.log.read_text(errors="replace").rsplit("--- start", 1)[-1]
+            if "leaderelection.lost" not in last:
+                return False
+        self.proc = None
+        self.start()
+        return True
+
     def tail(self, lines: int = 40) -> str:
         with contextlib.suppress(OSError):
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -117,6 +142,10 @@ class Churn:
         self.live: list[str] = []
         self.serial = 0
         self.done: Counter[str] = Counter()
+        #: pods of workloads orphan-deleted while they ran (pod -> workload), and the
+        #: pods the churn itself failed or deleted since
+        self.orphans: dict[str, str] = {}
+        self.touched: set[str] = set()
 
     def _name(self, prefix: str) -> str:
         self.serial += 1
@@ -189,6 +218,10 @@ class Churn:
             return
         name = self.live.pop(self.rng.randrange(len(self.live)))
         orphan = self.rng.random() < 0.1
+        if orphan:  # its running pods must run on: the garbage collector keeps them
+            self.orphans.update({p["metadata"]["name"]: name for p in self._pods()
+                                 if (p["metadata"].get("labels") or {}).get(WORKLOAD_LABEL)
+                                 == name})
         with contextlib.suppress(NotFound):
             self.admin.delete(API_VERSION, "GPUWorkload", name, namespace=self.ns,
                               propagation_policy="Orphan" if orphan else "Background")
@@ -204,6 +237,7 @@ class Churn:
         if not pods:
             return
         pod = self.rng.choice(pods)["metadata"]["name"]
+        self.touched.add(pod)
         try:
             self.cluster.set_pod_phase(self.ns, pod, "Failed", timeout=5)
             self.done["pod failed"] += 1
@@ -215,9 +249,28 @@ class Churn:
         if not pods:
             return
         pod = self.rng.choice(pods)["metadata"]["name"]
+        self.touched.add(pod)
         with contextlib.suppress(NotFound):
             self.admin.delete("v1", "Pod", pod, namespace=self.ns)
             self.done["pod deleted"] += 1
+
+    def orphans_lost(self) -> list[str]:
+        """Pods of orphan-deleted workloads that are no longer Running although the
+        churn never touched them (evicted, deleted or failed by someone else)."""
+        pods = {p["metadata"]["name"]: p
+                for p in self.admin.list("v1", "Pod", namespace=self.ns)["items"]}
+        lost = []
+        for pod, owner in sorted(self.orphans.items()):
+            p = pods.get(pod)
+            if pod in self.touched:
+                continue
+            if p is None or p["metadata"].get("deletionTimestamp") or \
+                    (p.get("status") or {}).get("phase") != "Running":
+                why = "gone" if p is None else (
+                    "deleting" if p["metadata"].get("deletionTimestamp")
+                    else (p.get("status") or {}).get("phase"))
+                lost.append(f"{pod} (of {owner}): {why}")
+        return lost
 
     def step(self) -> None:
         r = self.rng.random()
@@ -260,6 +313,9 @@ def test_churn_never_gives_a_device_to_two_workloads(
     # kill -9 at these points of the run (two: at 35% and 70%)
     kills = [SECONDS * (0.35 * (i + 1) if KILLS == 2 else (i + 1) / (KILLS + 1))
              for i in range(KILLS)]
+    # kube-apiserver restarts between the kills; the etcd pause at 85%
+    restarts = [SECONDS * (0.2 + 0.6 * i / max(1, RESTARTS)) for i in range(RESTARTS)]
+    pauses = [SECONDS * 0.85] if ETCD_PAUSE > 0 else []
     # preemptions: (when, replicas, delay of the victims' orphan delete into the wait),
     # three per 45 s
     delays = [(1, 0.2), (2, 1.0), (1, 2.0)]
@@ -270,12 +326,22 @@ def test_churn_never_gives_a_device_to_two_workloads(
         ctl.start()
         started = time.monotonic()
         while (elapsed := time.monotonic() - started) < SECONDS:
+            if ctl.restarted_after_lease_loss():
+                churn.done["controller restarts after losing its Lease"] += 1
             assert ctl.alive(), f"the controller exited:\n{ctl.tail()}"
             if kills and elapsed >= kills[0]:
                 kills.pop(0)
                 ctl.kill9()
                 churn.done["controller kill -9"] += 1
                 ctl.start()
+            if restarts and elapsed >= restarts[0]:
+                restarts.pop(0)
+                installed.restart_apiserver()
+                churn.done["kube-apiserver restart"] += 1
+            if pauses and elapsed >= pauses[0]:
+                pauses.pop(0)
+                installed.pause_etcd(ETCD_PAUSE)
+                churn.done[f"etcd paused {ETCD_PAUSE:g} s"] += 1
             if preemptions and elapsed >= preemptions[0][0]:
                 _, replicas, delay = preemptions.pop(0)
                 orphaner.watch(churn.preempt(replicas), delay)
@@ -287,6 +353,14 @@ def test_churn_never_gives_a_device_to_two_workloads(
         # No requeue lost: once the actions stop, nothing is left behind.
         left = settled(admin, namespace, nodes, GPUS, timeout=60)
         assert not left, f"left behind: {left}\n{ctl.tail()}"
+        # Orphans run on: none evicted as an intruder, none lost.
+        lost = churn.orphans_lost()
+        intruders = [e for e in admin.list("v1", "Event", namespace=namespace)["items"]
+                     if e.get("reason") == "UnauthorizedDevices"]
+        churn.done["orphaned pods kept"] = len(churn.orphans) - len(lost)
+        assert not lost and not intruders, (
+            f"orphans lost: {lost}; intruder Warnings: "
+            f"{[(e['involvedObject']['name'], e.get('message')) for e in intruders][:5]}")
 
         # Everything goes; the controller (our finalizer) sees every child gone.
         for name in churn.live:
@@ -321,3 +395,4 @@ def test_churn_never_gives_a_device_to_two_workloads(
     assert watch.overlaps == [], (
         f"{len(watch.overlaps)} overlaps, first: {watch.overlaps[:5]}\n{ctl.tail()}")
     assert churn.done["created"] >= 10 and churn.done["controller kill -9"] == KILLS
+    assert churn.done["kube-apiserver restart"] == RESTARTS

@@ -1,16 +1,20 @@
 """Three teams' queues under churn: random arrivals and deletes (seeded) across three
-GPUQueues of one cohort on 4 nodes x 4 GPUs, with reclaims, priorities and kill -9s
-of the controller (its own process, as in test_churn.py). At every pod event, no
-queue's live pods hold more than its nominal plus borrowing limit and no device is
-held by two workloads; no workload is preempted more than once by the same arrival
+GPUQueues of one cohort on 4 nodes x 4 GPUs (13 of the 16 GPUs the cohort's nominal
+quota), with reclaims, priorities, kill -9s of the controller (its own process, as in
+test_churn.py), kube-apiserver restarts and an etcd pause. At every pod event, no
+queue's live pods hold more than its nominal plus borrowing limit, the cohort's no
+more than its nominal total (a reclaimer waits for its victims' pods), and no device
+is held by two workloads; no workload is preempted more than once by the same arrival
 (``PreemptionWatch``: each time a workload's Preempted condition turns True, with
 the preemptor it names); afterwards the system settles: nothing is left waiting for
 victims, nothing Failed, every pending workload says its queue's reason, and each
 queue's status counts what its live pods hold.
 
 ``CHURN_SEED`` changes the seed (2511), ``CHURN_KILLS`` the kill -9s (2, at 35% and
-70% of the run), ``CHURN_SECONDS`` the duration (40), ``CHURN_LOG`` where the
-controller's log goes."""
+70% of the run), ``CHURN_SECONDS`` the duration (40), ``CHURN_RESTARTS`` the
+kube-apiserver restarts (1), ``CHURN_ETCD_PAUSE`` the seconds etcd is stopped once
+(3), ``CHURN_LOG`` where the controller's log goes. Every GPUWorkload create must be
+admitted, the ones right after a restart included."""
 
 from __future__ import annotations
 
@@ -36,11 +40,16 @@ from tests.integration.controller.preemptions import PreemptionWatch
 from tests.integration.controller.test_churn import ControllerProcess, release_finalizers
 from tests.waiting import eventually
 
-#: team -> (nominalGPUs, borrowingLimit); the cohort's 16 GPUs are the cluster's
-QUEUES = {"a": (6, 2), "b": (5, 3), "c": (5, 4)}
+#: team -> (nominalGPUs, borrowingLimit); the cohort's 13 GPUs of the cluster's 16
+QUEUES = {"a": (5, 2), "b": (4, 3), "c": (4, 4)}
+COHORT = sum(n for n, _ in QUEUES.values())
 CHURN_SECONDS = float(os.environ.get("CHURN_SECONDS") or 40)
 SEED = int(os.environ.get("CHURN_SEED") or 2511)
 KILLS = int(os.environ.get("CHURN_KILLS") or 2)
+RESTARTS = int(os.environ.get("CHURN_RESTARTS") or 1)
+#: workloads alive at once at most (a ten-minute soak must not pile up thousands)
+LIVE_MAX = 40
+ETCD_PAUSE = float(os.environ.get("CHURN_ETCD_PAUSE") or 3)
 LOG = os.environ.get("CHURN_LOG")
 WAITING = {"WaitingForQuota", "Queued", "WaitingForCapacity"}
 #: the last restart's manager leads within a Lease (15 s) of it; the backstop then
@@ -86,6 +95,8 @@ def test_queues_under_churn_never_exceed_quota_and_settle(
             live_gpus.clear()
             live_gpus.update(per)
             over.extend((n, g) for n, g in per.items() if g > ceiling[n])
+            if sum(per.values()) > COHORT:
+                over.append(("the cohort", sum(per.values())))
 
     watch = HolderWatch(admin, on_live=on_live).start()
     preempted = PreemptionWatch(admin, frozenset(ns.values())).start()
@@ -94,10 +105,16 @@ def test_queues_under_churn_never_exceed_quota_and_settle(
     kills = [CHURN_SECONDS * (0.35 * (i + 1) if KILLS == 2 else (i + 1) / (KILLS + 1))
              for i in range(KILLS)]
     killed = 0
+    restarts = [CHURN_SECONDS * (0.2 + 0.6 * i / max(1, RESTARTS)) for i in range(RESTARTS)]
+    pauses = [CHURN_SECONDS * 0.85] if ETCD_PAUSE > 0 else []
+    disturbed = Counter[str]()
     try:
         ctl.start()
         started = restarted = time.monotonic()
         while (elapsed := time.monotonic() - started) < CHURN_SECONDS:
+            if ctl.restarted_after_lease_loss():
+                disturbed["controller restarts after losing its Lease"] += 1
+                restarted = time.monotonic()
             assert ctl.alive(), f"the controller exited:\n{ctl.tail()}"
             if kills and elapsed >= kills[0]:
                 kills.pop(0)
@@ -105,7 +122,15 @@ def test_queues_under_churn_never_exceed_quota_and_settle(
                 killed += 1
                 ctl.start()
                 restarted = time.monotonic()
-            if live and rng.random() < 0.35:
+            if restarts and elapsed >= restarts[0]:
+                restarts.pop(0)
+                installed.restart_apiserver()
+                disturbed["kube-apiserver restarts"] += 1
+            if pauses and elapsed >= pauses[0]:
+                pauses.pop(0)
+                installed.pause_etcd(ETCD_PAUSE)
+                disturbed[f"etcd paused {ETCD_PAUSE:g} s"] += 1
+            if live and (rng.random() < 0.35 or len(live) >= LIVE_MAX):
                 team, name = live.pop(rng.randrange(len(live)))
                 delete_workload(admin, ns[team], name)
                 deleted += 1
@@ -123,6 +148,7 @@ def test_queues_under_churn_never_exceed_quota_and_settle(
                 live.append((team, name))
             time.sleep(rng.uniform(0.1, 0.5))
         assert made > 40 and deleted > 10 and killed == KILLS
+        assert disturbed["kube-apiserver restarts"] == RESTARTS
 
         why: list[str] = [""]
 
@@ -177,10 +203,11 @@ def test_queues_under_churn_never_exceed_quota_and_settle(
                 f"{exc}: {why[0]} (meanwhile {len(watch.overlaps)} overlaps, {len(over)} "
                 f"times above quota, preempted twice by one arrival: {preempted.repeated()})"
                 f"\n{ctl.tail()}") from None
-        print(f"\nqueue churn (seed {SEED}, {CHURN_SECONDS:.0f}s, {killed} kill -9s): "
+        print(f"\nqueue churn (seed {SEED}, {CHURN_SECONDS:.0f}s, {killed} kill -9s, "
+              f"{dict(disturbed)}): "
               f"{made} created, {deleted} deleted, {preempted.total()} preemptions, "
               f"{watch.samples} samples, {len(watch.overlaps)} overlaps")
-        assert over == [], f"a queue's live pods held more than its quota: {over[:5]}"
+        assert over == [], f"live pods held more than a quota: {over[:5]}"
         assert watch.overlaps == [], f"{watch.overlaps[:5]}\n{ctl.tail()}"
         assert preempted.repeated() == {}, "preempted more than once by one arrival"
         for t in QUEUES:
