@@ -143,3 +143,25 @@ def test_min_gpu_memory_holds_for_mig_instances_and_shares(
         admin.create(workload("share-ok", namespace, gpuShare={"fraction": "0.25"},
                               minGPUMemoryMiB=16 * GI, nodeSelector=group.selector))
         wait_phase(admin, namespace, "share-ok", "Running")
+
+
+def test_a_share_below_the_memory_floor_waits_outside_any_queue(
+        controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+    """512Mi: the API takes it (above 1Mi), the manager's --min-share-memory (1Gi)
+    does not; no queue selects the namespace, and still no retry is spent."""
+    node, = controller.wait_nodes(group.add(1, gpus=1))
+    with cleanup_gpunodes(admin, node):
+        _report(admin, node, [_device(node, 0)])
+        controller.sees(node, lambda i: i.has_gpunode and len(i.usable) == 1, "1 device")
+        admin.create(workload("half", namespace, gpuShare={"memory": "512Mi"},
+                              nodeSelector=group.selector, retryPolicy={"maxRetries": 0}))
+        cond = wait_condition(admin, namespace, "half", "Scheduled", "ShareBelowMinimum")
+        assert cond["message"].startswith(
+            "gpuShare memory 512Mi is below this cluster's smallest share, 1Gi (the "
+            "manager's --min-share-memory)"), cond["message"]
+        time.sleep(2)
+        st = get_workload(admin, namespace, "half")["status"]
+        assert st["phase"] == "Pending" and not st.get("retries"), st
+        admin.create(workload("one", namespace, gpuShare={"memory": "1Gi"},
+                              nodeSelector=group.selector))
+        wait_phase(admin, namespace, "one", "Running")
