@@ -28,6 +28,7 @@ MPS limits memory, not compute). MIG instances have their own count (their slice
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -55,7 +56,7 @@ class ShareFloors:
         if mib is None:
             raise ValueError(f"--min-share-memory {memory!r} is not a memory quantity "
                              "(e.g. 1Gi, 512Mi, 0)")
-        part = Fraction(0) if str(fraction).strip() in ("0", "0.0") else None
+        part = Fraction(0) if re.fullmatch(r"0(\.0{1,3})?", str(fraction).strip()) else None
         if part is None:
             try:
                 part = parse_fraction(fraction)
