@@ -58,7 +58,8 @@ def _pod(name: str, ns: str, gpus: str | None, *, init: bool = False,
 
 def _refused_eventually(create: Callable[[], Any], match: str, cleanup: Callable[[], Any],
                         what: str) -> None:
-    """The policies read GPUQueues through an informer: retry until it has the queue."""
+    """The policies read the marks the manager writes on a queue's namespaces: retry
+    until it has written them."""
     def refused() -> bool:
         try:
             create()
@@ -82,8 +83,10 @@ def test_a_tenant_cannot_change_or_create_a_queue(tenant: Client, admin: Client,
     assert admin.get(API_VERSION, "GPUQueue", mine)["spec"]["nominalGPUs"] == 4
 
 
-def test_a_tenant_cannot_name_another_teams_queue(tenant: Client, admin: Client,
-                                                  namespace: str, queues: Any) -> None:
+def test_a_tenant_cannot_name_another_teams_queue(controller: Running, tenant: Client,
+                                                  admin: Client, namespace: str,
+                                                  queues: Any) -> None:
+    """Refused once the manager marked the namespace (controllers/queues/marks.py)."""
     other_ns = f"other-{uuid.uuid4().hex[:6]}"
     admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other_ns}})
     try:
@@ -120,7 +123,8 @@ def test_the_gate_refuses_a_queue_that_came_to_not_select_the_namespace(
 
 
 def test_a_plain_gpu_pod_cannot_escape_its_namespaces_queue(
-        tenant: Client, admin: Client, namespace: str, queues: Any) -> None:
+        controller: Running, tenant: Client, admin: Client, namespace: str,
+        queues: Any) -> None:
     # no queue selects the namespace yet: a GPU pod is the tenant's business
     tenant.create(_pod("before", namespace, "1"))
     queue = queues("q", namespace)

@@ -33,6 +33,7 @@ from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
 from tests.waiting import eventually
 
 CRD = "crd/gpuqueues.gpu.orchestrator.dev"
+POLICIES = os.path.join(ROOT, "config", "crd", "tenant-isolation-admission-policies.yaml")
 #: restarts, and seconds of probing after each: a policy with GPUQueue params was a
 #: configuration error for up to 30 s after one (the API server's admission refreshes
 #: its discovery every 30 s)
@@ -172,15 +173,17 @@ def test_no_pod_we_would_admit_is_denied_across_apiserver_restarts_under_load(
 def test_no_pod_is_denied_while_gpuqueues_are_not_served(
         installed: ControlPlane, admin: Client, tenant: Client, namespace: str,  # noqa: F811
         plain: str) -> None:
-    """The GPUQueue CRD removed (an uninstall that took it first, an install whose CRD
-    is not established yet): plain pods are created as on a cluster without us. Put
-    back afterwards for the other tests."""
+    """Our policies created while the GPUQueue CRD is not served (an install whose CRD
+    is not established yet, a reinstall after an uninstall that took the CRD): plain
+    pods are created as on a cluster without us. The CRD is put back afterwards for
+    the other tests."""
     probes = _probes(admin, tenant, plain, namespace, None)
     installed.kubectl("delete", CRD, "--wait=true")
     try:
         eventually(lambda: installed.api("GET", f"/apis/{API_VERSION}/gpuqueues")[0] == 404,
                    timeout=30, what="GPUQueues no longer served")
-        # past the API server's next discovery refresh (every 30 s)
+        installed.kubectl("delete", "-f", POLICIES, "--wait=true")
+        installed.kubectl("apply", "-f", POLICIES)
         probes.run(PROBE_SECONDS)
         print(f"GPUQueue not served: {probes.report()}", file=sys.stderr)
     finally:
