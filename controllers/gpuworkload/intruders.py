@@ -134,9 +134,9 @@ class IntruderEvictor:
         node = (pod.get("spec") or {}).get("nodeName")
         log.info("pod.orphan.kept", pod=object_key(pod), workload=workload, devices=devices)
         self.recorder.normal(pod, ORPHANED, (
-            f"orphaned by GPUWorkload {workload} (deleted with --cascade=orphan): "
-            f"gpu-orchestrator created it, so it runs on and keeps its devices {devices} "
-            f"on {node}; they are free again once it ends or is deleted"))
+            f"its GPUWorkload {workload} was deleted with --cascade=orphan: gpu-orchestrator "
+            f"created this pod, so it runs on and keeps its devices {devices} on {node} "
+            "until it ends or is deleted"))
 
     def _evict(self, pod: JSON) -> None:
         meta = pod.get("metadata") or {}

@@ -93,9 +93,9 @@ def test_an_orphan_is_kept_with_an_event_and_a_forger_evicted_as_forged() -> Non
     assert [(n, t, r) for n, t, r, _ in recorder.events] == [
         ("w-0", "Normal", "Orphaned"), ("forged", "Warning", REASON)]
     assert recorder.events[0][3] == (
-        "orphaned by GPUWorkload team-a/w (deleted with --cascade=orphan): gpu-orchestrator "
-        "created it, so it runs on and keeps its devices 0,1 on node1; they are free again "
-        "once it ends or is deleted")
+        "its GPUWorkload team-a/w was deleted with --cascade=orphan: gpu-orchestrator "
+        "created this pod, so it runs on and keeps its devices 0,1 on node1 until it ends "
+        "or is deleted")
     assert "=2,3 was not set by gpu-orchestrator" in recorder.events[1][3]
     assert "the annotation is forged" in recorder.events[1][3]
 
