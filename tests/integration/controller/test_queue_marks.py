@@ -7,6 +7,8 @@ that loses it says so, and a workload waiting in the other is told."""
 from __future__ import annotations
 
 import contextlib
+import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -78,8 +80,11 @@ def test_the_marks_follow_the_queues_and_hold_a_tenants_gpu_pods(
         queues: Callable[..., str]) -> None:
     tenant.create(_gpu_pod(namespace), dry_run=True)  # no queue: the tenant's business
     b = queues("b", None)  # selects nothing yet
+    t0 = time.monotonic()
     a = queues("a", _selector(namespace))
     _wait_marks(admin, namespace, ("true", a))
+    print(f"namespace marked {time.monotonic() - t0:.2f}s after its GPUQueue's create",
+          file=sys.stderr)
     with pytest.raises(errors.Forbidden, match=f"namespace {namespace} is in GPUQueue {a}: a "
                        "pod may not request nvidia.com/gpu here outside the queue"):
         tenant.create(_gpu_pod(namespace), dry_run=True)

@@ -16,7 +16,7 @@ import pytest
 from api.v1alpha1.types import API_VERSION
 from hack.testenv import ControlPlane
 from internal.cli.main import main as gpu_main
-from runtime import Client
+from runtime import Client, errors
 from tests.integration.controller.conftest import (
     NodeGroup,
     Running,
@@ -26,9 +26,10 @@ from tests.integration.controller.conftest import (
     wait_condition,
     wait_events,
     wait_phase,
+    workload,
 )
 from tests.integration.controller.holders import HolderWatch
-from tests.integration.controller.queue_teams import Teams
+from tests.integration.controller.queue_teams import TEMPLATE, Teams
 from tests.waiting import eventually
 
 
@@ -138,14 +139,32 @@ def test_a_gang_above_its_quota_is_never_half_admitted(
 
 
 def test_a_workload_naming_a_missing_queue_waits(
-        controller: Running, admin: Client, teams: Teams, group: NodeGroup) -> None:
+        controller: Running, admin: Client, teams: Teams, group: NodeGroup,
+        namespace: str) -> None:
+    """In a namespace no queue selects yet; in one a queue selects, admission knows
+    its queues (the manager's marks) and refuses the name at once."""
     controller.wait_nodes(group.add(1, gpus=4))
-    teams.submit("a", "lost", group, queueName="no-such-queue")
-    cond = wait_condition(admin, teams.ns["a"], "lost", "Scheduled", "QueueNotFound")
+    eventually(lambda: _refused_missing(admin, teams), timeout=30,
+               what="a missing queue refused in a queued namespace")
+    admin.create(workload("lost", namespace, gpusPerReplica=4, nodeSelector=group.selector,
+                          queueName="no-such-queue", template=TEMPLATE))
+    cond = wait_condition(admin, namespace, "lost", "Scheduled", "QueueNotFound")
     assert cond["message"] == "GPUQueue no-such-queue does not exist"
     # created later, the queue admits it
-    teams.make_queue("no-such-queue", 4, teams.ns["a"])
+    teams.make_queue("no-such-queue", 4, namespace)
     try:
-        wait_phase(admin, teams.ns["a"], "lost", "Running", timeout=40)
+        wait_phase(admin, namespace, "lost", "Running", timeout=40)
     finally:
         admin.delete(API_VERSION, "GPUQueue", "no-such-queue")
+
+
+def _refused_missing(admin: Client, teams: Teams) -> bool:
+    ns = teams.ns["a"]
+    try:
+        admin.create(workload("lost", ns, gpusPerReplica=4, queueName="no-such-queue"),
+                     dry_run=True)
+    except errors.Forbidden as e:
+        assert (f"GPUQueue no-such-queue does not admit namespace {ns} (the GPUQueues that "
+                f"select it: {teams.queue['a']})") in str(e), str(e)
+        return True
+    return False
