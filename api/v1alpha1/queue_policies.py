@@ -26,7 +26,8 @@ policy                             what it refuses
 **No policy takes a GPUQueue as a param.** A policy whose ``paramKind`` is a custom
 resource is a configuration error while the API server's admission has not
 discovered that resource (up to 30 s after a kube-apiserver restart on a busy
-machine, ``python -m hack.admission_window``; always, while the CRD is not served),
+machine, ``python -m hack.admission_window``; for as long as the CRD is not served
+when the policy is configured, as at an install or a reinstall),
 and with ``failurePolicy: Fail`` it then denies every request it matches, before any
 match condition can exempt one. Instead the manager marks each namespace a GPUQueue
 selects (``controllers/queues/marks.py``): the label ``gpu.orchestrator.dev/queued=true``,
