@@ -18,7 +18,9 @@ and, every one, when a GPUQueue is created, deleted or its spec changes.
 | a system one (kube-system, ...)                | nothing: never marked                   |
 | marks as the queues say                        | nothing                                 |
 | marks that differ                              | one merge patch (with the namespace's   |
-|                                                | resourceVersion: a conflict requeues)   |
+|                                                | resourceVersion: a conflict requeues;   |
+|                                                | a refusal is logged, tried again in     |
+|                                                | ``REFUSED_RETRY`` seconds)              |
 
 Only the manager writes the marks (the ``queue-namespace-marks`` policy refuses
 anyone else but a cluster admin, and the manager any other change of a Namespace).
@@ -35,11 +37,13 @@ from api.v1alpha1.keys import QUEUED_LABEL, QUEUES_ANNOTATION
 from api.v1alpha1.policies import SYSTEM_NAMESPACES
 from api.v1alpha1.queue_policies import QUEUED
 from controllers.queues.book import QueueBook
-from runtime import Conflict, NotFound, Request, Result
+from runtime import Conflict, Forbidden, NotFound, Request, Result
 
 log = structlog.get_logger("queues.marks")
 
 JSON = Mapping[str, Any]
+#: seconds before a refused write of the marks is tried again
+REFUSED_RETRY = 60.0
 Marks = tuple[str | None, str | None]
 
 
@@ -91,6 +95,10 @@ class NamespaceMarks:
             return None
         except Conflict:
             return Result(requeue=True)  # the cache is behind: its event comes
+        except Forbidden as exc:  # RBAC or a policy older than this manager
+            log.warning("queues.namespace.mark_refused", namespace=req.name, error=str(exc),
+                        effect="the queue admission policies do not hold this namespace")
+            return Result(requeue_after=REFUSED_RETRY)
         log.info("queues.namespace.marked", namespace=req.name, queues=want[1] or "",
                  was=have[1] or "")
         return None

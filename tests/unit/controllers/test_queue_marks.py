@@ -127,3 +127,18 @@ def test_a_workload_waiting_in_its_default_queue_is_told_of_the_others() -> None
         "spec.queueName goes to a, the first by name; set spec.queueName to use another")
     named = c.state.decide(c.submit("team", "named", gpus=1, queueName="a"))
     assert named.wait_reason == WAITING_FOR_QUOTA and "also selected" not in named.message
+
+
+def test_a_refused_mark_is_logged_and_tried_again_later_not_in_a_loop() -> None:
+    """A manager newer than its RBAC (no patch on namespaces): no traceback loop."""
+    from runtime import Forbidden
+    from runtime.errors import ApiError
+
+    rec, client, _, _ = marks(queue("a", 4, "team"), namespaces=[ns("team")])
+
+    def refuse(*_: Any, **__: Any) -> None:
+        raise Forbidden(403, "Forbidden", 'namespaces "team" is forbidden')
+    client.patch = refuse  # type: ignore[method-assign]
+    assert issubclass(Forbidden, ApiError)
+    result = rec.reconcile(Request("", "team"))
+    assert result is not None and result.requeue_after == 60.0
