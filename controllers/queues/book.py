@@ -229,10 +229,15 @@ class QueueBook:
                  ledger: Ledger) -> dict[str, Fraction]:
         """``used`` once the victims of the preemptions under way are gone (their
         devices are their preemptors', counted in their bookings): what a reclaim
-        plans from, so that it never takes again what is already being taken."""
+        plans from, so that it never takes again what is already being taken. A
+        victim booked again (placed again before its preemptor's pods were made: it
+        keeps its owner, as an eviction spends no retry) counts in full: it is not
+        being taken any more."""
         gone = {o for a in ledger.bookings() if a.overlap for o in a.overlap}
         victims = []
         for o in gone & owners.keys():
+            if not owners[o].holder.holder:
+                continue  # its representative is a booking: booked again
             queue = self.queue_of(owners[o].holder)
             if queue is not None:
                 victims.append(Candidate(o, o, queue, 0, "", owners[o].gpus))

@@ -353,3 +353,35 @@ def test_a_reclaimer_waits_for_every_victims_pods_not_only_those_on_its_devices(
     c.gone("ns-a", "a7")
     assert c.state.blockers("ns-b/b0") == {}
     assert c.used() == {"a": 6.0, "b": 2.0}
+
+
+def test_a_victim_placed_again_counts_again_for_the_next_reclaim() -> None:
+    """Three queues of nominal 4 (a cohort of 12) on 16 GPUs. b0 reclaims c1; c1's pod
+    goes and, room made by c0's deletion, c1 is placed again (keeping its owner, as
+    an eviction spends no retry) before b0's pods are made. b1's reclaim must count
+    c1's new booking: planned as if c1 were still being taken, it takes a1 alone
+    (1 GPU for its 2) and the cohort runs 13 GPUs of its 12 once a1's pod is gone."""
+    zones = [node(f"node{i}", 4, labels={"pool": f"n{i}", "zone": "z" if i > 2 else "y"})
+             for i in range(1, 5)]
+    c = Cluster(queue("a", 4, "ns-a"), queue("b", 4, "ns-b"), queue("c", 4, "ns-c"))
+    c.state.rebuild(lambda: (zones, [], [], []))
+    c.run("ns-a", "a0", 4, nodeSelector={"pool": "n1"})
+    c.run("ns-a", "a1", 1, nodeSelector={"pool": "n2"})
+    c.run("ns-c", "c0", 4, nodeSelector={"pool": "n3"})
+    c.run("ns-c", "c1", 3, nodeSelector={"zone": "z"})
+    b0 = c.state.decide(c.submit("ns-b", "b0", 2, nodeSelector={"pool": "n2"}))
+    assert b0.outcome == PREEMPT and b0.victims == ["ns-c/c1"], b0.message
+    c.state.evicted("ns-c/c1")
+    c.gone("ns-c", "c1")
+    c.state.events.on_pod_deleted(child_pod("ns-c", "c0", "", []))  # c0 deleted
+    c.state.forget("ns-c/c0")
+    c.run("ns-a", "a2", 2, nodeSelector={"zone": "z"})
+    again = c.state.decide(GPUWorkload.model_validate(c.workloads.get_by_name("c1", "ns-c")))
+    assert again.ok, again.message
+    for p in again.placements:
+        c.state.events.on_pod(child_pod("ns-c", "c1", p.node, p.devices, p.index))
+    assert c.used() == {"a": 7.0, "b": 2.0, "c": 3.0}  # the cohort's 12
+    b1 = c.state.decide(c.submit("ns-b", "b1", 2, nodeSelector={"pool": "n2"}))
+    assert b1.outcome == PREEMPT, b1.message
+    taken = sum(4 if v == "ns-a/a0" else 2 if v == "ns-a/a2" else 1 for v in b1.victims)
+    assert 12 - taken + 2 <= 12, f"{b1.message}: the cohort would run {12 - taken + 2} of 12"
