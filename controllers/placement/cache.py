@@ -219,6 +219,17 @@ class PlacementCache:
             freed = before is not None and (after is None or holds_less(after, before))
             return problems, list(self.pending.waiting) if freed else None
 
+    def set_pod_usage(self, pod: JSON) -> None:
+        """Counts what ``pod`` requests on its node (node fit), whoever made it."""
+        with self._lock:
+            if self.ready:
+                self._snapshot.usage.set_pod(pod)
+
+    def remove_pod_usage(self, uid: str) -> None:
+        with self._lock:
+            if self.ready:
+                self._snapshot.usage.remove_pod(uid)
+
     def remove_holder(self, uid: str, holder: Holder) -> list[str] | None:
         """Forgets the pod or Job ``uid``; what to wake if it held anything."""
         with self._lock:

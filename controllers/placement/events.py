@@ -63,7 +63,8 @@ def more_room(before: Any, after: Any) -> bool:
     if before is None or not before.ready or before.unschedulable:
         return True
     return bool(after.usable - before.usable) or after.labels != before.labels or \
-        after.taints != before.taints or after.devices != before.devices
+        after.taints != before.taints or after.devices != before.devices or \
+        after.allocatable != before.allocatable
 
 
 def holds_less(after: Any, before: Any) -> bool:
@@ -171,12 +172,16 @@ class CacheEvents:
 
     def on_pod(self, pod: JSON) -> None:
         """Every pod holds what it holds (docs/architecture.md, invariant 1), whoever
-        made it; pod books' pods are booked by their book."""
+        made it; pod books' pods are booked by their book. Every pod's requests
+        count on its node (node fit, ``nodeusage.py``), GPUs or not."""
+        self._state.set_pod_usage(pod)
         if not self._state.owned(pod):
             self._sync_holder(pod, POD)
 
     def on_pod_deleted(self, pod: Any) -> None:
-        self._holder_gone(getattr(pod, "obj", pod) or {}, POD)
+        obj = getattr(pod, "obj", pod) or {}
+        self._state.remove_pod_usage(pod_uid(obj))
+        self._holder_gone(obj, POD)
 
     def on_job(self, job: JSON) -> None:
         """An unfinished Job of ours holds what its template names until it is gone

@@ -43,7 +43,9 @@ from internal.objects import JSON
 from internal.scheduling.bounds import MAX_GPUS_PER_NODE
 from internal.scheduling.framework import PREEMPT, UNSCHEDULABLE, Decision
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
-from internal.scheduling.ledger import Ledger, LedgerConflict, departing_key
+from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner, departing_key
+from internal.scheduling.nodefit import PodFit
+from internal.scheduling.nodeusage import NodeUsage
 from internal.scheduling.scheduler import Scheduler
 from internal.scheduling.search import check_exact
 from internal.scheduling.sharefloor import DEFAULT_FLOORS, ShareFloors
@@ -159,6 +161,7 @@ class PlacementState(PlacementCache):
             self._ledger = ledger
             self._snapshot = Snapshot.build(nodes, self.nodes.reset(gpunodes), ledger,
                                             self.max_gpus_per_node)
+            self._snapshot.usage = NodeUsage(pods)
             self.scheduler = Scheduler(self._snapshot, ledger, rng=self.rng,
                                        default_exposure=self.default_exposure,
                                        floors=self.share_floors)
@@ -259,6 +262,7 @@ class PlacementState(PlacementCache):
                 self.evictions.evict(w.key, victims, decision.evict_message
                                      or preempted_message(w.key, w.spec.priority))
                 decision.assume(self._ledger, w)
+                self._reserve(w)
                 self.evictions.block(w.key)
             if decision.ok or decision.outcome == PREEMPT:
                 self.pending.discard(w.key)
@@ -279,8 +283,16 @@ class PlacementState(PlacementCache):
                         effect="Unschedulable; the filters should have said so")
             return Decision(UNSCHEDULABLE, decision.strategy, message=str(exc),
                             visited=decision.visited)
+        self._reserve(w)
         self.evictions.unblock(w.key)
         return decision
+
+    def _reserve(self, w: GPUWorkload) -> None:
+        """Under the lock: ``w``'s pods' requests count on the nodes it is booked
+        on until its pods show there (node fit, ``nodeusage.py``)."""
+        usage = self._snapshot.usage
+        usage.reserve(booking_owner(w), PodFit.of((w.spec.template or {}).get("spec")))
+        usage.prune(self._ledger)
 
     def queue_usage(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """(queue -> GPUs used, owner -> what it holds), for the queues' status."""

@@ -24,6 +24,9 @@ from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
 from internal.scheduling.pods import pod_gpu_request, pod_uid
 
+#: what node fit (``internal/scheduling/nodefit.py``) reads of a pod's spec
+FIT_FIELDS = ("containers", "initContainers", "overhead", "hostNetwork", "nodeSelector",
+              "affinity", "tolerations")
 #: the most GPUs one seed pod may ask for: a GPUWorkload replica's (gpusPerReplica)
 MAX_GPUS_PER_POD = 64
 
@@ -62,7 +65,9 @@ def pod_model(pod: JSON, gpus: int, strategy: str, exposure: DeviceExposure,
               node_selector: bool = False) -> tuple[GPUWorkload | None, str]:
     """The pod as one replica of a GPUWorkload for the shared scheduler: ``gpus``
     GPUs, its tolerations (and its nodeSelector with ``node_selector``), keyed by
-    its own ``Pod:`` ledger key. (None, why) when it cannot be read as one."""
+    its own ``Pod:`` ledger key; its template is what node fit reads of the pod
+    (its containers' requests and host ports, its nodeSelector and required node
+    affinity). (None, why) when it cannot be read as one."""
     meta, spec = pod_meta(pod), pod_spec(pod)
     try:
         return GPUWorkload.model_validate({
@@ -73,8 +78,8 @@ def pod_model(pod: JSON, gpus: int, strategy: str, exposure: DeviceExposure,
                      "deviceExposure": exposure.value,
                      "nodeSelector": dict(spec.get("nodeSelector") or {})
                      if node_selector else {},
-                     "template": {"spec": {"tolerations": [
-                         dict(t) for t in spec.get("tolerations") or ()]}}},
+                     # what the kubelet checks again: node fit reads it
+                     "template": {"spec": {k: spec[k] for k in FIT_FIELDS if k in spec}}},
         }), ""
     except ValueError as exc:
         return None, f"cannot place the pod: {exc}"

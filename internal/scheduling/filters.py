@@ -5,7 +5,10 @@ In order (the first that fails gives the node's reason): node exists; not refuse
 for reporting more GPUs than a node may have (``bounds.py``); Ready; not
 cordoned and every NoSchedule/NoExecute taint tolerated by the template (for every
 strategy, an annotation map's named nodes included); labels match spec.nodeSelector;
-the GPUNode's heartbeat not stale; enough free healthy devices with at least
+node fit, what the kubelet checks again at admission (``fit_reason_of``: the
+template's nodeSelector and required node affinity, its CPU, memory, ephemeral
+storage and extended resources, one more pod, its host ports); the GPUNode's
+heartbeat not stale; enough free healthy devices with at least
 minGPUMemoryMiB; an NVLink-connected set when topology is Required.
 """
 
@@ -16,6 +19,7 @@ from typing import Any
 
 from api.v1alpha1.types import DeviceExposure
 from internal.scheduling.devicepicker import pick_devices
+from internal.scheduling.nodefit import fit_reason
 from internal.scheduling.sharefilter import filter_portion, wanted
 from internal.scheduling.snapshot import NodeInfo
 from internal.scheduling.taints import tolerates, untolerated_taint
@@ -72,6 +76,9 @@ def filter_node(
         for k, v in spec.node_selector.items():
             if node.labels.get(k) != v:
                 return f"does not match nodeSelector {k}={v}", (), 0
+    why = fit_reason_of(node, ctx)
+    if why is not None:
+        return why, (), 0
     if node.stale:
         return STALE_REASON, (), 0
     if spec.device_exposure is DeviceExposure.DRA and not node.dra_driver:
@@ -123,6 +130,25 @@ def filter_node(
     if pick.devices is None:
         return pick.reason, (), free_count
     return None, pick.devices, free_count
+
+
+def fit_reason_of(node: NodeInfo, ctx: Context) -> str | None:
+    """What the kubelet would refuse one more replica's pod on ``node`` for: the
+    template's nodeSelector and required node affinity, then its requests, one more
+    pod and its host ports against what the node's pods and the replicas booked
+    there take (``nodefit.py``, ``nodeusage.py``), this decision's own included."""
+    fit = ctx.fit
+    if fit.node_selector or fit.terms is not None:
+        why = fit.selector_reason(node.labels, node.name)
+        if why is not None:
+            return why
+    if not node.allocatable and fit.empty:
+        return None
+    used = ctx.snapshot.usage.on(node.name, ctx.view.ledger if not fit.empty else None)
+    mine = ctx.view.replicas_on.get(node.name, 0)
+    if mine:
+        used.add(fit, mine)
+    return fit_reason(node.allocatable, used.requests, used.pods, used.ports, fit)
 
 
 def _filter_exact(

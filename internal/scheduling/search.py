@@ -81,7 +81,7 @@ def _place_searched(strategy: Strategy, ctx: Context) -> tuple[list[Placement] |
             portion = ctx.portions[chosen.name]
             ctx.view.taken_portions.setdefault((chosen.name, chosen.devices[0]), []).append(
                 portion)
-            ctx.view.last_node = chosen.name
+            ctx.view.took_replica(chosen.name)
             placements.append(Placement(index=index, node=chosen.name,
                                         devices=list(chosen.devices),
                                         share=portion.text() or None, mig=portion.mig or None))

@@ -44,6 +44,7 @@ from internal.scheduling.inventory import (
     is_stale,
     stale_view,
 )
+from internal.scheduling.nodeusage import NodeUsage, node_allocatable
 from internal.scheduling.shares import MigInstance, NodeSharing
 
 if TYPE_CHECKING:
@@ -86,6 +87,8 @@ class NodeInfo:
     dra_driver: str = ""
     #: why the node is refused (it reports too much, ``bounds.py``): nothing offered
     refused: str = ""
+    #: status.allocatable in node fit's units, GPUs left out (``nodeusage.py``)
+    allocatable: dict[str, int] = field(default_factory=dict)
 
     @property
     def usable(self) -> frozenset[int]:
@@ -219,6 +222,8 @@ class Snapshot:
         #: GPUNode name -> why it is ignored (see :func:`gpunode_mismatch`)
         self.ignored: dict[str, str] = {}
         self.ledger = ledger
+        #: what each node's pods request (kept by the pod events; node fit reads it)
+        self.usage = NodeUsage()
         self._cost_levels: list[tuple[float, list[str]]] | None = None
 
     # ----------------------------------------------------------------- building
@@ -290,6 +295,7 @@ class Snapshot:
             dra_driver=str((((g or {}).get("metadata") or {}).get("annotations") or {}).get(
                 DRA_DRIVER_ANNOTATION) or ""),
             refused=refused or "",
+            allocatable=node_allocatable(raw),
         )
         old = self.nodes.get(name)
         if refused and (old is None or old.refused != refused):

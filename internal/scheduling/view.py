@@ -11,6 +11,7 @@ from typing import Any
 
 from api.v1alpha1.types import GPUWorkload
 from internal.scheduling.ledger import Ledger
+from internal.scheduling.nodefit import PodFit
 from internal.scheduling.snapshot import NodeInfo, Snapshot
 
 
@@ -30,6 +31,8 @@ class View:
         #: (node, device) -> the shares and MIG instances this decision took there
         self.taken_portions: dict[tuple[str, int], list[Any]] = {}
         self.last_node: str | None = None  # node of the latest take (gang order)
+        #: node -> replicas this decision placed there (node fit counts their pods)
+        self.replicas_on: dict[str, int] = {}
         # nodes where released owners hold something: their index entry is stale
         self.extra_nodes: list[str] = sorted(
             {n for a in ledger.allocations().values() if a.owner in self.released
@@ -63,9 +66,14 @@ class View:
 
     def take(self, node: str, devices: Iterable[int], count: int = 0) -> None:
         self.taken.setdefault(node, set()).update(devices)
-        self.last_node = node
+        self.took_replica(node)
         if count:
             self.taken_count[node] = self.taken_count.get(node, 0) + count
+
+    def took_replica(self, node: str) -> None:
+        """One more replica of this decision goes on ``node``."""
+        self.last_node = node
+        self.replicas_on[node] = self.replicas_on.get(node, 0) + 1
 
     def index_free(self, node: str) -> int:
         """The (possibly stale) free count of the ledger's index: a cheap bound."""
@@ -97,6 +105,11 @@ class Context:
     spread: bool = True
     #: node -> the share or MIG instance the latest filter chose there
     portions: dict[str, Any] = field(default_factory=dict)
+    #: what one replica's pod asks of its node beyond GPUs (the template's)
+    fit: PodFit = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.fit = PodFit.of((self.workload.spec.template or {}).get("spec"))
 
     @property
     def key(self) -> str:

@@ -1,0 +1,224 @@
+"""Node fit: what the kubelet re-checks at admission (nodefit.py, nodeusage.py) and
+its use by the filters of every strategy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from internal.scheduling import UNSCHEDULABLE, schedule
+from internal.scheduling.nodefit import (
+    PodFit,
+    fit_reason,
+    host_ports,
+    pod_requests,
+    port_clash,
+    term_matches,
+)
+from internal.scheduling.nodeusage import NodeUsage, node_allocatable
+from tests.unit.scheduling.helpers import cluster, node, workload
+
+
+def sized(name: str, cpu: str = "16", memory: str = "64Gi", pods: str = "110",
+          gpus: int = 4, **kw: Any) -> dict[str, Any]:
+    n = node(name, gpus, **kw)
+    n["status"]["allocatable"].update({"cpu": cpu, "memory": memory, "pods": pods})
+    return n
+
+
+def ctr(cpu: str | None = None, memory: str | None = None, *, limits: bool = False,
+        ports: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
+    res = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
+    out: dict[str, Any] = {"name": "c", "resources": {"limits" if limits else "requests": res},
+                           **extra}
+    if ports:
+        out["ports"] = ports
+    return out
+
+
+def pod(uid: str, node_name: str, *containers: dict[str, Any], phase: str = "Running",
+        **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"uid": uid, "name": uid, "namespace": "ns"},
+            "spec": {"nodeName": node_name, "containers": list(containers), **spec},
+            "status": {"phase": phase}}
+
+
+# ------------------------------------------------------------- requests
+
+
+def test_requests_sum_containers_and_take_limits_where_no_request() -> None:
+    spec = {"containers": [ctr("500m", "1Gi"), ctr("2", limits=True)]}
+    assert pod_requests(spec) == {"cpu": 2500, "memory": 1 << 30}
+
+
+def test_an_init_container_larger_than_the_containers_sets_the_request() -> None:
+    spec = {"containers": [ctr("1"), ctr("1")], "initContainers": [ctr("3", "1Mi")],
+            "overhead": {"cpu": "250m"}}
+    # max(sum 2, init 3) + overhead
+    assert pod_requests(spec) == {"cpu": 3250, "memory": 1 << 20}
+
+
+def test_a_sidecar_runs_beside_the_containers_and_the_later_inits() -> None:
+    spec = {"containers": [ctr("1")],
+            "initContainers": [ctr("1", restartPolicy="Always"), ctr("2")]}
+    # containers 1 + sidecar 1 = 2; the later init 2 + sidecar 1 = 3
+    assert pod_requests(spec) == {"cpu": 3000}
+
+
+def test_gpus_are_left_to_the_gpu_filters() -> None:
+    c = {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2", "example.com/nic": "1"}}}
+    assert pod_requests({"containers": [c]}) == {"example.com/nic": 1}
+
+
+# ------------------------------------------------------------------ ports
+
+
+def test_host_ports_clash_on_the_same_port_and_protocol_unless_both_ips_differ() -> None:
+    a = host_ports({"containers": [ctr(ports=[{"containerPort": 80, "hostPort": 8080}])]})
+    assert a == {("TCP", "", 8080)}
+    assert port_clash(a, [("TCP", "10.0.0.1", 8080)]) is not None
+    assert port_clash(a, [("UDP", "", 8080)]) is None
+    assert port_clash({("TCP", "10.0.0.1", 1)}, [("TCP", "10.0.0.2", 1)]) is None
+    assert host_ports({"hostNetwork": True,
+                       "containers": [ctr(ports=[{"containerPort": 9000}])]}) == {
+        ("TCP", "", 9000)}
+
+
+# -------------------------------------------------------------- affinity
+
+
+@pytest.mark.parametrize(
+    ("expr", "ok"),
+    [
+        ({"key": "zone", "operator": "In", "values": ["a", "b"]}, True),
+        ({"key": "zone", "operator": "NotIn", "values": ["a"]}, False),
+        ({"key": "zone", "operator": "Exists"}, True),
+        ({"key": "gone", "operator": "DoesNotExist"}, True),
+        ({"key": "cores", "operator": "Gt", "values": ["15"]}, True),
+        ({"key": "cores", "operator": "Lt", "values": ["16"]}, False),
+        ({"key": "zone", "operator": "Gt", "values": ["1"]}, False),  # not a number
+    ],
+)
+def test_match_expressions_read_like_kubernetes(expr: dict[str, Any], ok: bool) -> None:
+    labels = {"zone": "a", "cores": "16"}
+    assert term_matches({"matchExpressions": [expr]}, labels, "n1") is ok
+
+
+def test_match_fields_name_the_node_and_an_empty_term_matches_nothing() -> None:
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+    assert term_matches(term, {}, "n1")
+    assert not term_matches(term, {}, "n2")
+    assert not term_matches({}, {}, "n1")
+
+
+# -------------------------------------------------------------------- fit
+
+
+def test_fit_names_what_is_short_in_kube_schedulers_words() -> None:
+    fit = PodFit.of({"containers": [ctr("8", "4Gi")]})
+    alloc = {"cpu": 16000, "memory": 64 << 30, "pods": 110}
+    assert fit_reason(alloc, {"cpu": 14000}, 3, (), fit) == "2 CPU free, needs 8"
+    assert fit_reason(alloc, {"memory": 62 << 30}, 3, (), fit) == \
+        "2Gi memory free, needs 4Gi"
+    assert fit_reason(alloc, {}, 110, (), fit) == "too many pods (110 of 110)"
+    assert fit_reason(alloc, {}, 3, (), fit) is None
+    # a node that does not say its CPU is not checked for it; an extended resource is 0
+    assert fit_reason({}, {}, 0, (), fit) is None
+    nic = PodFit.of({"containers": [{"name": "c", "resources": {
+        "requests": {"example.com/nic": "1"}}}]})
+    assert fit_reason({}, {}, 0, (), nic) == "0 example.com/nic free, needs 1"
+
+
+def test_usage_follows_pod_events_and_ignores_finished_and_unbound_pods() -> None:
+    u = NodeUsage([pod("a", "n1", ctr("2")), pod("b", "n1", ctr("1"), phase="Succeeded"),
+                   pod("c", "", ctr("5"))])
+    assert u.on("n1").requests == {"cpu": 2000} and u.pods_on("n1") == 1
+    u.set_pod(pod("a", "n1", ctr("2")))  # seen again: nothing changes
+    u.set_pod(pod("d", "n1", ctr("500m", ports=[{"containerPort": 1, "hostPort": 80}])))
+    assert u.on("n1").requests == {"cpu": 2500} and u.on("n1").ports == [("TCP", "", 80)]
+    u.set_pod(pod("a", "n1", ctr("2"), phase="Failed"))
+    u.remove_pod("d")
+    assert u.on("n1").requests == {} and u.pods_on("n1") == 0 and u.on("n1").ports == []
+
+
+def test_node_allocatable_in_fit_units() -> None:
+    assert node_allocatable(sized("n", cpu="15500m")) == {
+        "cpu": 15500, "memory": 64 << 30, "pods": 110}
+
+
+# --------------------------------------------------------- in the filters
+
+
+def test_the_templates_node_selector_is_honoured() -> None:
+    snap, led = cluster(sized("node1"), sized("node4", labels={"kubernetes.io/hostname": "node4"}))
+    w = workload(gpusPerReplica=1, template={"spec": {
+        "nodeSelector": {"kubernetes.io/hostname": "node4"}, "containers": [ctr("1")]}})
+    assert schedule(w, snap, led).nodes == ["node4"]
+
+
+def test_required_node_affinity_is_honoured_and_said() -> None:
+    snap, led = cluster(sized("node1", labels={"zone": "a"}), sized("node2", labels={"zone": "b"}))
+    aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "zone", "operator": "In", "values": ["b"]}]}]}}}
+    w = workload(gpusPerReplica=3, replicas=2, template={"spec": {"affinity": aff}})
+    d = schedule(w, snap, led)
+    assert d.outcome == UNSCHEDULABLE
+    assert d.reasons["node1"] == "does not match the template's required node affinity"
+    assert schedule(workload(gpusPerReplica=1, template={"spec": {"affinity": aff}}),
+                    snap, led).nodes == ["node2"]
+
+
+def test_a_replica_asking_more_cpu_than_any_node_has_waits_with_the_reason() -> None:
+    snap, led = cluster(sized("node1"), sized("node2"))
+    w = workload(gpusPerReplica=1, template={"spec": {"containers": [ctr("64")]}})
+    d = schedule(w, snap, led)
+    assert d.outcome == UNSCHEDULABLE
+    assert d.reasons == {"node1": "16 CPU free, needs 64", "node2": "16 CPU free, needs 64"}
+    assert "node1, node2: 16 CPU free, needs 64" in d.message
+
+
+def test_the_nodes_pods_and_the_gangs_own_replicas_count() -> None:
+    snap, led = cluster(sized("node1"), sized("node2"))
+    snap.usage.set_pod(pod("x", "node1", ctr("10")))
+    w = workload(gpusPerReplica=1, replicas=2, template={"spec": {"containers": [ctr("6")]}})
+    d = schedule(w, snap, led, "bestFit")
+    # node1 has 6 CPU left: one replica; the second goes to node2
+    assert sorted(p.node for p in d.placements) == ["node1", "node2"]
+    # 1 on node1, 2 on node2 (16 CPU): a fourth has no room
+    four = workload(gpusPerReplica=1, replicas=4,
+                    template={"spec": {"containers": [ctr("6")]}})
+    assert schedule(four, snap, led).outcome == UNSCHEDULABLE
+
+
+def test_a_host_port_is_never_shared_on_a_node() -> None:
+    snap, led = cluster(sized("node1"), sized("node2"))
+    port = [{"containerPort": 80, "hostPort": 8080}]
+    snap.usage.set_pod(pod("x", "node1", ctr(ports=port)))
+    w = workload(gpusPerReplica=1, replicas=2,
+                 template={"spec": {"containers": [ctr(ports=port)]}})
+    d = schedule(w, snap, led)
+    assert d.outcome == UNSCHEDULABLE
+    assert d.reasons["node1"] == "host port 0.0.0.0:8080/TCP in use"
+    one = workload(gpusPerReplica=1, template={"spec": {"containers": [ctr(ports=port)]}})
+    assert schedule(one, snap, led).nodes == ["node2"]
+
+
+def test_a_node_at_its_pod_limit_is_skipped() -> None:
+    snap, led = cluster(sized("node1", pods="1"), sized("node2", pods="2"))
+    snap.usage.set_pod(pod("x", "node1", ctr()))
+    d = schedule(workload(gpusPerReplica=1), snap, led)
+    assert d.nodes == ["node2"]
+
+
+def test_a_booking_counts_before_its_pods_show() -> None:
+    snap, led = cluster(sized("node1"))
+    fit_of = {"containers": [ctr("10")]}
+    first = workload("a", gpusPerReplica=1, template={"spec": fit_of})
+    d = schedule(first, snap, led)
+    d.assume(led, first)
+    from internal.scheduling.ledger import booking_owner
+    snap.usage.reserve(booking_owner(first), PodFit.of(fit_of))
+    second = workload("b", gpusPerReplica=1, template={"spec": fit_of})
+    assert schedule(second, snap, led).reasons == {"node1": "6 CPU free, needs 10"}
