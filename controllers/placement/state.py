@@ -262,7 +262,7 @@ class PlacementState(PlacementCache):
                 self.evictions.evict(w.key, victims, decision.evict_message
                                      or preempted_message(w.key, w.spec.priority))
                 decision.assume(self._ledger, w)
-                self._reserve(w)
+                self._reserve(w, decision)
                 self.evictions.block(w.key)
             if decision.ok or decision.outcome == PREEMPT:
                 self.pending.discard(w.key)
@@ -283,16 +283,16 @@ class PlacementState(PlacementCache):
                         effect="Unschedulable; the filters should have said so")
             return Decision(UNSCHEDULABLE, decision.strategy, message=str(exc),
                             visited=decision.visited)
-        self._reserve(w)
+        self._reserve(w, decision)
         self.evictions.unblock(w.key)
         return decision
 
-    def _reserve(self, w: GPUWorkload) -> None:
+    def _reserve(self, w: GPUWorkload, decision: Decision) -> None:
         """Under the lock: ``w``'s pods' requests count on the nodes it is booked
         on until its pods show there (node fit, ``nodeusage.py``)."""
-        usage = self._snapshot.usage
-        usage.reserve(booking_owner(w), PodFit.of((w.spec.template or {}).get("spec")))
-        usage.prune(self._ledger)
+        self._snapshot.usage.reserve(
+            w.key, booking_owner(w), PodFit.of((w.spec.template or {}).get("spec")),
+            [p.node for p in decision.placements])
 
     def queue_usage(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """(queue -> GPUs used, owner -> what it holds), for the queues' status."""

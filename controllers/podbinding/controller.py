@@ -11,13 +11,14 @@ One reconcile of pod ``namespace/name``:
 3. Unbound, with the ``gpu-scheduling-map`` annotation: its replica index (the
    ``apps.kubernetes.io/pod-index`` label, else the name's ordinal) picks the line
    of the map; the named node must exist, be Ready, and be neither cordoned nor
-   tainted NoSchedule/NoExecute unless the pod tolerates it, and its GPU agent must
-   be reporting; the named devices must exist, be healthy and be held by no other
+   tainted NoSchedule/NoExecute unless the pod tolerates it, fit the pod as the
+   kubelet checks at admission (node fit: ``internal/scheduling/nodefit.py``), and
+   its GPU agent must be reporting; the named devices must exist, be healthy and be held by no other
    owner: the exact-map filters of a mapped GPUWorkload, in their words
    (``internal/scheduling/filters.py``, through ``PlacementView.check_exact``).
    Unbound, without a map: the default strategy places one replica of
-   ``nvidia.com/gpu`` limit (else 1) GPUs, honouring the pod's nodeSelector and
-   tolerations.
+   ``nvidia.com/gpu`` limit (else 1) GPUs, honouring the pod's nodeSelector,
+   tolerations and node fit.
    Where it goes is ``controllers.podbinding.seedplan``'s, read from a read-only view of the
    placement state. The placement is booked in the shared ledger, under the state
    lock (``PlacementState.book_seed``), then the pod is bound; a failed bind

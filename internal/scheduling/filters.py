@@ -19,7 +19,7 @@ from typing import Any
 
 from api.v1alpha1.types import DeviceExposure
 from internal.scheduling.devicepicker import pick_devices
-from internal.scheduling.nodefit import fit_reason
+from internal.scheduling.nodefit import PODS, pods_reason
 from internal.scheduling.sharefilter import filter_portion, wanted
 from internal.scheduling.snapshot import NodeInfo
 from internal.scheduling.taints import tolerates, untolerated_taint
@@ -138,17 +138,17 @@ def fit_reason_of(node: NodeInfo, ctx: Context) -> str | None:
     pod and its host ports against what the node's pods and the replicas booked
     there take (``nodefit.py``, ``nodeusage.py``), this decision's own included."""
     fit = ctx.fit
-    if fit.node_selector or fit.terms is not None:
+    if fit.selective:
         why = fit.selector_reason(node.labels, node.name)
         if why is not None:
             return why
-    if not node.allocatable and fit.empty:
-        return None
-    used = ctx.snapshot.usage.on(node.name, ctx.view.ledger if not fit.empty else None)
-    mine = ctx.view.replicas_on.get(node.name, 0)
-    if mine:
-        used.add(fit, mine)
-    return fit_reason(node.allocatable, used.requests, used.pods, used.ports, fit)
+    mine = ctx.view.replicas_on.get(node.name, 0) if ctx.view.replicas_on else 0
+    if fit.empty:  # the common case: only the pod count (no copies, no bookings read)
+        cap = node.allocatable.get(PODS)
+        return None if cap is None else pods_reason(
+            ctx.snapshot.usage.pods_on(node.name) + mine, cap)
+    return ctx.snapshot.usage.refusal(node.name, node.allocatable, fit, mine,
+                                      ctx.view.ledger)
 
 
 def _filter_exact(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from api.v1alpha1.keys import GPU_RESOURCE
@@ -191,15 +191,40 @@ class PodFit:
     ports: frozenset[Port] = frozenset()
     node_selector: Mapping[str, str] | None = None
     terms: list[Mapping[str, Any]] | None = None
+    #: asks for nothing that other pods could take (set from the above)
+    empty: bool = field(init=False, default=True)
+    #: the requests in name order (set from the above)
+    ordered: tuple[tuple[str, int], ...] = field(init=False, default=())
+    #: (resource, request, a resource every node reports) in name order
+    checks: tuple[tuple[str, int, bool], ...] = field(init=False, default=())
+    #: has a nodeSelector or required node affinity (set from the above)
+    selective: bool = field(init=False, default=False)
 
-    @property
-    def empty(self) -> bool:
-        """Asks for nothing that other pods could take."""
-        return not self.requests and not self.ports
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "empty", not self.requests and not self.ports)
+        object.__setattr__(self, "ordered", tuple(sorted(self.requests.items())))
+        object.__setattr__(self, "checks",
+                           tuple((r, n, r in STANDARD) for r, n in self.ordered))
+        object.__setattr__(self, "selective",
+                           bool(self.node_selector) or self.terms is not None)
 
     @classmethod
     def of(cls, spec: Mapping[str, Any] | None) -> PodFit:
-        spec = spec or {}
+        """The fit of a pod of ``spec``; the same spec object read again is not
+        parsed again (a workload's template, decision after decision)."""
+        if spec is None:
+            return _NO_FIT
+        hit = _SEEN.get(id(spec))
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        fit = cls.parse(spec)
+        if len(_SEEN) >= 256:
+            _SEEN.clear()
+        _SEEN[id(spec)] = (spec, fit)
+        return fit
+
+    @classmethod
+    def parse(cls, spec: Mapping[str, Any]) -> PodFit:
         sel = spec.get("nodeSelector")
         return cls(pod_requests(spec), host_ports(spec),
                    {str(k): str(v) for k, v in sel.items()} if sel else None,
@@ -217,6 +242,11 @@ class PodFit:
         return None
 
 
+_NO_FIT = PodFit({})
+#: id(spec) -> (spec, its fit): the spec is kept, so its id is not reused meanwhile
+_SEEN: dict[int, tuple[Mapping[str, Any], PodFit]] = {}
+
+
 def quantity_text(resource: str, n: int) -> str:
     """A count in fit's units as a person reads it: 2 CPU, 500m CPU, 3Gi memory."""
     if resource == CPU:
@@ -231,23 +261,28 @@ def quantity_text(resource: str, n: int) -> str:
     return f"{n} {resource}"
 
 
+def pods_reason(pods: int, cap: int) -> str | None:
+    """Why one more pod does not fit beside ``pods`` on a node of ``cap`` pods."""
+    return f"too many pods ({pods} of {cap})" if pods >= cap else None
+
+
 def fit_reason(allocatable: Mapping[str, int], used: Mapping[str, int], pods: int,
-               ports: Iterable[Port], fit: PodFit) -> str | None:
+               ports: Iterable[Port], fit: PodFit, mine: int = 0) -> str | None:
     """Why one more pod of ``fit`` does not fit a node of ``allocatable`` whose pods
-    request ``used``, number ``pods`` and take ``ports``; None when it fits."""
+    request ``used``, number ``pods`` and take ``ports``, beside ``mine`` more pods
+    of ``fit`` (a gang's replicas already put there); None when it fits."""
     cap = allocatable.get(PODS)
-    if cap is not None and pods + 1 > cap:
-        return f"too many pods ({pods} of {cap})"
-    for r in sorted(fit.requests):
-        want = fit.requests[r]
+    if cap is not None and pods + mine >= cap:
+        return pods_reason(pods + mine, cap)
+    for r, want in fit.ordered:
         have = allocatable.get(r)
         if have is None and r in STANDARD:
             continue
-        free = max(0, (have or 0) - used.get(r, 0))
+        free = max(0, (have or 0) - used.get(r, 0) - mine * want)
         if want > free:
             return f"{quantity_text(r, free)} free, needs {quantity_text(r, want).split(' ')[0]}"
     if fit.ports:
-        clash = port_clash(fit.ports, ports)
+        clash = next(iter(sorted(fit.ports))) if mine else port_clash(fit.ports, ports)
         if clash is not None:
             return f"host port {port_text(clash)} in use"
     return None

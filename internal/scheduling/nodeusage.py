@@ -8,10 +8,11 @@ Guarantees:
   deleted still counts). A pod is recorded by UID; an event seen twice changes
   nothing, and a pod's requests are read again only when its node or its
   ``metadata.generation`` changed (a pod's resources change only by a resize).
-- **A booking counts before its pods exist**: ``reserve`` records what one replica
-  of a booked workload asks (only when it asks for something); until its pods show
-  on a node, each replica booked there counts as one such pod (``on``). Reservations
-  of bookings the ledger no longer has are ignored, and pruned by ``prune``.
+- **A booking counts before its pods exist**: ``reserve`` records, per node, the
+  replicas a booking put there and what one asks (only when it asks for something);
+  each pod of its owner that shows on the node takes one off, and until then the
+  missing ones count (``on``). A reservation whose booking the ledger no longer has
+  (released before its pods were made) is dropped when its node is next read.
 - No lock of its own: its owner (the placement cache) calls it under its lock.
 """
 
@@ -27,6 +28,7 @@ from internal.scheduling.nodefit import (
     PODS,
     PodFit,
     Port,
+    fit_reason,
     host_ports,
     pod_requests,
     resources,
@@ -46,15 +48,30 @@ class _Pod:
     ports: frozenset[Port]
 
 
+@dataclass(frozen=True, slots=True)
+class _Reserved:
+    key: str  # the booking's ledger key
+    missing: int  # replicas booked on the node whose pods do not show yet
+    fit: PodFit
+
+
+_NONE: Mapping[str, int] = {}
+
+
 @dataclass(slots=True)
 class Used:
-    """What is taken on one node: requests, the pod count, host ports."""
+    """What is taken on one node: requests, the pod count, host ports (read-only
+    views of the running sums until ``add`` copies them)."""
 
-    requests: dict[str, int]
+    requests: Mapping[str, int]
     pods: int
-    ports: list[Port]
+    ports: Iterable[Port]
+    copied: bool = False
 
     def add(self, fit: PodFit, n: int = 1) -> None:
+        if not self.copied:
+            self.requests, self.ports, self.copied = dict(self.requests), list(self.ports), True
+        assert isinstance(self.requests, dict) and isinstance(self.ports, list)
         for k, v in fit.requests.items():
             self.requests[k] = self.requests.get(k, 0) + v * n
         self.pods += n
@@ -71,8 +88,8 @@ class NodeUsage:
         self._count: Counter[str] = Counter()
         self._ports: dict[str, Counter[Port]] = {}
         self._owner_pods: Counter[tuple[str, str]] = Counter()
-        #: booking owner -> what one of its replicas asks (see ``reserve``)
-        self._booked: dict[str, PodFit] = {}
+        #: node -> booking owner -> its replicas there whose pods do not show yet
+        self._pending: dict[str, dict[str, _Reserved]] = {}
         for p in pods:
             self.set_pod(p)
 
@@ -94,6 +111,8 @@ class NodeUsage:
         entry = _Pod(str(node), pod_owner(pod), gen, pod_requests(spec), host_ports(spec))
         self._pods[uid] = entry
         self._apply(entry, 1)
+        if have is None or have.node != entry.node:  # a resize is no new pod there
+            self._pod_arrived(entry.owner, entry.node)
 
     def remove_pod(self, uid: str) -> None:
         entry = self._pods.pop(uid, None)
@@ -119,16 +138,46 @@ class NodeUsage:
 
     # -------------------------------------------------------------- bookings
 
-    def reserve(self, owner: str, fit: PodFit) -> None:
-        """A booking of ``owner`` was made whose replicas each ask ``fit``."""
-        if not fit.empty:
-            self._booked[owner] = fit
+    def reserve(self, key: str, owner: str, fit: PodFit, nodes: Iterable[str]) -> None:
+        """The booking ``key`` of ``owner`` put one replica asking ``fit`` on each
+        of ``nodes`` (a node once per replica): until that many of its pods show
+        there, the missing ones count (nothing is kept for a ``fit`` of nothing)."""
+        if fit.empty:
+            return
+        for node, n in Counter(nodes).items():
+            missing = n - self._owner_pods.get((owner, node), 0)
+            if missing > 0:
+                self._pending.setdefault(node, {})[owner] = _Reserved(key, missing, fit)
 
-    def prune(self, ledger: Ledger) -> None:
-        """Drops the reservations of owners the ledger books nothing for."""
-        if len(self._booked) > 64:
-            live = {a.owner for a in ledger.bookings()}
-            self._booked = {o: f for o, f in self._booked.items() if o in live}
+    def _pod_arrived(self, owner: str, node: str) -> None:
+        held = self._pending.get(node)
+        r = held.get(owner) if held else None
+        if r is None:
+            return
+        assert held is not None
+        if r.missing <= 1:
+            del held[owner]
+            if not held:
+                del self._pending[node]
+        else:
+            held[owner] = _Reserved(r.key, r.missing - 1, r.fit)
+
+    def _reserved(self, node: str, ledger: Ledger | None) -> list[_Reserved]:
+        """The live reservations on ``node``: those whose booking ``ledger`` still
+        has (the others are dropped: released before its pods were made)."""
+        held = self._pending.get(node)
+        if not held:
+            return []
+        live = []
+        for owner, r in list(held.items()):
+            a = ledger.allocation(r.key) if ledger is not None else None
+            if ledger is not None and (a is None or a.owner != owner):
+                del held[owner]
+            else:
+                live.append(r)
+        if not held:
+            del self._pending[node]
+        return live
 
     # --------------------------------------------------------------- reading
 
@@ -137,30 +186,61 @@ class NodeUsage:
 
     def on(self, node: str, ledger: Ledger | None = None) -> Used:
         """What node ``node``'s pods take, plus the replicas booked there whose
-        pods do not show yet (read from ``ledger``'s bookings)."""
-        used = Used(dict(self._requests.get(node, {})), self._count.get(node, 0),
-                    list(self._ports.get(node, ())))
-        if ledger is None or not self._booked:
-            return used
-        for key in ledger.keys_on(node):
-            a = ledger.allocation(key)
-            if a is None or a.holder or a.owner not in self._booked:
-                continue
-            replicas = sum(1 for p in a.placements if p.node == node)
-            if not replicas and a.gpus_per_replica:
-                replicas = a.counted.get(node, 0) // a.gpus_per_replica
-            missing = replicas - self._owner_pods.get((a.owner, node), 0)
-            if missing > 0:
-                used.add(self._booked[a.owner], missing)
+        pods do not show yet (``reserve``; ``ledger`` says which bookings live)."""
+        used = Used(self._requests.get(node) or {}, self._count.get(node, 0),
+                    self._ports.get(node) or ())
+        for r in self._reserved(node, ledger):
+            used.add(r.fit, r.missing)
         return used
+
+    def refusal(self, node: str, allocatable: Mapping[str, int], fit: PodFit, mine: int,
+                ledger: Ledger | None) -> str | None:
+        """Why one more pod of ``fit`` does not fit ``node`` beside its pods, the
+        replicas booked there and ``mine`` of this decision's (``fit_reason``)."""
+        if node in self._pending:
+            used = self.on(node, ledger)
+            return fit_reason(allocatable, used.requests, used.pods, used.ports, fit, mine)
+        # the fast way through (every node of every decision): the sums as they are
+        requests = self._requests.get(node) or _NONE
+        pods = self._count.get(node, 0)
+        cap = allocatable.get(PODS)
+        short = (cap is not None and pods + mine >= cap) or bool(fit.ports)
+        n = mine + 1
+        for r, want, standard in fit.checks:
+            have = allocatable.get(r)
+            if have is None:
+                if standard:
+                    continue
+                have = 0
+            if requests.get(r, 0) + n * want > have:
+                short = True
+                break
+        if not short:
+            return None
+        return fit_reason(allocatable, requests, pods, self._ports.get(node) or (), fit, mine)
+
+
+#: a Node's allocatable as listed -> in fit's units: nodes of a pool list the same
+_ALLOCATABLE: dict[frozenset[tuple[str, Any]], dict[str, int]] = {}
 
 
 def node_allocatable(node: JSON) -> dict[str, int]:
     """A Node's allocatable (else capacity) in fit's units, GPUs left out; ``pods``
-    as a count."""
+    as a count. (Read again at each Node update: remembered by what it lists.)"""
     status = node.get("status") or {}
     raw = status.get("allocatable") or status.get("capacity") or {}
+    try:
+        key = frozenset(raw.items())
+    except TypeError:  # a value that is not a string: read it, do not remember it
+        key = None
+    have = _ALLOCATABLE.get(key) if key is not None else None
+    if have is not None:
+        return have
     out = resources(raw)
     if PODS in raw and PODS not in out:
         out[PODS] = 0
+    if key is not None:
+        if len(_ALLOCATABLE) >= 1024:
+            _ALLOCATABLE.clear()
+        _ALLOCATABLE[key] = out
     return out

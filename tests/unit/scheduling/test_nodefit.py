@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from internal.scheduling import UNSCHEDULABLE, schedule
+from internal.scheduling.ledger import booking_owner
 from internal.scheduling.nodefit import (
     PodFit,
     fit_reason,
@@ -136,10 +137,10 @@ def test_usage_follows_pod_events_and_ignores_finished_and_unbound_pods() -> Non
     assert u.on("n1").requests == {"cpu": 2000} and u.pods_on("n1") == 1
     u.set_pod(pod("a", "n1", ctr("2")))  # seen again: nothing changes
     u.set_pod(pod("d", "n1", ctr("500m", ports=[{"containerPort": 1, "hostPort": 80}])))
-    assert u.on("n1").requests == {"cpu": 2500} and u.on("n1").ports == [("TCP", "", 80)]
+    assert u.on("n1").requests == {"cpu": 2500} and list(u.on("n1").ports) == [("TCP", "", 80)]
     u.set_pod(pod("a", "n1", ctr("2"), phase="Failed"))
     u.remove_pod("d")
-    assert u.on("n1").requests == {} and u.pods_on("n1") == 0 and u.on("n1").ports == []
+    assert u.on("n1").requests == {} and u.pods_on("n1") == 0 and not u.on("n1").ports
 
 
 def test_node_allocatable_in_fit_units() -> None:
@@ -212,13 +213,45 @@ def test_a_node_at_its_pod_limit_is_skipped() -> None:
     assert d.nodes == ["node2"]
 
 
-def test_a_booking_counts_before_its_pods_show() -> None:
+def test_a_booking_counts_before_its_pods_show_and_not_twice_after() -> None:
     snap, led = cluster(sized("node1"))
     fit_of = {"containers": [ctr("10")]}
     first = workload("a", gpusPerReplica=1, template={"spec": fit_of})
+    first.metadata.uid = "ua"
     d = schedule(first, snap, led)
     d.assume(led, first)
-    from internal.scheduling.ledger import booking_owner
-    snap.usage.reserve(booking_owner(first), PodFit.of(fit_of))
-    second = workload("b", gpusPerReplica=1, template={"spec": fit_of})
-    assert schedule(second, snap, led).reasons == {"node1": "6 CPU free, needs 10"}
+    owner = booking_owner(first)
+    snap.usage.reserve(first.key, owner, PodFit.of(fit_of), [p.node for p in d.placements])
+    second = workload("b", gpusPerReplica=1, template={"spec": {"containers": [ctr("4")]}})
+    big = workload("c", gpusPerReplica=1, template={"spec": {"containers": [ctr("8")]}})
+    assert schedule(big, snap, led).reasons == {"node1": "6 CPU free, needs 8"}
+    # its pod shows: counted once, as the pod
+    child = pod("p-a", "node1", ctr("10"))
+    child["metadata"]["ownerReferences"] = [
+        {"kind": "GPUWorkload", "uid": "ua", "controller": True, "name": "a"}]
+    snap.usage.set_pod(child)
+    assert snap.usage.on("node1", led).requests == {"cpu": 10000}
+    child["metadata"]["generation"] = 2  # resized: read again, still one pod
+    snap.usage.set_pod(child)
+    assert snap.usage.on("node1", led).requests == {"cpu": 10000}
+    assert schedule(second, snap, led).ok
+    # a booking released before its pods were made counts no more
+    snap.usage.remove_pod("p-a")
+    snap.usage.reserve(first.key, owner, PodFit.of(fit_of), ["node1"])
+    assert snap.usage.on("node1", led).requests == {"cpu": 10000}
+    led.forget(first.key)
+    assert snap.usage.on("node1", led).requests == {}
+
+
+def test_a_pod_read_again_takes_one_replica_off_its_booking_once() -> None:
+    u = NodeUsage()
+    u.reserve("ns/a", "ua#0", PodFit.of({"containers": [ctr("1")]}), ["n1", "n1"])
+    assert u.on("n1").requests == {"cpu": 2000}
+    child = pod("p0", "n1", ctr("1"))
+    child["metadata"]["ownerReferences"] = [
+        {"kind": "GPUWorkload", "uid": "ua", "controller": True, "name": "a"}]
+    u.set_pod(child)
+    assert u.on("n1").requests == {"cpu": 2000}  # one pod, one replica still to come
+    child["metadata"]["generation"] = 2
+    u.set_pod(child)
+    assert u.on("n1").requests == {"cpu": 2000}
