@@ -266,6 +266,27 @@ def pods_reason(pods: int, cap: int) -> str | None:
     return f"too many pods ({pods} of {cap})" if pods >= cap else None
 
 
+def room_for(allocatable: Mapping[str, int], used: Mapping[str, int], pods: int,
+             fit: PodFit) -> tuple[int, str] | None:
+    """How many pods of ``fit`` the node still has room for, and what bounds it
+    (``16 CPU free``, ``108 more pods``, ``host port 0.0.0.0:80/TCP``); None when
+    nothing of node fit bounds it."""
+    best: tuple[int, str] | None = None
+    cap = allocatable.get(PODS)
+    if cap is not None:
+        best = (max(0, cap - pods), f"{max(0, cap - pods)} more pods")
+    for r, want, standard in fit.checks:
+        have = allocatable.get(r)
+        if have is None and standard:
+            continue
+        free = max(0, (have or 0) - used.get(r, 0))
+        if best is None or free // want < best[0]:
+            best = (free // want, f"{quantity_text(r, free)} free")
+    if fit.ports and (best is None or best[0] > 1):
+        best = (1, f"host port {port_text(min(fit.ports))}")
+    return best
+
+
 def fit_reason(allocatable: Mapping[str, int], used: Mapping[str, int], pods: int,
                ports: Iterable[Port], fit: PodFit, mine: int = 0) -> str | None:
     """Why one more pod of ``fit`` does not fit a node of ``allocatable`` whose pods

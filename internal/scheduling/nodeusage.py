@@ -32,6 +32,7 @@ from internal.scheduling.nodefit import (
     host_ports,
     pod_requests,
     resources,
+    room_for,
 )
 from internal.scheduling.pods import pod_is_active, pod_owner, pod_uid
 
@@ -192,6 +193,13 @@ class NodeUsage:
         for r in self._reserved(node, ledger):
             used.add(r.fit, r.missing)
         return used
+
+    def room(self, node: str, allocatable: Mapping[str, int], fit: PodFit,
+             ledger: Ledger | None) -> tuple[int, str] | None:
+        """How many more pods of ``fit`` ``node`` has room for, and what bounds it
+        (``nodefit.room_for``)."""
+        used = self.on(node, ledger)
+        return room_for(allocatable, used.requests, used.pods, fit)
 
     def refusal(self, node: str, allocatable: Mapping[str, int], fit: PodFit, mine: int,
                 ledger: Ledger | None) -> str | None:

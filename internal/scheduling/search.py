@@ -165,7 +165,13 @@ def _explain(
             reason = f"room for one replica, not {replicas}"
         elif reason is None:
             fit = free // max(ctx.gpus, 1)
-            reason = f"{gpus_word(free)}, room for {fit} of {replicas} replicas"
+            info = snapshot.get(name)
+            room = snapshot.usage.room(name, info.allocatable, ctx.fit, ledger) \
+                if info is not None else None
+            if room is not None and room[0] < fit:  # node fit bounds it, not the GPUs
+                reason = f"{room[1]}, room for {room[0]} of {replicas} replicas"
+            else:
+                reason = f"{gpus_word(free)}, room for {fit} of {replicas} replicas"
         out[name] = reason
     return out, ctx.visited
 

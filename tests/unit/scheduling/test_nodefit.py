@@ -255,3 +255,16 @@ def test_a_pod_read_again_takes_one_replica_off_its_booking_once() -> None:
     child["metadata"]["generation"] = 2
     u.set_pod(child)
     assert u.on("n1").requests == {"cpu": 2000}
+
+
+def test_a_gang_bounded_by_cpu_says_so_not_its_free_gpus() -> None:
+    snap, led = cluster(sized("node1"), sized("node2"))
+    gang = workload(gpusPerReplica=1, replicas=5, template={"spec": {"containers": [ctr("8")]}})
+    d = schedule(gang, snap, led)
+    assert d.outcome == UNSCHEDULABLE
+    assert d.reasons == {"node1": "16 CPU free, room for 2 of 5 replicas",
+                         "node2": "16 CPU free, room for 2 of 5 replicas"}
+    ports = workload(gpusPerReplica=1, replicas=3, template={"spec": {"containers": [
+        ctr(ports=[{"containerPort": 80, "hostPort": 80}])]}})
+    assert schedule(ports, snap, led).reasons["node1"] == \
+        "host port 0.0.0.0:80/TCP, room for 1 of 3 replicas"
