@@ -148,7 +148,7 @@ def fit_reason_of(node: NodeInfo, ctx: Context) -> str | None:
         return None if cap is None else pods_reason(
             ctx.snapshot.usage.pods_on(node.name) + mine, cap)
     return ctx.snapshot.usage.refusal(node.name, node.allocatable, fit, mine,
-                                      ctx.view.ledger)
+                                      ctx.view.ledger, ctx.view.released)
 
 
 def _filter_exact(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class _Pod:
+    uid: str
     node: str
     owner: str
     generation: Any
@@ -79,6 +81,18 @@ class Used:
         if fit.ports:
             self.ports.extend(fit.ports)
 
+    def take_off(self, pod: _Pod) -> None:
+        """``pod`` is taken as gone (a preemption plan's victim)."""
+        if not self.copied:
+            self.requests, self.ports, self.copied = dict(self.requests), list(self.ports), True
+        assert isinstance(self.requests, dict) and isinstance(self.ports, list)
+        for k, v in pod.requests.items():
+            self.requests[k] = self.requests.get(k, 0) - v
+        self.pods -= 1
+        for p in pod.ports:
+            if p in self.ports:
+                self.ports.remove(p)
+
 
 class NodeUsage:
     """Per node: the sum of its pods' requests, their count and their host ports."""
@@ -88,7 +102,9 @@ class NodeUsage:
         self._requests: dict[str, dict[str, int]] = {}
         self._count: Counter[str] = Counter()
         self._ports: dict[str, Counter[Port]] = {}
-        self._owner_pods: Counter[tuple[str, str]] = Counter()
+        #: (owner, node) -> UIDs of the owner's pods there (its count; a victim's
+        #: pods, which a preemption plan takes as gone)
+        self._owner_pods: dict[tuple[str, str], set[str]] = {}
         #: node -> booking owner -> its replicas there whose pods do not show yet
         self._pending: dict[str, dict[str, _Reserved]] = {}
         for p in pods:
@@ -109,7 +125,7 @@ class NodeUsage:
         if have is not None and have.node == node and have.generation == gen:
             return
         self.remove_pod(uid)
-        entry = _Pod(str(node), pod_owner(pod), gen, pod_requests(spec), host_ports(spec))
+        entry = _Pod(uid, str(node), pod_owner(pod), gen, pod_requests(spec), host_ports(spec))
         self._pods[uid] = entry
         self._apply(entry, 1)
         if have is None or have.node != entry.node:  # a resize is no new pod there
@@ -127,9 +143,13 @@ class NodeUsage:
             if not sums[k]:
                 del sums[k]
         self._count[e.node] += sign
-        self._owner_pods[(e.owner, e.node)] += sign
-        if not self._owner_pods[(e.owner, e.node)]:
-            del self._owner_pods[(e.owner, e.node)]
+        uids = self._owner_pods.setdefault((e.owner, e.node), set())
+        if sign > 0:
+            uids.add(e.uid)
+        else:
+            uids.discard(e.uid)
+            if not uids:
+                del self._owner_pods[(e.owner, e.node)]
         if e.ports:
             ports = self._ports.setdefault(e.node, Counter())
             ports.update({p: sign for p in e.ports})
@@ -146,7 +166,7 @@ class NodeUsage:
         if fit.empty:
             return
         for node, n in Counter(nodes).items():
-            missing = n - self._owner_pods.get((owner, node), 0)
+            missing = n - len(self._owner_pods.get((owner, node), ()))
             if missing > 0:
                 self._pending.setdefault(node, {})[owner] = _Reserved(key, missing, fit)
 
@@ -163,7 +183,7 @@ class NodeUsage:
         else:
             held[owner] = _Reserved(r.key, r.missing - 1, r.fit)
 
-    def _reserved(self, node: str, ledger: Ledger | None) -> list[_Reserved]:
+    def _reserved(self, node: str, ledger: Ledger | None) -> list[tuple[str, _Reserved]]:
         """The live reservations on ``node``: those whose booking ``ledger`` still
         has (the others are dropped: released before its pods were made)."""
         held = self._pending.get(node)
@@ -175,7 +195,7 @@ class NodeUsage:
             if ledger is not None and (a is None or a.owner != owner):
                 del held[owner]
             else:
-                live.append(r)
+                live.append((owner, r))
         if not held:
             del self._pending[node]
         return live
@@ -185,28 +205,43 @@ class NodeUsage:
     def pods_on(self, node: str) -> int:
         return self._count.get(node, 0)
 
-    def on(self, node: str, ledger: Ledger | None = None) -> Used:
+    def on(self, node: str, ledger: Ledger | None = None,
+           released: AbstractSet[str] = frozenset()) -> Used:
         """What node ``node``'s pods take, plus the replicas booked there whose
-        pods do not show yet (``reserve``; ``ledger`` says which bookings live)."""
+        pods do not show yet (``reserve``; ``ledger`` says which bookings live),
+        less what the ``released`` owners (a preemption plan's victims) take there."""
         used = Used(self._requests.get(node) or {}, self._count.get(node, 0),
                     self._ports.get(node) or ())
-        for r in self._reserved(node, ledger):
-            used.add(r.fit, r.missing)
+        for owner, r in self._reserved(node, ledger):
+            if owner not in released:
+                used.add(r.fit, r.missing)
+        for owner in released:
+            for uid in self._owner_pods.get((owner, node), ()):
+                used.take_off(self._pods[uid])
         return used
 
+    def _touches(self, node: str, released: AbstractSet[str]) -> bool:
+        """Is ``node`` more than its pods' sums: a reservation, a victim's pod?"""
+        if node in self._pending:
+            return True
+        return bool(released) and any((o, node) in self._owner_pods for o in released)
+
     def room(self, node: str, allocatable: Mapping[str, int], fit: PodFit,
-             ledger: Ledger | None) -> tuple[int, str] | None:
+             ledger: Ledger | None,
+             released: AbstractSet[str] = frozenset()) -> tuple[int, str] | None:
         """How many more pods of ``fit`` ``node`` has room for, and what bounds it
         (``nodefit.room_for``)."""
-        used = self.on(node, ledger)
+        used = self.on(node, ledger, released)
         return room_for(allocatable, used.requests, used.pods, fit)
 
     def refusal(self, node: str, allocatable: Mapping[str, int], fit: PodFit, mine: int,
-                ledger: Ledger | None) -> str | None:
+                ledger: Ledger | None,
+                released: AbstractSet[str] = frozenset()) -> str | None:
         """Why one more pod of ``fit`` does not fit ``node`` beside its pods, the
-        replicas booked there and ``mine`` of this decision's (``fit_reason``)."""
-        if node in self._pending:
-            used = self.on(node, ledger)
+        replicas booked there and ``mine`` of this decision's, the ``released``
+        owners' pods taken as gone (``fit_reason``)."""
+        if self._touches(node, released):
+            used = self.on(node, ledger, released)
             return fit_reason(allocatable, used.requests, used.pods, used.ports, fit, mine)
         # the fast way through (every node of every decision): the sums as they are
         requests = self._requests.get(node) or _NONE

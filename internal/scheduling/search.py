@@ -166,7 +166,8 @@ def _explain(
         elif reason is None:
             fit = free // max(ctx.gpus, 1)
             info = snapshot.get(name)
-            room = snapshot.usage.room(name, info.allocatable, ctx.fit, ledger) \
+            room = snapshot.usage.room(name, info.allocatable, ctx.fit, ledger,
+                                       ctx.view.released) \
                 if info is not None else None
             if room is not None and room[0] < fit:  # node fit bounds it, not the GPUs
                 reason = f"{room[1]}, room for {room[0]} of {replicas} replicas"

@@ -268,3 +268,21 @@ def test_a_gang_bounded_by_cpu_says_so_not_its_free_gpus() -> None:
         ctr(ports=[{"containerPort": 80, "hostPort": 80}])]}})
     assert schedule(ports, snap, led).reasons["node1"] == \
         "host port 0.0.0.0:80/TCP, room for 1 of 3 replicas"
+
+
+def test_a_preemption_counts_its_victims_cpu_and_ports_as_freed() -> None:
+    from internal.scheduling import PREEMPT
+    snap, led = cluster(sized("node1", gpus=1))
+    tmpl = {"spec": {"containers": [ctr("16", ports=[{"containerPort": 1, "hostPort": 80}])]}}
+    low = workload("low", gpusPerReplica=1, priority=1, template=tmpl)
+    low.metadata.uid = "ulow"
+    d = schedule(low, snap, led)
+    d.assume(led, low)
+    child = pod("p-low", "node1", *tmpl["spec"]["containers"])
+    child["metadata"]["ownerReferences"] = [
+        {"kind": "GPUWorkload", "uid": "ulow", "controller": True, "name": "low"}]
+    snap.usage.set_pod(child)
+    high = workload("high", gpusPerReplica=1, priority=100, schedulingStrategy="priority",
+                    template=tmpl)
+    d = schedule(high, snap, led)
+    assert d.outcome == PREEMPT and d.victims == ["default/low"]
