@@ -80,6 +80,25 @@ def test_the_templates_node_selector_is_honoured(
     assert big != small
 
 
+def test_a_jobs_pod_goes_where_its_template_says(
+        controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+    controller.wait_nodes(group.add(1, gpus=2))
+    small, = controller.wait_nodes(group.add(1, gpus=1))
+    admin.create(workload("job", namespace, gpusPerReplica=1, workloadKind="Job",
+                          nodeSelector=group.selector,
+                          template=template(nodeSelector={HOSTNAME: small},
+                                            restartPolicy="Never")))
+    assert node_of(admin, namespace, "job") == [small]
+
+    def bound() -> list[str] | None:
+        pods = admin.list("v1", "Pod", namespace)["items"]
+        nodes = [p["spec"].get("nodeName") for p in pods
+                 if p["metadata"]["name"].startswith("job-")]
+        return nodes if nodes and all(nodes) else None
+
+    assert eventually(bound, what="the Job's pod bound") == [small]
+
+
 def test_required_node_affinity_is_honoured(
         controller: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
     controller.wait_nodes(group.add(1, gpus=2, labels={"zone": "a"}))
