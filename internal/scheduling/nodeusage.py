@@ -221,10 +221,8 @@ class NodeUsage:
         return used
 
     def _touches(self, node: str, released: AbstractSet[str]) -> bool:
-        """Is ``node`` more than its pods' sums: a reservation, a victim's pod?"""
-        if node in self._pending:
-            return True
-        return bool(released) and any((o, node) in self._owner_pods for o in released)
+        """Has one of the ``released`` owners a pod on ``node``?"""
+        return any((o, node) in self._owner_pods for o in released)
 
     def room(self, node: str, allocatable: Mapping[str, int], fit: PodFit,
              ledger: Ledger | None,
@@ -240,7 +238,7 @@ class NodeUsage:
         """Why one more pod of ``fit`` does not fit ``node`` beside its pods, the
         replicas booked there and ``mine`` of this decision's, the ``released``
         owners' pods taken as gone (``fit_reason``)."""
-        if self._touches(node, released):
+        if node in self._pending or (released and self._touches(node, released)):
             used = self.on(node, ledger, released)
             return fit_reason(allocatable, used.requests, used.pods, used.ports, fit, mine)
         # the fast way through (every node of every decision): the sums as they are
