@@ -46,6 +46,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
             cp.stop()
 
 
+@pytest.fixture(autouse=True)
+def _control_plane_caught_up(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that restarted kube-apiserver, waits until kube-controller-manager
+    and kwok act on new objects again, so the next test does not meet their backoff."""
+    cp = request.getfixturevalue("cluster") if "cluster" in request.fixturenames else None
+    yield
+    if cp is not None and cp.restarted:
+        cp.caught_up()
+
+
 @pytest.fixture
 def namespace(cluster: ControlPlane) -> Iterator[str]:
     """A fresh namespace for one test, deleted afterwards (without waiting)."""

@@ -127,6 +127,8 @@ class ControlPlane:
         self.api_only = api_only
         self.processes: dict[str, Process] = {}
         self.ports: dict[str, int] = {}
+        #: kube-apiserver was restarted since the last ``caught_up``
+        self.restarted = False
         self.kubeconfig = self.dir / "kubeconfig"
         self.server = ""
 
@@ -251,6 +253,25 @@ class ControlPlane:
         rest = {n: p for n, p in self.processes.items() if n != "etcd"}
         self.processes = {"etcd": self.processes["etcd"], "kube-apiserver": proc, **rest}
         proc.wait_ready(lambda: self.api("GET", "/readyz")[0] == 200, 120)
+        self.restarted = True
+
+    def caught_up(self, timeout: float = 180) -> float:
+        """Waits until kube-controller-manager and kwok act on new objects again after
+        a kube-apiserver restart: a probe node must become Ready and lose its
+        ``not-ready`` taint (kube-controller-manager's informers come back with their
+        own backoff, up to a minute on a busy machine, as on a cluster). Returns the
+        seconds it took."""
+        started = time.monotonic()
+        if self.api_only:  # nothing but the API to catch up
+            self.restarted = False
+            return 0.0
+        name = f"caught-up-{os.getpid()}-{int(started * 1000) % 100000}"
+        try:
+            self.create_nodes([name], 0, timeout=timeout)
+        finally:
+            self.api("DELETE", f"/api/v1/nodes/{name}")
+        self.restarted = False
+        return time.monotonic() - started
 
     def pause_etcd(self, seconds: float) -> None:
         """Stops etcd (SIGSTOP, by its PID) for ``seconds`` and lets it go on
