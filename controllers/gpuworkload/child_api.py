@@ -143,7 +143,14 @@ class ChildAPI:
                only_unfinished: bool = False) -> None:
         """Asks our children to go (Jobs in the foreground, so a Job is gone only
         when its pod is), those created and not in the cache yet included. Their
-        devices stay held until they are gone (a Job's until the Job is)."""
+        devices stay held until they are gone (a Job's until the Job is).
+
+        Each is deleted as we know it (its uid and resourceVersion are preconditions):
+        a child the API has moved on from is left for the next reconcile, when the
+        cache shows it. So a pod the garbage collector orphaned (``--cascade=orphan``
+        took its ownerReference away) before our pod informer showed that is never
+        deleted as ours, whichever of the workload's and the pod's events came first;
+        a refused delete is retried on the child's own update, which wakes us."""
         uid = raw["metadata"]["uid"]
         for api, kind in CHILD_KINDS:
             for obj in _controlled_by(uid, self.known(uid, kind)):
@@ -158,7 +165,7 @@ class ChildAPI:
                 with contextlib.suppress(NotFound, Conflict):
                     self.client.delete(api, kind, meta["name"], namespace=meta["namespace"],
                                        propagation_policy="Foreground" if kind == "Job"
-                                       else "Background")
+                                       else "Background", preconditions=_as_known(meta))
 
     def force_delete_on(self, raw: JSON, nodes: list[str]) -> None:
         """Our pods on nodes that are gone: no kubelet will ever confirm their graceful
@@ -171,6 +178,12 @@ class ChildAPI:
                 with contextlib.suppress(NotFound):
                     self.client.delete("v1", "Pod", meta["name"], namespace=meta["namespace"],
                                        grace_period_seconds=0)
+
+
+def _as_known(meta: JSON) -> dict[str, str] | None:
+    """Delete preconditions: the object as we know it (None if we know no version)."""
+    pre = {k: meta[k] for k in ("uid", "resourceVersion") if meta.get(k)}
+    return pre or None
 
 
 def _controlled_by(uid: str, objs: Iterable[JSON]) -> list[JSON]:

@@ -121,6 +121,9 @@ class FakeClient:
         self.before: dict[tuple[str, str, str], Callable[[], None]] = {}
         self._uids = itertools.count(1)
         self._rv = itertools.count(100)
+        #: (kind, name) -> the resourceVersion the API holds where it moved on from
+        #: the cache's copy (a delete whose precondition names another is refused)
+        self.api_rv: dict[Key, str] = {}
 
     def of(self, verb: str, kind: str | None = None) -> list[Call]:
         return [c for c in self.calls if c.verb == verb and kind in (None, c.kind)]
@@ -207,6 +210,11 @@ class FakeClient:
         self.calls.append(Call("delete", kind, name, opts=opts))
         if kind not in ("Pod", "Job"):
             raise AssertionError(f"unexpected delete of {kind} {name}")
+        want = (opts.get("preconditions") or {}).get("resourceVersion")
+        if want is not None and (kind, name) in self.api_rv and self.api_rv[(kind, name)] != want:
+            raise Conflict(409, "Conflict", f"Precondition failed: ResourceVersion in "
+                           f"precondition: {want}, ResourceVersion in object meta: "
+                           f"{self.api_rv[(kind, name)]}")
         lagging = self.lagging.get((kind, name))
         if lagging is not None:  # in the API, not in the cache yet
             lagging["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
