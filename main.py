@@ -19,8 +19,8 @@ import sys
 import structlog
 
 from api.v1alpha1.types import DeviceExposure, SchedulingStrategy
-from internal.scheduling.sharefloor import DEFAULT_MIN_FRACTION, DEFAULT_MIN_MEMORY, ShareFloors
 from internal.scheduling.bounds import MAX_GPUS_PER_NODE
+from internal.scheduling.sharefloor import DEFAULT_MIN_FRACTION, DEFAULT_MIN_MEMORY, ShareFloors
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
