@@ -29,7 +29,7 @@ compared on the field itself (``self == oldSelf``, evaluated only when both vers
 hold it, without reading the spec), and the spec keeps one cheap rule per field that
 has no default: it is neither added nor removed (:func:`presence_rules`). A field
 with a default is never absent, so its own rule covers it. Same refusals, same
-messages and field paths; ``README.md`` ("Throughput II, round 5") has the cost.
+messages and field paths; ``bench/README.md`` ("Throughput II, round 5") has the cost.
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ class PacingOptions:
     #: statuses per second while placements are being made (--status-busy-qps);
     #: 0 (the default): no bound. Measured in the benchmark at 20/s it raised the
     #: status lag (mean 5.6 s to 23 s in a QPS 500 burst) and saved no write
-    #: (README, Throughput II)
+    #: (bench/README.md, Throughput II)
     busy_qps: float = 0.0
     #: a status ready this long is sent whether placements are being made or not
     #: (--status-max-lag)

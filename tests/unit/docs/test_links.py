@@ -10,7 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "bench" / "README.md",
+         *sorted((ROOT / "docs").glob("*.md"))]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
