@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import ssl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ import pytest
 
 from internal.webhook.rotation import SelfSignedCerts
 from internal.webhook.server import MAX_BODY, WebhookServer
+from tests.unit.webhook.tls import connect
 
 
 @pytest.fixture
@@ -28,19 +27,12 @@ def server(tmp_path: Path) -> Iterator[WebhookServer]:
     srv.stop()
 
 
-def _connect(port: int) -> ssl.SSLSocket:
-    ctx = ssl.create_default_context()
-    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
-    return ctx.wrap_socket(raw)
-
-
 def _exchange(port: int, body: bytes) -> tuple[int, bytes]:
     """Sends the whole request the way an HTTP client does (head and body, then reads
     the answer); a connection closed instead of answered fails here."""
     head = (f"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode()
-    with contextlib.closing(_connect(port)) as s:
+    with contextlib.closing(connect(port)) as s:
         s.sendall(head + body)
         data = b""
         while b"\r\n\r\n" not in data:

@@ -16,6 +16,7 @@ import pytest
 
 from internal.webhook.rotation import SelfSignedCerts
 from internal.webhook.server import MAX_BODY, READ_TIMEOUT, WebhookServer
+from tests.unit.webhook.tls import connect
 from tests.waiting import eventually
 
 
@@ -26,13 +27,6 @@ def server(tmp_path: Path) -> Iterator[WebhookServer]:
     srv.start()
     yield srv
     srv.stop()
-
-
-def _connect(port: int) -> ssl.SSLSocket:
-    ctx = ssl.create_default_context()
-    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
-    return ctx.wrap_socket(raw)
 
 
 def _head(length: int) -> bytes:
@@ -51,30 +45,30 @@ def _status(sock: ssl.SSLSocket) -> int:
 
 
 def test_a_body_larger_than_any_pod_review_is_refused_unread(server: WebhookServer) -> None:
-    with contextlib.closing(_connect(server.port)) as s:
+    with contextlib.closing(connect(server.port)) as s:
         s.sendall(_head(MAX_BODY + 1))  # no body sent: it is never read
         assert _status(s) == 413
 
 
 def test_reviews_beyond_the_limit_get_429(server: WebhookServer) -> None:
     body = b'{"kind": "AdmissionReview"}'
-    with contextlib.closing(_connect(server.port)) as slow:
+    with contextlib.closing(connect(server.port)) as slow:
         slow.sendall(_head(len(body)) + body[:5])  # holds the one slot, body unfinished
 
         def refused() -> bool:
-            with contextlib.closing(_connect(server.port)) as s:
+            with contextlib.closing(connect(server.port)) as s:
                 s.sendall(_head(len(body)) + body)
                 return _status(s) == 429
         eventually(refused, timeout=10, what="a second review refused with 429")
         slow.sendall(body[5:])
         assert _status(slow) == 400  # answered (not an AdmissionReview apiVersion)
-    with contextlib.closing(_connect(server.port)) as s:
+    with contextlib.closing(connect(server.port)) as s:
         s.sendall(_head(len(body)) + body)
         assert _status(s) == 400  # the slot is free again
 
 
 def test_connections_beyond_the_limit_are_closed(server: WebhookServer) -> None:
-    held = [_connect(server.port) for _ in range(3)]
+    held = [connect(server.port) for _ in range(3)]
     try:
         def closed_at_once() -> bool:
             raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
@@ -101,7 +95,7 @@ def _answer(sock: ssl.SSLSocket) -> tuple[int, dict]:
 
 def _post(server: WebhookServer, review: dict) -> tuple[int, dict]:
     body = json.dumps(review).encode()
-    with contextlib.closing(_connect(server.port)) as s:
+    with contextlib.closing(connect(server.port)) as s:
         s.sendall(_head(len(body)) + body)
         return _answer(s)
 
@@ -121,7 +115,7 @@ def _pod_review(uid: str | None, labels: dict) -> dict:
 def test_a_short_body_holds_a_connection_no_longer_than_the_read_timeout(
         server: WebhookServer) -> None:
     """Issue 23: a body shorter than its Content-Length held a connection 15 s+."""
-    with contextlib.closing(_connect(server.port)) as s:
+    with contextlib.closing(connect(server.port)) as s:
         start = time.monotonic()
         s.sendall(_head(100) + b'{"kind"')
         status, _ = _answer(s)
