@@ -273,3 +273,19 @@ def cleanup_gpunodes(admin: Client, *names: str) -> Iterator[None]:
         for n in names:
             with contextlib.suppress(NotFound):
                 admin.delete(API_VERSION, "GPUNode", n)
+
+
+@contextlib.contextmanager
+def namespace_queue(admin: Client, namespace: str, nominal: int,
+                    name: str | None = None) -> Iterator[str]:
+    """A GPUQueue of ``nominal`` GPUs (no cohort) selecting ``namespace`` alone,
+    deleted when the block ends; yields its name."""
+    name = name or f"q-{uuid.uuid4().hex[:6]}"
+    admin.create({"apiVersion": API_VERSION, "kind": "GPUQueue", "metadata": {"name": name},
+                  "spec": {"nominalGPUs": nominal, "namespaceSelector": {
+                      "matchLabels": {"kubernetes.io/metadata.name": namespace}}}})
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(NotFound):
+            admin.delete(API_VERSION, "GPUQueue", name)

@@ -7,15 +7,19 @@ controller (docs/queues.md, Tenancy)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from api.v1alpha1.types import API_VERSION
 from runtime import Client, errors
-from tests.integration.controller.conftest import NodeGroup, Running, wait_phase, workload
+from tests.integration.controller.conftest import (
+    NodeGroup,
+    Running,
+    namespace_queue,
+    wait_phase,
+    workload,
+)
 from tests.waiting import eventually, watched
 
 TEMPLATE = {"spec": {"terminationGracePeriodSeconds": 2,
@@ -25,12 +29,8 @@ TEMPLATE = {"spec": {"terminationGracePeriodSeconds": 2,
 @pytest.fixture
 def queue(admin: Client, namespace: str) -> Iterator[str]:
     """A GPUQueue selecting ``namespace``, deleted afterwards."""
-    name = f"q-{uuid.uuid4().hex[:6]}"
-    admin.create({"apiVersion": API_VERSION, "kind": "GPUQueue", "metadata": {"name": name},
-                  "spec": {"nominalGPUs": 4, "namespaceSelector": {
-                      "matchLabels": {"kubernetes.io/metadata.name": namespace}}}})
-    yield name
-    admin.delete(API_VERSION, "GPUQueue", name)
+    with namespace_queue(admin, namespace, 4) as name:
+        yield name
 
 
 def _gpu_pod_spec() -> dict[str, Any]:

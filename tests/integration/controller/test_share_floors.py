@@ -6,7 +6,6 @@ minGPUMemoryMiB holds for shares and MIG instances, with the reason per node."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -15,12 +14,13 @@ from typing import Any
 import pytest
 
 from api.v1alpha1.types import API_VERSION
-from runtime import Client, NotFound, errors
+from runtime import Client, errors
 from tests.integration.controller.conftest import (
     NodeGroup,
     Running,
     cleanup_gpunodes,
     get_workload,
+    namespace_queue,
     pods_of,
     wait_condition,
     wait_phase,
@@ -50,13 +50,8 @@ def _device(node: str, i: int, memory_mib: int = 80 * GI, **extra: Any) -> dict[
 @pytest.fixture
 def one_gpu_queue(admin: Client, namespace: str) -> Iterator[str]:
     """A GPUQueue of nominalGPUs 1 (no cohort) that selects ``namespace``."""
-    name = f"one-{namespace}"
-    admin.create({"apiVersion": API_VERSION, "kind": "GPUQueue", "metadata": {"name": name},
-                  "spec": {"nominalGPUs": 1, "namespaceSelector": {
-                      "matchLabels": {"kubernetes.io/metadata.name": namespace}}}})
-    yield name
-    with contextlib.suppress(NotFound):
-        admin.delete(API_VERSION, "GPUQueue", name)
+    with namespace_queue(admin, namespace, 1, name=f"one-{namespace}") as name:
+        yield name
 
 
 def _used(admin: Client, queue: str) -> float:

@@ -8,7 +8,6 @@ queue's namespace is still refused. Its own module: one controller at a time."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     ROOT,
     TENANT,
     Running,
+    namespace_queue,
     tenant,
     workload,
 )
@@ -70,13 +70,8 @@ def plain(installed: ControlPlane, admin: Client) -> Iterator[str]:
 @pytest.fixture
 def queued(admin: Client, namespace: str) -> Iterator[str]:
     """A GPUQueue selecting ``namespace``, deleted afterwards."""
-    name = f"q-{uuid.uuid4().hex[:6]}"
-    admin.create({"apiVersion": API_VERSION, "kind": "GPUQueue", "metadata": {"name": name},
-                  "spec": {"nominalGPUs": 4, "namespaceSelector": {
-                      "matchLabels": {"kubernetes.io/metadata.name": namespace}}}})
-    yield name
-    with contextlib.suppress(errors.NotFound):
-        admin.delete(API_VERSION, "GPUQueue", name)
+    with namespace_queue(admin, namespace, 4) as name:
+        yield name
 
 
 @pytest.fixture
