@@ -156,7 +156,7 @@ class CacheEvents:
         for p in problems:
             conflict = "also held by" in p
             if conflict:
-                DEVICE_CONFLICTS.inc()
+                DEVICE_CONFLICTS.labels("reported").inc()
             else:
                 BAD_OBJECTS.labels("ResourceClaim").inc()
             log.warning("ledger.claim.problem", problem=p)

@@ -53,3 +53,21 @@ def test_a_slice_published_later_makes_the_node_a_dra_node() -> None:
     s.events.on_resourceslice_deleted(rslice("node2", 8))
     info = s.node_info("node2")
     assert info is not None and not info.dra_driver
+
+
+def test_a_claim_on_a_held_device_is_reported_once_as_a_conflict() -> None:
+    """Two allocated claims name the same device: the later one is reported as a
+    DeviceConflict (Event and the conflicts metric, action ``reported``); the handler
+    does not raise, so the event is not lost and the state stays usable."""
+    from internal.metrics.domain import DEVICE_CONFLICTS
+    seen: list[tuple[str, str]] = []
+    s = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, dra_driver="gpu.nvidia.com",
+                       on_problem=lambda obj, reason, msg: seen.append((reason, msg)))
+    s.rebuild(lambda: ([node("node1", 4)], [], [], []), lambda: ([rslice("node1", 2)], []))
+    before = DEVICE_CONFLICTS.labels("reported")._value.get()
+    s.events.on_claim(claim("k1", "node1", "gpu-0"))
+    s.events.on_claim(claim("k2", "node1", "gpu-0"))
+    assert [r for r, _ in seen] == ["DeviceConflict"]
+    assert DEVICE_CONFLICTS.labels("reported")._value.get() == before + 1
+    d = s.decide(wl("a", 1))  # the state still decides: gpu-0 held, gpu-1 free
+    assert d.ok and d.placements[0].devices == [1]
