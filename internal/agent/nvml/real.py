@@ -15,6 +15,7 @@ offers). A MIG reading that fails leaves the device with no instances (nothing o
 is offered), never with made-up ones.
 
 Not run on hardware in this repository's CI; the fixture backend stands in for it.
+``hack.nvml_probe`` ran it on an H100 (docs/agent.md, "On real hardware").
 """
 
 from __future__ import annotations
@@ -29,6 +30,16 @@ import structlog
 from internal.agent.nvml.types import MigDevice, NvLink, RawDevice, RemoteType
 
 log = structlog.get_logger("agent.nvml")
+
+
+def profile_name(driver_name: str, slices: int, memory_mb: int) -> str:
+    """A GPU instance profile's name as ``nvidia-smi mig -lgip`` prints it, less its
+    ``MIG `` prefix: the driver's own (v2 profile info) where it gives one, else
+    ``<slices>g.<GiB rounded up>gb``. Read on an H100 80GB (driver 580): 7 slices of
+    81152 MB is ``7g.80gb`` (rounding to nearest said 79), and profile 20 is
+    ``1g.10gb+me``, which the formula alone cannot tell from ``1g.10gb``."""
+    name = driver_name.strip().removeprefix("MIG ").strip()
+    return name or f"{slices}g.{-(-memory_mb // 1024)}gb"
 
 
 class NvmlUnavailable(RuntimeError):
@@ -188,7 +199,7 @@ class RealNvmlBackend:
             return ()
 
     def _profile_names(self, h: Any) -> dict[int, str]:
-        """GPU instance profile id -> NVIDIA's name (``1g.10gb``)."""
+        """GPU instance profile id -> NVIDIA's name (``1g.10gb``, ``1g.10gb+me``)."""
         n = self.nvml
         out: dict[int, str] = {}
         for p in range(int(n.NVML_GPU_INSTANCE_PROFILE_COUNT)):
@@ -196,7 +207,8 @@ class RealNvmlBackend:
                 info = n.nvmlDeviceGetGpuInstanceProfileInfo(h, p)
             except (n.NVMLError_NotSupported, n.NVMLError_InvalidArgument):
                 continue
-            out[int(info.id)] = f"{info.sliceCount}g.{round(info.memorySizeMB / 1024)}gb"
+            out[int(info.id)] = profile_name(_text(getattr(info, "name", b"")),
+                                             int(info.sliceCount), int(info.memorySizeMB))
         return out
 
     def _nvlinks(self, h: Any) -> tuple[tuple[NvLink, ...], bool]:

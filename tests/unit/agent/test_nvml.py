@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import types
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -19,12 +20,46 @@ from internal.agent.nvml import (
     select_backend,
 )
 from internal.agent.nvml.health import is_healthy
+from internal.agent.nvml.real import profile_name
 from internal.agent.nvml.topology import normalize_bus_id, nvlink_peers, topology_known
 from internal.agent.nvml.types import NvLink, RawDevice, RemoteType
 
 
 def test_bundled_fixtures() -> None:
-    assert available_fixtures() == ["a100-ecc-4", "a100-mig-4", "h100-sxm-8", "pcie-4"]
+    assert available_fixtures() == ["a100-ecc-4", "a100-mig-4", "h100-1-recorded",
+                                    "h100-sxm-8", "pcie-4"]
+
+
+def test_recorded_h100_reads_as_the_real_backend_published_it() -> None:
+    """The fixture recorded from a real H100 (hack.nvml_probe) replays to the GPUNode
+    status the real backend built on that machine."""
+    from internal.agent.status import build_status
+    s = sample(FixtureBackend.load("h100-1-recorded"))
+    (d,) = s.devices
+    assert (d.model, d.memory_total_bytes >> 20, d.memory_used_bytes >> 20) == (
+        "NVIDIA H100 80GB HBM3", 81559, 480)
+    assert d.healthy and not d.mig_mode and d.nvlink_peers == () and s.topology_known
+    st = build_status(s, datetime(2026, 11, 28, tzinfo=UTC))
+    assert (st["driverVersion"], st["cudaVersion"], st["healthyCount"]) == (
+        "580.159.04", "13.0", 1)
+    assert st["devices"][0]["powerWatts"] == pytest.approx(76.399)
+
+
+# GPU instance profiles of one H100 80GB HBM3 (driver 580.159.04) as NVML's v2 profile
+# info gave them: (name, slices, memory MB); nvidia-smi mig -lgip printed the same names
+H100_PROFILES = [("MIG 1g.10gb", 1, 9984), ("MIG 2g.20gb", 2, 20096),
+                 ("MIG 3g.40gb", 3, 40448), ("MIG 4g.40gb", 4, 40448),
+                 ("MIG 7g.80gb", 7, 81152), ("MIG 1g.10gb+me", 1, 9984),
+                 ("MIG 1g.20gb", 1, 20096)]
+
+
+@pytest.mark.parametrize(("driver_name", "slices", "mb"), H100_PROFILES)
+def test_mig_profiles_are_named_as_nvidia_names_them(driver_name: str, slices: int,
+                                                     mb: int) -> None:
+    want = driver_name.removeprefix("MIG ")
+    assert profile_name(driver_name, slices, mb) == want
+    if "+" not in want:  # an older driver gives no name: the figures alone say it
+        assert profile_name("", slices, mb) == want
 
 
 def test_h100_fixture_is_eight_healthy_all_to_all_nvlinked_devices() -> None:
