@@ -253,6 +253,10 @@ class PlacementCache:
         """Unlocked: enqueue ``waiting`` and the blocked preemptors; wake the books."""
         with self._lock:
             waiting = waiting + self.evictions.blocked()
+        self._wake_unlocked(waiting)
+
+    def _wake_unlocked(self, waiting: list[str]) -> None:
+        """Unlocked: enqueue ``waiting`` (the blocked preemptors already in it)."""
         if waiting:
             self._enqueue_waiting(waiting)
         for book in self.pod_books:
@@ -353,13 +357,19 @@ class PlacementCache:
         ``departed`` what it held on to (``depart``); wakes workloads waiting for
         capacity."""
         with self._lock:
-            released = self._ledger.forget(key) is not None
-            released = (departed and self._ledger.release_departed(key)) or released
-            self.evictions.unblock(key)
-            self.evictions.stop_waiting(key)
-            waiting = list(self.pending.waiting) if released else []
-        if released:
-            self._wake(waiting)
+            waiting = self._forget(key, departed)
+        if waiting is not None:
+            self._wake_unlocked(waiting)
+
+    def _forget(self, key: str, departed: bool) -> list[str] | None:
+        """Under the lock: releases ``key``'s booking (and, with ``departed``, what
+        it held on to); what to wake (the waiting and the blocked preemptors), or
+        None when nothing was released."""
+        released = self._ledger.forget(key) is not None
+        released = (departed and self._ledger.release_departed(key)) or released
+        self.evictions.unblock(key)
+        self.evictions.stop_waiting(key)
+        return [*self.pending.waiting, *self.evictions.blocked()] if released else None
 
     def depart(self, key: str) -> None:
         """Release ``key``'s booking while its children may still exist or be being
@@ -447,29 +457,24 @@ class PlacementCache:
 
     def workload_gone(self, key: str, uid: str) -> None:
         """Workload ``key`` (UID ``uid``) is deleted: its booking and pending entry
-        go (its own-writes record goes with the delete event, by UID). Identity is
-        the UID: a late delete of an older object of the same name (the reconciler
-        reads the cache, which shows the new object before this runs) releases
-        nothing of the new object's; only the old one's
+        go (its own-writes record goes with the delete event, by UID), in one
+        critical section. Identity is the UID: a late delete of an older object of
+        the same name (the reconciler reads the cache, which shows the new object
+        before this runs) releases nothing of the new object's; only the old one's
         eviction is taken in (its preemptors stop waiting for it)."""
         with self._lock:
             if not self.ready:
                 return
             booked = self._ledger.allocation(key)
             late = bool(uid) and booked is not None and bool(booked.uid) and booked.uid != uid
-            waiting = self.evictions.acknowledge(key) if late else []
+            acknowledged = self.evictions.acknowledge(key)
+            freed = None
+            if not late:
+                self.pending.discard(key)
+                freed = self._forget(key, departed=True)
         if late:
             log.info("workload.delete.stale", workload=key, uid=uid, booked_uid=booked.uid)
-            if waiting:
-                self._enqueue_waiting(waiting)
-            return
-        with self._lock:
-            if not self.ready:
-                return
-            self.pending.discard(key)
-            waiting = self.evictions.acknowledge(key)
-        if waiting:
-            self._enqueue_waiting(waiting)
-        with self._lock:
-            self.evictions.stop_waiting(key)
-        self.forget(key, departed=True)
+        if acknowledged:
+            self._enqueue_waiting(acknowledged)
+        if freed is not None:
+            self._wake_unlocked(freed)

@@ -312,3 +312,43 @@ def test_the_priority_class_is_copied_to_the_childrens_pods() -> None:
                         DeviceExposure.CUDA_VISIBLE_DEVICES, lambda n, d: None)
     assert child["spec"]["priorityClassName"] == "team-high"
     assert "priority" not in child["spec"]  # the API server sets it from the class
+
+
+class CountingLock:
+    """The state's re-entrant lock, counting the critical sections entered from
+    outside (nested re-entries are not new sections)."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock, self.sections, self._depth = lock, 0, 0
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        self._depth += 1
+        if self._depth == 1:
+            self.sections += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        self._depth -= 1
+        self.lock.release()
+
+
+def test_a_deleted_workload_goes_in_one_critical_section() -> None:
+    """Its eviction taken in, its pending entry, booking and held-on devices gone,
+    and the waiting woken: one section of the lock, so no event or decision sees it
+    half gone (it was four before)."""
+    low_pod = child("low", "uid-low", "node1", "0,1,2,3")
+    w = World(pods=[low_pod, child("busy", "uid-busy", "node2", "0,1,2,3")],
+              workloads=[placed("low", [0, 1, 2, 3])])
+    assert w.state.decide(gw("high", gpusPerReplica=4, priority="high",
+                             schedulingStrategy="priority")).outcome == PREEMPT
+    w.state.events.on_pod_deleted(low_pod)
+    assert not w.state.decide(gw("waits", gpusPerReplica=1)).ok
+    w.state.pending.update({"metadata": {"name": "waits", "namespace": "ns"}, "status": {
+        "conditions": [{"type": "Scheduled", "status": "False"}]}})
+    counting = CountingLock(w.state._lock)
+    w.state._lock = counting  # type: ignore[assignment]
+    w.woken.clear()
+    w.state.workload_gone("ns/low", "uid-low")  # the victim goes: its hold goes
+    assert counting.sections == 1
+    assert "ns/high" in w.woken and "ns/waits" in w.woken
+    assert w.state.eviction("ns/low") is None and not w.state.departing("ns/low")
