@@ -392,10 +392,20 @@ class PlacementCache:
         if released:
             self._wake(waiting)
 
-    def commit(self, key: str) -> None:
+    def commit(self, key: str) -> bool:
+        """Commits ``key``'s booking; False when there is none to commit: the
+        workload went meanwhile, or a refill dropped its decision (``state.rebuild``:
+        its devices turned out held), and the caller's next reconcile decides again."""
         with self._lock:
-            if self._ledger.allocation(key) is not None:
+            if self._ledger.allocation(key) is None:
+                lost = True
+            else:
                 self._ledger.commit(key)
+                lost = False
+        if lost:
+            log.info("placement.booking_lost", workload=key,
+                     effect="nothing committed; the next reconcile reads what is there")
+        return not lost
 
     # ------------------------------------------------------------ workloads
 

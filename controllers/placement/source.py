@@ -5,11 +5,15 @@ in the same ledger, so they share one ``PlacementStateSource``, passed to each o
 them when it is made. Guarantees:
 
 - ``get()`` returns a state that is ``ready``: built and filled from the informers'
-  caches before its first use (docs/architecture.md, invariant 4), and built again
-  after it was invalidated (an informer's handler raised, so it may be short of a
-  holder). Two callers that find no ready state build one state between them.
-- ``current`` is the state the informers' handlers feed: set before the new state
-  is filled, so an event that arrives during the fill reaches it (every update is
+  caches before its first use (docs/architecture.md, invariant 4), and filled again,
+  in place, after it was invalidated (an informer's handler raised, so it may be
+  short of a holder). Two callers that find no ready state fill it once between them.
+- There is one state, never replaced: a reconcile that holds it across an
+  invalidation decides and commits in the ledger the events feed, never in a
+  discarded one (the refill bumps ``generation`` and carries the decisions still in
+  flight over, ``PlacementState.rebuild``).
+- ``current`` is the state the informers' handlers feed: set before it is first
+  filled, so an event that arrives during the fill reaches it (every update is
   idempotent, so one the fill saw already changes nothing). None before the first
   ``get()``; handlers and metrics read it and never build one.
 - The pod books (the seed path's ``SeedBook``) are registered before the first
@@ -26,7 +30,7 @@ from controllers.placement.state import PlacementState
 
 #: makes a new, empty state with these pod books
 Build = Callable[[tuple[PodBook, ...]], PlacementState]
-#: fills a new state from the informers' caches (``PlacementState.rebuild``)
+#: fills the state from the caches, first and after an invalidation (``rebuild``)
 Fill = Callable[[PlacementState], None]
 
 
@@ -52,11 +56,11 @@ class PlacementStateSource:
         if state is not None and state.ready:
             return state
         with self._lock:
-            if self.current is None or not self.current.ready:
-                state = self._build(tuple(self.pod_books))
-                self.current = state  # the handlers feed it (not ready) during the fill
-                if self._fill is not None:
-                    self._fill(state)
+            if self.current is None:
+                # the handlers feed it (not ready) during the fill
+                self.current = self._build(tuple(self.pod_books))
+            if not self.current.ready and self._fill is not None:
+                self._fill(self.current)
             return self.current
 
     def if_ready(self) -> PlacementState | None:

@@ -34,7 +34,7 @@ import structlog
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
 from controllers.placement.cache import LEDGER_READS, PlacementCache
 from controllers.placement.events import CacheEvents
-from controllers.placement.evictions import preempted_message
+from controllers.placement.evictions import Evictions, preempted_message
 from controllers.placement.pending import PendingSet
 from controllers.placement.pod_book import PodBook
 from controllers.shared.own_writes import OwnWrites
@@ -42,6 +42,7 @@ from internal.metrics.domain import BAD_OBJECTS
 from internal.objects import JSON
 from internal.scheduling.bounds import MAX_GPUS_PER_NODE
 from internal.scheduling.framework import PREEMPT, UNSCHEDULABLE, Decision
+from internal.scheduling.holdings import Allocation
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner, departing_key
 from internal.scheduling.nodefit import PodFit
@@ -62,6 +63,20 @@ Sources = tuple[list[JSON], list[JSON], list[JSON], list[JSON]]
 #: (resourceslices, resourceclaims) as listed from the caches (DRA on)
 DraSources = tuple[list[JSON], list[JSON]]
 T = TypeVar("T")
+
+
+def _carry(ledger: Ledger, carried: list[Allocation]) -> list[str]:
+    """Books ``carried`` (decisions in flight) in a ledger just filled from the
+    caches; one that now conflicts (the lost event was a holder of its devices) is
+    dropped, and its commit finds no booking (``commit`` says False)."""
+    problems = []
+    for a in carried:
+        try:
+            ledger.assume(a.key, a.placements, gpus_per_replica=a.gpus_per_replica,
+                          priority=a.priority, owner=a.owner, uid=a.uid)
+        except LedgerConflict as exc:
+            problems.append(f"{a.key}: its decision in flight is dropped: {exc}")
+    return problems
 
 
 class PlacementView:
@@ -128,6 +143,8 @@ class PlacementState(PlacementCache):
         self.events = CacheEvents(self, on_problem, enqueue_on_node)
         #: a PriorityClass's value by name (None: no such class), from the cache
         self._class_value = priority_class_value or (lambda name: None)
+        #: how many times it was filled from the caches (``rebuild``)
+        self.generation = 0
 
     # ------------------------------------------------------------------ rebuild
 
@@ -145,6 +162,7 @@ class PlacementState(PlacementCache):
         rebuild (events are idempotent, so one the rebuild already saw changes
         nothing)."""
         with self._lock:
+            carried = self._in_flight() if self.generation else []
             nodes, gpunodes, workloads, pods = read()
             jobs = read_jobs() if read_jobs is not None else []
             pods, jobs = self._with_created(pods, jobs)
@@ -159,9 +177,12 @@ class PlacementState(PlacementCache):
                 problems += book.rebuild(ledger, pods)
             problems += ledger.book_nominations(workloads)
             self._ledger = ledger
+            self.generation += 1
+            self.evictions = Evictions()
             self._snapshot = Snapshot.build(nodes, self.nodes.reset(gpunodes), ledger,
                                             self.max_gpus_per_node)
             self._snapshot.usage = NodeUsage(pods)
+            problems += _carry(ledger, carried)  # once the ledger knows the nodes
             self.scheduler = Scheduler(self._snapshot, ledger, rng=self.rng,
                                        default_exposure=self.default_exposure,
                                        floors=self.share_floors)
@@ -180,6 +201,16 @@ class PlacementState(PlacementCache):
         log.info("ledger.rebuilt", nodes=len(self._snapshot), holders=len(ledger.allocations()))
         self.events.report_refused()
         return problems
+
+    def _in_flight(self) -> list[Allocation]:
+        """Under the lock: the bookings decided and not yet committed (a reconcile
+        is between ``decide`` and ``commit``), which a refill keeps as
+        kube-scheduler's cache keeps its assumed pods. A preemption in flight is not
+        kept: its victims are read again from the caches, and its commit finds no
+        booking (``commit`` says False), so its reconcile decides again."""
+        return [a for a in self._ledger.bookings()
+                if not a.committed and not a.overlap and not a.key.startswith("departing:")
+                and not self._booked_elsewhere(a.key)]
 
     def _with_created(self, pods: list[JSON], jobs: list[JSON]
                       ) -> tuple[list[JSON], list[JSON]]:
@@ -205,8 +236,8 @@ class PlacementState(PlacementCache):
     def invalidate(self, why: str) -> None:
         """An event of the caches was lost (its handler raised): this state may be
         short of a holder. From now on it takes in no event (``ready`` false), and the
-        reconciler's next ``ensure_state()`` rebuilds a new one from the caches
-        before any placement."""
+        reconciler's next ``ensure_state()`` fills it again from the caches, in
+        place, before any placement."""
         with self._lock:
             self.ready = False
             waiting = list(self.pending.waiting)

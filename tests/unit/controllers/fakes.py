@@ -274,13 +274,9 @@ class Env:
         """A reconciler on this environment's state (made with ``kw``: options, a
         status writer, a backstop, claims; its ``own_writes``
         are this environment's), as the manager's setup makes it."""
-        def current(books: Any) -> PlacementState:
-            # the state tests set up; once invalidated (a handler raised), a new one
-            # rebuilt from the caches, as the manager's
-            if not self.state.ready:
-                self.state = self.new_state()
-            return self.state
-        states = PlacementStateSource(current)
+        # the state tests set up; once invalidated (a handler raised), filled again
+        # from the caches, in place, as the manager's
+        states = PlacementStateSource(lambda books: self.state, self.fill)
         states.get()
         kw.setdefault("own_writes", self.own_writes)
         return GPUWorkloadReconciler(
@@ -303,11 +299,15 @@ class Env:
             self.decisions += 1
             return decide(w)
         state.decide = counting  # type: ignore[method-assign]
+        self.fill(state)
+        return state
+
+    def fill(self, state: PlacementState) -> None:
+        """Fills ``state`` from the caches (``PlacementState.rebuild``)."""
         self.rebuild_problems = state.rebuild(
             lambda: (self.nodes, [], self.workloads.list(), self.pods.list()),
             (lambda: (self.slices or [], [])) if self.slices is not None else None,
             read_jobs=self.jobs.list)
-        return state
 
     def with_dra(self) -> Env:
         """The manager runs with DRA: every node publishes its GPUs in ResourceSlices,

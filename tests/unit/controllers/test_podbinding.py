@@ -283,7 +283,8 @@ def test_after_a_lost_event_the_pod_binding_places_on_a_state_rebuilt_from_the_c
     env.reconcile("check-0")
     assert env.bound() == {}
     assert env.warnings("check-0") and "node1" in env.warnings("check-0")[0]
-    assert env.state is not lost and env.holder("node1", 0) == f"{NS}/other-0"
+    assert env.state is lost and lost.generation == 2  # filled again, in place
+    assert env.holder("node1", 0) == f"{NS}/other-0"
 
 
 def test_bound_entry_and_owner_key() -> None:

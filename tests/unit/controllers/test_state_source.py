@@ -53,7 +53,51 @@ def test_callers_share_one_state_until_it_is_invalidated() -> None:
     assert built[0].ready and built[0].pod_books == (book,)
     built[0].invalidate("a handler raised")
     assert states.if_ready() is None
-    assert states.get() is built[1] and built[1].ready and built[1].pod_books == (book,)
+    # filled again in place: one state, never replaced
+    assert states.get() is built[0] and len(built) == 1 and built[0].ready
+    assert built[0].generation == 2 and built[0].pod_books == (book,)
+
+
+def test_a_reconcile_in_flight_across_an_invalidation_decides_and_commits_in_the_live_ledger(
+) -> None:
+    """A reconcile decided (booked, not committed), then a handler raised and the
+    state was filled again from the caches before the reconcile committed: its
+    booking is still held in the ledger the events feed, so nobody else is given its
+    devices, and its commit lands there. Before, the refill built a second state; the
+    reconcile committed into the discarded one while the new one gave the same
+    devices to the next workload."""
+    from tests.unit.controllers.test_placement_state import gw
+    from tests.unit.scheduling.helpers import node
+
+    states = PlacementStateSource(
+        lambda books: PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, pod_books=books),
+        lambda s: s.rebuild(lambda: ([node("node1", 4)], [], [], [])))
+    state = states.get()  # the reconcile's state, held across the refill
+    first = state.decide(gw("first", gpusPerReplica=4))
+    assert first.ok
+    state.invalidate("the Pod update handler raised")
+    other = states.get().decide(gw("other", gpusPerReplica=1))  # another worker, after
+    assert not other.ok, "the devices of a decision in flight were given again"
+    assert state.commit("ns/first") and state.view().is_committed("ns/first")
+    assert states.get() is state and state.generation == 2
+
+
+def test_a_decision_in_flight_that_a_refill_finds_held_is_dropped_and_says_so() -> None:
+    """The lost event was a pod on the decided devices: the refill keeps the pod, drops
+    the decision, and the commit says there was nothing to commit."""
+    from tests.unit.controllers.test_placement_state import gw, pod
+    from tests.unit.scheduling.helpers import node
+
+    pods: list[Any] = []
+    state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES)
+    state.rebuild(lambda: ([node("node1", 4)], [], [], list(pods)))
+    assert state.decide(gw("first", gpusPerReplica=4)).ok
+    pods.append(pod("theirs", "node1", devices="0"))  # its event was the one lost
+    state.invalidate("the Pod add handler raised")
+    problems = state.rebuild(lambda: ([node("node1", 4)], [], [], list(pods)))
+    assert any("ns/first" in p and "dropped" in p for p in problems)
+    assert not state.commit("ns/first")
+    assert state.view().device_owners("node1", 0) == frozenset({"pod:uid-theirs"})
 
 
 def test_a_pod_book_registered_after_the_state_was_built_is_refused() -> None:
