@@ -11,21 +11,31 @@ another's. This handler asks such a pod to go, through the Eviction API (so a
 PodDisruptionBudget holds), once per pod, with an ``UnauthorizedDevices`` Warning
 Event saying why. Its devices stay held until it is gone (asking is not freeing).
 
+A pod that only requests ``nvidia.com/gpu`` (the device plugin's, counted) is
+evicted when the ledger says it *over-commits* its node (``Allocation.overcommit``:
+its arrival took the named + counted GPUs there above the node's devices, so two
+holders share a GPU, e.g. kube-scheduler placed it beside our children, or it was
+forced there by ``spec.nodeName``), with a ``DeviceConflict`` Warning Event (the
+placement state's handler has said so already) and
+``gpu_orchestrator_device_conflicts_total{action="evicted"}`` (``evict_failed``
+when the Eviction is refused, a PodDisruptionBudget).
+
 Not evicted: pods of a GPUWorkload (``is_controller_pod``), pods a pod book owns
 (the seed path), pods outside the manager's ``--namespaces``, pods that only
-request ``nvidia.com/gpu`` (the device plugin's, counted, never named), and
-*orphans*: a pod our controller created is ours whoever owns it now. ``kubectl
-delete gw w --cascade=orphan`` takes its ownerReference away, and it runs on with
+request ``nvidia.com/gpu`` where their node has room, and *orphans*: a pod our
+controller created is ours whoever owns it now. ``kubectl delete gw w
+--cascade=orphan`` takes its ownerReference away, and it runs on with
 its devices (docs/architecture.md); the ledger still says whose pod it was booked
 as (``Allocation.child_of``, ``booked_child`` here), and an orphan gets one Normal
 ``Orphaned`` Event saying it is kept. A pod the ledger never booked as a workload's
 is a forgery, whatever labels it copies: its Warning says so.
 
-| the pod (bound, unfinished, naming devices)   | outcome                            |
-|-----------------------------------------------|------------------------------------|
-| a GPUWorkload's child, or a pod book's        | nothing                            |
-| the ledger booked it as a workload's (orphan) | ``Orphaned`` Event, once; kept     |
-| anything else (forged)                        | ``UnauthorizedDevices``, evicted   |
+| the pod (bound, unfinished)                     | outcome                          |
+|-------------------------------------------------|----------------------------------|
+| a GPUWorkload's child, or a pod book's          | nothing                          |
+| naming devices, booked as a workload's (orphan) | ``Orphaned`` Event, once; kept   |
+| naming devices, anything else (forged)          | ``UnauthorizedDevices``, evicted |
+| not naming devices, over-committing its node    | ``DeviceConflict``, evicted      |
 """
 
 from __future__ import annotations
@@ -37,8 +47,14 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION, WORKLOAD_LABEL, WORKLOAD_UID_LABEL
+from internal.metrics.domain import DEVICE_CONFLICTS
 from internal.objects import JSON, object_key
-from internal.scheduling.pods import is_controller_pod, pod_is_active, pod_uid
+from internal.scheduling.pods import (
+    is_controller_pod,
+    pod_gpu_request,
+    pod_is_active,
+    pod_uid,
+)
 from runtime import ApiError, NotFound
 
 if TYPE_CHECKING:
@@ -47,6 +63,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("controllers.gpuworkload.intruders")
 
 REASON = "UnauthorizedDevices"
+OVERCOMMIT_REASON = "DeviceConflict"
 #: how often every pod is looked at again (``sweep``): those already there when the
 #: ledger became ready (a manager's start) had their events before it
 SWEEP_PERIOD = 10.0
@@ -64,6 +81,21 @@ def names_devices_itself(pod: JSON, owned: Callable[[JSON], bool]) -> bool:
     return not is_controller_pod(pod) and not owned(pod)
 
 
+def over_commits(state: PlacementState | None, pod: JSON) -> str:
+    """Why ``state``'s ledger says ``pod`` over-commits its node ("": it does not,
+    or no state ready)."""
+    held = state.ledger_read("pod")(pod_uid(pod)) if state is not None else None
+    return held.overcommit if held is not None else ""
+
+
+def evictable(pod: JSON, owned: Callable[[JSON], bool]) -> bool:
+    """A bound, unfinished pod, not being deleted, that nobody of ours made."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    if not spec.get("nodeName") or meta.get("deletionTimestamp") or not pod_is_active(pod):
+        return False
+    return not is_controller_pod(pod) and not owned(pod)
+
+
 def booked_child(state: PlacementState | None, pod: JSON) -> str:
     """The workload attempt whose pod ``state``'s ledger booked ``pod`` as ("": none,
     or no state ready)."""
@@ -77,11 +109,14 @@ class IntruderEvictor:
 
     def __init__(self, client: Any, recorder: Any, owned: Callable[[JSON], bool],
                  active: Callable[[], bool], namespaces: frozenset[str] = frozenset(),
-                 booked_child: Callable[[JSON], str] = lambda pod: "") -> None:
+                 booked_child: Callable[[JSON], str] = lambda pod: "",
+                 over_commits: Callable[[JSON], str] = lambda pod: "") -> None:
         self.client, self.recorder = client, recorder
         self.owned, self.active, self.namespaces = owned, active, namespaces
         #: the workload attempt whose pod the ledger booked this pod as ("": none)
         self.booked_child = booked_child
+        #: why the ledger says this pod over-commits its node ("": it does not)
+        self.over_commits = over_commits
         self._asked: set[str] = set()
         #: UIDs whose eviction failed: asked again on their next update, not by a sweep
         self._refused: set[str] = set()
@@ -104,18 +139,23 @@ class IntruderEvictor:
         ns, uid = meta.get("namespace") or "default", str(meta.get("uid") or "")
         if not self.active() or (self.namespaces and ns not in self.namespaces):
             return
-        if not names_devices_itself(pod, self.owned):
+        forged = names_devices_itself(pod, self.owned)
+        over = "" if forged or not evictable(pod, self.owned) or not pod_gpu_request(pod) \
+            else self.over_commits(pod)
+        if over and self.booked_child(pod):  # an orphan of ours: kept, as above
+            over = ""
+        if not forged and not over:
             return
         with self._lock:
             if uid in self._asked or (not again and uid in self._refused):
                 return
             self._asked.add(uid)
             self._refused.discard(uid)
-        if self.booked_child(pod):
+        if forged and self.booked_child(pod):
             self._keep_orphan(pod)
             return
         # off the informer's thread: an API call must not hold up its other handlers
-        threading.Thread(target=self._evict, args=(pod,), daemon=True,
+        threading.Thread(target=self._evict, args=(pod, over), daemon=True,
                          name=f"evict-{object_key(pod)}").start()
 
     def on_pod_deleted(self, pod: Any) -> None:
@@ -138,15 +178,20 @@ class IntruderEvictor:
             f"created this pod, so it runs on and keeps its devices {devices} on {node} "
             "until it ends or is deleted"))
 
-    def _evict(self, pod: JSON) -> None:
+    def _evict(self, pod: JSON, over: str = "") -> None:
         meta = pod.get("metadata") or {}
         ns, name = meta.get("namespace") or "default", meta.get("name")
         devices = (meta.get("annotations") or {}).get(DEVICES_ANNOTATION)
-        self.recorder.warning(pod, REASON, (
-            f"annotation {DEVICES_ANNOTATION}={devices} was not set by gpu-orchestrator: the "
-            "pod is no GPUWorkload's, nor an orphan of one (the ledger never booked it as "
-            "a workload's pod), so the annotation is forged; only its controller and "
-            "webhook give pods GPU devices; evicting the pod (--evict-conflicting-pods)"))
+        if over:
+            self.recorder.warning(pod, OVERCOMMIT_REASON, (
+                f"{over}: this pod came last, and its GPUs are ones another holder "
+                "uses; evicting the pod (--evict-conflicting-pods)"))
+        else:
+            self.recorder.warning(pod, REASON, (
+                f"annotation {DEVICES_ANNOTATION}={devices} was not set by gpu-orchestrator: "
+                "the pod is no GPUWorkload's, nor an orphan of one (the ledger never booked "
+                "it as a workload's pod), so the annotation is forged; only its controller "
+                "and webhook give pods GPU devices; evicting the pod (--evict-conflicting-pods)"))
         eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
                     "metadata": {"name": name, "namespace": ns},
                     "deleteOptions": {"preconditions": {"uid": meta.get("uid")}}}
@@ -158,9 +203,13 @@ class IntruderEvictor:
         except ApiError as exc:
             log.warning("pod.intruder.evict_failed", pod=object_key(pod), code=exc.status,
                         error=str(exc))
+            if over:
+                DEVICE_CONFLICTS.labels("evict_failed").inc()
             self.recorder.warning(pod, "EvictionFailed", f"could not evict the pod: {exc}")
             with self._lock:  # its next update asks again (a PodDisruptionBudget may allow it)
                 self._asked.discard(str(meta.get("uid") or ""))
                 self._refused.add(str(meta.get("uid") or ""))
             return
-        log.info("pod.intruder.evicted", pod=object_key(pod), devices=devices)
+        if over:
+            DEVICE_CONFLICTS.labels("evicted").inc()
+        log.info("pod.intruder.evicted", pod=object_key(pod), devices=devices, overcommit=over)

@@ -28,7 +28,12 @@ from controllers.dra.availability import (
 from controllers.dra.claim_controller import claim_manager, setup_claims
 from controllers.dra.claims import DraOptions
 from controllers.gpuworkload.backstop import DEFAULT_PERIOD, Backstop
-from controllers.gpuworkload.intruders import SWEEP_PERIOD, IntruderEvictor, booked_child
+from controllers.gpuworkload.intruders import (
+    SWEEP_PERIOD,
+    IntruderEvictor,
+    booked_child,
+    over_commits,
+)
 from controllers.gpuworkload.job_pods import workload_of_job_pod
 from controllers.gpuworkload.options import Options
 from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
@@ -266,7 +271,8 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         evictor = IntruderEvictor(mgr.client, recorder,
                                   lambda p: any(b.owns(p) for b in states.pod_books),
                                   lambda: states.if_ready() is not None, opts.namespaces,
-                                  booked_child=lambda p: booked_child(states.if_ready(), p))
+                                  booked_child=lambda p: booked_child(states.if_ready(), p),
+                                  over_commits=lambda p: over_commits(states.if_ready(), p))
         pods.add_event_handler(FuncHandler(evictor.on_pod, evictor.on_pod,
                                            evictor.on_pod_deleted))
 

@@ -45,6 +45,7 @@ from internal.objects import JSON, object_key
 from internal.scheduling.bounds import REFUSED_REASON
 from internal.scheduling.jobs import job_uid
 from internal.scheduling.ledger import Ledger
+from internal.scheduling.ledger_core import is_conflict
 from internal.scheduling.pods import pod_uid
 from internal.scheduling.resourceslices import claim_holder_key
 
@@ -154,7 +155,7 @@ class CacheEvents:
             return
         problems, waiting = changed
         for p in problems:
-            conflict = "also held by" in p
+            conflict = is_conflict(p)
             if conflict:
                 DEVICE_CONFLICTS.labels("reported").inc()
             else:
@@ -217,7 +218,7 @@ class CacheEvents:
 
     def _report(self, obj: JSON, kind: str, problems: list[str]) -> None:
         for p in problems:
-            bad = "also held by" not in p
+            bad = not is_conflict(p)
             if bad:
                 BAD_OBJECTS.labels(kind).inc()
             else:

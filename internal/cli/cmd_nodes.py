@@ -51,7 +51,7 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
                          _mem(d.memory_used_mib, d.memory_total_mib),
                          "-" if d.utilization is None else f"{d.utilization}%"])
             styles.append("red" if d.health in ("Unhealthy", "Stale") else
-                          ("green" if d.free and d.offered else None))
+                          ("green" if d.free else None))
         for holder, count in sorted(n.counted.items()):
             rows.append([n.name, "?", f"{holder} ({count} GPU, no device index)",
                          "-", "", "-", "-"])
@@ -61,10 +61,19 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
     out.line()
     out.table(["node", "state", "source", "gpus", "allocated", "free", "unhealthy", "stale",
                "heartbeat"],
-              [[n.name, n.state, n.source, n.total, n.allocated, n.free, n.unhealthy, n.stale,
+              [[n.name, n.state, n.source, n.total, n.allocated_text, n.free, n.unhealthy,
+                n.stale,
                 f"{age(n.heartbeat)} ago" if n.heartbeat else "-"] for n in view])
     out.line("free: devices the controller would offer now (healthy, agent reporting, "
-             "not held); '?': GPUs held without a device index, taken from FREE")
+             "not held); '?': GPUs held without a device index, taken from FREE, so no "
+             "unnamed device of that node shows free")
+    over = [n for n in view if n.overcommitted]
+    if over:
+        out.line()
+        out.heading("Over-committed (more GPUs held than the node has: two holders share "
+                    "a GPU; the later pod gets a DeviceConflict Event):")
+        for n in over:
+            out.line(f"  {n.name}: ALLOCATED {n.allocated_text}")
     if pic.problems:
         out.line()
         out.heading("Problems the controller reports (what it cannot book or read):")
@@ -80,4 +89,8 @@ def _holder_text(d: Device) -> str:
         return f"{d.sharing}: {d.holder}" if d.holder is not None else d.sharing
     if d.holder is not None:
         return d.holder
+    if d.counted_for_sure:
+        return "counted (?)"
+    if d.maybe_counted and d.offered:
+        return "free or counted (?)"
     return "free" if d.offered else "-"

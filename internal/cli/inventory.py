@@ -65,6 +65,11 @@ class Device:
     utilization: int | None = None
     #: "3 shares, 60Gi of 80Gi" or "MIG: 3 of 7 instances held" (None: whole)
     sharing: str | None = None
+    #: held by nobody by name on a node where GPUs are held without an index (the
+    #: device plugin's): one of those may be this one, so it is never shown free
+    maybe_counted: bool = False
+    #: ... and the counted GPUs are as many as such devices or more: it is held
+    counted_for_sure: bool = False
 
     @property
     def held(self) -> bool:
@@ -72,8 +77,9 @@ class Device:
 
     @property
     def free(self) -> bool:
-        """The controller would offer it now: not held, healthy, agent reporting."""
-        return self.holder is None and self.offered
+        """The controller would offer it now: not held, healthy, agent reporting, and
+        on a node without counted GPUs (which may be this device)."""
+        return self.holder is None and self.offered and not self.maybe_counted
 
 
 @dataclass
@@ -95,8 +101,19 @@ class NodeGPUs:
 
     @property
     def allocated(self) -> int:
+        """GPUs held: by name, plus counted. Above ``total`` the node is
+        over-committed (two authorities handed one GPU out twice)."""
         named = sum(1 for d in self.devices if d.held)
-        return min(self.total, named + sum(self.counted.values()))
+        return named + sum(self.counted.values())
+
+    @property
+    def overcommitted(self) -> bool:
+        return self.allocated > self.total
+
+    @property
+    def allocated_text(self) -> str:
+        """``4``, or ``6 of 4`` on an over-committed node."""
+        return f"{self.allocated} of {self.total}" if self.overcommitted else str(self.allocated)
 
     @property
     def unhealthy(self) -> int:
@@ -110,6 +127,7 @@ class NodeGPUs:
         return {
             "name": self.name, "source": self.source, "state": self.state,
             "total": self.total, "allocated": self.allocated, "free": self.free,
+            "overcommitted": self.overcommitted,
             "unhealthy": self.unhealthy, "stale": self.stale,
             "lastHeartbeatTime": self.heartbeat,
             "devices": [
@@ -205,9 +223,14 @@ def _from_snapshot(info: NodeInfo, heartbeat: str | None, reported: bool,
         mig = h.ledger.sharing(info.name).mig.get(d.index)
         d.sharing = describe(h.ledger.device_holds(info.name, d.index), d.memory_total_mib,
                              None if mig is None else len(mig))
+    counted = h.counted(info.name)
+    unnamed = [d for d in devs if d.holder is None and d.offered]
+    for d in unnamed:
+        d.maybe_counted = bool(counted)
+        d.counted_for_sure = sum(counted.values()) >= len(unnamed)
     source = "GPUNode" if reported else "allocatable"
     state = "NotReady" if not info.ready else ("cordoned" if info.unschedulable else "Ready")
-    return NodeGPUs(info.name, source, devs, h.counted(info.name), heartbeat=heartbeat,
+    return NodeGPUs(info.name, source, devs, counted, heartbeat=heartbeat,
                     state=state, free=h.ledger.free_count(info.name))
 
 

@@ -143,7 +143,8 @@ PREEMPTIONS = Counter(
     registry=REGISTRY)
 DEVICE_CONFLICTS = Counter(
     "gpu_orchestrator_device_conflicts", "Pods found bound by someone else onto devices "
-    "another workload holds, by action (reported, evicted, evict_failed).", ["action"],
+    "another workload holds, or over-committing their node (named + counted + claimed GPUs "
+    "above its devices), by action (reported, evicted, evict_failed).", ["action"],
     registry=REGISTRY)
 
 BAD_OBJECTS = Counter(

@@ -61,6 +61,10 @@ class Allocation:
     #: a pod's: the workload attempt (``<uid>#<attempt>``) whose pod the ledger booked
     #: it as, kept when the pod is orphaned (``Ledger.sync_pod``); "" for anybody's
     child_of: str = ""
+    #: a holder's: why it over-commits its node ("": it does not). Set on the holder
+    #: whose arrival took the node's named + counted GPUs above its devices (the later
+    #: one: ``DeviceLedger.set_pod``), kept while it holds the same
+    overcommit: str = ""
 
     def __post_init__(self) -> None:
         self.owner = self.owner or self.key
@@ -77,6 +81,7 @@ class DeviceHoldings:
 
     def __init__(self) -> None:
         self._usable: dict[str, frozenset[int]] = {}
+        self._size: dict[str, int] = {}  # node -> its devices, usable or not
         self._holders: dict[str, dict[int, dict[str, str]]] = {}  # node -> dev -> key -> owner
         self._counted: dict[str, dict[str, int]] = {}  # node -> key -> GPUs
         self._allocs: dict[str, Allocation] = {}
@@ -89,10 +94,13 @@ class DeviceHoldings:
     # ------------------------------------------------------------------- nodes
 
     def set_node_devices(self, node: str, usable: Iterable[int],
-                         sharing: NodeSharing | None = None) -> None:
+                         sharing: NodeSharing | None = None, size: int | None = None) -> None:
         """Declare the usable (healthy, not MIG-enabled) device indices of ``node``,
-        and what weighs its shares: its devices' memory and MIG instances."""
+        and what weighs its shares: its devices' memory and MIG instances; ``size``:
+        how many devices it has, usable or not (default: the usable ones), what an
+        over-commit is judged against (``held_total``)."""
         self._usable[node] = frozenset(usable)
+        self._size[node] = len(self._usable[node]) if size is None else size
         if sharing is not None:
             self._sharing[node] = sharing
         self._reindex(node)
@@ -103,6 +111,7 @@ class DeviceHoldings:
     def remove_node(self, node: str) -> None:
         """The node is gone: it offers nothing. Holdings on it stay until released."""
         self._usable.pop(node, None)
+        self._size.pop(node, None)
         self._sharing.pop(node, None)
         self.index.remove(node)
 
@@ -185,6 +194,25 @@ class DeviceHoldings:
 
     def counted_total(self, node: str) -> int:
         return sum(self._counted_by_owner(node).values())
+
+    def size(self, node: str) -> int:
+        """How many devices ``node`` has (0: unknown, or none)."""
+        return self._size.get(node, 0)
+
+    def held_total(self, node: str) -> int:
+        """GPUs of ``node`` held: the devices held by name, plus the counted ones
+        (the device plugin's, which it hands out from the same devices). Above
+        ``size`` the node is over-committed: two holders use one GPU."""
+        return len(self._holders.get(node, {})) + self.counted_total(node)
+
+    def has_counted(self, node: str, but: str = "") -> bool:
+        """Does an owner other than ``but`` hold GPUs of ``node`` without naming them?"""
+        return any(self._allocs[k].owner != but for k in self._counted.get(node, {}))
+
+    def has_named(self, node: str, but: str = "") -> bool:
+        """Does an owner other than ``but`` hold devices of ``node`` by name?"""
+        return any(o != but for keys in self._holders.get(node, {}).values()
+                   for o in keys.values())
 
     def free_devices(self, node: str) -> frozenset[int]:
         held = self._holders.get(node, {})

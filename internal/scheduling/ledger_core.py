@@ -61,6 +61,15 @@ from internal.scheduling.jobs import JobHolding, job_holder_key
 from internal.scheduling.pods import PodHolding, pod_holder_key
 from internal.scheduling.shares import Hold, hold_of, portion_problem
 
+#: the words of a holder's over-commit (``DeviceLedger.set_pod``)
+OVERCOMMITTED = "over-committed"
+
+
+def is_conflict(problem: str) -> bool:
+    """Is this problem of a holder a device conflict (a device held by two owners,
+    or a node over-committed), not an unreadable object?"""
+    return "also held by" in problem or f": {OVERCOMMITTED}: " in problem
+
 
 class LedgerConflict(Exception):
     """An assume would break an invariant; the message names node and devices."""
@@ -196,8 +205,21 @@ class DeviceLedger(DeviceHoldings):
         kin: ``child_of`` is the workload attempt whose pod it was booked as, and an
         orphan beside that attempt's booking or its other pods is none). Also records
         an allocated ResourceClaim's holding (``resourceslices.ClaimHolding``, keyed
-        ``claim:<uid>``): a claim holds its devices as a pod does."""
+        ``claim:<uid>``): a claim holds its devices as a pod does.
+
+        A holder whose arrival takes its node's named + counted GPUs above the node's
+        devices over-commits it (``Allocation.overcommit``, returned while it holds
+        that): the later holder, whatever kind the earlier ones are. Named devices
+        are the ledger's, counted ones the device plugin's, claims the DRA driver's;
+        two authorities on one node can hand out one GPU twice, and only the sum shows
+        it (docs/architecture.md, invariant 2)."""
+        old = self._allocs.get(h.key)
+        # seen before on this node: it keeps its verdict (an earlier holder updated
+        # is never taken for the later one)
+        seen = old is not None and old.holder and old.nodes == [h.node]
+        over = old.overcommit if old is not None and seen else ""
         self.remove_holder(h.key)
+        before = self.held_total(h.node)
         placements = (Placement(index=0, node=h.node, devices=list(h.devices),
                                 share=h.share or None, mig=h.mig or None),)
         alloc = Allocation(h.key, placements if h.devices else (), {}, priority, True, 0,
@@ -213,7 +235,30 @@ class DeviceLedger(DeviceHoldings):
                             and not self._nominated_over(k, h.owner)
                             and self._clash(k, h.node, d, mine[d])})
         self._apply(alloc)
-        return conflicts
+        after, size = self.held_total(h.node), self.size(h.node)
+        if not seen and size and after > max(before, size):
+            over = self._overcommit_text(h.node, after, size)
+        alloc.overcommit = over
+        return conflicts + ([over] if over else [])
+
+    def _overcommit_text(self, node: str, held: int, size: int) -> str:
+        """``node2: over-committed: 6 GPUs held on its 4 devices (named 0,1 by ns/w;
+        counted 4: pod ns/a 2, pod ns/b 2)``."""
+        named = sorted(self._holders.get(node, {}))
+        keys: dict[str, dict[str, str]] = {}  # owner -> its counted holders
+        for key in self._counted.get(node, {}):
+            owner = self._allocs[key].owner
+            keys.setdefault(owner, {})[key] = owner
+        by = {self._describe(keys[o]): n for o, n in self._counted_by_owner(node).items()}
+        parts = []
+        if named:
+            who = sorted({self._describe(self._holders[node][d]) for d in named})
+            parts.append(f"named {','.join(map(str, named))} by {', '.join(who)}")
+        if by:
+            parts.append(f"counted {sum(by.values())} (device plugin): "
+                         + ", ".join(f"{k} {v}" for k, v in sorted(by.items())))
+        return f"{node}: {OVERCOMMITTED}: {held} GPUs held on its {size} devices " \
+            f"({'; '.join(parts)})"
 
     def _kin(self, key: str, owner: str, mine: str, child_of: str) -> bool:
         """Is holder ``key`` (of ``owner``) of the group of a pod of owner ``mine``,

@@ -311,7 +311,7 @@ class Snapshot:
             self._cost_levels = None
         self.nodes[name] = info
         if self.ledger is not None:
-            self.ledger.set_node_devices(name, info.usable, info.sharing())
+            self.ledger.set_node_devices(name, info.usable, info.sharing(), len(info.devices))
 
     def _judge(self, raw: Mapping[str, Any], g: Mapping[str, Any] | None,
                reported: Any) -> tuple[str | None, str]:
@@ -380,7 +380,7 @@ class Snapshot:
         """Use ``ledger`` and tell it every node's usable devices."""
         self.ledger = ledger
         for name, info in self.nodes.items():
-            ledger.set_node_devices(name, info.usable, info.sharing())
+            ledger.set_node_devices(name, info.usable, info.sharing(), len(info.devices))
 
     # ------------------------------------------------------------------- reading
 

@@ -61,7 +61,7 @@ def test_the_alerts_the_platform_team_needs() -> None:
         "GPUOrchestratorReconcileErrors", "GPUOrchestratorWorkQueueBackingUp",
         "GPUsExhaustedOnAllNodes", "GPUNodeHeartbeatStale", "GPUOrchestratorDown",
         "GPUOrchestratorNoLeader", "GPUWorkloadsUnmanaged",
-        "GPUOrchestratorLostRequeue", "GPUQueueWorkloadsWaiting"}
+        "GPUOrchestratorLostRequeue", "GPUQueueWorkloadsWaiting", "GPUDevicesDoubleBooked"}
 
 
 def test_every_alert_is_tested_firing_and_not_firing() -> None:
