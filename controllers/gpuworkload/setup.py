@@ -135,22 +135,26 @@ def placement_handler(reconciler: GPUWorkloadReconciler, kind: str, method: str
     """The placement state's handler of one kind: adds and updates go to the
     state's ``events.<method>`` (its ``CacheEvents``), deletes to
     ``<method>_deleted``. A call that raises loses that event, so the state may be
-    short of a holder: it is invalidated and rebuilt from the caches before the
-    next placement (``ensure_state()``). Inline: the state's updates are memory
-    only, so they run on the watch's thread (runtime/informer.py)."""
-    def call(name: str) -> Any:
-        def deliver(*args: Any) -> None:
-            state = reconciler.state
-            if state is not None:
-                getattr(state.events, name)(args[-1])
-        return deliver
-
+    short of a holder: it is invalidated and filled again from the caches before
+    the next placement (``ensure_state()``). Inline: the state's updates are memory
+    only, so they run on the watch's thread (runtime/informer.py), through the
+    state's event gate, which defers an event rather than wait for a decide
+    (controllers/placement/event_gate.py)."""
     def lost(op: str, obj: Any, exc: BaseException) -> None:
         state = reconciler.state
         if state is not None:
             state.invalidate(f"the {kind} {op} handler raised {type(exc).__name__}: {exc}")
 
-    return FuncHandler(call(method), call(method), call(f"{method}_deleted"),
+    def call(name: str, op: str) -> Any:
+        def deliver(*args: Any) -> None:
+            state = reconciler.state
+            if state is not None:
+                handler, obj = getattr(state.events, name), args[-1]
+                state.apply_event(lambda: handler(obj), lambda exc: lost(op, obj, exc))
+        return deliver
+
+    return FuncHandler(call(method, "add"), call(method, "update"),
+                       call(f"{method}_deleted", "delete"),
                        name=f"placement-{kind.lower()}", on_error=lost, inline=True)
 
 

@@ -33,6 +33,7 @@ import structlog
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
 from controllers.placement.cache import LEDGER_READS, PlacementCache
+from controllers.placement.event_gate import EventGate
 from controllers.placement.events import CacheEvents
 from controllers.placement.evictions import Evictions, preempted_message
 from controllers.placement.pending import PendingSet
@@ -139,8 +140,10 @@ class PlacementState(PlacementCache):
         self.share_floors = share_floors
         self.scheduler = Scheduler(self._snapshot, self._ledger, rng=self.rng,
                                    default_exposure=default_exposure, floors=share_floors)
-        #: the informers' handlers (controllers/gpuworkload/setup.py wires them)
+        #: the informers' handlers (controllers/gpuworkload/setup.py wires them),
+        #: entered through the gate so that a watch thread never waits for a decide
         self.events = CacheEvents(self, on_problem, enqueue_on_node)
+        self._gate = EventGate(self._lock)
         #: a PriorityClass's value by name (None: no such class), from the cache
         self._class_value = priority_class_value or (lambda name: None)
         #: how many times it was filled from the caches (``rebuild``)
@@ -232,6 +235,16 @@ class PlacementState(PlacementCache):
             self.events.on_job(child)
         else:
             self.events.on_pod(child)
+
+    def apply_event(self, event: Callable[[], None],
+                    on_lost: Callable[[BaseException], None]) -> None:
+        """An informer's event (``events.on_*``), applied now if the lock is free,
+        else in order by the gate's drainer: never waits (``event_gate.py``)."""
+        self._gate.apply(event, on_lost)
+
+    def events_deferred(self) -> int:
+        """How many events found the lock held (or earlier ones waiting) so far."""
+        return self._gate.deferred
 
     def invalidate(self, why: str) -> None:
         """An event of the caches was lost (its handler raised): this state may be

@@ -1,0 +1,85 @@
+"""The informers' events never wait for a scheduling pass: while ``decide`` holds the
+placement lock, an event is deferred and applied, in order, as soon as the lock is
+free (controllers/placement/event_gate.py)."""
+
+from __future__ import annotations
+
+import threading
+import types
+from typing import Any
+
+from api.v1alpha1.types import DeviceExposure
+from controllers.gpuworkload.setup import placement_handler
+from controllers.placement.state import PlacementState
+from tests.unit.controllers.test_placement_state import gw, pod
+from tests.unit.scheduling.helpers import node
+from tests.waiting import eventually
+
+
+def blocked_decide(state: PlacementState) -> tuple[threading.Event, threading.Thread]:
+    """A decide of ``state`` stuck in its scheduling pass until the event is set."""
+    entered, release = threading.Event(), threading.Event()
+    schedule = state.scheduler.schedule
+
+    def slow(*args: Any, **kw: Any) -> Any:
+        entered.set()
+        release.wait(10)
+        return schedule(*args, **kw)
+    state.scheduler.schedule = slow  # type: ignore[method-assign]
+    t = threading.Thread(target=state.decide, args=(gw("long", gpusPerReplica=1),))
+    t.start()
+    assert entered.wait(5)
+    return release, t
+
+
+def handler(state: PlacementState) -> Any:
+    return placement_handler(types.SimpleNamespace(state=state), "Pod", "on_pod")  # type: ignore[arg-type]
+
+
+def test_a_watch_event_does_not_wait_for_a_long_decide() -> None:
+    state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES)
+    state.rebuild(lambda: ([node("node1", 4)], [], [], []))
+    release, decider = blocked_decide(state)
+    h = handler(state)
+    theirs = pod("theirs", "node1", devices="0,1")
+    watch = threading.Thread(target=h.on_add, args=(theirs,))
+    watch.start()
+    watch.join(1.0)
+    try:
+        assert not watch.is_alive(), "the watch thread waited for the scheduling pass"
+        assert state.events_deferred() == 1
+    finally:
+        release.set()
+        decider.join(5)
+    eventually(lambda: state.view().pod("uid-theirs") is not None, timeout=5,
+               what="the deferred event applied once the decide released the lock")
+
+
+def test_deferred_events_keep_their_order_and_later_ones_wait_behind_them() -> None:
+    state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES)
+    state.rebuild(lambda: ([node("node1", 4)], [], [], []))
+    release, decider = blocked_decide(state)
+    h = handler(state)
+    theirs = pod("theirs", "node1", devices="0,1")
+    h.on_add(theirs)
+    h.on_delete(theirs)
+    release.set()
+    decider.join(5)
+    h.on_add(pod("next", "node1", devices="2"))  # after the delete, never before it
+    eventually(lambda: state.view().pod("uid-next") is not None, timeout=5, what="applied")
+    assert state.view().pod("uid-theirs") is None  # added, then deleted: in that order
+
+
+def test_a_deferred_event_that_raises_invalidates_the_state() -> None:
+    state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES)
+    state.rebuild(lambda: ([node("node1", 4)], [], [], []))
+    release, decider = blocked_decide(state)
+    h = handler(state)
+
+    def bug(obj: Any) -> None:
+        raise RuntimeError("a bug while reading the pod")
+    state.events.on_pod = bug  # type: ignore[method-assign]
+    h.on_add(pod("theirs", "node1", devices="0"))
+    release.set()
+    decider.join(5)
+    eventually(lambda: not state.ready, timeout=5, what="the state invalidated")
