@@ -29,6 +29,7 @@ from controllers.dra.claims import (
 )
 from controllers.placement.source import PlacementStateSource
 from internal.objects import JSON, object_key
+from internal.scheduling.holdings import Allocation
 from internal.scheduling.pods import controller_ref, pod_is_active, workload_owner
 from internal.scheduling.resourceslices import DRA_API_VERSION
 from runtime import (
@@ -50,6 +51,19 @@ log = structlog.get_logger("claims")
 #: how often a wanted claim that no pod uses yet is looked at again (a booking can
 #: be released without any event on the claim or its pods)
 UNUSED_RECHECK = 2.0
+
+
+def _wanted(claim: JSON, booking: Allocation | None) -> bool:
+    """Does its workload's booking hold this claim's replica on its placement?"""
+    ref = controller_ref(claim) or {}
+    labels = claim["metadata"].get("labels") or {}
+    if booking is None or (booking.uid and booking.uid != ref.get("uid")):
+        return False
+    if booking.owner != workload_owner(str(ref.get("uid")), labels.get(ATTEMPT_LABEL)):
+        return False
+    where = claim_placement(claim)
+    return any(str(p.index) == labels.get(INDEX_LABEL) and where == (p.node, tuple(p.devices))
+               for p in booking.placements)
 
 
 class ClaimReconciler:
@@ -84,28 +98,15 @@ class ClaimReconciler:
         # Decided under the bookings' lock: a placement booked after this point sees
         # the claim as going and waits for it (never adopts a claim being released).
         deleting = bool(meta.get("deletionTimestamp"))
-        if not self.manager.mark_releasing(claim, lambda: not deleting and self._wanted(claim)):
+        key = f"{meta['namespace']}/{(controller_ref(claim) or {}).get('name')}"
+        if not self.manager.mark_releasing(
+                claim, key, lambda booking: not deleting and _wanted(claim, booking)):
             return Result(requeue_after=UNUSED_RECHECK)
         if self._live_users(claim):
             self.manager.unmark(meta["uid"])
             return Result(requeue_after=UNUSED_RECHECK)  # the cache has not seen them yet
         self._release(claim)
         return None
-
-    def _wanted(self, claim: JSON) -> bool:
-        """Does its workload's booking hold this claim's replica on its placement?"""
-        ref = controller_ref(claim) or {}
-        meta = claim["metadata"]
-        labels = meta.get("labels") or {}
-        state = self.states.get()
-        booking = state.booking(f"{meta['namespace']}/{ref.get('name')}")
-        if booking is None or (booking.uid and booking.uid != ref.get("uid")):
-            return False
-        if booking.owner != workload_owner(str(ref.get("uid")), labels.get(ATTEMPT_LABEL)):
-            return False
-        where = claim_placement(claim)
-        return any(str(p.index) == labels.get(INDEX_LABEL) and where == (p.node, tuple(p.devices))
-                   for p in booking.placements)
 
     def _reserve(self, claim: JSON, users: list[JSON]) -> None:
         want = [{"resource": "pods", "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]}

@@ -56,13 +56,12 @@ from controllers.gpuworkload.children import child_name, owner_reference
 from controllers.gpuworkload.reconcile_outcome import EndAttempt
 from controllers.placement.source import PlacementStateSource
 from internal.objects import JSON
+from internal.scheduling.holdings import Allocation
 from internal.scheduling.pods import controller_ref, parse_devices
 from internal.scheduling.resourceslices import (
     DEFAULT_DEVICE_CLASS,
     DEFAULT_DRIVER,
     DRA_API_VERSION,
-    SliceInventory,
-    results_for,
     selector_node,
 )
 from runtime import (
@@ -186,46 +185,31 @@ class ClaimManager:
                  states: PlacementStateSource, opts: DraOptions) -> None:
         self.client, self.recorder, self.claims = client, recorder, claims
         self.states, self.opts = states, opts
-        #: UIDs of claims the claim controller decided to release (changed and read
-        #: only atomically with the bookings: ``PlacementState.atomically``)
-        self.releasing: set[str] = set()
 
-    def mark_releasing(self, claim: JSON, wanted: Callable[[], bool]) -> bool:
-        """Atomically with the bookings: if ``wanted()`` is false, ``claim`` is marked
-        as going, and ``ensure`` adopts it no more (it waits for it to be gone, even
-        while the cache still shows it). True when marked."""
+    def mark_releasing(self, claim: JSON, key: str,
+                       wanted: Callable[[Allocation | None], bool]) -> bool:
+        """Atomically with the bookings: unless ``wanted`` (asked with workload
+        ``key``'s booking) keeps it, ``claim`` is marked as going, and ``ensure``
+        adopts it no more (it waits for it to be gone, even while the cache still
+        shows it). True when marked."""
         uid = str((claim.get("metadata") or {}).get("uid") or "")
-        def mark() -> bool:
-            if wanted():
-                return False
-            self.releasing.add(uid)
-            return True
-        return self.states.get().atomically(mark)
+        return self.states.get().release_claim_unless(uid, key, wanted)
 
     def unmark(self, uid: str) -> None:
         state = self.states.current  # never built here (informer threads call this)
-        if state is None:
-            self.releasing.discard(uid)
-            return
-        state.atomically(lambda: self.releasing.discard(uid))
+        if state is not None:
+            state.claim_gone(uid)
 
     def _going(self, claim: JSON) -> bool:
         meta = claim.get("metadata") or {}
-        return self.states.get().atomically(
-            lambda: bool(meta.get("deletionTimestamp")) or str(meta.get("uid")) in self.releasing)
-
-    @property
-    def slices(self) -> SliceInventory:
-        state = self.states.get()
-        assert state.slices is not None
-        return state.slices
+        return bool(meta.get("deletionTimestamp")) or \
+            self.states.get().claim_going(str(meta.get("uid")))
 
     def allocation(self, p: Placement, *, published: bool = True) -> dict[str, Any]:
         """The allocation of replica ``p``. Its devices must be in the slices to be
         allocated now (``published``); a claim allocated earlier is checked against
         NVIDIA's names (pool = node, ``gpu-<minor>``) while its driver republishes."""
-        state = self.states.get()
-        results = state.atomically(lambda: results_for(self.slices, p.node, p.devices, REQUEST))
+        results = self.states.get().slice_results(p.node, p.devices, REQUEST)
         if results is None and not published:
             results = [{"request": REQUEST, "driver": self.opts.driver, "pool": p.node,
                         "device": f"gpu-{d}"} for d in p.devices]

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -56,9 +57,15 @@ from controllers.placement.pod_book import PodBook
 from controllers.shared.own_writes import OwnWrites
 from internal.objects import JSON, object_key
 from internal.scheduling.bounds import MAX_GPUS_PER_NODE, event_message
+from internal.scheduling.holdings import Allocation
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner, departing_key
-from internal.scheduling.resourceslices import SliceInventory, claim_holder_key, claim_holding
+from internal.scheduling.resourceslices import (
+    SliceInventory,
+    claim_holder_key,
+    claim_holding,
+    results_for,
+)
 from internal.scheduling.snapshot import NodeInfo, Snapshot
 
 log = structlog.get_logger("placement")
@@ -70,6 +77,11 @@ LEDGER_READS = frozenset({
     "allocation", "allocations", "bookings", "blockers", "counted", "counted_total",
     "device_holds", "device_owners", "free_count", "free_devices", "holder",
     "holders", "holding", "is_committed", "job", "pod", "sharing", "usable"})
+
+
+def _copy(a: Allocation | None) -> Allocation | None:
+    """A booking to hand out: the ledger's own object is changed in place."""
+    return None if a is None else replace(a, counted=dict(a.counted))
 
 
 class PlacementCache:
@@ -97,6 +109,8 @@ class PlacementCache:
         self.ready = False
         self._enqueue_waiting = enqueue_waiting or (lambda keys: None)
         self.pod_books = tuple(pod_books)
+        #: UIDs of claims the claim controller is releasing (``release_claim_unless``)
+        self._claims_going: set[str] = set()
 
     @property
     def slices(self) -> SliceInventory | None:
@@ -270,10 +284,11 @@ class PlacementCache:
         with self._lock:
             return self._ledger.is_committed(key)
 
-    def booking(self, key: str) -> Any:
-        """The ledger's booking of ``key`` (an Allocation), or None."""
+    def booking(self, key: str) -> Allocation | None:
+        """A copy of the ledger's booking of ``key``, or None: read after the lock
+        is released, so never the live one."""
         with self._lock:
-            return self._ledger.allocation(key)
+            return _copy(self._ledger.allocation(key))
 
     def held_by(self, key: str) -> bool:
         with self._lock:
@@ -314,11 +329,35 @@ class PlacementCache:
                 return getattr(self._ledger, question)(*args, **kwargs)
         return ask
 
-    def atomically(self, fn: Callable[[], T]) -> T:
-        """Runs ``fn`` under the state's lock: atomically with every booking (the
-        claim controller's decision to release a claim, the slices it reads)."""
+    # ------------------------------------------------------------ DRA claims
+
+    def release_claim_unless(self, uid: str, key: str,
+                             wanted: Callable[[Allocation | None], bool]) -> bool:
+        """Atomically with the bookings: unless ``wanted`` (asked with a copy of
+        workload ``key``'s booking) keeps it, claim ``uid`` is marked as going, and
+        no placement adopts it any more (``claim_going``). True when marked."""
         with self._lock:
-            return fn()
+            if wanted(_copy(self._ledger.allocation(key))):
+                return False
+            self._claims_going.add(uid)
+            return True
+
+    def claim_gone(self, uid: str) -> None:
+        """Claim ``uid`` is deleted, or was kept after all: no longer marked going."""
+        with self._lock:
+            self._claims_going.discard(uid)
+
+    def claim_going(self, uid: str) -> bool:
+        with self._lock:
+            return uid in self._claims_going
+
+    def slice_results(self, node: str, devices: Iterable[int], request: str
+                      ) -> list[dict[str, Any]] | None:
+        """Allocation results naming ``devices`` of ``node`` in the ResourceSlices
+        (None: one is not published, or DRA is off)."""
+        with self._lock:
+            slices = self.nodes.slices
+            return results_for(slices, node, devices, request) if slices else None
 
     def higher_priority_fresh(self, key: str, priority: int,
                               current: Callable[[str], JSON | None] | None = None

@@ -117,7 +117,7 @@ class PlacementState(PlacementCache):
     """The placement cache and the scheduler over it, kept by the informers' events
     (``events``, a ``CacheEvents``) and asked by the reconcilers; every method
     takes the lock. Readers get ``view()``, the seed path ``book_seed`` and its
-    kin, the claims ``atomically``."""
+    kin, the claims `release_claim_unless` and its kin."""
 
     def __init__(self, default_exposure: DeviceExposure, rng: random.Random | None = None,
                  enqueue_waiting: Callable[[Iterable[str]], None] | None = None,
@@ -362,9 +362,7 @@ class PlacementState(PlacementCache):
         again keeps its owner, as an eviction spends no retry: an overlap left behind
         would keep counting it as being taken, for the queues' reclaim plans.)"""
         with self._lock:
-            a = self._ledger.allocation(key)
-            if a is not None and a.overlap:
-                a.overlap = frozenset()
+            self._ledger.end_nomination(key)
 
     def blockers(self, key: str) -> dict[str, list[str]]:
         """node -> pods that ``key``'s nomination still waits for (empty: none)."""

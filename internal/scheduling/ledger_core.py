@@ -191,6 +191,20 @@ class DeviceLedger(DeviceHoldings):
             raise KeyError(key)
         a.committed = True
 
+    def end_nomination(self, key: str) -> bool:
+        """``key``'s booking is no longer a nomination over anybody (its children
+        are made): its overlap goes, seen by the watchers as the booking going and
+        coming back without it. False when it was none."""
+        a = self._allocs.get(key)
+        if a is None or not a.overlap:
+            return False
+        for watch in self.watchers:
+            watch(a, False)
+        a.overlap = frozenset()
+        for watch in self.watchers:
+            watch(a, True)
+        return True
+
     def forget(self, key: str) -> Allocation | None:
         """Release the booking ``key``. Its pods, if any, still hold what they hold.
         Returns what it held (None if nothing)."""

@@ -92,9 +92,9 @@ def test_a_claim_marked_for_release_is_never_adopted_even_while_cached() -> None
     cache.add(claim)
     states = PlacementStateSource(lambda books: state)
     manager = ClaimManager(_NoClient(), _NoClient(), cache, states, DraOptions())
-    assert manager.mark_releasing(claim, lambda: True) is False  # wanted: kept
+    assert manager.mark_releasing(claim, "ns/train", lambda booking: True) is False  # wanted: kept
     assert manager.ensure(w, RAW, p, 0, pod_exists=False) == "train-0-gpus-0"
-    assert manager.mark_releasing(claim, lambda: False) is True
+    assert manager.mark_releasing(claim, "ns/train", lambda booking: False) is True
     assert manager.ensure(w, RAW, p, 0, pod_exists=False) is None  # waits for it to go
     manager.unmark("C1")
     assert manager.ensure(w, RAW, p, 0, pod_exists=False) == "train-0-gpus-0"

@@ -1,6 +1,6 @@
 """The placement state has one door: nothing outside its modules touches its lock,
 its ledger or its snapshot (docs/architecture.md, "The controllers"); readers
-get ``view()``, the seed path ``book_seed`` and its kin, the claims ``atomically``.
+get ``view()``, the seed path ``book_seed`` and its kin, the claims ``release_claim_unless``.
 A grep of the tree says so, so a new shortcut fails here rather than in a race."""
 
 from __future__ import annotations
@@ -74,3 +74,24 @@ def test_the_view_reads_the_current_ledger_and_changes_nothing() -> None:
         except AttributeError:
             continue
         raise AssertionError(f"the view offers the ledger's {change}")
+
+
+def test_a_booking_handed_out_is_a_copy_the_ledger_does_not_share() -> None:
+    """``booking()`` is read after the lock is released: a caller that changes what it
+    got changes nothing in the ledger (it got the live allocation before)."""
+    from api.v1alpha1.types import DeviceExposure
+    from controllers.placement.state import PlacementState
+    from tests.unit.controllers.test_placement_state import gw
+    from tests.unit.scheduling.helpers import node
+
+    state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES)
+    state.rebuild(lambda: ([node("node1", 4)], [], [], []))
+    assert state.decide(gw("w", gpusPerReplica=2)).ok
+    got = state.booking("ns/w")
+    assert got is not None
+    got.overlap = frozenset({"someone"})
+    got.committed = True
+    got.counted["node1"] = 4
+    again = state.booking("ns/w")
+    assert again is not None and not again.overlap and not again.committed
+    assert again.counted == {} and not state.is_committed("ns/w")
