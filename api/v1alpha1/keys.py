@@ -58,3 +58,14 @@ QUEUED_LABEL = f"{GROUP}/queued"
 #: first is the default queue of its workloads); an annotation, for a queue's name may
 #: be longer than a label's value
 QUEUES_ANNOTATION = f"{GROUP}/queues"
+
+#: on a Node: which authority hands out its GPUs' identity (docs/install.md, one
+#: authority per node): ``named`` (the ledger names every device; no device-plugin
+#: allocation there), ``counted`` (the device plugin picks; the ledger only counts) or
+#: ``dra`` (ResourceClaims hold every device). Also the key of the ``NoSchedule`` taint
+#: that keeps other schedulers off a named node (value ``named``), which our
+#: placements and ``gpu-scheduler`` pods tolerate
+DEVICE_AUTHORITY_LABEL = f"{GROUP}/device-authority"
+#: on a Namespace: ``gpu-scheduler`` routes its pods that ask for ``nvidia.com/gpu`` to
+#: gpu-scheduler (the webhook sets their ``schedulerName``)
+SCHEDULER_ROUTE_LABEL = f"{GROUP}/scheduler"

@@ -59,10 +59,10 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
     out.table(["node", "gpu", "workload", "health", "model", "memory", "util"], rows,
               styles=styles)
     out.line()
-    out.table(["node", "state", "source", "gpus", "allocated", "free", "unhealthy", "stale",
-               "heartbeat"],
-              [[n.name, n.state, n.source, n.total, n.allocated_text, n.free, n.unhealthy,
-                n.stale,
+    out.table(["node", "state", "source", "authority", "gpus", "allocated", "free",
+               "unhealthy", "stale", "heartbeat"],
+              [[n.name, n.state, n.source, n.authority, n.total, n.allocated_text, n.free,
+                n.unhealthy, n.stale,
                 f"{age(n.heartbeat)} ago" if n.heartbeat else "-"] for n in view])
     out.line("free: devices the controller would offer now (healthy, agent reporting, "
              "not held); '?': GPUs held without a device index, taken from FREE, so no "

@@ -32,6 +32,7 @@ from typing import Any
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION
 from internal.cli.holders import Holdings, controller_holdings
+from internal.scheduling import authority
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.resourceslices import DEFAULT_DRIVER
 from internal.scheduling.shares import describe
@@ -94,6 +95,10 @@ class NodeGPUs:
     #: GPUs the controller would offer: the ledger's ``free_count`` (offered devices
     #: nobody holds, less the GPUs held without an index)
     free: int = 0
+    #: who decides which device a holder gets (``internal/scheduling/authority.py``):
+    #: the node's label (named, counted, dra), else ``named (held)`` / ``counted
+    #: (held)`` from what holds there, ``mixed`` where both do, ``-`` for nothing yet
+    authority: str = "-"
 
     @property
     def total(self) -> int:
@@ -127,7 +132,7 @@ class NodeGPUs:
         return {
             "name": self.name, "source": self.source, "state": self.state,
             "total": self.total, "allocated": self.allocated, "free": self.free,
-            "overcommitted": self.overcommitted,
+            "overcommitted": self.overcommitted, "authority": self.authority,
             "unhealthy": self.unhealthy, "stale": self.stale,
             "lastHeartbeatTime": self.heartbeat,
             "devices": [
@@ -231,7 +236,20 @@ def _from_snapshot(info: NodeInfo, heartbeat: str | None, reported: bool,
     source = "GPUNode" if reported else "allocatable"
     state = "NotReady" if not info.ready else ("cordoned" if info.unschedulable else "Ready")
     return NodeGPUs(info.name, source, devs, counted, heartbeat=heartbeat,
-                    state=state, free=h.ledger.free_count(info.name))
+                    state=state, free=h.ledger.free_count(info.name),
+                    authority=_authority(info, h))
+
+
+def _authority(info: NodeInfo, h: Holdings) -> str:
+    named = h.ledger.named_holder(info.name) is not None
+    by_count = h.ledger.counted_holder(info.name) is not None
+    label = authority.declared(info.labels)
+    if label:
+        return label
+    if named and by_count:
+        return "mixed"
+    found = authority.effective(info.labels, named, by_count)
+    return f"{found} (held)" if found else "-"
 
 
 @dataclass

@@ -8,7 +8,9 @@ strategy, an annotation map's named nodes included); labels match spec.nodeSelec
 node fit, what the kubelet checks again at admission (``fit_reason_of``: the
 template's nodeSelector and required node affinity, its CPU, memory, ephemeral
 storage and extended resources, one more pod, its host ports); the GPUNode's
-heartbeat not stale; enough free healthy devices with at least
+heartbeat not stale; the node's device authority (``authority.py``: a named placement
+never goes where the device plugin counts GPUs, nor a counted one where the ledger
+names them); enough free healthy devices with at least
 minGPUMemoryMiB; an NVLink-connected set when topology is Required.
 """
 
@@ -18,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from api.v1alpha1.types import DeviceExposure
+from internal.scheduling.authority import refusal as authority_refusal
 from internal.scheduling.devicepicker import pick_devices
 from internal.scheduling.nodefit import PODS, pods_reason
 from internal.scheduling.sharefilter import filter_portion, wanted
@@ -81,8 +84,12 @@ def filter_node(
         return why, (), 0
     if node.stale:
         return STALE_REASON, (), 0
-    if spec.device_exposure is DeviceExposure.DRA and not node.dra_driver:
+    dra = spec.device_exposure is DeviceExposure.DRA
+    if dra and not node.dra_driver:
         return NO_SLICES_REASON, (), 0
+    why = authority_refusal(name, node.labels, ctx.view, counted=ctx.counted, dra=dra)
+    if why is not None:
+        return why, (), 0
     want = wanted(spec)
     if want is not None:
         return filter_portion(node, ctx, want)

@@ -205,14 +205,21 @@ class DeviceHoldings:
         ``size`` the node is over-committed: two holders use one GPU."""
         return len(self._holders.get(node, {})) + self.counted_total(node)
 
-    def has_counted(self, node: str, but: str = "") -> bool:
-        """Does an owner other than ``but`` hold GPUs of ``node`` without naming them?"""
-        return any(self._allocs[k].owner != but for k in self._counted.get(node, {}))
+    def counted_holder(self, node: str, but: AbstractSet[str] = frozenset()) -> str | None:
+        """One holder of GPUs of ``node`` without naming them, of an owner not in
+        ``but`` (None: none)."""
+        for k in self._counted.get(node, {}):
+            if self._allocs[k].owner not in but:
+                return self._allocs[k].name
+        return None
 
-    def has_named(self, node: str, but: str = "") -> bool:
-        """Does an owner other than ``but`` hold devices of ``node`` by name?"""
-        return any(o != but for keys in self._holders.get(node, {}).values()
-                   for o in keys.values())
+    def named_holder(self, node: str, but: AbstractSet[str] = frozenset()) -> str | None:
+        """One holder of devices of ``node`` by name, of an owner not in ``but``."""
+        for keys in self._holders.get(node, {}).values():
+            for k, o in keys.items():
+                if o not in but:
+                    return self._describe({k: o})
+        return None
 
     def free_devices(self, node: str) -> frozenset[int]:
         held = self._holders.get(node, {})

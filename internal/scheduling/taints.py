@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from internal.scheduling.authority import is_our_taint
+
 if TYPE_CHECKING:
     from internal.scheduling.snapshot import NodeInfo
 
@@ -33,10 +35,12 @@ def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]
 def untolerated_taint(
     node: NodeInfo, tolerations: Iterable[Mapping[str, Any]]
 ) -> Mapping[str, Any] | None:
-    """The first NoSchedule/NoExecute taint of ``node`` not tolerated, else None."""
+    """The first NoSchedule/NoExecute taint of ``node`` not tolerated, else None.
+    The device-authority taint of a named node (``authority.OUR_TAINT``) is ours:
+    every placement of ours tolerates it (it keeps the other schedulers off)."""
     tols = list(tolerations)
     for taint in node.taints:
-        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+        if taint.get("effect") not in ("NoSchedule", "NoExecute") or is_our_taint(taint):
             continue
         if not tolerates(tols, taint):
             return taint

@@ -118,7 +118,9 @@ def test_kubectl_gpu_nodes_agrees_with_the_controller(
     assert {d["health"] for d in view[silent]["devices"]} == {"Stale"}
 
     # 4 GPUs: the plugin says no node has 4 free; the controller says why, per node
-    admin.create(workload("four", namespace, gpusPerReplica=4, nodeSelector=group.selector))
+    # the node counts GPUs (the device plugin's): counted placements only
+    admin.create(workload("four", namespace, gpusPerReplica=4, nodeSelector=group.selector,
+                          deviceExposure="device-plugin"))
 
     def why() -> str | None:
         for c in (get_workload(admin, namespace, "four").get("status") or {}).get(
@@ -132,7 +134,8 @@ def test_kubectl_gpu_nodes_agrees_with_the_controller(
     assert f"{silent}: {STALE_REASON}" in message
 
     # 3 GPUs: exactly the free ones the plugin showed
-    admin.create(workload("three", namespace, gpusPerReplica=3, nodeSelector=group.selector))
+    admin.create(workload("three", namespace, gpusPerReplica=3, nodeSelector=group.selector,
+                          deviceExposure="device-plugin"))
     placed = wait_phase(admin, namespace, "three", "Scheduled", "Running", timeout=60)
     (p,) = placed["status"]["placements"]
     free_before = [d["index"] for d in view[sick]["devices"] if d["free"]
@@ -185,7 +188,9 @@ def test_a_bad_devices_annotation_is_counted_as_the_controller_counts_it(
     assert any(f"pod {namespace}/bad: annotation gpu.orchestrator.dev/devices='0,x'" in p
                for p in data["problems"])
 
-    admin.create(workload("four", namespace, gpusPerReplica=4, nodeSelector=group.selector))
+    # the node counts GPUs (the device plugin's): counted placements only
+    admin.create(workload("four", namespace, gpusPerReplica=4, nodeSelector=group.selector,
+                          deviceExposure="device-plugin"))
 
     def why() -> str | None:
         for c in (get_workload(admin, namespace, "four").get("status") or {}).get(
@@ -195,10 +200,12 @@ def test_a_bad_devices_annotation_is_counted_as_the_controller_counts_it(
         return None
 
     assert f"{node}: 3 free GPUs, needs 4" in eventually(why, timeout=60, what="four waits")
-    admin.create(workload("three", namespace, gpusPerReplica=3, nodeSelector=group.selector))
+    admin.create(workload("three", namespace, gpusPerReplica=3, nodeSelector=group.selector,
+                          deviceExposure="device-plugin"))
     wait_phase(admin, namespace, "three", "Scheduled", "Running", timeout=60)
     capsys.readouterr()
     assert main(["nodes", node, "-o", "json",
                  "--kubeconfig", str(placing.cluster.kubeconfig)]) == 0
     (after,) = json.loads(capsys.readouterr()[0])["nodes"]
-    assert after["free"] == 0 and after["counted"] == {f"{namespace}/pod/bad": 1}
+    assert after["free"] == 0 and after["counted"][f"{namespace}/pod/bad"] == 1
+    assert sum(after["counted"].values()) == 4 and not after["overcommitted"]

@@ -70,11 +70,17 @@ def test_foreign_gpu_pods_take_capacity(
                   "spec": {"nodeName": node, "containers": [{
                       "name": "c", "image": "busybox",
                       "resources": {"limits": {"nvidia.com/gpu": "3"}}}]}})
-    admin.create(workload("two", namespace, gpusPerReplica=2, nodeSelector=group.selector))
+    admin.create(workload("two", namespace, gpusPerReplica=2, nodeSelector=group.selector,
+                          deviceExposure="device-plugin"))
     cond = wait_condition(admin, namespace, "two", "Scheduled", "Unschedulable")
     assert f"{node}: 1 free GPU, needs 2" in cond["message"]
-    admin.create(workload("one", namespace, gpusPerReplica=1, nodeSelector=group.selector))
+    admin.create(workload("one", namespace, gpusPerReplica=1, nodeSelector=group.selector,
+                          deviceExposure="device-plugin"))
     wait_phase(admin, namespace, "one", "Running")
+    # named devices never go where the device plugin counts (one authority per node)
+    admin.create(workload("named", namespace, gpusPerReplica=1, nodeSelector=group.selector))
+    cond = wait_condition(admin, namespace, "named", "Scheduled", "Unschedulable")
+    assert f"{node}: GPUs held by the device plugin" in cond["message"], cond["message"]
 
 
 def test_lost_node_fails_the_replica_and_the_retry_places_it_elsewhere(

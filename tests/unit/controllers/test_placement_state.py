@@ -132,7 +132,8 @@ def test_a_restart_with_a_malformed_seed_pod_places_workloads_and_seed_pods() ->
     # the malformed one is read as its request, counted; the other by its devices
     assert w.state.view().free_count("node1") == 3
     assert w.owners("node2").keys() == {0, 1}
-    d = w.state.decide(gw("after-restart", gpusPerReplica=3))
+    # node1 counts (the device plugin's), node2 names: a counted placement goes to node1
+    d = w.state.decide(gw("after-restart", gpusPerReplica=3, deviceExposure="device-plugin"))
     assert d.ok and d.placements[0].node == "node1", d.message
 
 

@@ -113,8 +113,10 @@ def test_device_plugin_mode_counts() -> None:
     assert d.ok and d.counted and all(p.devices == [] for p in d.placements)
     d.assume(led, w)
     assert led.free_count("node1") == 0
-    d2 = schedule(workload("other"), snap, led)
+    d2 = schedule(workload("other", deviceExposure="device-plugin"), snap, led)
     assert d2.reasons == {"node1": "0 free GPUs, needs 1"} or d2.message.startswith("1 other")
+    named = schedule(workload("named"), snap, led)  # one authority per node
+    assert not named.ok
 
 
 def test_foreign_pods_take_capacity() -> None:
