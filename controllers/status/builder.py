@@ -71,8 +71,11 @@ class StatusBuilder:
         return self
 
     def strategy(self, name: str) -> StatusBuilder:
-        """The strategy the controller places it with (the spec's, else the default)."""
-        self.status["strategy"] = name
+        """The strategy the controller places it with (the spec's, else the default).
+        A placed workload keeps the one that placed it: a manager restarted with
+        another ``--default-strategy`` changes only what it places from then on."""
+        if not (self.old.get("placements") and self.old.get("strategy")):
+            self.status["strategy"] = name
         return self
 
     def retry(self, retries: int | None = None, next_retry: str | None = None) -> StatusBuilder:

@@ -117,3 +117,32 @@ def test_a_restart_while_a_preemptor_waits_keeps_its_nomination_and_its_retries(
     job_gone = watch.first_rv("DELETED", f"job:{namespace}/low-0")
     high_made = watch.first_rv("ADDED", f"{namespace}/high-0")
     assert job_gone is not None and high_made is not None and high_made > job_gone
+
+
+def test_a_restart_with_another_default_strategy_keeps_what_placed_a_workload(
+        installed: ControlPlane, admin: Client, namespace: str, group: NodeGroup) -> None:
+    """docs/usage.md: a manager restarted with another ``--default-strategy`` changes
+    only what it places from then on. The workload placed by ``leastLoaded`` still
+    says ``leastLoaded`` after a restart with ``bestFit``; the one created after the
+    restart says ``bestFit``. Before, the restarted manager rewrote the first one's
+    ``status.strategy`` to ``bestFit`` though it never re-placed it."""
+    group.add(2, gpus=4)
+    run = Running(installed, default_strategy="leastLoaded").start()
+    try:
+        admin.create(workload("before", namespace, nodeSelector=group.selector))
+        placed = wait_phase(admin, namespace, "before", "Running")
+        assert placed["status"]["strategy"] == "leastLoaded"
+    finally:
+        run.stop()
+    run = Running(installed, default_strategy="bestFit").start()
+    try:
+        admin.create(workload("after", namespace, nodeSelector=group.selector))
+        assert wait_phase(admin, namespace, "after", "Running")["status"]["strategy"] \
+            == "bestFit"
+        # "before" came in the restarted manager's initial list, queued before "after"
+        # was created: reconciled by the time "after" runs
+        w = get_workload(admin, namespace, "before")
+        assert w["status"]["placements"] == placed["status"]["placements"]
+        assert w["status"]["strategy"] == "leastLoaded"
+    finally:
+        run.stop()
