@@ -51,7 +51,8 @@ class GPUShare(BaseModel):
             "Device memory per replica, a quantity (e.g. 20Gi), at least 1Mi and at "
             "least the cluster's --min-share-memory (1Gi by default; a smaller share "
             "waits, ShareBelowMinimum). The device's memory must be reported by its "
-            "GPUNode; the sum of the shares on a device never exceeds it."
+            "GPUNode or by the DRA driver's ResourceSlice; the sum of the shares on a "
+            "device never exceeds it."
         ),
         json_schema_extra={
             "pattern": MEMORY_PATTERN,
@@ -167,8 +168,9 @@ DOC_SECTION = [
     "Time-slicing has **no memory isolation**: a replica can allocate more than its share "
     "and push its neighbours out of memory. The ledger never books more than the "
     "device, but only MPS (`CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`, with an MPS control daemon "
-    "on the node) or MIG enforce the limit. A memory share needs a GPUNode that reports "
-    "the device's memory; a fraction does not. Shares and MIG instances are refused at "
+    "on the node) or MIG enforce the limit. A memory share needs the device's memory "
+    "reported, by its GPUNode or, with `--enable-dra`, by the DRA driver's ResourceSlice "
+    "(capacity `memory`); a fraction does not. Shares and MIG instances are refused at "
     "admission with `gpusPerReplica` > 1, with each other, with an annotation map and "
     "with `deviceExposure` `device-plugin` or `dra` (the kubelet's `nvidia.com/gpu` count "
     "and the claims the controller makes name whole devices); when `dra` or "

@@ -126,3 +126,18 @@ def test_a_late_delete_of_an_older_slice_of_the_same_name_forgets_nothing() -> N
     assert inv.remove(new) == "n1"
     assert inv.nodes() == set()
     assert inv.remove(new) is None
+
+
+def test_a_memory_share_is_placed_from_the_slices_memory_without_a_gpunode() -> None:
+    """docs/api.md: a memory share needs the device's memory reported by its GPUNode
+    or by the DRA driver's ResourceSlice. A node with a slice and no GPUNode takes
+    the share; a node with neither report is not offered it."""
+    inv = SliceInventory(DRIVER)
+    inv.upsert(rslice("node1", 1))
+    snap = Snapshot.build([node("node1", 1), node("node2", 1)], [inv.view("node1", None)])
+    w = GPUWorkload.model_validate({"metadata": {"name": "w", "namespace": "default"},
+                                    "spec": {"image": "x", "gpuShare": {"memory": "60Gi"}}})
+    d = schedule(w, snap, Ledger())
+    assert d.ok and [(p.node, p.devices) for p in d.placements] == [("node1", [0])]
+    alone = Snapshot.build([node("node2", 1)], [])
+    assert not schedule(w, alone, Ledger()).ok  # no report of node2's memory
