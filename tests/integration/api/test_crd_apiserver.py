@@ -148,6 +148,10 @@ def test_status_subresource_and_printer_columns(crds, namespace) -> None:
     header, row = wide.splitlines()[:2]
     assert header.split()[-4:] == ["REPLICAS", "MODEL", "AGE", "MESSAGE"], wide
     assert row.endswith("1 of 1 replica(s) running"), row
+    # the `-o wide` example of docs/usage.md has the columns kubectl shows
+    usage = (ROOT / "docs" / "usage.md").read_text().splitlines()
+    example = usage[usage.index("$ kubectl get gw -n ml -o wide") + 1]
+    assert example.split() == header.split(), wide
     explain = crds.kubectl("explain", "gpuworkload.spec.gpusPerReplica").stdout
     assert "GPU devices per replica" in explain
 
