@@ -98,7 +98,7 @@ class PlacementCache:
         self._lock = threading.RLock()
         #: GPUs a node may report before it is refused (``bounds.py``)
         self.max_gpus_per_node = max_gpus_per_node
-        self.nodes = NodeViews(stale_after, clock,
+        self._nodes = NodeViews(stale_after, clock,
                                SliceInventory(dra_driver) if dra_driver else None)
         self.evictions = Evictions()
         #: our writes the caches have not shown yet (shared with the reconciler)
@@ -115,7 +115,7 @@ class PlacementCache:
     @property
     def slices(self) -> SliceInventory | None:
         """ResourceSlices of the DRA driver (None: DRA off); see resourceslices.py."""
-        return self.nodes.slices
+        return self._nodes.slices
 
     # ------------------------------------------- changes from the informers
     # Called by ``events`` (CacheEvents); each applies one change under the lock and
@@ -138,16 +138,16 @@ class PlacementCache:
             if not self.ready:
                 return None
             return self._node_changed(
-                name, lambda: self._snapshot.upsert_gpunode(self.nodes.set_gpunode(gpunode)))
+                name, lambda: self._snapshot.upsert_gpunode(self._nodes.set_gpunode(gpunode)))
 
     def remove_gpunode(self, name: str, uid: str) -> None:
         with self._lock:
-            if self.ready and self.nodes.drop_gpunode(name, uid):
+            if self.ready and self._nodes.drop_gpunode(name, uid):
                 self._refresh_node(name)
 
     def set_slice(self, rslice: JSON) -> list[str] | None:
         """Records a ResourceSlice (before the rebuild too: the rebuild reads it)."""
-        slices = self.nodes.slices
+        slices = self._nodes.slices
         if slices is None:
             return None
         with self._lock:
@@ -157,7 +157,7 @@ class PlacementCache:
             return self._node_changed(node, lambda: self._refresh_node(node))
 
     def remove_slice(self, rslice: JSON) -> None:
-        slices = self.nodes.slices
+        slices = self._nodes.slices
         if slices is None:
             return
         with self._lock:
@@ -175,7 +175,7 @@ class PlacementCache:
 
     def _refresh_node(self, name: str) -> None:
         """Re-derives ``name``'s devices from its GPUNode and its ResourceSlices."""
-        view = self.nodes.view(name)
+        view = self._nodes.view(name)
         if view is not None:
             self._snapshot.upsert_gpunode(view)
         else:
@@ -193,7 +193,7 @@ class PlacementCache:
     def set_claim(self, claim: JSON) -> tuple[list[str], list[str] | None] | None:
         """Records what an allocated ResourceClaim holds: (problems, what to wake);
         None when DRA is off or before the rebuild."""
-        if self.nodes.slices is None:
+        if self._nodes.slices is None:
             return None
         key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
         with self._lock:
@@ -208,7 +208,7 @@ class PlacementCache:
     def _sync_claim(self, ledger: Ledger, claim: JSON) -> list[str]:
         """Records in ``ledger`` what ``claim`` holds now (under the lock)."""
         key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
-        slices = self.nodes.slices
+        slices = self._nodes.slices
         assert slices is not None
         return ledger.sync(key, lambda: claim_holding(claim, slices), key)
 
@@ -356,7 +356,7 @@ class PlacementCache:
         """Allocation results naming ``devices`` of ``node`` in the ResourceSlices
         (None: one is not published, or DRA is off)."""
         with self._lock:
-            slices = self.nodes.slices
+            slices = self._nodes.slices
             return results_for(slices, node, devices, request) if slices else None
 
     def higher_priority_fresh(self, key: str, priority: int,

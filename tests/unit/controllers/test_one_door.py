@@ -95,3 +95,37 @@ def test_a_booking_handed_out_is_a_copy_the_ledger_does_not_share() -> None:
     again = state.booking("ns/w")
     assert again is not None and not again.overlap and not again.committed
     assert again.counted == {} and not state.is_committed("ns/w")
+
+
+def _state_names() -> set[str]:
+    from api.v1alpha1.types import DeviceExposure
+    from controllers.placement.state import PlacementState
+    state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES)
+    return {n for n in {*dir(PlacementState), *vars(state)} if not n.startswith("_")}
+
+
+def test_code_outside_the_placement_package_uses_only_the_door() -> None:
+    """Every public name of the placement state used outside
+    ``controllers/placement/`` is listed in ``state.DOOR`` (by its client); a new
+    shortcut fails here. A name shared with another object (``forget`` of the own
+    writes) counts as used: the list errs wide, never narrow."""
+    from controllers.placement.state import DOOR
+    door = frozenset().union(*DOOR.values())
+    names = _state_names()
+    outside = []
+    for path in _sources():
+        rel = path.relative_to(ROOT).as_posix()
+        # internal/ never imports controllers/ (its ledger and snapshot have names
+        # of their own, remove_holder, nodes): the state's callers are controllers
+        if rel.startswith(("controllers/placement/", "internal/", "api/", "runtime/")):
+            continue
+        text = path.read_text()
+        outside += [f"{rel}: .{n}" for n in sorted(names - door)
+                    if re.search(rf"\.{n}\b", text)]
+    assert not outside, "uses the placement state past its door:\n" + "\n".join(outside)
+
+
+def test_the_door_names_only_what_the_state_has() -> None:
+    from controllers.placement.state import DOOR
+    door = frozenset().union(*DOOR.values())
+    assert door <= _state_names(), sorted(door - _state_names())
