@@ -24,3 +24,22 @@ def test_relative_links_resolve_inside_the_repository(page: Path) -> None:
         if not path.is_relative_to(ROOT) or not path.exists():
             bad.append(target)
     assert not bad, f"{page.relative_to(ROOT)} links outside the repository or to nothing: {bad}"
+
+
+def test_every_make_target_the_readme_names_exists() -> None:
+    """A newcomer runs what the README says: each ``make <target>`` it names is a
+    target of the Makefile."""
+    targets = set(re.findall(r"^([A-Za-z0-9_.-]+)\s*:", (ROOT / "Makefile").read_text(),
+                             re.MULTILINE))
+    named = set(re.findall(r"\bmake ([a-z][a-z0-9-]*)", (ROOT / "README.md").read_text()))
+    assert named, "the README names no make target"
+    assert not named - targets, f"the README names make targets that do not exist: " \
+                                f"{sorted(named - targets)}"
+
+
+def test_the_readme_is_a_first_screen_then_a_page() -> None:
+    """``make demo`` within the first 30 lines, and the page under 400 lines (the
+    measurements and their history live in bench/README.md and docs/testing.md)."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    first = next(i for i, line in enumerate(lines, 1) if "make demo" in line)
+    assert first <= 30 and len(lines) <= 400, (first, len(lines))
