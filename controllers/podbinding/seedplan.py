@@ -2,14 +2,17 @@
 checked by the shared filters of ``internal/scheduling`` (the exact-map check of a
 mapped GPUWorkload, ``filters.filter_node``: one notion of "held by someone else",
 one set of messages), or, without a map, one replica placed by the default
-strategy (``plan_default``). Pure: it reads a read-only ``PlacementView`` under the
+strategy (``plan_default``): a pod that requests ``nvidia.com/gpu`` gets named
+devices on a node whose device authority is named, else counted GPUs on a node the
+device plugin may serve (never counted on a named node, nor named on a counted one:
+``internal/scheduling/authority.py``). Pure: it reads a read-only ``PlacementView`` under the
 state's lock (``PlacementState.book_seed``) and returns an ``Entry`` to book, or
 why the pod cannot go anywhere, in the words of its ``FailedScheduling`` Event.
 """
 
 from __future__ import annotations
 
-from api.v1alpha1.keys import SCHEDULING_MAP_ANNOTATION
+from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL, SCHEDULING_MAP_ANNOTATION
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement, SchedulingStrategy
 from controllers.placement.state import PlacementView
 from controllers.podbinding.seedbook import (
@@ -20,7 +23,10 @@ from controllers.podbinding.seedbook import (
     pod_spec,
 )
 from internal.objects import JSON
+from internal.scheduling.authority import NAMED
+from internal.scheduling.filters import group_reasons
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
+from internal.scheduling.outcome import Decision
 from internal.scheduling.podindex import pod_index
 from internal.scheduling.pods import pod_gpu_request, pod_uid
 
@@ -62,12 +68,14 @@ def plan(view: PlacementView, pod: JSON, default_strategy: str) -> tuple[Entry |
 
 
 def pod_model(pod: JSON, gpus: int, strategy: str, exposure: DeviceExposure,
-              node_selector: bool = False) -> tuple[GPUWorkload | None, str]:
+              node_selector: bool = False, only: dict[str, str] | None = None,
+              ) -> tuple[GPUWorkload | None, str]:
     """The pod as one replica of a GPUWorkload for the shared scheduler: ``gpus``
     GPUs, its tolerations (and its nodeSelector with ``node_selector``), keyed by
     its own ``Pod:`` ledger key; its template is what node fit reads of the pod
     (its containers' requests and host ports, its nodeSelector and required node
-    affinity). (None, why) when it cannot be read as one."""
+    affinity); ``only``: labels its node must have besides. (None, why) when it
+    cannot be read as one."""
     meta, spec = pod_meta(pod), pod_spec(pod)
     try:
         return GPUWorkload.model_validate({
@@ -76,8 +84,8 @@ def pod_model(pod: JSON, gpus: int, strategy: str, exposure: DeviceExposure,
                          "namespace": f"Pod:{meta.get('namespace') or 'default'}"},
             "spec": {"gpusPerReplica": gpus, "schedulingStrategy": strategy,
                      "deviceExposure": exposure.value,
-                     "nodeSelector": dict(spec.get("nodeSelector") or {})
-                     if node_selector else {},
+                     "nodeSelector": (dict(spec.get("nodeSelector") or {})
+                                      if node_selector else {}) | (only or {}),
                      # what the kubelet checks again: node fit reads it
                      "template": {"spec": {k: spec[k] for k in FIT_FIELDS if k in spec}}},
         }), ""
@@ -97,6 +105,18 @@ def plan_default(view: PlacementView, pod: JSON, index: int | None,
     strategy = default_strategy
     if strategy == SchedulingStrategy.ANNOTATION_MAP.value:
         strategy = SchedulingStrategy.LEAST_LOADED.value
+    named: Decision | None = None
+    if counted:  # named devices on a named node first (one authority per node)
+        model, why = pod_model(pod, gpus, strategy, DeviceExposure.CUDA_VISIBLE_DEVICES,
+                               node_selector=True, only={DEVICE_AUTHORITY_LABEL: NAMED})
+        if model is None:
+            return None, why
+        named = view.schedule(model)
+        if named.ok and named.placements:
+            p = named.placements[0]
+            return Entry(owner_key(pod), Placement(index=index or 0, node=p.node,
+                                                   devices=list(p.devices)),
+                         gpus, priority=pod_priority(pod), uid=pod_uid(pod)), ""
     exposure = DeviceExposure.DEVICE_PLUGIN if counted else \
         DeviceExposure.CUDA_VISIBLE_DEVICES
     model, why = pod_model(pod, gpus, strategy, exposure, node_selector=True)
@@ -104,7 +124,7 @@ def plan_default(view: PlacementView, pod: JSON, index: int | None,
         return None, why
     decision = view.schedule(model)
     if not decision.ok or not decision.placements:
-        return None, decision.message or "no node fits"
+        return None, _why_not(decision, named)
     p = decision.placements[0]
     i = index if index is not None else 0
     if decision.counted:
@@ -112,3 +132,15 @@ def plan_default(view: PlacementView, pod: JSON, index: int | None,
                      priority=pod_priority(pod), uid=pod_uid(pod)), ""
     return Entry(owner_key(pod), Placement(index=i, node=p.node, devices=list(p.devices)),
                  gpus, priority=pod_priority(pod), uid=pod_uid(pod)), ""
+
+
+def _why_not(counted: Decision, named: Decision | None) -> str:
+    """Why neither pass placed the pod: each node's reason from the pass its
+    authority allows (a named node's from the named pass)."""
+    if named is None or not named.reasons:
+        return counted.message or "no node fits"
+    reasons = dict(counted.reasons)
+    for node, why in named.reasons.items():
+        if not why.startswith("does not match nodeSelector"):
+            reasons[node] = why
+    return group_reasons(reasons) if reasons else counted.message or "no node fits"

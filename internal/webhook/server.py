@@ -1,4 +1,5 @@
-"""The HTTPS server: ``POST /mutate`` (AdmissionReview), ``GET /healthz``.
+"""The HTTPS server: ``POST /mutate`` (AdmissionReview: the seed map's devices),
+``POST /route`` (GPU pods to gpu-scheduler: ``routing.py``), ``GET /healthz``.
 
 stdlib ``http.server``, one thread per connection. The listening socket is plain
 TCP; each accepted connection is wrapped with the certificate source's *current*
@@ -46,6 +47,7 @@ import structlog
 from api.v1alpha1.types import DeviceExposure
 from internal.webhook.admission import DEFAULT_SCHEDULER_NAME, BadReview, deny, mutate_review
 from internal.webhook.rotation import ServingCerts
+from internal.webhook.routing import ROUTE_PATH, route_review
 from runtime.httpserver import binding
 
 log = structlog.get_logger("webhook.server")
@@ -101,7 +103,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.NOT_FOUND, b"not found", "text/plain")
 
     def do_POST(self) -> None:
-        if self.path.split("?", 1)[0] != "/mutate":
+        if self.path.split("?", 1)[0] not in ("/mutate", ROUTE_PATH):
             self._send(HTTPStatus.NOT_FOUND, b"not found", "text/plain")
             return
         try:
@@ -182,8 +184,11 @@ class _Handler(BaseHTTPRequestHandler):
             review = orjson.loads(raw)
             if not isinstance(review, dict):
                 raise BadReview("body is not a JSON object")
-            answer = mutate_review(review, self.server.default_exposure,
-                                   self.server.scheduler_name)
+            if self.path.split("?", 1)[0] == ROUTE_PATH:
+                answer = route_review(review, self.server.scheduler_name)
+            else:
+                answer = mutate_review(review, self.server.default_exposure,
+                                       self.server.scheduler_name)
         except (orjson.JSONDecodeError, BadReview) as exc:
             log.warning("webhook_bad_request", error=str(exc))
             self._send(HTTPStatus.BAD_REQUEST, str(exc).encode(), "text/plain")

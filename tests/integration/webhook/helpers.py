@@ -28,7 +28,8 @@ def webhook_configuration(name: str, port: int) -> dict[str, Any]:
     doc = copy.deepcopy(yaml.safe_load(CONFIG.read_text()))
     doc["metadata"] = {"name": name}
     for hook in doc["webhooks"]:
-        hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}/mutate"}
+        path = hook["clientConfig"]["service"].get("path", "/mutate")
+        hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}"}
     return doc
 
 
