@@ -68,6 +68,7 @@ from api.v1alpha1.types import SchedulingStrategy
 from controllers.gpuworkload.setup import only_in
 from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
+from controllers.podbinding.mapwarning import MisplacedMaps
 from controllers.podbinding.seedbook import (
     DEFAULT_SCHEDULER_NAME,
     Entry,
@@ -143,6 +144,7 @@ class PodBindingReconciler:
         self._waiting = _Waiting()
         #: pod key -> (UID, message) of the unreadable annotations last reported
         self._reported: dict[str, tuple[str, str]] = {}
+        self.misplaced_maps = MisplacedMaps(client, recorder)
         book.on_wake = self._wake
 
     # ------------------------------------------------------------------ entry
@@ -172,6 +174,7 @@ class PodBindingReconciler:
             return None
         if self.own_writes.binding_on_its_way(pod):
             return None  # bound by us; the cache has not seen it yet
+        self.misplaced_maps.check(pod)  # a map on its StatefulSet's own metadata
         entry, why = state.book_seed(
             self.book, key, lambda view: plan(view, pod, self.options.default_strategy))
         if entry is None:

@@ -14,6 +14,8 @@
   unchanged, with a warning (the pod-binding controller records the Event and
   leaves the pod Pending).
 - Otherwise: allowed with the JSONPatch of :mod:`internal.webhook.patch`.
+- A StatefulSet (CREATE or UPDATE): allowed, unchanged; with a warning when the map
+  is on its own metadata and not its pod template's (:mod:`internal.webhook.seedwarning`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
 from internal.webhook.exposure import parse_exposure
 from internal.webhook.patch import build_patch
+from internal.webhook.seedwarning import statefulset_response
 
 API_VERSION = "admission.k8s.io/v1"
 
@@ -102,6 +105,9 @@ def mutate_review(body: Mapping[str, Any],
         raise BadReview("the AdmissionReview's request has no uid")
     pod = req.get("object") or {}
     resource = req.get("resource")
+    if (isinstance(resource, Mapping) and resource.get("resource") == "statefulsets"
+            and not req.get("subResource")):
+        return _review(uid, statefulset_response(req))  # a map where no pod sees it
     if (req.get("operation") != "CREATE" or not isinstance(resource, Mapping)
             or resource.get("resource") != "pods" or req.get("subResource")):
         return _review(uid, {"allowed": True})

@@ -346,3 +346,28 @@ def test_a_seed_pod_naming_a_phantom_or_repeated_device_is_a_bad_annotation(
     assert e["message"].endswith(holds.format(node=node))
     state = binder.reconciler.ensure_state()
     assert state.view().holder(node, 99) is None
+
+
+def test_a_map_on_the_statefulsets_own_metadata_gets_an_event_naming_the_template(
+        binder: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+    """A seed user's slip: the map on the StatefulSet's metadata, not its pod
+    template's. Its pods carry no map, so they are placed by the default strategy
+    without CUDA_VISIBLE_DEVICES; a MapNotOnTemplate Warning Event on the StatefulSet
+    says where the annotation belongs (before: placed, and nothing said)."""
+    node, = group.add(1, gpus=2)
+    sts = statefulset("slip", 2, f"0={node}:0\n1={node}:1")
+    template = sts["spec"]["template"]
+    sts["metadata"]["annotations"] = template["metadata"].pop("annotations")
+    template["spec"]["nodeSelector"] = group.selector
+    create(admin, namespace, sts)
+    try:
+        for i in range(2):
+            p = wait_running(admin, namespace, f"slip-{i}")
+            assert MAP not in (p["metadata"].get("annotations") or {})
+        e = wait_event(admin, namespace, "slip", "MapNotOnTemplate",
+                       "move it to spec.template.metadata.annotations")
+        assert e["involvedObject"]["kind"] == "StatefulSet" and e["type"] == "Warning"
+        assert (e.get("count") or 1) == 1  # once per StatefulSet, not per pod
+    finally:
+        admin.delete("apps/v1", "StatefulSet", "slip", namespace=namespace)
+        wait_gone(admin, namespace, "app=slip")
