@@ -179,3 +179,27 @@ def test_a_pod_the_scheduler_will_not_bind_gets_no_devices(
     assert out.returncode == 0, out.stderr
     assert env_of(json.loads(out.stdout)) == [{}]
     assert "no devices injected" in out.stderr
+
+
+def test_a_map_on_a_statefulsets_own_metadata_is_created_with_a_warning_naming_the_template(
+        cluster: ControlPlane, webhook: str, namespace: str) -> None:
+    """kubectl prints the webhook's warning for the seed user's slip (the map on the
+    StatefulSet's metadata, where its pods never see it); with the map on the
+    template, no such warning."""
+    labels = {"app": "slip"}
+    template = {"metadata": {"labels": labels},
+                "spec": {"schedulerName": "gpu-scheduler", "containers": [
+                    {"name": "c", "image": "gpu-scheduler-check:latest"}]}}
+    sts = {"apiVersion": "apps/v1", "kind": "StatefulSet",
+           "metadata": {"name": "slip", "annotations": MAP},
+           "spec": {"serviceName": "slip", "replicas": 0,
+                    "selector": {"matchLabels": labels}, "template": template}}
+    out = create(cluster, namespace, sts)
+    assert out.returncode == 0, out.stderr
+    assert "Warning:" in out.stderr, out.stderr
+    assert "move it to spec.template.metadata.annotations" in out.stderr, out.stderr
+    fixed = json.loads(json.dumps(sts))
+    fixed["metadata"]["name"] = "fixed"
+    fixed["spec"]["template"]["metadata"]["annotations"] = MAP
+    out = create(cluster, namespace, fixed)
+    assert out.returncode == 0 and "spec.template" not in out.stderr, out.stderr
