@@ -80,7 +80,8 @@ DOOR: dict[str, frozenset[str]] = {
         "pod_books"}),
     # the seed path (controllers/podbinding): plans on a view, books in its book
     "seed path": frozenset({
-        "book_seed", "mark_seed_bound", "adopt_seed", "release_seed", "seed_pod_keys",
+        "book_seed", "book_group", "mark_seed_bound", "adopt_seed", "release_seed",
+        "seed_pod_keys",
         "check_exact", "node_devices", "capacity_freed", "schedule"}),
     # the DRA claims (controllers/dra)
     "claims": frozenset({"release_claim_unless", "claim_gone", "claim_going",
@@ -442,6 +443,24 @@ class PlacementState(PlacementCache):
             except LedgerConflict as exc:
                 return None, str(exc)
             return entry, ""
+
+    def book_group(self, book: SeedBook,
+                   plan: Callable[[PlacementView], tuple[dict[str, Entry] | None, str]]
+                   ) -> tuple[dict[str, Entry] | None, str]:
+        """Plans a pod group on a read-only view and books every member's entry in
+        ``book`` in one step, both under the lock: the whole group or nothing.
+        Returns (pod key -> booked entry, "") or (None, why not)."""
+        with self._lock:
+            entries, why = plan(self.view())
+            if entries is None:
+                return None, why
+            try:
+                for entry in entries.values():
+                    self._ledger.refuse_mig(entry.placement)
+                book.book_all(self._ledger, entries)
+            except LedgerConflict as exc:
+                return None, str(exc)
+            return entries, ""
 
     def mark_seed_bound(self, book: SeedBook, key: str) -> None:
         """Seed pod ``key`` is bound: its owner's booking commits once all are."""

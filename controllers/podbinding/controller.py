@@ -68,6 +68,7 @@ from api.v1alpha1.types import SchedulingStrategy
 from controllers.gpuworkload.setup import only_in
 from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
+from controllers.podbinding.groups import DEFAULT_GROUP_TIMEOUT, GroupPath, Recognise
 from controllers.podbinding.mapwarning import MisplacedMaps
 from controllers.podbinding.seedbook import (
     DEFAULT_SCHEDULER_NAME,
@@ -116,6 +117,8 @@ class PodBindingOptions:
     evict_conflicting_pods: bool = False
     #: bind only pods of these namespaces (empty: all)
     namespaces: frozenset[str] = frozenset()
+    #: seconds a pod group may wait for its members before it is reported
+    group_timeout: float = DEFAULT_GROUP_TIMEOUT
 
 
 @dataclass
@@ -129,7 +132,8 @@ class PodBindingReconciler:
     def __init__(self, client: Any, recorder: EventRecorder, pods: Indexer,
                  states: PlacementStateSource, book: SeedBook,
                  options: PodBindingOptions | None = None,
-                 own_writes: OwnWrites | None = None) -> None:
+                 own_writes: OwnWrites | None = None,
+                 recognise: Recognise | None = None) -> None:
         self.client = client
         #: our Bindings the cache has not shown yet (the controller's ``OwnWrites``)
         self.own_writes = own_writes if own_writes is not None else OwnWrites()
@@ -140,6 +144,9 @@ class PodBindingReconciler:
         self.states = states
         self.book = book
         self.options = options or PodBindingOptions()
+        #: other controllers' gangs: a pod's group, placed whole (groups.py)
+        self.groups = GroupPath(recognise or (lambda pod: None), book, pods, recorder,
+                                self.options.default_strategy, self.options.group_timeout)
         self.enqueue_after: Callable[[Request, float], None] = lambda req, delay: None
         self._waiting = _Waiting()
         #: pod key -> (UID, message) of the unreadable annotations last reported
@@ -174,6 +181,10 @@ class PodBindingReconciler:
             return None
         if self.own_writes.binding_on_its_way(pod):
             return None  # bound by us; the cache has not seen it yet
+        group = self.groups.recognise(pod)
+        if group is not None:  # another controller's gang: placed whole (groups.py)
+            return self.groups.place(state, pod, key, group, self._bind,
+                                     self._unschedulable, self.enqueue_after)
         self.misplaced_maps.check(pod)  # a map on its StatefulSet's own metadata
         entry, why = state.book_seed(
             self.book, key, lambda view: plan(view, pod, self.options.default_strategy))
@@ -235,6 +246,7 @@ class PodBindingReconciler:
         cannot be read is reported (``_report_bad``); what the ledger already books for
         it on its node stays (surer than a guess from the rest of the pod)."""
         want, problems = read_bound(pod)
+        want = self.groups.regroup(pod, want)  # a group member holds under its group
         unknown: list[str] = []
         if want is not None:
             want, unknown = without_unknown(pod, want, state.node_devices(want.placement.node))

@@ -189,6 +189,9 @@ class SeedBook:
         self.on_wake: Callable[[], None] = lambda: None
         #: asks a holder's pods to go (set to the reconciler's ``evict_holder``)
         self.on_evict: Callable[[str, str], Any] = lambda key, message: None
+        #: what a bound pod holds, under its pod group's key if it is in one
+        #: (set by the reconciler's ``GroupPath``)
+        self.regroup: Callable[[JSON, Entry | None], Entry | None] = lambda pod, e: e
 
     # -- PodBook
     def owns(self, pod: JSON) -> bool:
@@ -206,7 +209,8 @@ class SeedBook:
             ledger.remove_pod(pod_uid(pod))  # booked by its binding, not counted twice
             if not pod_is_active(pod):
                 continue
-            entry = bound_entry(pod)  # unreadable annotations: its reconcile reports them
+            # unreadable annotations: its reconcile reports them
+            entry = self.regroup(pod, bound_entry(pod))
             if entry is None:
                 continue
             try:
@@ -253,6 +257,24 @@ class SeedBook:
         self._rebook(ledger, entry.ledger_key, [*others, entry])
         self.pods[key] = entry
         self._by_key.setdefault(entry.ledger_key, set()).add(key)
+
+    def book_all(self, ledger: Ledger, entries: dict[str, Entry]) -> None:
+        """Book ``entries`` (pod key -> entry, one ledger key: a pod group's) in one
+        step with what that key already holds; raises LedgerConflict, changing
+        nothing, when a device is held by another key."""
+        keys = {e.ledger_key for e in entries.values()}
+        if len(keys) != 1:
+            raise ValueError(f"one ledger key per group, not {sorted(keys)}")
+        ledger_key = keys.pop()
+        others = [self.pods[k] for k in sorted(self._by_key.get(ledger_key, ()))
+                  if k not in entries]
+        self._rebook(ledger, ledger_key, [*others, *entries.values()])
+        for key, entry in entries.items():
+            old = self.pods.get(key)
+            if old is not None and old.ledger_key != ledger_key:
+                self.release(ledger, key)
+            self.pods[key] = entry
+            self._by_key.setdefault(ledger_key, set()).add(key)
 
     def mark_bound(self, ledger: Ledger, key: str) -> None:
         entry = self.pods.get(key)

@@ -147,6 +147,11 @@ DEVICE_CONFLICTS = Counter(
     "above its devices), by action (reported, evicted, evict_failed).", ["action"],
     registry=REGISTRY)
 
+POD_GROUP_TIMEOUTS = Counter(
+    "gpu_orchestrator_pod_group_timeouts", "Pod groups (another controller's gangs) "
+    "reported for waiting longer than the pod binding's group timeout for their "
+    "members; they hold nothing meanwhile.", registry=REGISTRY)
+
 BAD_OBJECTS = Counter(
     "gpu_orchestrator_bad_objects", "Objects skipped because they could not be read (a "
     "malformed devices annotation, an unreadable placement), by kind.", ["kind"],

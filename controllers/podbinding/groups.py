@@ -1,0 +1,223 @@
+"""Pod groups on the seed path: the pods of another controller (a JobSet's, a
+LeaderWorkerSet group's, an Indexed Job's, or pods labelled as one group) placed as
+one gang, on named devices, all or nothing (docs/podgroups.md).
+
+What a pod's group is (its key and size) is ``internal/scheduling/podgroups.py``'s
+to say; this module decides what the pod-binding reconciler does with it:
+
+- **Nothing is booked until every member exists.** A member whose group has fewer
+  live members than its size waits (a ``WaitingForGroup`` Event on the member, once
+  per count); a group still short after ``timeout`` is reported
+  (``PodGroupIncomplete`` Warning, ``gpu_orchestrator_pod_group_timeouts_total``)
+  and still holds nothing, so two groups can never split the capacity between them.
+- **Then the group is planned as one gang** by the shared scheduler
+  (``plan_group``: one replica per unbound member, the members' own selectors,
+  tolerations and node fit, the default strategy or the group's
+  ``gpu.orchestrator.dev/strategy`` annotation) and booked in one step under the
+  ledger key ``PodGroup:<namespace>/<group>`` (``PlacementState.book_group``). Each
+  member's own reconcile then binds it to its slot (the Binding carries the devices
+  annotation, as every seed-path binding).
+- **A bound member holds under its group's key** (``group_ledger_key``), so a
+  preemption takes the whole group (its victims are ledger keys), never some of it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+import structlog
+
+from api.v1alpha1.types import DeviceExposure, Placement, SchedulingStrategy
+from controllers.placement.state import PlacementState, PlacementView
+from controllers.podbinding.seedbook import Entry, SeedBook, pod_meta, pod_priority, pod_spec
+from controllers.podbinding.seedplan import MAX_GPUS_PER_POD, pod_model
+from internal.metrics.domain import POD_GROUP_TIMEOUTS
+from internal.objects import JSON, object_key
+from internal.scheduling.pods import pod_gpu_request, pod_is_active, pod_uid
+from runtime import Request, Result
+from runtime.events import EventRecorder
+from runtime.store import Indexer
+
+log = structlog.get_logger("podbinding")
+
+#: a group's own choice of strategy (else the pod binding's default)
+STRATEGY_ANNOTATION = "gpu.orchestrator.dev/strategy"
+#: how long a group may wait for its members before it is reported (the in-tree
+#: gang scheduling's default wait)
+DEFAULT_GROUP_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True)
+class GroupRef:
+    """A pod's group: ``key`` (``<namespace>/<name>``, unique in the cluster), the
+    members it needs (``size``), the member's index in it when its controller says
+    one (placement order), and what the group was read from (``source``)."""
+
+    key: str
+    size: int
+    index: int | None = None
+    source: str = ""
+
+
+#: a pod's group, or None when it is in none
+Recognise = Callable[[JSON], GroupRef | None]
+
+
+def group_ledger_key(group: GroupRef) -> str:
+    return f"PodGroup:{group.key}"
+
+
+def _order(members: Iterable[tuple[JSON, GroupRef]]) -> list[tuple[JSON, GroupRef]]:
+    return sorted(members, key=lambda m: (m[1].index if m[1].index is not None else 1 << 30,
+                                          object_key(m[0])))
+
+
+def plan_group(view: PlacementView, group: GroupRef, unbound: list[tuple[JSON, GroupRef]],
+               default_strategy: str) -> tuple[dict[str, Entry] | None, str]:
+    """Where the unbound members go, as one gang, or why nowhere: read from
+    ``view`` under the state's lock (``PlacementState.book_group``)."""
+    members = _order(unbound)
+    first = members[0][0]
+    requested = max(pod_gpu_request(p) for p, _ in members)
+    if requested > MAX_GPUS_PER_POD:
+        return None, (f"a member requests {requested} nvidia.com/gpu, more than the "
+                      f"{MAX_GPUS_PER_POD} one pod may have")
+    strategy = (pod_meta(first).get("annotations") or {}).get(STRATEGY_ANNOTATION) \
+        or default_strategy
+    if strategy == SchedulingStrategy.ANNOTATION_MAP.value:
+        strategy = SchedulingStrategy.LEAST_LOADED.value
+    model, why = pod_model(first, max(requested, 1), strategy,
+                           DeviceExposure.CUDA_VISIBLE_DEVICES, node_selector=True)
+    if model is None:
+        return None, why
+    spec = model.spec.model_copy(update={"replicas": len(members)})
+    model = model.model_copy(update={"spec": spec})
+    decision = view.schedule(model)
+    if not decision.ok:
+        return None, decision.message
+    key = group_ledger_key(group)
+    out = {}
+    for (pod, _), p in zip(members, sorted(decision.placements, key=lambda p: p.index),
+                           strict=True):
+        out[object_key(pod)] = Entry(key, Placement(index=p.index, node=p.node,
+                                                    devices=list(p.devices)),
+                                     len(p.devices), priority=pod_priority(pod),
+                                     uid=pod_uid(pod))
+    return out, ""
+
+
+class GroupWaits:
+    """When each incomplete group was first seen, and which have been reported as
+    timed out (thread-safe: the reconciler's workers share it)."""
+
+    def __init__(self, timeout: float = DEFAULT_GROUP_TIMEOUT,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.timeout = timeout
+        self._clock = clock
+        self._since: dict[str, float] = {}
+        self._reported: set[str] = set()
+        self._told: dict[str, int] = {}  # group -> the member count last told
+        self._lock = threading.Lock()
+
+    def waiting(self, group: GroupRef, present: int) -> tuple[bool, bool, float]:
+        """(tell the count again, report the timeout now, seconds waited)."""
+        now = self._clock()
+        with self._lock:
+            since = self._since.setdefault(group.key, now)
+            tell = self._told.get(group.key) != present
+            self._told[group.key] = present
+            late = now - since >= self.timeout and group.key not in self._reported
+            if late:
+                self._reported.add(group.key)
+            return tell, late, now - since
+
+    def placed(self, group: GroupRef) -> None:
+        with self._lock:
+            self._since.pop(group.key, None)
+            self._told.pop(group.key, None)
+            self._reported.discard(group.key)
+
+
+def live_members(pods: Iterable[JSON], recognise: Recognise, group: GroupRef
+                 ) -> tuple[list[tuple[JSON, GroupRef]], list[tuple[JSON, GroupRef]]]:
+    """(bound, unbound) live members of ``group`` among ``pods`` (its namespace's)."""
+    bound, unbound = [], []
+    for p in pods:
+        if not pod_is_active(p) or pod_meta(p).get("deletionTimestamp"):
+            continue
+        g = recognise(p)
+        if g is None or g.key != group.key:
+            continue
+        (bound if pod_spec(p).get("nodeName") else unbound).append((p, g))
+    return bound, unbound
+
+
+class GroupPath:
+    """The pod-binding reconciler's way with a group member (the module's rules)."""
+
+    def __init__(self, recognise: Recognise, book: SeedBook, pods: Indexer,
+                 recorder: EventRecorder, default_strategy: str,
+                 timeout: float = DEFAULT_GROUP_TIMEOUT) -> None:
+        self.recognise = recognise
+        self.book, self.pods, self.recorder = book, pods, recorder
+        self.default_strategy = default_strategy
+        self.waits = GroupWaits(timeout)
+        book.regroup = self.regroup  # a rebuild books bound members under their group
+
+    def regroup(self, pod: JSON, entry: Entry | None) -> Entry | None:
+        """What a bound pod holds, under its group's ledger key when it is a group
+        member (so a preemption takes the whole group), else as read."""
+        group = self.recognise(pod) if entry is not None else None
+        if entry is None or group is None:
+            return entry
+        return replace(entry, ledger_key=group_ledger_key(group))
+
+    def place(self, state: PlacementState, pod: JSON, key: str, group: GroupRef,
+              bind: Callable[[PlacementState, JSON, str, Entry], Result | None],
+              unschedulable: Callable[[JSON, str, str], Result],
+              enqueue: Callable[[Request, float], None]) -> Result | None:
+        """Member ``key`` of ``group``: bound to its slot when its group is booked;
+        else the whole group booked once every member exists (and the others
+        enqueued to bind themselves), or why not."""
+        held = self.book.entry(key)
+        if held is not None and held.ledger_key == group_ledger_key(group):
+            return bind(state, pod, key, held)  # booked with its group
+        ns = pod_meta(pod).get("namespace") or "default"
+        bound, unbound = live_members(self.pods.list_namespace(ns), self.recognise, group)
+        present = len(bound) + len(unbound)
+        if present < group.size:
+            return self._wait(pod, group, present)
+        entries, why = state.book_group(self.book, lambda view: plan_group(
+            view, group, unbound, self.default_strategy))
+        if entries is None:
+            return unschedulable(pod, key, f"pod group {group.key} ({len(unbound)} of "
+                                           f"{group.size} members to place): {why}")
+        self.waits.placed(group)
+        log.info("group.booked", group=group.key, members=len(entries),
+                 nodes=sorted({e.placement.node for e in entries.values()}))
+        for other in entries:
+            if other != key:
+                o_ns, o_name = other.split("/", 1)
+                enqueue(Request(o_ns, o_name), 0.0)
+        entry = entries.get(key)
+        return bind(state, pod, key, entry) if entry is not None else None
+
+    def _wait(self, pod: JSON, group: GroupRef, present: int) -> Result:
+        """Fewer members than the group's size exist: nothing is booked; the member
+        says so once per count, and the group is reported once after its timeout."""
+        tell, late, waited = self.waits.waiting(group, present)
+        msg = (f"waiting for the members of pod group {group.key}: {present} of "
+               f"{group.size} exist; no GPU is held until all do")
+        if tell:
+            self.recorder.normal(pod, "WaitingForGroup", msg)
+        if late:
+            POD_GROUP_TIMEOUTS.inc()
+            log.warning("group.incomplete", group=group.key, present=present,
+                        size=group.size, waited=round(waited, 1))
+            self.recorder.warning(pod, "PodGroupIncomplete",
+                                  f"{msg}, after {waited:.0f} s (more than "
+                                  f"{self.waits.timeout:.0f} s)")
+        return Result(requeue_after=min(10.0, self.waits.timeout))

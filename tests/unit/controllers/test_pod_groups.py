@@ -1,0 +1,142 @@
+"""Another controller's gang on the seed path (controllers/podbinding/groups.py),
+against an in-memory cache, a fake client and the real PlacementState: nothing is
+held until every member exists, then the whole group is placed or none of it, and
+two groups can never split the capacity between them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler
+from controllers.podbinding.groups import GroupRef
+from runtime import Request
+from tests.unit.controllers.test_podbinding import NS, Env, pod
+
+GROUP = "gpu.orchestrator.dev/pod-group"
+SIZE = "gpu.orchestrator.dev/pod-group-size"
+
+
+def recognise(p: dict[str, Any]) -> GroupRef | None:
+    """The explicit label and size annotation (the recogniser's first source)."""
+    meta = p["metadata"]
+    name = (meta.get("labels") or {}).get(GROUP)
+    if not name:
+        return None
+    index = int(meta["name"].rsplit("-", 1)[1])
+    return GroupRef(f"{meta['namespace']}/{name}", int(meta["annotations"][SIZE]), index)
+
+
+def member(group: str, i: int, size: int = 4, gpus: int = 4) -> dict[str, Any]:
+    p = pod(f"{group}-{i}", map_text=None, owner=None, annotations={SIZE: str(size)})
+    p["metadata"]["labels"] = {GROUP: group}
+    p["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    return p
+
+
+class GroupEnv(Env):
+    def reconciler(self, options: PodBindingOptions | None = None) -> PodBindingReconciler:
+        rec = PodBindingReconciler(self.client, self.recorder, self.pods, self.states,
+                                   self.book, options or PodBindingOptions(),
+                                   recognise=recognise)
+        self.enqueued: list[str] = []
+        rec.enqueue_after = lambda req, delay: self.enqueued.append(req.name)
+        return rec
+
+    def held(self) -> dict[str, set[int]]:
+        """node -> devices held by anybody."""
+        return {f"node{n}": {d for d in range(4) if self.holder(f"node{n}", d)}
+                for n in range(1, 5)}
+
+    def reasons(self, name: str, reason: str) -> list[str]:
+        return [m for n, _, r, m in self.recorder.events if n == name and r == reason]
+
+
+def test_a_group_holds_nothing_until_every_member_exists_then_all_are_bound() -> None:
+    env = GroupEnv()
+    for i in range(3):
+        env.add(member("train", i))
+        env.reconcile(f"train-{i}")
+    assert env.bound() == {} and env.held() == {f"node{n}": set() for n in range(1, 5)}
+    assert "3 of 4 exist; no GPU is held" in env.reasons("train-2", "WaitingForGroup")[0]
+    env.add(member("train", 3))
+    env.reconcile("train-3")  # the last member books the whole group, binds itself
+    assert sorted(env.enqueued) == ["train-0", "train-1", "train-2"]
+    for name in env.enqueued:
+        env.reconcile(name)
+    bound = env.bound()
+    assert sorted(bound) == [f"train-{i}" for i in range(4)]
+    assert sorted(n for n, _ in bound.values()) == ["node1", "node2", "node3", "node4"]
+    assert all(devs == "0,1,2,3" for _, devs in bound.values())
+
+
+def test_a_group_with_room_for_three_of_four_holds_no_gpu_and_says_why() -> None:
+    env = GroupEnv([pod("other-0", map_text=None, owner=None, node_name="node1",
+                        phase="Running", scheduler="default-scheduler",
+                        annotations={"gpu.orchestrator.dev/devices": "0,1,2,3"})])
+    for i in range(4):
+        env.add(member("train", i))
+    for i in range(4):
+        env.reconcile(f"train-{i}")
+    assert env.bound() == {}
+    assert env.held() == {"node1": {0, 1, 2, 3}, "node2": set(), "node3": set(),
+                          "node4": set()}  # only the other pod's
+    why = env.warnings("train-3")[0]
+    assert why.startswith(f"pod group {NS}/train (4 of 4 members to place)"), why
+
+
+def test_two_racing_groups_on_room_for_one_one_runs_and_the_other_holds_nothing() -> None:
+    env = GroupEnv()
+    for i in range(4):
+        env.add(member("a", i))
+        env.add(member("b", i))
+    order = [f"{g}-{i}" for i in range(4) for g in ("a", "b")]  # interleaved
+    for name in order:
+        env.reconcile(name)
+    for name in list(env.enqueued):
+        env.reconcile(name)
+    bound = env.bound()
+    groups = {name.split("-")[0] for name in bound}
+    assert len(groups) == 1 and len(bound) == 4, bound  # one whole group, never 3+1
+    loser = ({"a", "b"} - groups).pop()
+    assert env.state.view().allocation(f"PodGroup:{NS}/{loser}") is None
+    assert env.warnings(f"{loser}-0")  # FailedScheduling: no room for the whole group
+    # the winner goes: the other is placed on what it freed
+    winner = groups.pop()
+    for i in range(4):
+        env.pods.delete(f"{NS}/{winner}-{i}")
+        env.reconcile(f"{winner}-{i}")
+    env.client.bindings.clear()
+    env.enqueued.clear()
+    env.reconcile(f"{loser}-0")
+    for name in list(env.enqueued):
+        env.reconcile(name)
+    assert sorted(env.bound()) == [f"{loser}-{i}" for i in range(4)]
+
+
+def test_a_group_short_of_members_past_its_timeout_is_reported_once() -> None:
+    env = GroupEnv()
+    env.rec = env.reconciler(PodBindingOptions(group_timeout=0.0))
+    env.add(member("train", 0))
+    env.reconcile("train-0")
+    env.reconcile("train-0")
+    late = env.reasons("train-0", "PodGroupIncomplete")
+    assert len(late) == 1 and "1 of 4 exist" in late[0]
+
+
+def test_a_bound_group_holds_under_its_group_key_after_a_restart() -> None:
+    """So a preemption takes the whole group: its victims are ledger keys."""
+    env = GroupEnv()
+    for i in range(2):
+        env.add(member("pair", i, size=2))
+    env.reconcile("pair-1")
+    env.reconcile("pair-0")
+    for b in env.client.bindings:  # the API server sets nodeName and the annotation
+        p = env.pods.get_by_name(b["metadata"]["name"], NS)
+        p = {**p, "spec": {**p["spec"], "nodeName": b["target"]["name"]},
+             "metadata": {**p["metadata"], "annotations": {
+                 **p["metadata"]["annotations"], **b["metadata"]["annotations"]}}}
+        env.pods.add(p)
+    env.rebuild()
+    assert env.state.seed_pod_keys(env.book, f"PodGroup:{NS}/pair") == [
+        f"{NS}/pair-0", f"{NS}/pair-1"]
+    assert env.rec.reconcile(Request(NS, "pair-0")) is None
