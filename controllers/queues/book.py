@@ -45,6 +45,7 @@ from api.v1alpha1.keys import QUEUED_LABEL
 from api.v1alpha1.queues import GPUQueue
 from api.v1alpha1.types import GPUWorkload, Phase
 from controllers.queues.outcomes import not_across_queues, reclaiming, wait, workload_need
+from controllers.queues.selection import SelectionMemo
 from controllers.status.builder import parse_time
 from internal.metrics.domain import QUEUE_ADMISSION_WAIT
 from internal.scheduling.framework import PREEMPT, Decision
@@ -96,10 +97,10 @@ class QueueBook:
         self.floors = floors  # what a share counts at least (sharefloor.py)
         self._lock = threading.Lock()
         self._waiting: dict[str, _Waiting] = {}
-        # parsed queues and namespace -> default queue, kept while no queue changes
+        # parsed queues, and the queues selecting each namespace, while no queue changes
         self._seen: tuple[Any, ...] = ()
         self._parsed: list[GPUQueue] = []
-        self._defaults: dict[str, tuple[str, tuple[str, ...]]] = {}  # ns -> (rv, queues)
+        self._selecting = SelectionMemo()
         self._index: UsageIndex | None = None
         self._index_seen: tuple[Any, ...] = ()
 
@@ -121,7 +122,8 @@ class QueueBook:
                 continue  # the CRD's schema refuses what would fail here
         out.sort(key=lambda q: q.metadata.name)
         with self._lock:
-            self._seen, self._parsed, self._defaults = seen, out, {}
+            self._seen, self._parsed = seen, out
+            self._selecting.reset(out)  # its lock is a leaf
         return out
 
     def queue(self, name: str) -> JSON | None:
@@ -149,16 +151,18 @@ class QueueBook:
             return ()
         ns = self._namespaces.get_by_name(namespace) if namespace else None
         rv = ((ns or {}).get("metadata") or {}).get("resourceVersion") or ""
-        with self._lock:
-            seen = self._defaults.get(namespace)
-        if seen is not None and seen[0] == rv:
-            return seen[1]
+        seen = self._selecting.get(namespace, rv) if rv else None
+        if seen is not None:
+            return seen
         labels = self._labels(namespace)
         found = tuple(q.metadata.name for q in queues if q.spec.namespace_selector is not None
                       and q.spec.namespace_selector.selects(labels))
-        with self._lock:
-            self._defaults[namespace] = (rv, found)
+        self._selecting.put(namespace, rv, found, queues)
         return found
+
+    def namespace_deleted(self, name: str) -> None:
+        """Namespace ``name`` is gone: nothing of it is remembered."""
+        self._selecting.drop(name)
 
     def default_queue(self, namespace: str, queues: list[GPUQueue] | None = None) -> str | None:
         """The first queue (by name) whose namespaceSelector selects ``namespace``."""
@@ -324,8 +328,16 @@ class QueueBook:
             self._waiting.pop(key, None)
 
     def forget(self, key: str) -> None:
-        """The workload is gone: it waits for nothing."""
+        """The workload is gone: it waits for nothing (its place in its queue's order
+        goes; ``controllers/queues/status.py`` calls it on the workload's delete)."""
         self._settle(key)
+
+    def remembered(self) -> int:
+        """Entries kept (namespaces' queues, workloads waiting for quota): for tests.
+        (Not ``__len__``: an empty book must not read as no book.)"""
+        with self._lock:
+            waiting = len(self._waiting)
+        return waiting + len(self._selecting)
 
     def _ahead(self, key: str, me: _Waiting, q: Queue, quotas: Quotas,
                used: Mapping[str, Fraction]) -> str | None:
