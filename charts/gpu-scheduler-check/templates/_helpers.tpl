@@ -61,3 +61,31 @@ replicaCount without an entry, or an index given twice, fails the render.
 {{- join "\n" $lines -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The seed's names of values this chart spells otherwise (a seed user's values file is
+taken as it is): gpuScheduling.schedulerName is schedulerName, testService.logInterval
+is logInterval. The seed's name is taken when the chart's own is at its default; both
+given and different fail the render, naming the one to keep. gpuScheduling.enabled
+true is what this chart always does; false is refused (the map is the chart's point).
+*/}}
+{{- define "gpu-scheduler-check.seedValue" -}}
+{{- $seed := index . 0 -}}{{- $own := index . 1 -}}{{- $default := index . 2 -}}
+{{- $seedName := index . 3 -}}{{- $ownName := index . 4 -}}
+{{- if and (not (kindIs "invalid" $seed)) (ne (toString $seed) (toString $own)) (ne (toString $own) (toString $default)) -}}
+{{- fail (printf "%s (the seed's name for %s) is %s and %s is %s: set %s only" $seedName $ownName (toJson $seed) $ownName (toJson $own) $ownName) -}}
+{{- end -}}
+{{- if kindIs "invalid" $seed }}{{ $own }}{{ else }}{{ $seed }}{{ end -}}
+{{- end -}}
+
+{{- define "gpu-scheduler-check.schedulerName" -}}
+{{- if eq (toString .Values.gpuScheduling.enabled) "false" -}}
+{{- fail "gpuScheduling.enabled=false: this chart's pods are always placed by the map; to run them without it, set schedulerName: default-scheduler (the map's annotation then only draws the webhook's warning)" -}}
+{{- end -}}
+{{- include "gpu-scheduler-check.seedValue" (list .Values.gpuScheduling.schedulerName .Values.schedulerName "gpu-scheduler" "gpuScheduling.schedulerName" "schedulerName") -}}
+{{- end -}}
+
+{{- define "gpu-scheduler-check.logInterval" -}}
+{{- $seed := (.Values.testService | default dict).logInterval -}}
+{{- include "gpu-scheduler-check.seedValue" (list $seed .Values.logInterval 10 "testService.logInterval" "logInterval") -}}
+{{- end -}}
