@@ -69,3 +69,9 @@ DEVICE_AUTHORITY_LABEL = f"{GROUP}/device-authority"
 #: on a Namespace: ``gpu-scheduler`` routes its pods that ask for ``nvidia.com/gpu`` to
 #: gpu-scheduler (the webhook sets their ``schedulerName``)
 SCHEDULER_ROUTE_LABEL = f"{GROUP}/scheduler"
+
+#: on a pod: the name of the group it is placed with, all or nothing
+#: (docs/podgroups.md); every member carries it and the size annotation below
+POD_GROUP_LABEL = f"{GROUP}/pod-group"
+#: beside it: how many members the group needs before any of them is placed
+POD_GROUP_SIZE_ANNOTATION = f"{GROUP}/pod-group-size"

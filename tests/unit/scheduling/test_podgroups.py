@@ -1,0 +1,237 @@
+"""Which group a pod is in (internal/scheduling/podgroups.py): one table per source,
+one per refusal, with the owners a cache would return."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from internal.scheduling.podgroups import (
+    SIZE_UNREADABLE,
+    SIZES_DISAGREE,
+    GroupRefusal,
+    PodGroup,
+    disagreement,
+    pod_group,
+)
+
+NS = "team"
+
+
+def pod(labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
+        owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p", "namespace": NS, "labels": labels or {},
+                            "annotations": annotations or {}}
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    return {"metadata": meta, "spec": {"schedulerName": "gpu-scheduler"}}
+
+
+def owners_of(*objs: dict[str, Any]):
+    table = {(o["apiVersion"], o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]): o
+             for o in objs}
+    return lambda api, kind, ns, name: table.get((api, kind, ns, name))
+
+
+def template(parallelism: int | None = None, completions: int | None = None) -> dict:
+    spec: dict[str, Any] = {"completionMode": "Indexed"}
+    if parallelism is not None:
+        spec["parallelism"] = parallelism
+    if completions is not None:
+        spec["completions"] = completions
+    return {"template": {"spec": {**spec, "template": {"spec": {"containers": []}}}}}
+
+
+def jobset(name: str = "train", jobs: list[tuple[str, int, int | None, int | None]] = (),
+           order: str | None = None, uid: str = "js-uid", depends: bool = False) -> dict:
+    rjs = []
+    for i, (rj, replicas, par, comp) in enumerate(jobs):
+        entry = {"name": rj, "replicas": replicas, **template(par, comp)}
+        if depends and i:
+            entry["dependsOn"] = [{"name": jobs[i - 1][0], "status": "Ready"}]
+        rjs.append(entry)
+    spec: dict[str, Any] = {"replicatedJobs": rjs}
+    if order:
+        spec["startupPolicy"] = {"startupPolicyOrder": order}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "namespace": NS, "uid": uid}, "spec": spec}
+
+
+def js_pod(rj: str, job_index: int, completion: int, attempt: str = "0",
+           extra: dict[str, str] | None = None) -> dict[str, Any]:
+    return pod({"jobset.sigs.k8s.io/jobset-name": "train",
+                "jobset.sigs.k8s.io/replicatedjob-name": rj,
+                "jobset.sigs.k8s.io/job-index": str(job_index),
+                "jobset.sigs.k8s.io/restart-attempt": attempt,
+                "batch.kubernetes.io/job-completion-index": str(completion), **(extra or {})})
+
+
+# A JobSet as Kubeflow Trainer makes one: a launcher of 1 pod and 2 worker Jobs of
+# 4 pods each (parallelism 4, completions 4): 9 members; workers after the launcher.
+TRAIN = jobset(jobs=[("launcher", 1, None, None), ("workers", 2, 4, 4)])
+
+
+@pytest.mark.parametrize("the_pod, owners, want", [
+    # explicit label + size annotation; index from the Job's completion index
+    (pod({"gpu.orchestrator.dev/pod-group": "g1", "batch.kubernetes.io/job-completion-index": "2"},
+         {"gpu.orchestrator.dev/pod-group-size": "4"}), None,
+     PodGroup("team/label:g1", 4, "label", "annotation gpu.orchestrator.dev/pod-group-size", 2)),
+    # Kueue's plain-pod group, its own keys
+    (pod({"kueue.x-k8s.io/pod-group-name": "kq"},
+         {"kueue.x-k8s.io/pod-group-total-count": "3"}), None,
+     PodGroup("team/kueue:kq", 3, "kueue", "annotation kueue.x-k8s.io/pod-group-total-count")),
+    # first match wins: the explicit label over Kueue's and over the JobSet's labels
+    (pod({"gpu.orchestrator.dev/pod-group": "g1", "kueue.x-k8s.io/pod-group-name": "kq",
+          "jobset.sigs.k8s.io/jobset-name": "train"},
+         {"gpu.orchestrator.dev/pod-group-size": "2", "kueue.x-k8s.io/pod-group-total-count": "9"}),
+     owners_of(TRAIN),
+     PodGroup("team/label:g1", 2, "label", "annotation gpu.orchestrator.dev/pod-group-size")),
+    # JobSet: one group per restart attempt, size 1x1 + 2x4, index across replicated jobs
+    (js_pod("launcher", 0, 0), owners_of(TRAIN),
+     PodGroup("team/jobset:train:0", 9, "jobset", "JobSet train: sum of replicas x pods per Job",
+              0)),
+    (js_pod("workers", 1, 3, attempt="2"), owners_of(TRAIN),
+     PodGroup("team/jobset:train:2", 9, "jobset", "JobSet train: sum of replicas x pods per Job",
+              1 + 4 + 3)),
+    # a Job runs at most its completions at once: parallelism 8, completions 2 → 2 pods
+    (js_pod("w", 0, 1), owners_of(jobset(jobs=[("w", 3, 8, 2)])),
+     PodGroup("team/jobset:train:0", 6, "jobset", "JobSet train: sum of replicas x pods per Job",
+              1)),
+    # InOrder: one group per replicated job, its own index from 0
+    (js_pod("workers", 1, 0), owners_of(jobset(jobs=[("launcher", 1, None, None),
+                                                      ("workers", 2, 4, 4)], order="InOrder")),
+     PodGroup("team/jobset:train:0:workers", 8, "jobset",
+              "JobSet train replicated job workers: replicas x pods per Job", 4)),
+    # dependsOn likewise
+    (js_pod("launcher", 0, 0), owners_of(jobset(jobs=[("launcher", 1, None, None),
+                                                       ("workers", 2, 4, 4)], depends=True)),
+     PodGroup("team/jobset:train:0:launcher", 1, "jobset",
+              "JobSet train replicated job launcher: replicas x pods per Job", 0)),
+    # the JobSet's UID on the pod matches: still the group
+    (js_pod("launcher", 0, 0, extra={"jobset.sigs.k8s.io/jobset-uid": "js-uid"}),
+     owners_of(TRAIN),
+     PodGroup("team/jobset:train:0", 9, "jobset", "JobSet train: sum of replicas x pods per Job",
+              0)),
+    # LeaderWorkerSet: a group per group index, size from the pod's annotation
+    (pod({"leaderworkerset.sigs.k8s.io/name": "infer",
+          "leaderworkerset.sigs.k8s.io/group-index": "1",
+          "leaderworkerset.sigs.k8s.io/worker-index": "3"},
+         {"leaderworkerset.sigs.k8s.io/size": "4"}), None,
+     PodGroup("team/leaderworkerset:infer:1", 4, "leaderworkerset",
+              "annotation leaderworkerset.sigs.k8s.io/size", 3)),
+    # ... its LeaderReady startup read from the LeaderWorkerSet
+    (pod({"leaderworkerset.sigs.k8s.io/name": "infer",
+          "leaderworkerset.sigs.k8s.io/group-index": "0",
+          "leaderworkerset.sigs.k8s.io/worker-index": "0"},
+         {"leaderworkerset.sigs.k8s.io/size": "2"}),
+     owners_of({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                "metadata": {"name": "infer", "namespace": NS},
+                "spec": {"startupPolicy": "LeaderReady"}}),
+     PodGroup("team/leaderworkerset:infer:0", 2, "leaderworkerset",
+              "annotation leaderworkerset.sigs.k8s.io/size", 0, leader_first=True)),
+])
+def test_a_pod_is_recognised_by_its_source(the_pod, owners, want) -> None:
+    assert pod_group(the_pod, owners) == want
+
+
+JOB_REF = {"apiVersion": "batch/v1", "kind": "Job", "name": "ranks", "uid": "job-uid",
+           "controller": True}
+
+
+def job(parallelism: int | None, completions: int | None, mode: str = "Indexed",
+        uid: str = "job-uid") -> dict[str, Any]:
+    spec: dict[str, Any] = {"completionMode": mode}
+    if parallelism is not None:
+        spec["parallelism"] = parallelism
+    if completions is not None:
+        spec["completions"] = completions
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "ranks", "namespace": NS, "uid": uid}, "spec": spec}
+
+
+INDEXED = pod({"batch.kubernetes.io/job-completion-index": "2"}, owner=JOB_REF)
+
+
+@pytest.mark.parametrize("the_job, want", [
+    (job(4, 4), PodGroup("team/job:ranks", 4, "job", "Job ranks: parallelism (= completions)",
+                         2)),
+    (job(2, 4), None),                     # runs in waves: no gang
+    (job(4, 4, mode="NonIndexed"), None),  # no index: not a gang
+    (job(None, None), None),               # one pod
+    (job(1, 1), None),                     # one pod is no group
+    (job(4, 4, uid="other"), None),        # another Job of that name, made since
+])
+def test_an_indexed_job_is_a_group_when_all_its_pods_run_at_once(the_job, want) -> None:
+    assert pod_group(INDEXED, owners_of(the_job)) == want
+
+
+def test_without_owners_only_what_the_pod_carries_is_read() -> None:
+    assert pod_group(INDEXED, None) is None
+    assert pod_group(pod({"app": "x"}), owners_of(TRAIN)) is None
+    refused = pod_group(js_pod("launcher", 0, 0), None)
+    assert isinstance(refused, GroupRefusal) and refused.reason == SIZE_UNREADABLE
+    assert "JobSet team/train cannot be read" in refused.message
+
+
+@pytest.mark.parametrize("the_pod, owners, words", [
+    (pod({"gpu.orchestrator.dev/pod-group": "g1"}), None,
+     "annotation gpu.orchestrator.dev/pod-group-size is missing"),
+    (pod({"gpu.orchestrator.dev/pod-group": "g1"}, {"gpu.orchestrator.dev/pod-group-size": "x"}),
+     None, "is 'x', not a member count"),
+    (pod({"gpu.orchestrator.dev/pod-group": "g1"}, {"gpu.orchestrator.dev/pod-group-size": "0"}),
+     None, "is '0', not a member count from 1 to 10000"),
+    (pod({"gpu.orchestrator.dev/pod-group": "g1"},
+         {"gpu.orchestrator.dev/pod-group-size": "²"}), None, "not a member count"),
+    (pod({"gpu.orchestrator.dev/pod-group": "g1"},
+         {"gpu.orchestrator.dev/pod-group-size": "20000"}), None, "from 1 to 10000"),
+    (pod({"kueue.x-k8s.io/pod-group-name": "kq"},
+         {"kueue.x-k8s.io/pod-group-total-count": "-3"}), None,
+     "annotation kueue.x-k8s.io/pod-group-total-count is '-3'"),
+    (js_pod("launcher", 0, 0, attempt="one"), owners_of(TRAIN),
+     "label jobset.sigs.k8s.io/restart-attempt='one' is not a restart attempt"),
+    (js_pod("nosuch", 0, 0), owners_of(TRAIN), "has no replicated job 'nosuch'"),
+    (js_pod("launcher", 0, 0), owners_of(jobset(name="other")), "cannot be read"),
+    (js_pod("launcher", 0, 0, extra={"jobset.sigs.k8s.io/jobset-uid": "old-uid"}),
+     owners_of(TRAIN), "JobSet team/train cannot be read"),
+    (js_pod("w", 0, 0), owners_of(jobset(jobs=[("w", 0, 4, 4)])),
+     "replicas x pods per Job (0) is '0'"),
+    (pod({"leaderworkerset.sigs.k8s.io/name": "infer",
+          "leaderworkerset.sigs.k8s.io/group-index": "1"}), None,
+     "annotation leaderworkerset.sigs.k8s.io/size is missing"),
+    (pod({"leaderworkerset.sigs.k8s.io/name": "infer",
+          "leaderworkerset.sigs.k8s.io/group-index": "one"},
+         {"leaderworkerset.sigs.k8s.io/size": "2"}), None, "is not a group index"),
+])
+def test_a_group_whose_size_cannot_be_read_is_refused(the_pod, owners, words) -> None:
+    refused = pod_group(the_pod, owners)
+    assert isinstance(refused, GroupRefusal), refused
+    assert refused.reason == SIZE_UNREADABLE
+    assert words in refused.message
+
+
+def test_members_that_disagree_on_the_size_are_refused_together() -> None:
+    a = pod_group(pod({"gpu.orchestrator.dev/pod-group": "g"},
+                      {"gpu.orchestrator.dev/pod-group-size": "4"}))
+    b = pod_group(pod({"gpu.orchestrator.dev/pod-group": "g"},
+                      {"gpu.orchestrator.dev/pod-group-size": "2"}))
+    assert isinstance(a, PodGroup) and isinstance(b, PodGroup) and a.key == b.key
+    refused = disagreement([a, a, b])
+    assert refused is not None and refused.reason == SIZES_DISAGREE
+    assert refused.key == "team/label:g"
+    assert "different sizes: 2 (1 member(s)), 4 (2 member(s))" in refused.message
+    assert disagreement([a, a]) is None
+    assert disagreement([]) is None
+
+
+def test_the_index_of_a_member_outside_its_group_is_unknown() -> None:
+    lws = pod({"leaderworkerset.sigs.k8s.io/name": "infer",
+               "leaderworkerset.sigs.k8s.io/group-index": "0",
+               "leaderworkerset.sigs.k8s.io/worker-index": "7"},
+              {"leaderworkerset.sigs.k8s.io/size": "2"})
+    got = pod_group(lws)
+    assert isinstance(got, PodGroup) and got.index is None and got.size == 2
+    no_labels = pod({"jobset.sigs.k8s.io/jobset-name": "train",
+                     "jobset.sigs.k8s.io/replicatedjob-name": "workers"})
+    got = pod_group(no_labels, owners_of(TRAIN))
+    assert isinstance(got, PodGroup) and got.index is None and got.size == 9
