@@ -8,10 +8,10 @@ strategy, an annotation map's named nodes included); labels match spec.nodeSelec
 node fit, what the kubelet checks again at admission (``fit_reason_of``: the
 template's nodeSelector and required node affinity, its CPU, memory, ephemeral
 storage and extended resources, one more pod, its host ports); the GPUNode's
-heartbeat not stale; the node's device authority (``authority.py``: a named placement
-never goes where the device plugin counts GPUs, nor a counted one where the ledger
-names them); enough free healthy devices with at least
-minGPUMemoryMiB; an NVLink-connected set when topology is Required.
+heartbeat not stale; enough free healthy devices with at least
+minGPUMemoryMiB; an NVLink-connected set when topology is Required; last, on a node
+with room, its device authority (``authority.py``: a named placement never goes where
+the device plugin counts GPUs, nor a counted one where the ledger names them).
 """
 
 from __future__ import annotations
@@ -84,12 +84,22 @@ def filter_node(
         return why, (), 0
     if node.stale:
         return STALE_REASON, (), 0
-    dra = spec.device_exposure is DeviceExposure.DRA
-    if dra and not node.dra_driver:
+    if spec.device_exposure is DeviceExposure.DRA and not node.dra_driver:
         return NO_SLICES_REASON, (), 0
-    why = authority_refusal(name, node.labels, ctx.view, counted=ctx.counted, dra=dra)
-    if why is not None:
-        return why, (), 0
+    why, devices, free = _filter_devices(node, ctx, exact)
+    if why is None:  # room for it: may this kind of holder have it here?
+        why = authority_refusal(name, node.labels, ctx.view, counted=ctx.counted,
+                                dra=spec.device_exposure is DeviceExposure.DRA)
+        if why is not None:
+            return why, (), free
+    return why, devices, free
+
+
+def _filter_devices(
+    node: NodeInfo, ctx: Context, exact: tuple[int, ...] | None
+) -> tuple[str | None, tuple[int, ...], int]:
+    """The devices (or the share) one replica would get on ``node``, or why none."""
+    name, spec = node.name, ctx.workload.spec
     want = wanted(spec)
     if want is not None:
         return filter_portion(node, ctx, want)

@@ -159,7 +159,9 @@ class Ledger(DeviceLedger):
         for node, devs in (node_devices or {}).items():
             ledger.set_node_devices(node, devs)
         problems: list[str] = []
-        for pod in pods:
+        # oldest first, as they came: the later of two holders is the one a conflict
+        # or an over-commit is reported on (``set_pod``), after a restart as before it
+        for pod in sorted(pods, key=_created):
             problems += ledger.sync_pod(pod, rebuilding=True)
         for job in jobs:
             problems += ledger.sync_job(job)
@@ -317,6 +319,11 @@ def _parse_workload(
         except (ValidationError, TypeError, ValueError):
             return None, f"{key}: unreadable, ignored: {why}"
         return w, f"{key}: invalid spec, placements kept: {why}"
+
+
+def _created(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("creationTimestamp") or ""), object_key(obj)
 
 
 def _by_age(workloads: Iterable[GPUWorkload]) -> list[GPUWorkload]:

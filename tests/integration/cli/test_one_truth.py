@@ -118,9 +118,7 @@ def test_kubectl_gpu_nodes_agrees_with_the_controller(
     assert {d["health"] for d in view[silent]["devices"]} == {"Stale"}
 
     # 4 GPUs: the plugin says no node has 4 free; the controller says why, per node
-    # the node counts GPUs (the device plugin's): counted placements only
-    admin.create(workload("four", namespace, gpusPerReplica=4, nodeSelector=group.selector,
-                          deviceExposure="device-plugin"))
+    admin.create(workload("four", namespace, gpusPerReplica=4, nodeSelector=group.selector))
 
     def why() -> str | None:
         for c in (get_workload(admin, namespace, "four").get("status") or {}).get(
@@ -134,8 +132,7 @@ def test_kubectl_gpu_nodes_agrees_with_the_controller(
     assert f"{silent}: {STALE_REASON}" in message
 
     # 3 GPUs: exactly the free ones the plugin showed
-    admin.create(workload("three", namespace, gpusPerReplica=3, nodeSelector=group.selector,
-                          deviceExposure="device-plugin"))
+    admin.create(workload("three", namespace, gpusPerReplica=3, nodeSelector=group.selector))
     placed = wait_phase(admin, namespace, "three", "Scheduled", "Running", timeout=60)
     (p,) = placed["status"]["placements"]
     free_before = [d["index"] for d in view[sick]["devices"] if d["free"]
