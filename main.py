@@ -150,9 +150,10 @@ def add_manager_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--evict-conflicting-pods", action=argparse.BooleanOptionalAction,
                    default=True,
                    help="evict a pod that names GPU devices neither the controller nor the "
-                        "webhook gave it, and a --scheduler-name pod bound by someone else "
-                        "onto devices another workload holds (--no-evict-conflicting-pods: "
-                        "report them by Event and metric only)")
+                        "webhook gave it, a --scheduler-name pod bound by someone else "
+                        "onto devices another workload holds, and a pod of nobody of ours "
+                        "whose arrival over-committed its node's GPUs "
+                        "(--no-evict-conflicting-pods: report them by Event and metric only)")
     p.add_argument("--scheduler-name", default="gpu-scheduler",
                    help="schedulerName of the pods the pod-binding controller binds")
     p.add_argument("--enable-dra", action="store_true",
