@@ -53,6 +53,29 @@ class Overlap:
 
 
 @dataclass
+class OverCommit:
+    """A node whose live pods hold more GPUs than it has: the devices they name plus
+    the ``nvidia.com/gpu`` they request beyond those (the device plugin's, counted)."""
+
+    node: str
+    held: int
+    capacity: int
+    pods: list[str]
+
+
+def _requested(pod: dict[str, Any]) -> int:
+    """A pod's ``nvidia.com/gpu`` (limits, else requests), as the kubelet counts it."""
+    def one(c: dict[str, Any]) -> int:
+        res = c.get("resources") or {}
+        value = (res.get("limits") or {}).get("nvidia.com/gpu",
+                                               (res.get("requests") or {}).get("nvidia.com/gpu"))
+        return int(value or 0)
+    spec = pod.get("spec") or {}
+    return max(sum(one(c) for c in spec.get("containers") or ()),
+               max((one(c) for c in spec.get("initContainers") or ()), default=0))
+
+
+@dataclass
 class HolderWatch:
     """Watches pods (cluster-wide) on a thread; ``overlaps`` lists every moment two
     workloads' live pods held one device; ``log`` records (time, event, pod,
@@ -69,6 +92,10 @@ class HolderWatch:
     portions: set[str] = field(default_factory=set)  # pods seen holding a share or MIG
     samples: int = 0
     overlaps: list[Overlap] = field(default_factory=list)
+    #: node -> its GPUs: with it, every moment a node's named + counted GPUs exceeded
+    #: them is an ``OverCommit`` (kube-scheduler's pods beside ours)
+    capacity: dict[str, int] = field(default_factory=dict)
+    overcommits: list[OverCommit] = field(default_factory=list)
     log: list[tuple[float, str, str, int]] = field(default_factory=list)
     _live: dict[str, dict[str, Any]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -175,6 +202,7 @@ class HolderWatch:
                 self.portions.add(pod["metadata"]["uid"])
             for d in _devices(pod):
                 held[(node, d)][pod["metadata"]["uid"]] = pod
+        self._check_counted()
         self.shared_max = max(self.shared_max, max(
             (len({_owner(p) for p in pods.values()}) for pods in held.values()), default=0))
         for (node, d), pods in held.items():
@@ -186,6 +214,30 @@ class HolderWatch:
         if self.on_live is not None:
             self.on_live([p for p in self._live.values() if (p.get("spec") or {}).get("nodeName")
                           and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")])
+
+
+    def _check_counted(self) -> None:
+        """Named devices plus counted GPUs per node of ``capacity``, against it."""
+        if not self.capacity:
+            return
+        named: dict[str, set[int]] = defaultdict(set)
+        counted: dict[str, int] = defaultdict(int)
+        pods: dict[str, list[str]] = defaultdict(list)
+        for pod in self._live.values():
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node not in self.capacity or \
+                    (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            devices = _devices(pod)
+            extra = max(0, _requested(pod) - len(devices))
+            if devices or extra:
+                named[node].update(devices)
+                counted[node] += extra
+                pods[node].append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+        for node, cap in self.capacity.items():
+            if len(named[node]) + counted[node] > cap:
+                self.overcommits.append(OverCommit(node, len(named[node]) + counted[node],
+                                                   cap, sorted(pods[node])))
 
 
 def _annotation(pod: dict[str, Any], key: str) -> str:

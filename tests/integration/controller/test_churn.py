@@ -15,6 +15,13 @@ still Running (``--cascade=orphan`` keeps the pods and their devices; no
 main.py manager``), so it can be killed with SIGKILL and started again, as a crashed
 pod would be.
 
+kube-scheduler runs beside the manager with a stream of ordinary pods asking
+``nvidia.com/gpu`` (the default scheduler's, ``Foreign``): the group's nodes are
+named (the ``gpu.orchestrator.dev/device-authority`` label and taint, docs/install.md)
+and one counted node is added to it; ``HolderWatch`` also counts each node's named
+devices plus counted GPUs against its GPUs, and no node is ever over-committed
+(``CHURN_FOREIGN=0`` leaves the stream out).
+
 ``CHURN_SEED`` and ``CHURN_SECONDS`` change the seed and the duration; ``CHURN_NODES``,
 ``CHURN_GPUS``, ``CHURN_LIVE``, ``CHURN_KILLS`` and ``CHURN_PACE`` its size (``make
 soak`` runs 100 x 8 for ten minutes with nine kill -9s); ``CHURN_RESTARTS`` the
@@ -35,7 +42,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from api.v1alpha1.keys import WORKLOAD_LABEL
+from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL, WORKLOAD_LABEL
 from api.v1alpha1.types import API_VERSION, SchedulingStrategy
 from hack.testenv import ControlPlane
 from hack.testenv.process import stop_child
@@ -65,6 +72,9 @@ PACE = float(os.environ.get("CHURN_PACE") or 1.0)
 #: kube-apiserver restarts, spread over the run; one etcd pause of this many seconds
 RESTARTS = int(os.environ.get("CHURN_RESTARTS") or 1)
 ETCD_PAUSE = float(os.environ.get("CHURN_ETCD_PAUSE") or 3)
+#: kube-scheduler and a stream of default-scheduler GPU pods beside the manager
+FOREIGN = os.environ.get("CHURN_FOREIGN", "1") not in ("0", "")
+NAMED_TAINT = {"key": DEVICE_AUTHORITY_LABEL, "value": "named", "effect": "NoSchedule"}
 
 
 class ControllerProcess:
@@ -284,6 +294,40 @@ class Churn:
             self.delete_pod()
 
 
+class Foreign:
+    """Ordinary pods of the default scheduler asking ``nvidia.com/gpu`` of the group,
+    created and deleted at random: kube-scheduler places them where the device plugin
+    counts (the counted node) and never on a named node (its taint)."""
+
+    def __init__(self, admin: Client, ns: str, group: NodeGroup, rng: random.Random) -> None:
+        self.admin, self.ns, self.group, self.rng = admin, ns, group, rng
+        self.serial = 0
+        self.live: list[str] = []
+        self.bound: dict[str, str] = {}  # pod -> the node kube-scheduler bound it to
+
+    def step(self) -> None:
+        if self.rng.random() < 0.5 and len(self.live) < 6:
+            self.serial += 1
+            name = f"fg{self.serial}"
+            self.admin.create({"apiVersion": "v1", "kind": "Pod",
+                               "metadata": {"name": name, "namespace": self.ns},
+                               "spec": {"nodeSelector": self.group.selector,
+                                        "terminationGracePeriodSeconds": self.rng.choice([0, 2]),
+                                        "containers": [{"name": "main", "image": "busybox:1.36",
+                                                        "resources": {"limits": {
+                                                            "nvidia.com/gpu": str(
+                                                                self.rng.choice([1, 2]))}}}]}})
+            self.live.append(name)
+        elif self.live and self.rng.random() < 0.5:
+            name = self.live.pop(self.rng.randrange(len(self.live)))
+            with contextlib.suppress(NotFound):
+                self.admin.delete("v1", "Pod", name, namespace=self.ns)
+        for p in self.admin.list("v1", "Pod", namespace=self.ns)["items"]:
+            node = (p.get("spec") or {}).get("nodeName")
+            if p["metadata"]["name"].startswith("fg") and node:
+                self.bound[p["metadata"]["name"]] = node
+
+
 def gone(admin: Client, ns: str) -> bool:
     left = admin.list(API_VERSION, "GPUWorkload", namespace=ns)["items"]
     pods = [p for p in admin.list("v1", "Pod", namespace=ns)["items"]
@@ -305,10 +349,19 @@ def test_churn_never_gives_a_device_to_two_workloads(
         tmp_path: Path) -> None:
     rng = random.Random(SEED)
     nodes = group.add(NODES, gpus=GPUS)
+    counted: list[str] = []
+    foreign = Foreign(admin, namespace, group, random.Random(SEED + 1)) if FOREIGN else None
+    if foreign is not None:  # named nodes, one counted node, kube-scheduler beside us
+        for n in nodes:
+            admin.patch("v1", "Node", n, {"metadata": {"labels": {
+                DEVICE_AUTHORITY_LABEL: "named"}}, "spec": {"taints": [NAMED_TAINT]}})
+        counted = group.add(1, gpus=GPUS, labels={DEVICE_AUTHORITY_LABEL: "counted"})
+        installed.start_scheduler()
     ctl = ControllerProcess(installed, Path(LOG) if LOG else tmp_path / "controller.log")
     gpunodes = GPUNodes(admin, nodes, GPUS)
     gpunodes.create()
-    watch = HolderWatch(admin, device_memory_mib=DEVICE_MIB).start()
+    watch = HolderWatch(admin, device_memory_mib=DEVICE_MIB,
+                        capacity={n: GPUS for n in nodes + counted}).start()
     churn = Churn(admin, installed, namespace, group, nodes, rng)
     # kill -9 at these points of the run (two: at 35% and 70%)
     kills = [SECONDS * (0.35 * (i + 1) if KILLS == 2 else (i + 1) / (KILLS + 1))
@@ -348,6 +401,8 @@ def test_churn_never_gives_a_device_to_two_workloads(
             orphaner.step(churn.live)
             gpunodes.beat()
             churn.step()
+            if foreign is not None:
+                foreign.step()
             time.sleep(rng.uniform(0.1, 0.5) * PACE)
 
         # No requeue lost: once the actions stop, nothing is left behind.
@@ -384,6 +439,8 @@ def test_churn_never_gives_a_device_to_two_workloads(
     finally:
         watch.stop()
         ctl.stop()
+        if foreign is not None:
+            installed.stop_scheduler()
         release_finalizers(admin, namespace)
         gpunodes.delete()
     churn.done["victims orphan-deleted while their preemptor waited"] = len(orphaner.orphaned)
@@ -394,5 +451,11 @@ def test_churn_never_gives_a_device_to_two_workloads(
           f"{watch.shared_max} workloads on one device; {summary}")
     assert watch.overlaps == [], (
         f"{len(watch.overlaps)} overlaps, first: {watch.overlaps[:5]}\n{ctl.tail()}")
+    assert watch.overcommits == [], (
+        f"{len(watch.overcommits)} over-commits, first: {watch.overcommits[:5]}")
+    if foreign is not None:
+        print(f"default-scheduler GPU pods: {foreign.serial} created, bound to "
+              f"{sorted(Counter(foreign.bound.values()).items())}, 0 over-commits")
+        assert foreign.bound and set(foreign.bound.values()) <= set(counted), foreign.bound
     assert churn.done["created"] >= 10 and churn.done["controller kill -9"] == KILLS
     assert churn.done["kube-apiserver restart"] == RESTARTS
