@@ -441,18 +441,24 @@ class Client:
         namespace: str | None = None,
         dry_run: bool = False,
         handles_already_exists: bool = False,
+        field_validation: str | None = None,
     ) -> JSON:
         """POST the object. A create is retried after a 5xx or a broken connection only
         with ``handles_already_exists=True``: the first attempt may have been applied, so
-        a retry can answer AlreadyExists for our own object, which the caller adopts."""
+        a retry can answer AlreadyExists for our own object, which the caller adopts.
+        ``field_validation``: the API server's ``fieldValidation`` (``Strict`` refuses an
+        unknown field, as ``kubectl apply`` asks; unset, the server drops it with a
+        warning)."""
         info = self._info(obj["apiVersion"], obj["kind"])
         ns = namespace or obj.get("metadata", {}).get("namespace")
-        params = {"dryRun": "All"} if dry_run else None
+        params = {"dryRun": "All"} if dry_run else {}
+        if field_validation:
+            params["fieldValidation"] = field_validation
         return self.request(
             "POST",
             info.path(ns),
             body=obj,
-            params=params,
+            params=params or None,
             idempotent_=True if handles_already_exists else None,
         )
 

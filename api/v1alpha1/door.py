@@ -21,14 +21,20 @@ rule                       refuses                                     where
                            map's syntax rule, which says so in words)
 ``MAP_STRATEGY_RULE``      ``schedulingMap`` with another strategy     CRD (spec)
 ``template_rules()``       container names that are not DNS-1123       admission
-                           labels, an empty image, a Job template      policy (the
-                           with ``restartPolicy: Always``              template is
-                                                                       schemaless)
+                           labels, an empty image, an image that is    policy (the
+                           not a reference (``IMAGE_PATTERN``: the     template is
+                           kubelet would answer InvalidImageName), a   schemaless)
+                           Job template with ``restartPolicy: Always``
 =========================  ==========================================  ==============
+
+``refusals(obj)`` applies ``NAME_RULES`` and ``template_rules()`` in Python, with the
+same words, for ``kubectl gpu submit`` to refuse before any request.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from api.v1alpha1.keys import GROUP
@@ -39,6 +45,31 @@ from api.v1alpha1.types import MAX_CHILD_NAME, VERSION, SchedulingStrategy, Work
 #: hostnames), length checked apart so the message can say which is wrong.
 DNS1035 = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 DNS1123 = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+# An image reference as the kubelet parses it (distribution's reference grammar:
+# [domain[:port]/]path[/path...][:tag][@digest], the path in lower case). RE2 and
+# Python read it alike; it holds no escape but '\[' and '\]'.
+_ALNUM = "[a-z0-9]+"
+_PATH = f"{_ALNUM}(?:(?:[._]|__|[-]+){_ALNUM})*"
+_DOMAIN_PART = "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = f"(?:{_DOMAIN_PART}(?:[.]{_DOMAIN_PART})*|\\[[a-fA-F0-9:]+\\])(?::[0-9]+)?"
+_TAG = "[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_DIGEST = "[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+IMAGE_PATTERN = f"^(?:{_DOMAIN}/)?{_PATH}(?:/{_PATH})*(?::{_TAG})?(?:@{_DIGEST})?$"
+#: the same pattern inside a CEL string literal (a backslash written twice)
+_IMAGE_CEL = IMAGE_PATTERN.replace("\\", "\\\\")
+IMAGE_HINT = ("a reference such as registry.example.com/team/image:tag, its path in "
+              "lower case")
+
+
+def image_problem(image: object) -> str | None:
+    """Why the kubelet would refuse ``image`` (None: it would pull it)."""
+    if not isinstance(image, str) or not image.strip():
+        return "the image must not be empty"
+    if not re.fullmatch(IMAGE_PATTERN, image):
+        return f"image {image!r} is not a valid image reference: {IMAGE_HINT}"
+    return None
+
 
 _REPLICAS = "(has(object.spec) && has(object.spec.replicas) ? object.spec.replicas : 1)"
 _GANG = f"{_REPLICAS} > 1"
@@ -129,6 +160,10 @@ def _image_ok(c: str) -> str:
     return f"(has({c}.image) && {c}.image.trim() != '')"
 
 
+def _reference_ok(c: str) -> str:
+    return f"(!has({c}.image) || {c}.image.trim() == '' || {c}.image.matches('{_IMAGE_CEL}'))"
+
+
 #: an update that keeps the template is not refused for one stored before these rules
 _SAME_TEMPLATE = (
     "(request.operation == 'UPDATE' && has(object.spec) && has(oldObject.spec) && "
@@ -165,6 +200,17 @@ def template_rules() -> list[dict[str, Any]]:
             ),
             "reason": "Invalid",
         })
+        out.append({
+            "expression": (f"{_SAME_TEMPLATE} || !({_has_template_list(kind)}) || "
+                           f"{cs}.all(c, {_reference_ok('c')})"),
+            "messageExpression": (
+                f"'spec.template.spec.{kind}: every image must be {IMAGE_HINT} (the kubelet "
+                "would answer InvalidImageName), not ' + "
+                f"{cs}.filter(c, !{_reference_ok('c')}).map(c, '\"' + string(c.image) + "
+                "'\"').join(', ')"
+            ),
+            "reason": "Invalid",
+        })
     job = WorkloadKind.JOB.value
     out.append({
         "expression": (
@@ -192,3 +238,42 @@ def names_policy() -> list[dict[str, Any]]:
                           ["CREATE", "UPDATE"])]},
         "validations": NAME_RULES,
     })
+
+
+def refusals(obj: Mapping[str, Any]) -> list[str]:
+    """What ``NAME_RULES`` and ``template_rules()`` refuse in ``obj`` (a GPUWorkload
+    being created), in their words: for a client to refuse before any request."""
+    md, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    name, replicas = str(md.get("name") or ""), spec.get("replicas", 1)
+    replicas = replicas if isinstance(replicas, int) else 1
+    out = []
+    longest = f"{name}-{replicas - 1}"
+    if name and len(longest) > MAX_CHILD_NAME:
+        out.append(f"metadata.name is too long: its children are named <name>-<index> "
+                   f"({longest} here), at most {MAX_CHILD_NAME} characters, so the name may "
+                   f"have at most {MAX_CHILD_NAME - 1 - len(str(replicas - 1))} (it has "
+                   f"{len(name)})")
+    if name and replicas > 1 and not re.match(DNS1035, name):
+        out.append(f"metadata.name {name} cannot name a gang: its replicas find each other "
+                   "through a headless Service of the same name, which must be a DNS-1035 "
+                   "label (lowercase letters, digits and -, starting with a letter), e.g. "
+                   + ("w" + name if re.match("^[0-9]", name) else "my-gang"))
+    pod = (spec.get("template") or {}).get("spec") or {}
+    for kind in ("containers", "initContainers"):
+        for i, c in enumerate(pod.get(kind) or []):
+            c = c if isinstance(c, Mapping) else {}
+            where = f"spec.template.spec.{kind}[{i}]"
+            cname = c.get("name")
+            if not (isinstance(cname, str) and len(cname) <= 63 and re.match(DNS1123, cname)):
+                out.append(f"{where}.name: every name must be a DNS-1123 label (lowercase "
+                           f"letters, digits and -, at most 63 characters), not {cname!r}")
+            problem = image_problem(c.get("image"))
+            if problem is not None:
+                out.append(f"{where}.image: " + ("every container needs an image"
+                                                 if "empty" in problem else problem))
+    if spec.get("workloadKind") == WorkloadKind.JOB.value and pod.get(
+            "restartPolicy") == "Always":
+        out.append(f"workloadKind {WorkloadKind.JOB.value}: spec.template.spec.restartPolicy "
+                   "must be Never or OnFailure (a Job's pod may not restart Always); leave "
+                   "it unset for Never")
+    return out

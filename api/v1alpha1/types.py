@@ -50,6 +50,7 @@ DNS1123_SUBDOMAIN = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-
 #: Upper bounds of the numbers of a spec (each refused above it by the CRD, with a
 #: message; the controller also clamps what an older object stored above them).
 MAX_REPLICAS = 512
+MAX_GPUS_PER_REPLICA = 64
 MAX_RETRIES = 1000
 MAX_BACKOFF_SECONDS = 86_400  # one day
 MAX_GPU_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB
@@ -65,9 +66,15 @@ SCHEDULING_MAP_MAX_LENGTH = 4096
 #: RE2/Python regex a well-formed schedulingMap matches as a whole (syntax only; the
 #: parser in internal/scheduling/mapparser.py gives line-by-line messages). Its only
 #: escapes (\t, \r, \n) mean the same in a CEL string literal, so it embeds verbatim.
+#: A map's node is a Node's name (a DNS-1123 subdomain, so lower case), and its devices
+#: are host indices up to MAX_DEVICE_INDEX: what no node can have is refused at the door
+#: (the parser in mapparser.py applies the same two patterns and says which is wrong).
+MAX_DEVICE_INDEX = 999
+MAP_NODE_PATTERN = "[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+MAP_DEVICE_PATTERN = f"[0-9]{{1,{len(str(MAX_DEVICE_INDEX))}}}"
 SCHEDULING_MAP_PATTERN = (
-    "^([ \\t\\r]*([0-9]+[ \\t]*=[ \\t]*[^ \\t\\r\\n:=,]+[ \\t]*:[ \\t]*[0-9]+"
-    "([ \\t]*,[ \\t]*[0-9]+)*)?[ \\t\\r]*(\\n|$))*$"
+    "^([ \\t\\r]*([0-9]+[ \\t]*=[ \\t]*" + MAP_NODE_PATTERN + "[ \\t]*:[ \\t]*"
+    + MAP_DEVICE_PATTERN + "([ \\t]*,[ \\t]*" + MAP_DEVICE_PATTERN + ")*)?[ \\t\\r]*(\\n|$))*$"
 )
 
 
@@ -280,14 +287,14 @@ class GPUWorkloadSpec(_Base):
         None,
         alias="gpusPerReplica",
         ge=1,
-        le=64,
+        le=MAX_GPUS_PER_REPLICA,
         description="GPU devices per replica. Defaults to gpuCount, else 1.",
     )
     gpu_count: int | None = Field(
         None,
         alias="gpuCount",
         ge=1,
-        le=64,
+        le=MAX_GPUS_PER_REPLICA,
         description=(
             "Seed spelling of gpusPerReplica, accepted for compatibility. If both are "
             "set they must be equal."

@@ -1,6 +1,10 @@
 """``kubectl gpu submit FILE``: creates the GPUWorkload(s) of a YAML/JSON file
-(``-`` for stdin), after checking them against the API models, so a typo is reported
-with the field's name before anything reaches the cluster."""
+(``-`` for stdin), after checking them against the API's own rules (the models, the
+admission policies' name and template rules in api/v1alpha1/door.py, the controller's
+map check), so a mistake is reported with the field's name before anything reaches
+the cluster. As ``kubectl apply``: the request asks for ``fieldValidation=Strict`` (an
+unknown field is refused, not dropped), and a document whose namespace is not
+``-n``'s is refused."""
 
 from __future__ import annotations
 
@@ -11,9 +15,12 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from api.v1alpha1 import door
+from api.v1alpha1.keys import SCHEDULING_MAP_ANNOTATION
 from api.v1alpha1.types import API_VERSION, GPUWorkload
 from internal.cli.kube import EXIT_ERROR, CliError, Kube
 from internal.cli.output import Printer
+from internal.scheduling.mapparser import MapParseError, check_map_against, parse_scheduling_map
 
 HELP = "create the GPUWorkload(s) of a YAML file ('-' reads stdin)"
 #: objects go to one namespace: -A is refused
@@ -38,6 +45,9 @@ def load(path: str) -> list[dict]:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise CliError(f"cannot read {path}: {e.strerror or e}", EXIT_ERROR) from e
+    except UnicodeDecodeError as e:
+        raise CliError(f"{path} is not a YAML or JSON file: not UTF-8 text (byte "
+                       f"0x{e.object[e.start]:02x} at offset {e.start})", EXIT_ERROR) from e
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as e:
@@ -68,13 +78,45 @@ def load(path: str) -> list[dict]:
                             else f"\n  {'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
                             for err in e.errors())
             raise CliError(f"{where}: invalid GPUWorkload:{lines}", EXIT_ERROR) from e
+        problems = door.refusals(d) + map_problems(d)
+        if problems:
+            raise CliError(f"{where}: " + "; ".join(problems), EXIT_ERROR)
         d.pop("status", None)
     return out
+
+
+def map_problems(d: dict) -> list[str]:
+    """The controller's map check (spec.schedulingMap, else the annotation): what it
+    would answer with InvalidMap."""
+    spec = d.get("spec") or {}
+    field, text = "spec.schedulingMap", spec.get("schedulingMap")
+    if not text:
+        field = f"metadata.annotations[{SCHEDULING_MAP_ANNOTATION}]"
+        text = ((d.get("metadata") or {}).get("annotations") or {}).get(
+            SCHEDULING_MAP_ANNOTATION)
+    if not isinstance(text, str) or not text.strip():
+        return []
+    try:
+        entries = parse_scheduling_map(text)
+    except MapParseError as e:
+        return [f"{field}: {e}"]
+    return [f"{field}: {p}" for p in check_map_against(entries, int(spec.get("replicas", 1)))]
+
+
+def check_namespace(docs: list[dict], namespace: str | None) -> None:
+    """kubectl's rule: with ``-n``, every document names that namespace or none."""
+    for d in docs:
+        own = (d.get("metadata") or {}).get("namespace")
+        if namespace and own and own != namespace:
+            raise CliError(f'the namespace from the provided object "{own}" does not match '
+                           f'the namespace "{namespace}". You must pass '
+                           f"'--namespace={own}' to perform this operation.", EXIT_ERROR)
 
 
 def check(args: argparse.Namespace) -> None:
     """The file is read and checked before any request."""
     args.docs = load(args.file)
+    check_namespace(args.docs, args.namespace)
 
 
 def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
@@ -84,7 +126,7 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
     for d in docs:
         ns = args.namespace or (d.get("metadata") or {}).get("namespace") or kube.namespace
         d.setdefault("metadata", {})["namespace"] = ns
-        obj = kube.create(d, ns, dry_run=args.dry_run)
+        obj = kube.create(d, ns, dry_run=args.dry_run, field_validation="Strict")
         created.append(obj)
         if not out.structured:
             suffix = " (server dry run)" if args.dry_run else ""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import re
 
+from api.v1alpha1.door import DNS1035
 from api.v1alpha1.types import API_VERSION, SchedulingStrategy
 from internal.cli import validate
 from internal.cli.kube import EXIT_USAGE, CliError, Kube
@@ -83,7 +85,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
-    """annotationMap needs a map naming every replica; a map needs annotationMap."""
+    """A gang's name names its Service (a DNS-1035 label); annotationMap needs a map
+    naming every replica; a map needs annotationMap."""
+    if args.replicas > 1 and not re.match(DNS1035, args.name):
+        raise CliError(f"--name {args.name!r} cannot name a gang (--replicas {args.replicas}):"
+                       f" its replicas find each other through a headless Service of the same "
+                       f"name, a DNS-1035 label (lowercase letters, digits and -, starting "
+                       f"with a letter), e.g. w{args.name}", EXIT_USAGE)
     if args.scheduling_map is None:
         if args.strategy == SchedulingStrategy.ANNOTATION_MAP:
             raise CliError("--strategy annotationMap needs --map with one line per replica, "

@@ -215,12 +215,14 @@ class Kube:
         items.sort(key=event_time)
         return items[-limit:]
 
-    def create(self, obj: JSON, namespace: str, dry_run: bool = False) -> JSON:
+    def create(self, obj: JSON, namespace: str, dry_run: bool = False,
+               field_validation: str | None = None) -> JSON:
         kind = obj.get("kind", "object")
         name = (obj.get("metadata") or {}).get("name") or (obj.get("metadata") or {}).get(
             "generateName", "")
         try:
-            return self.client.create(obj, namespace, dry_run=dry_run)
+            return self.client.create(obj, namespace, dry_run=dry_run,
+                                      field_validation=field_validation)
         except errors.NotFound as e:
             # a create's 404 is about its namespace (the object itself is new)
             if e.details.get("kind") == "namespaces" or not e.details:

@@ -15,14 +15,17 @@ import argparse
 import re
 from typing import Any, NoReturn
 
+from api.v1alpha1 import door
+from api.v1alpha1.types import MAX_CHILD_NAME, MAX_GPUS_PER_REPLICA
+from api.v1alpha1.types import MAX_REPLICAS as MAX_REPLICAS
 from internal.cli.kube import EXIT_USAGE, CliError
 
-#: gpusPerReplica's bound in the GPUWorkload CRD (api/v1alpha1/types.py)
-MAX_GPUS = 64
-#: a gang larger than this is almost certainly a typo; the CRD itself has no bound
-MAX_REPLICAS = 1000
+#: gpusPerReplica's and replicas' bounds are the CRD's (api/v1alpha1/types.py)
+MAX_GPUS = MAX_GPUS_PER_REPLICA
 #: a pod is named <workload>-<index>: the name leaves room for the index
-MAX_NAME = 63 - 1 - len(str(MAX_REPLICAS - 1))
+MAX_NAME = MAX_CHILD_NAME - 1 - len(str(MAX_REPLICAS - 1))
+#: Go's longest time.Duration, which is kubectl's too (and the most Python's clocks hold)
+MAX_DURATION_HOURS = 2562047
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
@@ -58,6 +61,10 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r}")
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, got {text!r}")
+    if value > MAX_DURATION_HOURS * 3600:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_DURATION_HOURS}h (the longest duration kubectl reads), "
+            f"got {text!r}")
     return value
 
 
@@ -105,10 +112,12 @@ def dns_label(what: str, max_len: int = 63) -> Any:
 
 
 def image(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("the image must not be empty")
-    if any(c.isspace() for c in text):
+    """An image reference the kubelet can pull (the admission policy's own rule)."""
+    if text.strip() and any(c.isspace() for c in text):
         raise argparse.ArgumentTypeError(f"image {text!r} contains whitespace")
+    problem = door.image_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 

@@ -20,7 +20,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-_NODE_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+from api.v1alpha1.types import MAP_NODE_PATTERN, MAX_DEVICE_INDEX
+
+#: the CRD's own patterns (api/v1alpha1/types.py): a Node's name, a device index
+_NODE_RE = re.compile(MAP_NODE_PATTERN)
 _INT_RE = re.compile(r"[0-9]+")
 
 
@@ -68,13 +71,16 @@ def parse_scheduling_map(text: str) -> dict[int, MapEntry]:
         if not node:
             raise _err(lineno, raw, "missing node name")
         if not _NODE_RE.fullmatch(node):
-            raise _err(lineno, raw, f"invalid node name {node!r}")
+            raise _err(lineno, raw, f"node name {node!r} is not a valid DNS-1123 subdomain "
+                                    "(a Node's name: lower case letters, digits, '-' and '.')")
         if not devs_s:
             raise _err(lineno, raw, "no device indices after ':'")
         devices: list[int] = []
         for tok in (t.strip() for t in devs_s.split(",")):
             if not _INT_RE.fullmatch(tok):
                 raise _err(lineno, raw, f"device index {tok!r} is not a non-negative integer")
+            if len(tok) > len(str(MAX_DEVICE_INDEX)) or int(tok) > MAX_DEVICE_INDEX:
+                raise _err(lineno, raw, f"device index {tok} is above {MAX_DEVICE_INDEX}")
             d = int(tok)
             if d in devices:
                 raise _err(lineno, raw, f"device {d} listed twice")

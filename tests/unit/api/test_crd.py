@@ -99,6 +99,10 @@ def test_admission_policy_reads_annotation() -> None:
         ("x=node1:0", False),
         ("0=node1:0 1=node2:1", False),
         ("0=node1:a", False),
+        ("0=gpu-1.zone-a:0,999", True),
+        ("0=Node_1:0", False),
+        ("0=node1:99999999999", False),
+        ("0=node1:1000", False),
     ],
 )
 def test_map_pattern(text: str, ok: bool) -> None:

@@ -46,15 +46,49 @@ def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "noname.yaml").write_text(
         "apiVersion: gpu.orchestrator.dev/v1alpha1\nkind: GPUWorkload\nspec: {}\n")
     (tmp_path / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    (tmp_path / "binary.bin").write_bytes(bytes(range(256)))
+    for name, spec in ((n, dict(s)) for n, s in SPECS.items()):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(
+            {"apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUWorkload",
+             "metadata": {"name": spec.pop("name", "w"), "namespace": spec.pop("ns", None)},
+             "spec": spec}))
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
 
+def _pod(image: str) -> dict:
+    return {"spec": {"containers": [{"name": "main", "image": image}]}}
+
+
+#: submit's files: each breaks one rule the API (CRD, admission policy or the
+#: controller's map check) would apply
+SPECS: dict[str, dict] = {
+    "gang1abc": {"name": "1abc", "replicas": 2},
+    "partialmap": {"replicas": 2, "schedulingStrategy": "annotationMap",
+                   "schedulingMap": "0=n1:0"},
+    "mapnode": {"schedulingStrategy": "annotationMap", "schedulingMap": "0=Node_1:0"},
+    "mapdevice": {"schedulingStrategy": "annotationMap", "schedulingMap": "0=n1:99999999999"},
+    "imageupper": {"template": _pod("Foo:Bar")},
+    "imageempty": {"template": _pod("")},
+    "nsa": {"ns": "a"},
+}
+
 CASES: list[tuple[str, str, int]] = [
     # template
-    ("template --replicas 0", "argument --replicas: must be from 1 to 1000, got 0", USAGE),
-    ("template --replicas -1", "argument --replicas: must be from 1 to 1000, got -1", USAGE),
-    ("template --replicas 1001", "must be from 1 to 1000, got 1001", USAGE),
+    ("template --replicas 0", "argument --replicas: must be from 1 to 512, got 0", USAGE),
+    ("template --replicas -1", "argument --replicas: must be from 1 to 512, got -1", USAGE),
+    ("template --replicas 1001", "must be from 1 to 512, got 1001", USAGE),
+    ("template --replicas 600", "argument --replicas: must be from 1 to 512, got 600", USAGE),
+    ("template --name 1abc --replicas 2", "--name '1abc' cannot name a gang", USAGE),
+    ("template --strategy annotationMap --map 0=Node_1:0",
+     "--map: line 1 '0=Node_1:0': node name 'Node_1' is not a valid DNS-1123 subdomain",
+     USAGE),
+    ("template --strategy annotationMap --map 0=n1:99999999999",
+     "--map: line 1 '0=n1:99999999999': device index 99999999999 is above 999", USAGE),
+    ("template --image Foo:Bar", "argument --image: image 'Foo:Bar' is not a valid image "
+                                 "reference", USAGE),
+    ('template --image ""', "argument --image: image '\"\"' is not a valid image reference",
+     USAGE),
     ("template --replicas two", "argument --replicas: invalid integer 'two'", USAGE),
     ("template --gpus 0", "argument --gpus: must be from 1 to 64, got 0", USAGE),
     ("template --gpus 100", "argument --gpus: must be from 1 to 64, got 100", USAGE),
@@ -77,6 +111,7 @@ CASES: list[tuple[str, str, int]] = [
     ("watch --timeout -1", "argument --timeout: must not be negative, got '-1'", USAGE),
     ("watch --timeout soon", "argument --timeout: invalid duration 'soon'", USAGE),
     ("watch --timeout 5parsecs", "invalid duration '5parsecs'", USAGE),
+    ("watch --timeout 100000000000000h", "argument --timeout: must be at most 2562047h", USAGE),
     # global flags
     ("-n Bad_NS status", "namespace 'Bad_NS' is not a valid DNS-1123 label", USAGE),
     ("-n= status", "argument -n/--namespace: namespace must not be empty", USAGE),
@@ -87,6 +122,11 @@ CASES: list[tuple[str, str, int]] = [
     ("status --request-timeout -5", "argument --request-timeout: must not be negative", USAGE),
     ("status --request-timeout=", "argument --request-timeout: invalid duration ''", USAGE),
     ("status --request-timeout nan", "invalid duration 'nan'", USAGE),
+    ("status --request-timeout 100000000000000h",
+     "argument --request-timeout: must be at most 2562047h (the longest duration kubectl "
+     "reads), got '100000000000000h'", USAGE),
+    ("status --request-timeout 1e300", "must be at most 2562047h", USAGE),
+    ("nodes --gpunode-stale-after 100000000000000h", "must be at most 2562047h", USAGE),
     ("status --as-group admins", "--as-group needs --as USER", USAGE),
     ("status --as=", "argument --as: --as must not be empty", USAGE),
     ("status --context=", "argument --context: --context must not be empty", USAGE),
@@ -123,6 +163,23 @@ CASES: list[tuple[str, str, int]] = [
                         "got v1, Pod", FILE),
     ("submit noname.yaml", "noname.yaml (document 1): metadata.name is required", FILE),
     ("submit big.yaml", "big.yaml (document 1): invalid GPUWorkload:; spec.gpusPerReplica", FILE),
+    ("submit binary.bin", "binary.bin is not a YAML or JSON file: not UTF-8 text (byte 0x80 "
+                          "at offset 128)", FILE),
+    ("submit gang1abc.yaml", "gang1abc.yaml (document 1): metadata.name 1abc cannot name a "
+                             "gang", FILE),
+    ("submit partialmap.yaml", "partialmap.yaml (document 1): spec.schedulingMap: no map "
+                               "entry for replica(s) 1", FILE),
+    ("submit mapnode.yaml", "mapnode.yaml (document 1): spec.schedulingMap: line 1 "
+                            "'0=Node_1:0': node name 'Node_1' is not a valid", FILE),
+    ("submit mapdevice.yaml", "device index 99999999999 is above 999", FILE),
+    ("submit imageupper.yaml", "imageupper.yaml (document 1): spec.template.spec.containers"
+                               "[0].image: image 'Foo:Bar' is not a valid image reference",
+     FILE),
+    ("submit imageempty.yaml", "spec.template.spec.containers[0].image: every container "
+                               "needs an image", FILE),
+    ("-n b submit nsa.yaml", 'the namespace from the provided object "a" does not match the '
+                             'namespace "b". You must pass \'--namespace=a\' to perform '
+                             'this operation.', FILE),
     # kubeconfig
     ("status --kubeconfig passwd", "cannot load kubeconfig: passwd: not a kubeconfig "
                                    "(expected a YAML mapping with clusters, users and contexts)",

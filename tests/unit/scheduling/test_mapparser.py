@@ -42,9 +42,13 @@ def test_blank_lines_and_spaces_tolerated() -> None:
         ("0=:1", 1, "missing node"),
         ("0=node1:0\n\n0=node2:1", 3, "already mapped on line 1"),
         ("0=node1:1,1", 1, "listed twice"),
-        ("0=no de:1", 1, "invalid node name"),
+        ("0=no de:1", 1, "node name 'no de' is not a valid DNS-1123 subdomain"),
         ("0==node1:1", 1, "expected"),
         ("-1=node1:1", 1, "replica index '-1'"),
+        ("0=Node_1:0", 1, "node name 'Node_1' is not a valid DNS-1123 subdomain"),
+        ("0=node1:99999999999", 1, "device index 99999999999 is above 999"),
+        ("0=node1:1000", 1, "device index 1000 is above 999"),
+        ("0=node1:" + "9" * 5000, 1, "is above 999"),
     ],
 )
 def test_bad_input_names_the_line(text: str, line: int, words: str) -> None:
