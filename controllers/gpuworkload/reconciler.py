@@ -335,7 +335,10 @@ class GPUWorkloadReconciler:
             finalize = finalize and not self.status_writer.has_finalizer(raw)
         acted = finalize or not same_status(out.status.old, status)
         if self.backstop is not None:
-            self.backstop.reconciled(object_key(raw), acted)
+            # a status written again after the API refused it for good was owed to
+            # that refusal (reported by the writer), not to a lost requeue
+            owed = self.status_writer is not None and self.status_writer.refused(raw)
+            self.backstop.reconciled(object_key(raw), acted and not owed)
         if self.status_writer is not None:
             if acted:
                 self.status_writer.submit(raw, status, finalizer=finalize)

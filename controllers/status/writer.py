@@ -19,6 +19,11 @@ Guarantees:
   the workload is gone (NotFound) or it is another object of that name (UID), or
   until a synchronous commit supersedes it (``settle``) or the workload is
   forgotten (``forget``; nothing of it is recorded then, the finalizer included).
+- **Nothing resent for ever.** A write the API server refuses for good (400, 403,
+  413, 422: the same write gets the same answer; ``controllers/status/refusals.py``)
+  is sent once and reported (a ``StatusRefused`` Warning Event, a metric), and its
+  mark is taken back: the reconciler no longer takes its status for current, and
+  its next reconcile writes again (``refused`` says why, for the backstop).
 - **Lag bounded and measured.** The time from the first submit of a status to its
   write is ``gpu_orchestrator_status_write_lag_seconds``; the queue is at most one
   entry per workload, so the lag is at most the queue over the client's QPS, plus
@@ -61,11 +66,13 @@ import structlog
 
 from api.v1alpha1.keys import CHILDREN_FINALIZER
 from controllers.shared.own_writes import OwnWrites
+from controllers.status import refusals
 from controllers.status.pacing import Pacer
 from controllers.status.patches import add_finalizer, patch_status
 from internal import metrics as m
 from internal.objects import JSON, object_key
 from runtime import NotFound
+from runtime.events import EventRecorder
 from runtime.store import Indexer
 
 log = structlog.get_logger("status_writer")
@@ -101,8 +108,11 @@ class StatusWriter:
     def __init__(self, client: Any, workloads: Indexer, *, threads: int = 2,
                  own_writes: OwnWrites | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 pacer: Pacer | None = None) -> None:
+                 pacer: Pacer | None = None, recorder: Any = None) -> None:
         self.client = client
+        #: where a refusal is reported (default: a recorder of its own, on its client)
+        self.recorder = recorder if recorder is not None else EventRecorder(
+            client, "gpu-orchestrator")
         self.pacer = pacer  # None: every status is sent as soon as a thread is free
         self.workloads = workloads
         self.threads = threads
@@ -120,6 +130,8 @@ class StatusWriter:
         #: keys whose write in flight was settled or forgotten: not retried if it fails
         self._superseded: set[str] = set()
         self._gone: set[str] = set()  # keys forgotten while a write was in flight
+        #: key -> UID whose last write was refused for good (until one lands, or forget)
+        self._refused: dict[str, str] = {}
         self._stop = False
         self._workers: list[threading.Thread] = []
 
@@ -187,6 +199,7 @@ class StatusWriter:
             if key in self._inflight:  # it records nothing and is not retried
                 self._superseded.add(key)
                 self._gone.add(key)
+            self._refused.pop(key, None)
             QUEUED.set(len(self._pending))
 
     def has_finalizer(self, raw: JSON) -> bool:
@@ -199,6 +212,12 @@ class StatusWriter:
             want = self._pending.get(key)
             return self.own_writes.finalizer_added(uid or "") or (
                 want is not None and want.uid == uid and want.finalizer)
+
+    def refused(self, raw: JSON) -> bool:
+        """Was the last write of ``raw`` (this UID) refused for good, and none landed
+        since? Then a reconcile that writes its status again is owed by that refusal."""
+        with self._cv:
+            return self._refused.get(object_key(raw)) == (raw.get("metadata") or {}).get("uid")
 
     def queued(self) -> int:
         with self._cv:
@@ -292,14 +311,26 @@ class StatusWriter:
                 return
             key, want = item
             ok: bool | None = False
+            refusal = None
             try:
                 ok = self._write(key, want)
-            except Exception as exc:  # retried below: nothing is lost
-                WRITES.labels("error").inc()
-                log.warning("status.write_failed", workload=key, error=str(exc),
-                            failures=want.failures + 1)
+            except Exception as exc:  # retried below (nothing is lost), unless for good
+                refusal = refusals.for_good(exc)
+                if refusal is None:
+                    WRITES.labels("error").inc()
+                    log.warning("status.write_failed", workload=key, error=str(exc),
+                                failures=want.failures + 1)
             with self._cv:
                 self._inflight.discard(key)
+                if refusal is not None and key not in self._superseded:
+                    # sent again, it would get the same answer: dropped, its mark goes
+                    self.own_writes.cancel(_ref(want), want.mark)
+                    self._refused[key] = want.uid
+                    ok = True
+                else:
+                    refusal = None  # settled or forgotten meanwhile: nothing to report
+                    if ok:
+                        self._refused.pop(key, None)
                 if key in self._superseded:
                     if not ok:  # it never landed and never will: its mark goes
                         self.own_writes.cancel(_ref(want), want.mark)
@@ -322,6 +353,10 @@ class StatusWriter:
                     self._order.append(key)  # a newer one arrived while writing
                 QUEUED.set(len(self._pending))
                 self._cv.notify_all()
+            if refusal is not None:
+                cached = self.workloads.get_by_name(want.name, want.namespace)
+                same = cached is not None and cached["metadata"].get("uid") == want.uid
+                refusals.report(self.recorder, cached if same else _ref(want), refusal)
 
     def _write(self, key: str, want: _Want) -> bool | None:
         """True when done (written, or nothing left to write); ``HELD``: the

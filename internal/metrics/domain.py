@@ -170,7 +170,14 @@ STATUS_WRITE_LAG = Histogram(
     registry=REGISTRY)
 STATUS_WRITES = Counter(
     "gpu_orchestrator_status_writes", "Writes of the asynchronous status writer, by result: "
-    "written, error (retried), gone (the workload was deleted or replaced).", ["result"],
+    "written, error (retried), gone (the workload was deleted or replaced); a refusal "
+    "given up on is counted in gpu_orchestrator_status_writes_dropped.", ["result"],
+    registry=REGISTRY)
+STATUS_DROPPED = Counter(
+    "gpu_orchestrator_status_writes_dropped", "Status writes of the asynchronous status "
+    "writer given up on, by the API server's refusal: Invalid (422), Forbidden (403), "
+    "BadRequest (400), RequestEntityTooLarge (413). Each is sent once: the workload gets a "
+    "StatusRefused Warning Event, and its next reconcile writes again.", ["reason"],
     registry=REGISTRY)
 STATUS_COALESCED = Counter(
     "gpu_orchestrator_status_writes_coalesced", "Desired statuses replaced by a newer one "

@@ -1,6 +1,7 @@
 """The asynchronous status writer against the real API server: the latest status
 wins and one write carries it, a reconcile reads its own writes before the cache
-does, the finalizer is added once, and a refused write is retried until it lands.
+does, the finalizer is added once, and a write the API server refuses for good
+(422, 403) is sent once and reported, not resent for ever.
 
 The writer's cache is a plain runtime Indexer fed by the test (what an informer
 would hold); every write goes to the local kube-apiserver."""
@@ -8,6 +9,7 @@ would hold); every write goes to the local kube-apiserver."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,8 +21,9 @@ from controllers.status.writer import StatusWriter
 from hack.testenv import ControlPlane
 from internal import metrics as m
 from runtime import Client, NotFound, RestConfig
+from runtime.events import EventRecorder
 from runtime.store import Indexer
-from tests.integration.controller.conftest import get_workload, workload
+from tests.integration.controller.conftest import get_workload, wait_events, workload
 from tests.waiting import eventually
 
 
@@ -94,22 +97,75 @@ def test_the_finalizer_is_added_once_with_the_first_placed_status(
     assert after["status"]["message"] == "running"
 
 
-def test_a_refused_write_is_retried_until_it_lands(
+def refused_events(admin: Client, namespace: str) -> list[dict[str, Any]]:
+    return [e for e in wait_events(admin, namespace, "w", "StatusRefused")
+            if e["reason"] == "StatusRefused"]
+
+
+def not_resent(writer: StatusWriter, errors: float, seconds: float = 3.0) -> None:
+    """Nothing of the refused write is queued, and no retry goes out for
+    ``seconds`` (retries went 0.2, 0.4, 0.8, 1.6 s apart, then every 10 s)."""
+    assert writer.queued() == 0
+    time.sleep(seconds)
+    assert value(m.STATUS_WRITES.labels("error")) == errors
+
+
+def test_a_status_the_api_server_refuses_is_sent_once_and_reported(
+        admin: Client, namespace: str, created: dict[str, Any]) -> None:
+    """A status the CRD's schema refuses (422: a phase that is no phase) gets the
+    same answer every time: it was resent every 10 s at most, for ever, and
+    reported nowhere but the manager's log. Now: one write, a StatusRefused Warning
+    Event on the workload with the code and the API server's message, a count, and
+    the reconciler no longer takes that status for written."""
+    cache = cache_of(created)
+    writer = StatusWriter(admin, cache)  # its Events on its own client
+    dropped = value(m.STATUS_DROPPED.labels("Invalid"))
+    errors = value(m.STATUS_WRITES.labels("error"))
+    writer.start()
+    try:
+        writer.submit(created, status("placing", phase="Placing"))
+        [event] = refused_events(admin, namespace)
+        assert event["type"] == "Warning"
+        assert event["involvedObject"]["uid"] == created["metadata"]["uid"]
+        assert "422 Invalid" in event["message"]
+        assert 'Unsupported value: "Placing"' in event["message"]  # the API server's words
+        assert value(m.STATUS_DROPPED.labels("Invalid")) - dropped == 1
+        not_resent(writer, errors)
+        assert writer.own_writes.view(cache.get(created)) is None
+        assert not writer.own_writes.is_behind(cache.get(created))
+        assert (get_workload(admin, namespace, "w").get("status") or {}).get(
+            "message") != "placing"
+        # the next reconcile's status, one the API server takes, lands
+        writer.submit(created, status("0/4 nodes are available"))
+        assert writer.flush(30)
+    finally:
+        writer.stop()
+    assert get_workload(admin, namespace, "w")["status"]["message"] == \
+        "0/4 nodes are available"
+    assert len(refused_events(admin, namespace)) == 1
+
+
+def test_a_write_rbac_forbids_is_reported_and_written_again_once_allowed(
         installed: ControlPlane, admin: Client, namespace: str,
         created: dict[str, Any]) -> None:
-    """The writer's identity may not write status at first (RBAC); it keeps the
-    status and writes it once a RoleBinding lets it."""
+    """The writer's identity may not write status (RBAC, 403): the write is sent
+    once and reported on the workload; once a RoleBinding lets it, the status the
+    next reconcile asks for lands."""
     user = f"status-writer-{namespace}"
     config = RestConfig.from_kubeconfig(str(installed.kubeconfig)).impersonating(
         user, ["system:authenticated"])
     cache = cache_of(created)
-    writer = StatusWriter(Client(config), cache)
+    writer = StatusWriter(Client(config), cache,
+                          recorder=EventRecorder(admin, "gpu-orchestrator"))
+    dropped = value(m.STATUS_DROPPED.labels("Forbidden"))
     errors = value(m.STATUS_WRITES.labels("error"))
     writer.start()
     try:
         writer.submit(created, status("eventually"))
-        eventually(lambda: value(m.STATUS_WRITES.labels("error")) - errors >= 2, timeout=30,
-                   what="the refused write tried again")
+        [event] = refused_events(admin, namespace)
+        assert "403 Forbidden" in event["message"] and user in event["message"]
+        assert value(m.STATUS_DROPPED.labels("Forbidden")) - dropped == 1
+        not_resent(writer, errors)
         assert (get_workload(admin, namespace, "w").get("status") or {}).get(
             "message") != "eventually"
         admin.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
@@ -118,10 +174,15 @@ def test_a_refused_write_is_retried_until_it_lands(
                                   "kind": "ClusterRole", "name": "gpu-orchestrator-manager"},
                       "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                                     "name": user}]})
-        assert writer.flush(60)
+        # RBAC takes a moment to reach the authorizer: the next reconciles write again
+        def landed() -> bool:
+            writer.submit(created, status("eventually"))
+            assert writer.flush(30)
+            return (get_workload(admin, namespace, "w").get("status") or {}).get(
+                "message") == "eventually"
+        eventually(landed, timeout=30, what="the status written once RBAC lets it")
     finally:
         writer.stop()
-    assert get_workload(admin, namespace, "w")["status"]["message"] == "eventually"
 
 
 def test_a_status_write_never_lands_on_a_recreated_object_of_the_same_name(

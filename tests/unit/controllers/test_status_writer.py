@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,8 +17,10 @@ import pytest
 from api.v1alpha1.keys import CHILDREN_FINALIZER
 from api.v1alpha1.types import API_VERSION
 from controllers.shared.own_writes import OwnWrites
-from controllers.status.writer import StatusWriter
+from controllers.status.writer import RETRY_BASE, StatusWriter
+from internal.metrics.domain import STATUS_DROPPED
 from runtime import Conflict, Invalid, NotFound
+from runtime.errors import ApiError, BadRequest, Forbidden, TooManyRequests
 from runtime.store import Indexer, thaw
 from tests.unit.controllers.fakes import internal, merge
 
@@ -304,5 +307,88 @@ def test_a_write_that_lands_before_its_mark_leaves_no_mark_behind(api: API) -> N
         assert cached["status"]["phase"] == "Pending"
         # the cache holds our write: it is not older than it, and a reconcile acts
         assert not own.is_behind(cached)
+    finally:
+        writer.stop()
+
+
+# ------------------------------------------------------------ refused for good
+
+
+class Recorder:
+    """The Events the writer records."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[dict[str, Any], str, str]] = []
+
+    def warning(self, obj: dict[str, Any], reason: str, message: str) -> None:
+        self.events.append((obj, reason, message))
+
+
+TOO_LONG = ('GPUWorkload.gpu.orchestrator.dev "w" is invalid: status.message: Too long: '
+            'may not be more than 32768 bytes')
+
+
+@pytest.mark.parametrize("refusal", [
+    Invalid(422, "Invalid", TOO_LONG),
+    Forbidden(403, "Forbidden", 'gpuworkloads.gpu.orchestrator.dev "w" is forbidden: User '
+              '"system:serviceaccount:gpu-orchestrator-system:manager" cannot patch '
+              'resource "gpuworkloads/status"'),
+    BadRequest(400, "BadRequest", "the server could not read the patch"),
+], ids=["422", "403", "400"])
+def test_a_status_the_api_refuses_for_good_is_sent_once_and_reported(
+        api: API, refusal: Exception) -> None:
+    """The same write gets the same answer: it was sent again every 10 s at most, for
+    ever, while its mark made every reconcile take the cache as older than our
+    write and ``view`` show the refused status as if it were there. Now it is sent
+    once; the workload gets a Warning Event with the code and the API's message; the
+    drop is counted; and the mark goes, so the next reconcile sees the status the
+    API holds and writes again (or reports again)."""
+    raw = api.create("uid-1")
+    own, recorder = OwnWrites(), Recorder()
+    api.fail = {i: refusal for i in range(8)}
+    reason = type(refusal).__name__
+    dropped = STATUS_DROPPED.labels(reason)._value.get()
+    writer = writer_of(api, own_writes=own, recorder=recorder)
+    try:
+        writer.submit(raw, {"phase": "Pending", "message": "x" * 40_000})
+        assert writer.flush(2), "the refused write is still queued (retried)"
+        time.sleep(RETRY_BASE * 3)  # a retry would have gone by now
+        assert len(api.calls) == 1
+        assert STATUS_DROPPED.labels(reason)._value.get() == dropped + 1
+        [(obj, why, message)] = recorder.events
+        assert (obj["kind"], obj["metadata"]["uid"], why) == ("GPUWorkload", "uid-1",
+                                                             "StatusRefused")
+        assert f"{refusal.status} {reason}" in message  # type: ignore[attr-defined]
+        assert refusal.message in message  # type: ignore[attr-defined]
+        # the reconciler no longer takes its status for current
+        assert own.view(raw) is None and not own.is_behind(raw)
+        assert writer.refused(raw)
+        # the next reconcile writes again: a status the API takes lands
+        api.fail.clear()
+        writer.submit(raw, {"phase": "Pending", "message": "0/4 nodes are available"})
+        assert writer.flush(2)
+        assert api.objects["w"]["status"]["message"] == "0/4 nodes are available"
+        assert not writer.refused(raw)
+    finally:
+        writer.stop()
+
+
+@pytest.mark.parametrize("error", [
+    Conflict(409, "Conflict", "the object has been modified"),
+    TooManyRequests(429, "TooManyRequests", "too many requests"),
+    internal(),
+    ApiError(0, "ConnectionRefused", "connection refused"),
+], ids=["409", "429", "500", "connection"])
+def test_a_passing_error_is_retried_until_the_write_lands(api: API, error: Exception) -> None:
+    raw = api.create("uid-1")
+    api.fail = {0: error, 1: error}
+    recorder = Recorder()
+    writer = writer_of(api, recorder=recorder)
+    try:
+        writer.submit(raw, {"phase": "Pending", "message": "0/4 nodes are available"})
+        assert writer.flush(5)
+        assert len(api.calls) == 3
+        assert api.objects["w"]["status"]["message"] == "0/4 nodes are available"
+        assert recorder.events == []
     finally:
         writer.stop()
