@@ -10,19 +10,25 @@
 - ``GPUNodes``: the group's GPUNodes as the agent would write them (80 GiB devices, so
   memory shares can be weighed; device 0 of the first node MIG-enabled, seven
   ``1g.10gb`` instances), their heartbeat kept fresh.
+- ``Foreign``: ordinary pods of the default scheduler asking ``nvidia.com/gpu``, for
+  kube-scheduler to place beside the manager.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION, WORKLOAD_LABEL
 from api.v1alpha1.types import API_VERSION
 from runtime import Client, NotFound
+
+if TYPE_CHECKING:
+    from tests.integration.controller.conftest import NodeGroup
 
 
 class Orphaner:
@@ -186,3 +192,37 @@ class GPUNodes:
         for n in self.nodes:
             with contextlib.suppress(NotFound):
                 self.admin.delete(API_VERSION, "GPUNode", n)
+
+
+class Foreign:
+    """Ordinary pods of the default scheduler asking ``nvidia.com/gpu`` of the group,
+    created and deleted at random: kube-scheduler places them where the device plugin
+    counts (the counted node) and never on a named node (its taint)."""
+
+    def __init__(self, admin: Client, ns: str, group: NodeGroup, rng: random.Random) -> None:
+        self.admin, self.ns, self.group, self.rng = admin, ns, group, rng
+        self.serial = 0
+        self.live: list[str] = []
+        self.bound: dict[str, str] = {}  # pod -> the node kube-scheduler bound it to
+
+    def step(self) -> None:
+        if self.rng.random() < 0.5 and len(self.live) < 6:
+            self.serial += 1
+            name = f"fg{self.serial}"
+            self.admin.create({"apiVersion": "v1", "kind": "Pod",
+                               "metadata": {"name": name, "namespace": self.ns},
+                               "spec": {"nodeSelector": self.group.selector,
+                                        "terminationGracePeriodSeconds": self.rng.choice([0, 2]),
+                                        "containers": [{"name": "main", "image": "busybox:1.36",
+                                                        "resources": {"limits": {
+                                                            "nvidia.com/gpu": str(
+                                                                self.rng.choice([1, 2]))}}}]}})
+            self.live.append(name)
+        elif self.live and self.rng.random() < 0.5:
+            name = self.live.pop(self.rng.randrange(len(self.live)))
+            with contextlib.suppress(NotFound):
+                self.admin.delete("v1", "Pod", name, namespace=self.ns)
+        for p in self.admin.list("v1", "Pod", namespace=self.ns)["items"]:
+            node = (p.get("spec") or {}).get("nodeName")
+            if p["metadata"]["name"].startswith("fg") and node:
+                self.bound[p["metadata"]["name"]] = node

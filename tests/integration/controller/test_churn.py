@@ -47,7 +47,13 @@ from api.v1alpha1.types import API_VERSION, SchedulingStrategy
 from hack.testenv import ControlPlane
 from hack.testenv.process import stop_child
 from runtime import ApiError, Client, NotFound
-from tests.integration.controller.churn_checks import DEVICE_MIB, GPUNodes, Orphaner, settled
+from tests.integration.controller.churn_checks import (
+    DEVICE_MIB,
+    Foreign,
+    GPUNodes,
+    Orphaner,
+    settled,
+)
 from tests.integration.controller.conftest import (
     ROOT,
     NodeGroup,
@@ -292,40 +298,6 @@ class Churn:
             self.fail_pod()
         else:
             self.delete_pod()
-
-
-class Foreign:
-    """Ordinary pods of the default scheduler asking ``nvidia.com/gpu`` of the group,
-    created and deleted at random: kube-scheduler places them where the device plugin
-    counts (the counted node) and never on a named node (its taint)."""
-
-    def __init__(self, admin: Client, ns: str, group: NodeGroup, rng: random.Random) -> None:
-        self.admin, self.ns, self.group, self.rng = admin, ns, group, rng
-        self.serial = 0
-        self.live: list[str] = []
-        self.bound: dict[str, str] = {}  # pod -> the node kube-scheduler bound it to
-
-    def step(self) -> None:
-        if self.rng.random() < 0.5 and len(self.live) < 6:
-            self.serial += 1
-            name = f"fg{self.serial}"
-            self.admin.create({"apiVersion": "v1", "kind": "Pod",
-                               "metadata": {"name": name, "namespace": self.ns},
-                               "spec": {"nodeSelector": self.group.selector,
-                                        "terminationGracePeriodSeconds": self.rng.choice([0, 2]),
-                                        "containers": [{"name": "main", "image": "busybox:1.36",
-                                                        "resources": {"limits": {
-                                                            "nvidia.com/gpu": str(
-                                                                self.rng.choice([1, 2]))}}}]}})
-            self.live.append(name)
-        elif self.live and self.rng.random() < 0.5:
-            name = self.live.pop(self.rng.randrange(len(self.live)))
-            with contextlib.suppress(NotFound):
-                self.admin.delete("v1", "Pod", name, namespace=self.ns)
-        for p in self.admin.list("v1", "Pod", namespace=self.ns)["items"]:
-            node = (p.get("spec") or {}).get("nodeName")
-            if p["metadata"]["name"].startswith("fg") and node:
-                self.bound[p["metadata"]["name"]] = node
 
 
 def gone(admin: Client, ns: str) -> bool:
