@@ -17,7 +17,12 @@ device env             label (Job mode; such Jobs are the manager's, below); or 
                        a seed-path pod (``schedulerName: gpu-scheduler``, no
                        ``nodeName``, a ``gpu-scheduling-map`` that names the devices
                        its annotation names): the webhook wrote them from the map and
-                       the pod binding books the map
+                       the pod binding books the map. A ``CUDA_VISIBLE_DEVICES``
+                       that is exactly a fieldRef to the pod's own devices
+                       annotation is no device env (it resolves to what the
+                       binder wrote: a pod group's member, docs/podgroups.md),
+                       here and in a Job's template; a value, or a reference to
+                       anything else, is one
 Pod UPDATE that        never (the manager binds through ``pods/binding``, which this
 changes the            does not match); ``kubectl annotate --overwrite`` is refused
 annotation
@@ -62,12 +67,25 @@ TRUSTED = "trusted"
 OUR_NAMESPACE = f"'{MANAGER_SERVICE_ACCOUNT}'.split(':')[2]"
 
 
+#: the one device env a pod may carry itself: ``CUDA_VISIBLE_DEVICES`` read from the
+#: devices annotation, which only the Binding of the pod binding writes (the webhook
+#: gives it to pod groups' members: internal/webhook/groupexposure.py)
+DEVICES_FIELD_PATH = f"metadata.annotations['{DEVICES_ANNOTATION}']"
+
+
 def _env_free(spec: str) -> str:
     """CEL: no container, init container or ephemeral container of the pod spec at
-    ``spec`` sets a device env."""
+    ``spec`` sets a device env, but for ``CUDA_VISIBLE_DEVICES`` as exactly a
+    reference to the pod's own devices annotation (no value, no other field, no
+    other source: what it resolves to is what the binder wrote)."""
     names = "[" + ", ".join(f"'{n}'" for n in DEVICE_ENV) + "]"
+    reference = (f"(e.name == '{DEVICE_ENV[0]}' && !has(e.value) && has(e.valueFrom) && "
+                 f"has(e.valueFrom.fieldRef) && "
+                 f"e.valueFrom.fieldRef.fieldPath == \"{DEVICES_FIELD_PATH}\" && "
+                 f"(!has(e.valueFrom.fieldRef.apiVersion) || "
+                 f"e.valueFrom.fieldRef.apiVersion == 'v1'))")
     parts = [f"(!has({spec}.{k}) || {spec}.{k}.all(c, !has(c.env) || "
-             f"c.env.all(e, !(e.name in {names}))))"
+             f"c.env.all(e, !(e.name in {names}) || {reference})))"
              for k in ("containers", "initContainers", "ephemeralContainers")]
     return " && ".join(parts)
 
@@ -93,8 +111,10 @@ def _our_job_pod() -> str:
 
 WHY = ("only the gpu-orchestrator controller and webhook give pods GPU devices: a pod may "
        "not set the " + DEVICES_ANNOTATION + " annotation, CUDA_VISIBLE_DEVICES or "
-       "NVIDIA_VISIBLE_DEVICES itself. Run it as a GPUWorkload, or as a gpu-scheduler pod "
-       "with a gpu-scheduling-map (the webhook injects them)")
+       "NVIDIA_VISIBLE_DEVICES itself (CUDA_VISIBLE_DEVICES only as a fieldRef to "
+       "metadata.annotations['" + DEVICES_ANNOTATION + "']). Run it as a GPUWorkload, or as a "
+       "gpu-scheduler pod with a gpu-scheduling-map or in a pod group (the webhook injects "
+       "them)")
 
 
 def pod_devices() -> list[dict[str, Any]]:

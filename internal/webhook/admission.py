@@ -1,6 +1,9 @@
 """admission.k8s.io/v1 AdmissionReview in, AdmissionReview out, for pods. Pure.
 
-- No ``gpu-scheduling-map`` annotation, or not a pod CREATE: allowed, unchanged.
+- Not a pod CREATE: allowed, unchanged.
+- No ``gpu-scheduling-map`` annotation: a pod group's member gets ``CUDA_VISIBLE_DEVICES``
+  as a reference to its devices annotation (:mod:`internal.webhook.groupexposure`);
+  any other pod is allowed, unchanged.
 - A pod that sets ``spec.nodeName`` itself, or names another ``schedulerName``:
   allowed, unchanged, with a warning. The pod-binding controller will not bind it, so
   devices injected from the map would be devices nobody booked.
@@ -31,6 +34,7 @@ from api.v1alpha1.types import DeviceExposure
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
 from internal.webhook.exposure import parse_exposure
+from internal.webhook.groupexposure import group_response
 from internal.webhook.patch import build_patch
 from internal.webhook.seedwarning import statefulset_response
 
@@ -116,8 +120,8 @@ def mutate_review(body: Mapping[str, Any],
         return deny(uid, f"not a pod this webhook can read: {why}")
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     text = annotations.get(SCHEDULING_MAP_ANNOTATION)
-    if text is None:
-        return _review(uid, {"allowed": True})
+    if text is None:  # a pod group's member gets a reference to its devices
+        return _review(uid, group_response(pod, scheduler_name))
     why = not_ours(pod, scheduler_name)
     if why is not None:
         return _review(uid, {"allowed": True, "warnings": [

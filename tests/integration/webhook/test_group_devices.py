@@ -1,0 +1,179 @@
+"""A pod group's member gets CUDA_VISIBLE_DEVICES as a reference to its devices
+annotation, on the real kube-apiserver: the webhook of config/webhook injects it, the
+pod-devices policy (api/v1alpha1/pod_devices.py) admits exactly that reference from a
+tenant and refuses what a tenant could forge, and the Binding's annotation is what
+the reference reads."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from api.v1alpha1.keys import DEVICES_ANNOTATION
+from api.v1alpha1.pod_devices import pod_devices
+from hack.testenv import ControlPlane
+from internal.webhook.groupexposure import DEVICES_FIELD_PATH
+from runtime import Client, errors
+from tests.integration.webhook.helpers import running_webhook
+from tests.waiting import eventually
+
+ONLY_OURS = "only the gpu-orchestrator controller and webhook give pods GPU devices"
+REF = {"name": "CUDA_VISIBLE_DEVICES",
+       "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": DEVICES_FIELD_PATH}}}
+TENANT = "group-tenant"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+
+
+@pytest.fixture(scope="module")
+def policy(cluster: ControlPlane) -> Iterator[str]:
+    """The pod-devices policy and its binding as generated, under names of this
+    module's own (cluster-scoped; the controller tests install the same under theirs)."""
+    suffix = uuid.uuid4().hex[:6]
+    made = []
+    for doc in pod_devices():
+        doc = copy.deepcopy(doc)
+        doc["metadata"]["name"] += f"-{suffix}"
+        if doc["kind"] == "ValidatingAdmissionPolicyBinding":
+            doc["spec"]["policyName"] += f"-{suffix}"
+            path = f"{ADMISSION}/validatingadmissionpolicybindings"
+        else:
+            path = f"{ADMISSION}/validatingadmissionpolicies"
+        code, body = cluster.api("POST", path, doc)
+        assert code == 201, body
+        made.append(f"{path}/{doc['metadata']['name']}")
+    yield suffix
+    for path in reversed(made):
+        cluster.api("DELETE", path)
+
+
+@pytest.fixture(scope="module")
+def webhook(cluster: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with running_webhook(cluster, tmp_path_factory.mktemp("group-certs")) as (_, name):
+        probe = member("probe", {"gpu.orchestrator.dev/pod-group": "probe"})
+
+        def answers() -> bool:
+            code, body = cluster.api("POST", "/api/v1/namespaces/default/pods?dryRun=All", probe)
+            return code == 201 and body["spec"]["containers"][0].get("env") == [REF]
+
+        eventually(answers, timeout=30, what="the webhook answers kube-apiserver")
+        yield name
+
+
+@pytest.fixture
+def tenant(cluster: ControlPlane, namespace: str, policy: str) -> Client:
+    """A user who may create pods and Jobs in ``namespace``, once the policy refuses
+    a forged pod of theirs (the API server loads a new policy within seconds)."""
+    admin = Client.from_kubeconfig(str(cluster.kubeconfig))
+    rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list"]},
+             {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]
+    admin.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                  "metadata": {"name": "pods", "namespace": namespace}, "rules": rules})
+    admin.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                  "metadata": {"name": "pods", "namespace": namespace},
+                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                              "name": "pods"},
+                  "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                "name": TENANT}]})
+    c = admin.impersonate(TENANT, ["system:authenticated"])
+    forged = plain("probe", [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}])
+
+    def refused() -> bool:
+        try:
+            c.create(forged, namespace=namespace, dry_run=True)
+        except errors.Forbidden as exc:
+            return ONLY_OURS in str(exc)
+        return False
+
+    eventually(refused, timeout=30, what="the pod-devices policy loaded")
+    return c
+
+
+def member(name: str, labels: dict[str, str], env: list[dict] | None = None) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": "trainer", "image": "trainer:1",
+                         "resources": {"limits": {"nvidia.com/gpu": "4"}}}
+    if env is not None:
+        c["env"] = env
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": labels,
+                         "annotations": {"gpu.orchestrator.dev/pod-group-size": "2"}},
+            "spec": {"schedulerName": "gpu-scheduler", "containers": [
+                c, {"name": "sidecar", "image": "log:1"}]}}
+
+
+def plain(name: str, env: list[dict]) -> dict[str, Any]:
+    """A pod no hook of the webhook is sent (default scheduler, no GPU request)."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "x", "env": env,
+                                     "resources": {"limits": {"cpu": "1"}}}]}}
+
+
+JOBSET_LABELS = {"jobset.sigs.k8s.io/jobset-name": "train",
+                 "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+                 "jobset.sigs.k8s.io/job-index": "0",
+                 "jobset.sigs.k8s.io/restart-attempt": "0"}
+
+
+@pytest.mark.parametrize("labels", [{"gpu.orchestrator.dev/pod-group": "ring"}, JOBSET_LABELS],
+                         ids=["explicit", "jobset"])
+def test_a_member_made_by_a_tenant_reads_its_devices_from_the_binding(
+        cluster: ControlPlane, webhook: str, tenant: Client, namespace: str,
+        labels: dict[str, str]) -> None:
+    made = tenant.create(member("ring-0", labels), namespace=namespace)
+    containers = made["spec"]["containers"]
+    assert containers[0]["env"] == [REF]   # the GPU container
+    assert "env" not in containers[1]      # the sidecar asks no GPU
+    # the binder's Binding writes the annotation the reference reads
+    admin = Client.from_kubeconfig(str(cluster.kubeconfig))
+    admin.create_subresource("v1", "Pod", "ring-0", "binding", {
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": "ring-0", "annotations": {DEVICES_ANNOTATION: "4,5,6,7"}},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-node-1"}},
+        namespace=namespace)
+    bound = admin.get("v1", "Pod", "ring-0", namespace)
+    assert bound["metadata"]["annotations"][DEVICES_ANNOTATION] == "4,5,6,7"
+    assert bound["spec"]["containers"][0]["env"] == [REF]
+
+
+FORGED = {
+    "literal": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2,3"}],
+    "another annotation": [{"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {
+        "fieldPath": "metadata.annotations['mine']"}}}],
+    "a label": [{"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {
+        "fieldPath": "metadata.labels['gpus']"}}}],
+    "a resource": [{"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {"resourceFieldRef": {
+        "resource": "limits.cpu"}}}],
+    "a config map": [{"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {"configMapKeyRef": {
+        "name": "gpus", "key": "devices"}}}],
+    "the reference and NVIDIA_VISIBLE_DEVICES": [
+        REF, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+    "NVIDIA_VISIBLE_DEVICES from the annotation": [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {
+            "fieldPath": DEVICES_FIELD_PATH}}}],
+}
+
+
+@pytest.mark.parametrize("env", FORGED.values(), ids=FORGED.keys())
+def test_what_a_tenant_could_forge_is_refused(tenant: Client, namespace: str,
+                                              env: list[dict]) -> None:
+    with pytest.raises(errors.Forbidden, match=ONLY_OURS):
+        tenant.create(plain("forged", env), namespace=namespace)
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "forged"},
+           "spec": {"template": {"spec": {**plain("x", env)["spec"], "restartPolicy": "Never"}}}}
+    with pytest.raises(errors.Forbidden, match=ONLY_OURS):
+        tenant.create(job, namespace=namespace)
+
+
+def test_the_reference_itself_is_admitted_from_a_tenant(tenant: Client, namespace: str) -> None:
+    """It reads only what the binder wrote: a pod, or an Indexed Job's template (whose
+    pods the webhook cannot tell from any other Job's), may carry it."""
+    made = tenant.create(plain("ref", [REF]), namespace=namespace)
+    assert made["spec"]["containers"][0]["env"] == [REF]
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ranks"},
+           "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2,
+                    "template": {"spec": {**plain("x", [REF])["spec"],
+                                          "restartPolicy": "Never"}}}}
+    tenant.create(job, namespace=namespace, dry_run=True)

@@ -1,0 +1,123 @@
+"""A pod group's member gets CUDA_VISIBLE_DEVICES as a reference to its devices
+annotation (internal/webhook/groupexposure.py), through the AdmissionReview handler."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from internal.webhook.admission import mutate_review
+from internal.webhook.groupexposure import DEVICES_FIELD_PATH, group_patch
+from tests.unit.webhook.test_patch import apply_patch, review
+
+REF = {"name": "CUDA_VISIBLE_DEVICES",
+       "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": DEVICES_FIELD_PATH}}}
+EXPLICIT = ({"gpu.orchestrator.dev/pod-group": "g"}, {"gpu.orchestrator.dev/pod-group-size": "2"})
+JOBSET = ({"jobset.sigs.k8s.io/jobset-name": "train",
+           "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+           "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/restart-attempt": "0"}, {})
+LWS = ({"leaderworkerset.sigs.k8s.io/name": "infer",
+        "leaderworkerset.sigs.k8s.io/group-index": "0",
+        "leaderworkerset.sigs.k8s.io/worker-index": "1"},
+       {"leaderworkerset.sigs.k8s.io/size": "2"})
+KUEUE = ({"kueue.x-k8s.io/pod-group-name": "kq"}, {"kueue.x-k8s.io/pod-group-total-count": "2"})
+
+
+def member(labels: dict, annotations: dict, *, gpus: list[bool] = (True,),
+           init: bool = False, env: list[dict] | None = None, **spec: Any) -> dict:
+    def container(name: str, asks: bool) -> dict:
+        c: dict[str, Any] = {"name": name, "image": "trainer"}
+        if asks:
+            c["resources"] = {"limits": {"nvidia.com/gpu": "4"}}
+        if env is not None:
+            c["env"] = [dict(e) for e in env]
+        return c
+    body: dict[str, Any] = {"schedulerName": "gpu-scheduler",
+                            "containers": [container(f"c{i}", a) for i, a in enumerate(gpus)],
+                            **spec}
+    if init:
+        body["initContainers"] = [container("warm", False)]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "train-", "labels": dict(labels),
+                         "annotations": dict(annotations)},
+            "spec": body}
+
+
+def admitted(pod: dict) -> tuple[dict, list[str]]:
+    response = mutate_review(review(pod))["response"]
+    assert response["allowed"] is True
+    ops = json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
+    return apply_patch(pod, ops), response.get("warnings", [])
+
+
+def envs(pod: dict, kind: str = "containers") -> list[list[dict]]:
+    return [c.get("env", []) for c in pod["spec"].get(kind) or []]
+
+
+@pytest.mark.parametrize("labels, annotations", [EXPLICIT, JOBSET, LWS, KUEUE],
+                         ids=["explicit", "jobset", "leaderworkerset", "kueue"])
+def test_every_gpu_container_of_a_member_gets_the_reference(labels, annotations) -> None:
+    pod, warnings = admitted(member(labels, annotations, gpus=[True, False, True], init=True,
+                                    env=[{"name": "RANK", "value": "0"}]))
+    assert envs(pod) == [[{"name": "RANK", "value": "0"}, REF],
+                         [{"name": "RANK", "value": "0"}],  # asks no GPU
+                         [{"name": "RANK", "value": "0"}, REF]]
+    assert envs(pod, "initContainers") == [[{"name": "RANK", "value": "0"}]]
+    assert warnings == []
+
+
+def test_a_member_whose_containers_ask_no_gpu_gets_it_in_every_container() -> None:
+    pod, _ = admitted(member(*EXPLICIT, gpus=[False, False], init=True))
+    assert envs(pod) == [[REF], [REF]]
+    assert envs(pod, "initContainers") == [[REF]]
+
+
+def test_a_member_whose_size_is_unreadable_still_gets_it() -> None:
+    """The manager refuses the group with an Event and places none of it; once its
+    size is fixed it is placed, and its env can no longer be changed."""
+    labels, _ = EXPLICIT
+    pod, _ = admitted(member(labels, {"gpu.orchestrator.dev/pod-group-size": "many"}))
+    assert envs(pod) == [[REF]]
+
+
+@pytest.mark.parametrize("pod", [
+    member({"app": "x"}, {}),                                       # in no group
+    member({"batch.kubernetes.io/job-completion-index": "0"}, {}),  # a Job's: unknown here
+    member(*EXPLICIT, nodeName="node1"),                            # bound by its author
+    member(*EXPLICIT, schedulerName="default-scheduler"),           # not ours to bind
+], ids=["no-group", "indexed-job", "node-name", "other-scheduler"])
+def test_other_pods_are_left_as_they_are(pod: dict) -> None:
+    response = mutate_review(review(pod))["response"]
+    assert response == {"uid": "u-1", "allowed": True}
+
+
+def test_a_tenants_value_is_replaced_with_a_warning_and_duplicates_dropped() -> None:
+    forged = [{"name": "CUDA_VISIBLE_DEVICES", "value": "0,1,2,3"},
+              {"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {
+                  "fieldPath": "metadata.annotations['mine']"}}}]
+    pod, warnings = admitted(member(*EXPLICIT, env=forged))
+    assert envs(pod) == [[REF]]
+    assert warnings == ["container 'c0': replaced CUDA_VISIBLE_DEVICES=0,1,2,3 with a "
+                        "reference to the annotation gpu.orchestrator.dev/devices"]
+
+
+def test_admitting_a_member_again_changes_nothing() -> None:
+    once, _ = admitted(member(*JOBSET, gpus=[True, True]))
+    assert group_patch(once, "gpu-scheduler") == ([], [])
+    # kube-apiserver leaves the reference as it was written; one without apiVersion
+    # (defaulted later) is the same reference
+    bare = member(*JOBSET, env=[{"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {
+        "fieldRef": {"fieldPath": DEVICES_FIELD_PATH}}}])
+    assert group_patch(bare, "gpu-scheduler") == ([], [])
+
+
+def test_a_pod_with_a_map_keeps_the_seed_paths_devices() -> None:
+    pod = member(*EXPLICIT)
+    pod["metadata"]["name"] = "check-1"
+    pod["metadata"]["annotations"]["gpu-scheduling-map"] = "1=node2:2"
+    out, _ = admitted(pod)
+    assert envs(out) == [[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                          {"name": "CUDA_VISIBLE_DEVICES", "value": "2"}]]
