@@ -246,7 +246,7 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
             return ctrl is not None and ctrl.queue.idle_for() < PLACING_QUIET
 
         writer = StatusWriter(status_client, workloads.indexer, threads=opts.status_writers,
-                              own_writes=own_writes,
+                              own_writes=own_writes, recorder=recorder,
                               pacer=Pacer(opts.status_pacing, busy=placing))
         mgr.add(writer)
     backstop = Backstop(workloads.indexer.list, lambda key: enqueue([key]),
