@@ -29,6 +29,9 @@ SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
 #: on a pod: the host device indices it holds (``"0,1"``); written by the controller,
 #: the webhook and the pod binding
 DEVICES_ANNOTATION = f"{GROUP}/devices"
+#: the downward-API path of that annotation: a pod group's member reads its
+#: ``CUDA_VISIBLE_DEVICES`` from it (docs/podgroups.md)
+DEVICES_FIELD_PATH = f"metadata.annotations['{DEVICES_ANNOTATION}']"
 #: on a pod beside the devices annotation: its share of its one device
 #: (``memory=20480Mi`` or ``fraction=0.25``), or the MIG instance it holds (``MIG-<uuid>``)
 SHARE_ANNOTATION = f"{GROUP}/share"

@@ -47,6 +47,7 @@ from typing import Any
 
 from api.v1alpha1.keys import (
     DEVICES_ANNOTATION,
+    DEVICES_FIELD_PATH,
     GROUP,
     SCHEDULING_MAP_ANNOTATION,
     WORKLOAD_UID_LABEL,
@@ -67,17 +68,12 @@ TRUSTED = "trusted"
 OUR_NAMESPACE = f"'{MANAGER_SERVICE_ACCOUNT}'.split(':')[2]"
 
 
-#: the one device env a pod may carry itself: ``CUDA_VISIBLE_DEVICES`` read from the
-#: devices annotation, which only the Binding of the pod binding writes (the webhook
-#: gives it to pod groups' members: internal/webhook/groupexposure.py)
-DEVICES_FIELD_PATH = f"metadata.annotations['{DEVICES_ANNOTATION}']"
-
-
 def _env_free(spec: str) -> str:
     """CEL: no container, init container or ephemeral container of the pod spec at
     ``spec`` sets a device env, but for ``CUDA_VISIBLE_DEVICES`` as exactly a
     reference to the pod's own devices annotation (no value, no other field, no
-    other source: what it resolves to is what the binder wrote)."""
+    other source: what it resolves to is what the binder wrote; the webhook gives it
+    to pod groups' members, internal/webhook/groupexposure.py)."""
     names = "[" + ", ".join(f"'{n}'" for n in DEVICE_ENV) + "]"
     reference = (f"(e.name == '{DEVICE_ENV[0]}' && !has(e.value) && has(e.valueFrom) && "
                  f"has(e.valueFrom.fieldRef) && "

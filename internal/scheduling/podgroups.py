@@ -11,7 +11,7 @@ source              the pod carries                              size from
 ``label``           label ``gpu.orchestrator.dev/pod-group``     its ``pod-group-size`` annot.
 ``kueue``           label ``kueue.x-k8s.io/pod-group-name``      ``pod-group-total-count``
 ``jobset``          label ``jobset.sigs.k8s.io/jobset-name``     the JobSet (owner lookup)
-``leaderworkerset`` LWS labels ``name`` and ``group-index``      LWS annotation ``size``
+``leaderworkerset`` LWS label ``name`` (and ``group-index``)    LWS annotation ``size``
 ``job``             a controlling Indexed Job (owner lookup)     parallelism == completions
 =================== ============================================ ============================
 
@@ -134,7 +134,7 @@ def pod_group(pod: JSON, owners: OwnerLookup | None = None) -> PodGroup | GroupR
             return _labelled(ns, labels, annotations, label, annotation, source)
     if labels.get(JOBSET_NAME_LABEL):
         return _jobset(ns, labels, owners)
-    if labels.get(LWS_NAME_LABEL) and LWS_GROUP_INDEX_LABEL in labels:
+    if labels.get(LWS_NAME_LABEL):
         return _leaderworkerset(ns, labels, annotations, owners)
     return _indexed_job(pod, ns, labels, owners)
 
@@ -226,10 +226,10 @@ def _leaderworkerset(ns: str, labels: Mapping[str, Any], annotations: Mapping[st
     group = _count(labels.get(LWS_GROUP_INDEX_LABEL))
     if group is None:
         key = f"{ns}/leaderworkerset:{name}"
+        raw = labels.get(LWS_GROUP_INDEX_LABEL)
+        said = "is missing" if raw is None else f"is {str(raw)[:40]!r}, not a group index"
         return GroupRefusal("leaderworkerset", SIZE_UNREADABLE,
-                            f"pod group {key}: label {LWS_GROUP_INDEX_LABEL}="
-                            f"{str(labels.get(LWS_GROUP_INDEX_LABEL))[:40]!r} is not a group "
-                            f"index", key)
+                            f"pod group {key}: label {LWS_GROUP_INDEX_LABEL} {said}", key)
     key = f"{ns}/leaderworkerset:{name}:{group}"
     size = _size(annotations.get(LWS_SIZE_ANNOTATION), "leaderworkerset", key,
                  f"annotation {LWS_SIZE_ANNOTATION}")

@@ -35,12 +35,10 @@ from typing import Any
 
 import orjson
 
-from api.v1alpha1.keys import DEVICES_ANNOTATION, GPU_RESOURCE
+from api.v1alpha1.keys import DEVICES_ANNOTATION, DEVICES_FIELD_PATH, GPU_RESOURCE
 from internal.scheduling.exposure import CUDA_VISIBLE_DEVICES
 from internal.scheduling.podgroups import pod_group
 
-#: the downward-API path of the devices annotation, as kube-apiserver validates it
-DEVICES_FIELD_PATH = f"metadata.annotations['{DEVICES_ANNOTATION}']"
 CONTAINER_LISTS = ("initContainers", "containers")
 
 

@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from api.v1alpha1.keys import DEVICES_ANNOTATION
+from api.v1alpha1.keys import DEVICES_ANNOTATION, DEVICES_FIELD_PATH
 from api.v1alpha1.pod_devices import pod_devices
 from hack.testenv import ControlPlane
-from internal.webhook.groupexposure import DEVICES_FIELD_PATH
 from runtime import Client, errors
 from tests.integration.webhook.helpers import running_webhook
 from tests.waiting import eventually

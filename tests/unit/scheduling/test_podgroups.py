@@ -201,7 +201,11 @@ def test_without_owners_only_what_the_pod_carries_is_read() -> None:
      "annotation leaderworkerset.sigs.k8s.io/size is missing"),
     (pod({"leaderworkerset.sigs.k8s.io/name": "infer",
           "leaderworkerset.sigs.k8s.io/group-index": "one"},
-         {"leaderworkerset.sigs.k8s.io/size": "2"}), None, "is not a group index"),
+         {"leaderworkerset.sigs.k8s.io/size": "2"}), None, "is 'one', not a group index"),
+    # a leader before LWS's own pod webhook gave it its group index
+    (pod({"leaderworkerset.sigs.k8s.io/name": "infer"},
+         {"leaderworkerset.sigs.k8s.io/size": "2"}), None,
+     "label leaderworkerset.sigs.k8s.io/group-index is missing"),
 ])
 def test_a_group_whose_size_cannot_be_read_is_refused(the_pod, owners, words) -> None:
     refused = pod_group(the_pod, owners)

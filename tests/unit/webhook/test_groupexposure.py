@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from api.v1alpha1.keys import DEVICES_FIELD_PATH
 from internal.webhook.admission import mutate_review
-from internal.webhook.groupexposure import DEVICES_FIELD_PATH, group_patch
+from internal.webhook.groupexposure import group_patch
 from tests.unit.webhook.test_patch import apply_patch, review
 
 REF = {"name": "CUDA_VISIBLE_DEVICES",
@@ -23,6 +24,9 @@ LWS = ({"leaderworkerset.sigs.k8s.io/name": "infer",
         "leaderworkerset.sigs.k8s.io/group-index": "0",
         "leaderworkerset.sigs.k8s.io/worker-index": "1"},
        {"leaderworkerset.sigs.k8s.io/size": "2"})
+# as the webhook sees a leader: LWS's own pod webhook adds its group index after ours
+LWS_LEADER = ({"leaderworkerset.sigs.k8s.io/name": "infer"},
+              {"leaderworkerset.sigs.k8s.io/size": "2"})
 KUEUE = ({"kueue.x-k8s.io/pod-group-name": "kq"}, {"kueue.x-k8s.io/pod-group-total-count": "2"})
 
 
@@ -57,8 +61,8 @@ def envs(pod: dict, kind: str = "containers") -> list[list[dict]]:
     return [c.get("env", []) for c in pod["spec"].get(kind) or []]
 
 
-@pytest.mark.parametrize("labels, annotations", [EXPLICIT, JOBSET, LWS, KUEUE],
-                         ids=["explicit", "jobset", "leaderworkerset", "kueue"])
+@pytest.mark.parametrize("labels, annotations", [EXPLICIT, JOBSET, LWS, LWS_LEADER, KUEUE],
+                         ids=["explicit", "jobset", "leaderworkerset", "lws-leader", "kueue"])
 def test_every_gpu_container_of_a_member_gets_the_reference(labels, annotations) -> None:
     pod, warnings = admitted(member(labels, annotations, gpus=[True, False, True], init=True,
                                     env=[{"name": "RANK", "value": "0"}]))
