@@ -18,7 +18,7 @@ CONTAINER_TOOL ?= docker
 CHECKOV_VENV ?= .venv-checkov
 CHECKOV_VERSION := $(shell sed -n 's/.*"checkov==\([^"]*\)".*/\1/p' pyproject.toml)
 
-.PHONY: help venv tools testenv test unit integration soak lint fmt cluster-up cluster-down demo run manifests charts bench clean docker-build docker-push deploy undeploy mutation
+.PHONY: help venv tools testenv peers test unit integration soak lint fmt cluster-up cluster-down demo run manifests charts bench clean docker-build docker-push deploy undeploy mutation
 
 # `make help` prints every target with the text after its `##`
 # (tests/unit/install/test_make_help.py fails on a target without one).
@@ -35,6 +35,12 @@ venv: $(STAMP) ## the virtualenv .venv with the project and its dev tools (on fi
 
 testenv: ## builds the pinned control-plane binaries and helm into ~/.cache/gpu-orchestrator/testenv
 	@bash hack/testenv/build.sh >/dev/null
+
+# On demand only (not in testenv, test or CI): the benchmark's `--systems kueue` and
+# hack.testenv.peers.peer() build the one they need.
+PEERS ?= kueue jobset lws trainer
+peers: ## builds Kueue, JobSet, LeaderWorkerSet and Kubeflow Trainer from their Go modules into the same cache (PEERS=)
+	@bash hack/testenv/peers.sh $(PEERS)
 
 # promtool (Debian's prometheus package), for the alert rule tests
 tools: ## installs promtool (Debian's prometheus package) for the alert rule tests

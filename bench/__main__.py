@@ -57,7 +57,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="client burst of both systems (default: each one's default, 100)")
     p.add_argument("--systems", default=f"{e2e.SCHEDULER},{e2e.JOBS},{e2e.OURS}",
                    help="which systems to run, comma-separated (kube-scheduler: bare pods; "
-                        "kube-scheduler-jobs: a batch/v1 Job per unit)")
+                        "kube-scheduler-jobs: a batch/v1 Job per unit; gpu-orchestrator-queue: "
+                        "ours with one GPUQueue over the cluster; kueue: Kueue v0.17.0 "
+                        "admitting suspended Jobs, built on first use by "
+                        "hack/testenv/peers.sh)")
     p.add_argument("--no-kill", action="store_true",
                    help="skip ours' extra burst with a kill -9 of the controller in it")
     p.add_argument("--static-nodes", action="store_true",
@@ -90,6 +93,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error("--sizes must be ascending (nodes are added, never removed)")
     if args.apiserver_profile and shutil.which("go") is None:
         p.error("--apiserver-profile needs go on PATH (go tool pprof reads the profiles)")
+    unknown = set(args.systems.split(",")) - set(e2e.SYSTEMS) - {""}
+    if unknown:
+        p.error(f"unknown systems {sorted(unknown)}: one of {', '.join(e2e.SYSTEMS)}")
     if args.apiserver_profile < 0:
         p.error("--apiserver-profile takes a number of seconds above 0")
     return args

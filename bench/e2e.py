@@ -46,6 +46,9 @@ VERSION = "v1alpha1"
 SCHEDULER = "kube-scheduler"
 JOBS = "kube-scheduler-jobs"  # a batch/v1 Job per unit, its pod bound by kube-scheduler
 OURS = "gpu-orchestrator"
+OURS_QUEUE = "gpu-orchestrator-queue"  # ours with one GPUQueue over the whole cluster
+KUEUE = "kueue"  # Kueue admits suspended Jobs, kube-scheduler binds (bench/kueue.py)
+QUEUE_ALL = "bench-all"  # OURS_QUEUE's GPUQueue: every namespace, the cluster's GPUs
 DEVICES_ANNOTATION = f"{GROUP}/devices"
 FINALIZER = f"{GROUP}/children"
 NODE_PREFIX = "bench-node-"
@@ -171,7 +174,28 @@ BASELINE = System(SCHEDULER, "/api/v1/namespaces/{ns}/pods", _pod, _name)
 JOB_BASELINE = System(JOBS, "/apis/batch/v1/namespaces/{ns}/jobs", _job, _job_of)
 OURS_SYSTEM = System(OURS, f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/gpuworkloads", _workload,
                      _workload_of)
-SYSTEMS = {SCHEDULER: BASELINE, JOBS: JOB_BASELINE, OURS: OURS_SYSTEM}
+OURS_QUEUE_SYSTEM = System(OURS_QUEUE, OURS_SYSTEM.resource_path, _workload, _workload_of)
+
+
+def _kueue_job(ns: str, name: str) -> dict:
+    from bench import kueue
+    return kueue.job(ns, name, _pod(ns, name)["spec"])
+
+
+KUEUE_SYSTEM = System(KUEUE, JOB_BASELINE.resource_path, _kueue_job, _job_of)
+SYSTEMS = {SCHEDULER: BASELINE, JOBS: JOB_BASELINE, OURS: OURS_SYSTEM,
+           OURS_QUEUE: OURS_QUEUE_SYSTEM, KUEUE: KUEUE_SYSTEM}
+TAGS = {SCHEDULER: "s", JOBS: "j", OURS: "o", OURS_QUEUE: "q", KUEUE: "k"}
+
+
+def is_ours(name: str) -> bool:
+    return name in (OURS, OURS_QUEUE)
+
+
+def _queue_all(capacity: int) -> dict:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUQueue",
+            "metadata": {"name": QUEUE_ALL},
+            "spec": {"nominalGPUs": capacity, "namespaceSelector": {}}}
 
 
 class Tracker:
@@ -239,6 +263,7 @@ def _metrics_total(api: Api) -> float:
 def _client_class(ua: str) -> str:
     ua = ua or ""
     for prefix, name in (("kube-scheduler", SCHEDULER), ("runtime-client", OURS),
+                         ("kueue", KUEUE),
                          ("gpu-bench", "bench"), ("kwok", "kwok"),
                          ("kube-controller-manager", "kube-controller-manager"),
                          ("kube-apiserver", "kube-apiserver")):
@@ -303,6 +328,7 @@ class Bench:
         # the kube-apiserver's own profile (--apiserver-profile): each system's burst at
         # the size of the largest burst (bench/apiserver_profile.py)
         self.apiserver_profiler: Any = None
+        self.kueue: Any = None  # bench.kueue.Kueue, made on its first start
         # py-spy (--profile): ours' burst and steady phase at the size of the largest burst
         self.profile_nodes = cfg.sizes[max(range(len(cfg.sizes)), key=lambda i: cfg.bursts[i])]
 
@@ -371,6 +397,17 @@ class Bench:
     def start(self, system: str) -> int:
         if system in (SCHEDULER, JOBS):
             return self.cp.start_scheduler(self.cfg.qps, self.cfg.api_burst)
+        if system == KUEUE:
+            from bench.kueue import Kueue
+            self.cp.start_scheduler(self.cfg.qps, self.cfg.api_burst)
+            if self.kueue is None:
+                self.kueue = Kueue(self.cp, qps=self.cfg.qps, burst=self.cfg.api_burst)
+            pid = self.kueue.start()
+            self.kueue.set_quota(len(self.nodes) * self.cfg.gpus)
+            return pid
+        if system == OURS_QUEUE:
+            self.api.must("POST", f"/apis/{GROUP}/{VERSION}/gpuqueues",
+                          _queue_all(len(self.nodes) * self.cfg.gpus))
         health, metrics = free_port(), free_port()
         argv = [sys.executable, str(ROOT / "main.py"), "manager",
                 f"--kubeconfig={self.cp.kubeconfig}",
@@ -406,26 +443,35 @@ class Bench:
         return proc.pid  # type: ignore[return-value]
 
     def stop(self, system: str) -> None:
-        if system in (SCHEDULER, JOBS):
+        if system in (SCHEDULER, JOBS, KUEUE):
             self.cp.stop_process(SCHEDULER)
+        if system == KUEUE and self.kueue is not None:
+            self.kueue.stop()
         elif self.controller is not None:
             self.controller.stop(grace=20)
             self.controller = None
+        if system == OURS_QUEUE:
+            self.api.request("DELETE", f"/apis/{GROUP}/{VERSION}/gpuqueues/{QUEUE_ALL}")
 
-    def others(self) -> dict[str, int]:
-        return {n: p for n, p in self.cp.pids().items() if n != SCHEDULER}
+    def others(self, pid: int) -> dict[str, int]:
+        """The control plane's processes other than the measured one (with Kueue,
+        kube-scheduler is one of them: its CPU is in the control plane's columns)."""
+        return {n: p for n, p in self.cp.pids().items() if p != pid}
 
     # ---------------------------------------------------------------- phases
 
-    def _namespace(self, ns: str) -> None:
+    def _namespace(self, ns: str, system: System | None = None) -> None:
+        """The phase's namespace, usable for pods; with Kueue, its LocalQueue, active."""
         self.api.must("POST", "/api/v1/namespaces",
                       {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         deadline = time.time() + 60
         while time.time() < deadline:
             code, _ = self.api.request("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default")
             if code == 200:
-                return
+                break
             time.sleep(0.2)
+        if system is not None and system.name == KUEUE:
+            self.kueue.local_queue(ns)
 
     def _empty(self, ns: str, system: System) -> None:
         """Deletes the phase's units and pods at once (grace 0) and the namespace, and
@@ -433,9 +479,9 @@ class Bench:
         that is not still deleting this one's Events and, for ours, looking up the
         deleted workloads that owned its pods (the garbage collector's GETs), work
         that otherwise fell into the next phase's measured window."""
-        if system.name == OURS:
+        if is_ours(system.name):
             self.api.request("DELETE", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/gpuworkloads")
-        if system.name == JOBS:
+        if system.name in (JOBS, KUEUE):
             self.api.request("DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs",
                              {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
                               "propagationPolicy": "Background"})
@@ -453,7 +499,7 @@ class Bench:
         # Ours: the workloads go once the controller removed its finalizer, which it
         # does on its workers' client; the next phase starts after that (a cleanup
         # that overlaps it would queue its creates behind the finalizer removals).
-        while system.name == OURS and time.time() < deadline:
+        while is_ours(system.name) and time.time() < deadline:
             out = self.api.must("GET", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/gpuworkloads"
                                 "?limit=1")
             if not out["items"]:
@@ -468,7 +514,7 @@ class Bench:
 
     def warm_up(self, system: System, tag: str) -> None:
         ns = f"warm-{tag}"
-        self._namespace(ns)
+        self._namespace(ns, system)
         tracker = Tracker(system)
         watch = self.api.watch(f"/api/v1/namespaces/{ns}/pods", tracker.handle)
         try:
@@ -486,20 +532,20 @@ class Bench:
               rate: float | None, kill_at: int | None = None) -> dict[str, Any]:
         """One phase; with ``kill_at`` the controller is killed (SIGKILL) once that many
         units are bound and started again at once."""
-        self._namespace(ns)
+        self._namespace(ns, system)
         tracker = Tracker(system)
         watch = self.api.watch(f"/api/v1/namespaces/{ns}/pods", tracker.handle)
         creator = Creator(self.api, self.cfg.clients)
         names = [f"u-{i:05d}" for i in range(units)]
         path = system.resource_path.format(ns=ns)
-        others = self.others()
+        others = self.others(pid)
         before = {"proc": proc_stats(pid), "others": {n: proc_stats(p)["cpu_s"]
                                                       for n, p in others.items()},
                   "audit": self.cp.audit_log.stat().st_size, "metrics": _metrics_total(self.api)}
         foreign_before = foreign_apiservers(self.cp.pids().get("kube-apiserver"))
-        writer_before = self._writer_metrics() if system.name == OURS else {}
+        writer_before = self._writer_metrics() if is_ours(system.name) else {}
         profiling = kind in ("burst", "steady") and self.profiler is not None and \
-            system.name == OURS and len(self.nodes) == self.profile_nodes
+            is_ours(system.name) and len(self.nodes) == self.profile_nodes
         if profiling:
             self.profiler.start(pid, kind)
         recording = kind == "burst" and self.apiserver_profiler is not None and \
@@ -556,7 +602,7 @@ class Bench:
                                                      for n, p in others.items()},
                  "audit": self.cp.audit_log.stat().st_size, "metrics": _metrics_total(self.api)}
         writer = (_writer_delta(writer_before, self._writer_metrics())
-                  if system.name == OURS and not killed else None)
+                  if is_ours(system.name) and not killed else None)
         check = self.check(system, ns)
         self._empty(ns, system)
 
@@ -564,10 +610,11 @@ class Bench:
         lat = [bound[u] - creator.sent[u] for u in bound if u in creator.sent]
         first = min(creator.sent.values(), default=t_start)
         audit = audit_counts(self.cp.audit_log, before["audit"], after["audit"])
-        own = audit["requests"].get(system.name, 0)
-        if system.name == JOBS:  # the job controller's pod creates are part of the unit
+        own = audit["requests"].get(OURS if is_ours(system.name) else system.name, 0)
+        if system.name in (JOBS, KUEUE):  # the job controller's pod creates and
             own = audit["requests"].get(SCHEDULER, 0) + \
-                audit["requests"].get("kube-controller-manager", 0)
+                audit["requests"].get("kube-controller-manager", 0) + \
+                audit["requests"].get(KUEUE, 0)  # kube-scheduler's Bindings are the unit's
         total = sum(audit["requests"].values())
         elapsed = t_bound - first
         last_create = max(creator.done.values(), default=first)
@@ -659,7 +706,7 @@ class Bench:
         ``nvidia.com/gpu`` requests per node stay within capacity."""
         per_node: collections.Counter[str] = collections.Counter()
         violations: list[str] = []
-        if system.name == OURS:
+        if is_ours(system.name):
             pods = self.api.must("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
             held: dict[tuple[str, int], str] = {}
             pod_devices: dict[str, tuple[str, list[int]]] = {}
@@ -708,7 +755,7 @@ class Bench:
         for node, n in per_node.items():
             if n > self.cfg.gpus:
                 violations.append(f"{node}: {n} GPUs given, capacity {self.cfg.gpus}")
-        if system.name == OURS:
+        if is_ours(system.name):
             per_node.clear()
             for node, _ in held:
                 per_node[node] += 1
@@ -741,7 +788,7 @@ class Bench:
                 try:
                     self.progress(f"  {name}: pid {pid} ready in {time.time() - t0:.1f}s; "
                                   f"warm-up")
-                    tag = f"{ {SCHEDULER: 's', JOBS: 'j', OURS: 'o'}[name]}{n}"
+                    tag = f"{TAGS[name]}{n}"
                     self.warm_up(system, tag)
                     res: dict[str, Any] = {"pid_start": started}
                     if burst:

@@ -19,9 +19,10 @@ def _ms(x: float | None) -> str:
 
 def cpu_ms_per_unit(row: dict[str, Any] | None, process: str | None = None) -> float | None:
     """CPU milliseconds per bound unit over a phase's window: of the system's own
-    process (``process=None``: kube-scheduler, or our controller), or of one
+    process (``process=None``: kube-scheduler, our controller, or Kueue's), or of one
     control-plane process (``"kube-apiserver"``). For the Job baseline the system's
-    process is kube-scheduler alone (kube-controller-manager is a control-plane row)."""
+    process is kube-scheduler alone (kube-controller-manager is a control-plane row);
+    for Kueue, Kueue's process alone (kube-scheduler's is a control-plane row)."""
     if not row or not row.get("bound"):
         return None
     cpu = row.get("cpu_s") if process is None else \
@@ -141,6 +142,37 @@ def ratios(sizes: list[dict[str, Any]]) -> list[str]:
             f"{_ratio(get(ours, 'steady', 'latency_p99_s'), get(pods, 'steady', 'latency_p99_s'))}"
             f" | {_ratio(rss(ours), rss(pods))} | {killed} | {lag(ours)} | "
             f"{cpu(ours, pods, None)} | {cpu(ours, pods, APISERVER)} |")
+    return [*out, "", *queue_ratios(sizes)]
+
+
+def queue_ratios(sizes: list[dict[str, Any]]) -> list[str]:
+    """Ours, and ours with one GPUQueue over the cluster, against Kueue (Jobs admitted
+    by Kueue, bound by kube-scheduler) and against each other, same run; only when
+    the run had Kueue or the queue."""
+    if not any({"kueue", "gpu-orchestrator-queue"} & set(s["systems"]) for s in sizes):
+        return []
+    out = ["| nodes | ours / Kueue: burst units/s | burst p99 ours / Kueue "
+           "| steady p99 ours / Kueue | kube-apiserver CPU/unit ours / Kueue: burst, steady "
+           "| ours with one queue / ours: burst units/s | steady p99 ours with one queue / "
+           "ours | ours with one queue / Kueue: burst units/s | steady p99 ours with one "
+           "queue / Kueue |",
+           "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for size in sizes:
+        sy = size["systems"]
+        ours, queue, kueue = (sy.get(k) or {} for k in ("gpu-orchestrator",
+                                                        "gpu-orchestrator-queue", "kueue"))
+
+        def r(a: dict[str, Any], b: dict[str, Any], phase: str, key: str) -> str:
+            return _ratio((a.get(phase) or {}).get(key), (b.get(phase) or {}).get(key))
+
+        api = ", ".join(_ratio(cpu_ms_per_unit(ours.get(ph), APISERVER),
+                               cpu_ms_per_unit(kueue.get(ph), APISERVER))
+                        for ph in ("burst", "steady"))
+        tput, p99 = "throughput_per_s", "latency_p99_s"
+        out.append(f"| {size['nodes']} | {r(ours, kueue, 'burst', tput)} | "
+                   f"{r(ours, kueue, 'burst', p99)} | {r(ours, kueue, 'steady', p99)} | {api} | "
+                   f"{r(queue, ours, 'burst', tput)} | {r(queue, ours, 'steady', p99)} | "
+                   f"{r(queue, kueue, 'burst', tput)} | {r(queue, kueue, 'steady', p99)} |")
     return [*out, ""]
 
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds the peer systems that the benchmark runs beside ours (and that tests of other
+# controllers' pod groups may start), each from its own Go module at the version
+# pinned below, into a cache entry keyed by name and version, as build.sh does for
+# the control plane. Only on demand (`make peers`, hack.testenv.peers.peer()): never
+# part of `make testenv` or of `make test`.
+#
+#   bash hack/testenv/peers.sh [kueue|jobset|lws|trainer ...]   (default: kueue)
+#
+# Each entry holds the controller binary (built with `go install MODULE/CMD@VERSION`,
+# so with the module's own go.mod and go.sum) and crd/, the CRDs copied from the same
+# module's config (its source as `go mod download -json` unpacks it). Idempotent: a
+# second run with the same pins returns at once. Prints one line per peer on stdout,
+# "NAME DIR" (progress and each build's time go to stderr).
+#
+#   TESTENV_CACHE  where binaries are cached (default ~/.cache/gpu-orchestrator/testenv)
+set -euo pipefail
+
+# name -> module, version, package to build (relative to the module), its CRD folder,
+# and its webhook configurations (copied as webhook.yaml; "-": none copied)
+pins() {
+  case "$1" in
+    kueue)   echo "sigs.k8s.io/kueue v0.17.0 cmd/kueue config/components/crd/bases config/components/webhook/manifests.yaml" ;;
+    jobset)  echo "sigs.k8s.io/jobset v0.12.0 . config/components/crd/bases config/components/webhook/manifests.yaml" ;;
+    lws)     echo "sigs.k8s.io/lws v0.9.0 cmd config/crd/bases config/webhook/manifests.yaml" ;;
+    trainer) echo "github.com/kubeflow/trainer/v2 v2.0.0 cmd/trainer-controller-manager manifests/base/crds manifests/base/webhook/manifests.yaml" ;;
+    *) echo "peers.sh: unknown peer $1 (kueue, jobset, lws, trainer)" >&2; return 1 ;;
+  esac
+}
+
+cache=${TESTENV_CACHE:-$HOME/.cache/gpu-orchestrator/testenv}
+platform="$(go env GOOS)-$(go env GOARCH)"
+export CGO_ENABLED=0 GOFLAGS="-buildvcs=false" GOTOOLCHAIN=local
+
+build() { # build NAME -> prints "NAME DIR"
+  local name=$1 module version pkg crds hooks out bin t src target
+  read -r module version pkg crds hooks < <(pins "$name")
+  out="$cache/$name-$version.$platform"
+  # go install names the binary after the package's last element (a /vN suffix skipped)
+  if [ "$pkg" = "." ]; then target=$module; bin=$(basename "${module%/v[0-9]*}")
+  else target=$module/$pkg; bin=$(basename "$pkg"); fi
+  if [ ! -x "$out/$name" ] || [ ! -d "$out/crd" ] || { [ "$hooks" != "-" ] && [ ! -f "$out/webhook.yaml" ]; }; then
+    t=$(date +%s)
+    echo "testenv: building $name $version ($module)" >&2
+    rm -rf "$out.tmp"; mkdir -p "$out.tmp/crd"
+    GOBIN="$out.tmp" go install -trimpath -ldflags "-s -w" "$target@$version"
+    [ "$bin" = "$name" ] || mv "$out.tmp/$bin" "$out.tmp/$name"
+    src=$(go mod download -json "$module@$version" | awk -F'"' '$2=="Dir" {print $4}')
+    [ -d "$src/$crds" ] || { echo "peers.sh: no $crds in $src" >&2; return 1; }
+    find "$src/$crds" -maxdepth 1 -name '*.yaml' ! -name kustomization.yaml \
+      -exec cp {} "$out.tmp/crd/" \;
+    if [ "$hooks" != "-" ] && [ -f "$src/$hooks" ]; then cp "$src/$hooks" "$out.tmp/webhook.yaml"; fi
+    chmod -R u+w "$out.tmp"
+    echo "$module $version" > "$out.tmp/VERSION"
+    rm -rf "$out"; mv "$out.tmp" "$out"
+    echo "testenv: built $name $version in $(( $(date +%s) - t ))s into $out" >&2
+  fi
+  echo "$name $out"
+}
+
+[ $# -gt 0 ] || set -- kueue
+for name in "$@"; do build "$name"; done
