@@ -132,3 +132,37 @@ def test_a_refused_eviction_is_asked_again_on_an_update_not_by_every_sweep() -> 
     assert len(client.asked) == 1
     ev.on_pod(None, pod("bare"))  # its next update
     eventually(lambda: len(client.asked) == 2, timeout=5, what="asked again")
+
+
+def gpu_pod(name: str, gpus: int = 2, owner: str | None = None) -> dict[str, Any]:
+    p = pod(name, devices=None, owner=owner)
+    p["spec"]["containers"] = [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]
+    return p
+
+
+def test_a_pod_that_over_commits_its_node_is_evicted_with_a_device_conflict() -> None:
+    """Issue 35: kube-scheduler's pod placed beside our children (8 GPUs held on a
+    4-GPU node) was spared: it names no devices, it only requests them."""
+    from controllers.gpuworkload.intruders import OVERCOMMIT_REASON
+    from internal.metrics.domain import DEVICE_CONFLICTS
+
+    client, recorder = Evictions(), FakeRecorder()
+    over = {"uid-late": "node1: over-committed: 8 GPUs held on its 4 devices (...)"}
+    asked: list[str] = []
+
+    def over_commits(p: dict[str, Any]) -> str:
+        asked.append(p["metadata"]["name"])
+        return over.get(p["metadata"]["uid"], "")
+    before = DEVICE_CONFLICTS.labels("evicted")._value.get()
+    ev = IntruderEvictor(client, recorder, lambda _: False, lambda: True,
+                         over_commits=over_commits)
+    ev.on_pod(gpu_pod("early"))  # on a node with room: kept
+    ev.on_pod(pod("cpu-only", devices=None))  # asks no GPU: the ledger is not asked
+    ev.on_pod(gpu_pod("child", owner="GPUWorkload"))  # ours: never
+    ev.on_pod(gpu_pod("late"))
+    eventually(lambda: client.asked == [("team-a", "late")], timeout=5, what="evicted")
+    assert asked == ["early", "late"]
+    assert [(n, r) for n, _, r, _ in recorder.events] == [("late", OVERCOMMIT_REASON)]
+    assert "8 GPUs held on its 4 devices" in recorder.events[0][3]
+    eventually(lambda: DEVICE_CONFLICTS.labels("evicted")._value.get() == before + 1,
+               timeout=5, what="counted")
