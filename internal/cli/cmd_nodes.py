@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from internal.cli import validate
-from internal.cli.common import add_view_flags, gpu_view
+from internal.cli.common import add_view_flags, gpu_view, holders_note
 from internal.cli.inventory import Device
 from internal.cli.kube import Kube
 from internal.cli.output import Printer, age
@@ -39,7 +39,10 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
             raise CliError(f"no GPU node named {', '.join(missing)}", EXIT_NOT_FOUND)
         view = [n for n in view if n.name in args.node]
     if out.structured:
-        out.data({"nodes": [n.to_dict() for n in view], "problems": pic.problems})
+        data = {"nodes": [n.to_dict() for n in view], "problems": pic.problems}
+        if pic.holders_from is not None:
+            data["holdersFrom"] = pic.holders_from
+        out.data(data)
         return 0
     if not view:
         out.line("No nodes with GPUs (no nvidia.com/gpu allocatable and no GPUNode).")
@@ -67,6 +70,9 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
     out.line("free: devices the controller would offer now (healthy, agent reporting, "
              "not held); '?': GPUs held without a device index, taken from FREE, so no "
              "unnamed device of that node shows free")
+    note = holders_note(pic)
+    if note:
+        out.line(note)
     over = [n for n in view if n.overcommitted]
     if over:
         out.line()

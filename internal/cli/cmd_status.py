@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from internal.cli import inventory
-from internal.cli.common import add_view_flags, gpu_view, in_scope
+from internal.cli.common import add_view_flags, gpu_view, holders_note, in_scope
 from internal.cli.kube import Kube
 from internal.cli.output import Printer, age
 
@@ -36,6 +36,7 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
             "nodes": [{"name": n.name, "state": n.state, "total": n.total,
                        "allocated": n.allocated, "free": n.free, "unhealthy": n.unhealthy,
                        "stale": n.stale} for n in view],
+            **({"holdersFrom": pic.holders_from} if pic.holders_from is not None else {}),
         })
         return 0
     phases = ", ".join(f"{k} {v}" for k, v in t.workloads.items()) or "none"
@@ -53,6 +54,9 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
               [[n.name, n.state, n.total, n.allocated, n.free, n.unhealthy, n.stale]
                for n in view],
               styles=["red" if n.free == 0 else None for n in view])
+    note = holders_note(pic)
+    if note:
+        out.line(note)
     out.line()
     where = "all namespaces" if kube.all_namespaces else f"namespace {kube.namespace}"
     if not pending:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from internal.cli import inventory, validate
-from internal.cli.kube import CliError, Kube
+from internal.cli.kube import CliError, Forbidden, Kube
 from internal.objects import JSON
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.resourceslices import DEFAULT_DRIVER
@@ -27,27 +27,47 @@ def add_view_flags(p: argparse.ArgumentParser) -> None:
 
 def gpu_view(kube: Kube, stale_after: float | None = None, driver: str = DEFAULT_DRIVER
              ) -> tuple[inventory.Picture, list[JSON]]:
-    """Devices per node and every GPUWorkload of the cluster (holders come from all
-    namespaces, whatever ``-n`` says: a device is held cluster-wide), as the
-    controller's ledger has them (see inventory)."""
-    workloads = kube.workloads(all_namespaces=True)
-    slices, claims = _dra_objects(kube)
-    pic = inventory.picture(kube.nodes(), kube.gpunodes(), workloads,
-                            kube.pods(field_selector="status.phase!=Succeeded,"
-                                                     "status.phase!=Failed"),
+    """Devices per node and the GPUWorkloads, as the controller's ledger has them (see
+    inventory). Holders come from every namespace, whatever ``-n`` says (a device is
+    held cluster-wide), where the caller may list them there; else from its namespace
+    alone, and the picture says so (``holders_from``): a tenant sees its own holders by
+    name and no other namespace's (docs/security.md, "What a tenant sees")."""
+    nodes, gpunodes = kube.nodes(), kube.gpunodes()
+    scope: str | None = None
+    try:
+        workloads = kube.workloads(all_namespaces=True)
+    except Forbidden:
+        scope = kube.namespace
+        workloads = kube.workloads(namespace=scope, all_namespaces=False)
+    slices, claims = _dra_objects(kube, scope)
+    pic = inventory.picture(nodes, gpunodes, workloads,
+                            kube.pods(scope, field_selector="status.phase!=Succeeded,"
+                                                            "status.phase!=Failed"),
                             stale_after=DEFAULT_STALE_AFTER if stale_after is None
-                            else stale_after, jobs=kube.workload_jobs(),
+                            else stale_after, jobs=kube.workload_jobs(scope),
                             slices=slices, claims=claims, driver=driver)
+    pic.holders_from = scope
     return pic, workloads
 
 
-def _dra_objects(kube: Kube) -> tuple[list[JSON], list[JSON]]:
-    """ResourceSlices and every namespace's ResourceClaims; none where the API does
-    not serve them or the user may not read them (the picture is then without DRA)."""
-    try:
-        return kube.resource_slices(), kube.claims()
-    except CliError:
-        return [], []
+def holders_note(pic: inventory.Picture) -> str | None:
+    """The line a view prints when it sees one namespace's holders only."""
+    if pic.holders_from is None:
+        return None
+    return (f"holders: namespace {pic.holders_from} only (you may not list pods and "
+            "GPUWorkloads in every namespace): a GPU another namespace holds shows free here")
+
+
+def _dra_objects(kube: Kube, scope: str | None) -> tuple[list[JSON], list[JSON]]:
+    """ResourceSlices and the ResourceClaims of every namespace (or ``scope``); none
+    where the API does not serve them or the user may not read them."""
+    out: list[list[JSON]] = []
+    for read in (kube.resource_slices, lambda: kube.claims(scope)):
+        try:
+            out.append(read())
+        except CliError:
+            out.append([])
+    return out[0], out[1]
 
 
 def in_scope(args: argparse.Namespace, kube: Kube, workloads: list[JSON]) -> list[JSON]:

@@ -161,6 +161,8 @@ class Picture:
 
     nodes: list[NodeGPUs]
     problems: list[str]
+    #: the one namespace whose holders the caller could read (None: every namespace)
+    holders_from: str | None = None
 
 
 def picture(nodes: Iterable[Mapping[str, Any]], gpunodes: Iterable[Mapping[str, Any]],

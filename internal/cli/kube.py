@@ -35,6 +35,17 @@ class CliError(Exception):
         self.code = code
 
 
+class Forbidden(CliError):
+    """The API server refused the caller ``verb`` on ``kind`` in ``namespace`` (None:
+    at the cluster scope); ``reason`` is its own sentence. ``roles.needs`` turns it
+    into the line that names the role to ask for."""
+
+    def __init__(self, message: str, kind: str | None, namespace: str | None,
+                 verb: str, reason: str) -> None:
+        super().__init__(message, EXIT_ERROR)
+        self.kind, self.namespace, self.verb, self.reason = kind, namespace, verb, reason
+
+
 @dataclass
 class Kube:
     """A client plus the namespace the user asked for."""
@@ -73,8 +84,10 @@ class Kube:
         return None if self.all_namespaces else self.namespace
 
     # ------------------------------------------------------------------ errors
-    def translate(self, e: errors.ApiError, what: str = "") -> CliError:
-        """An API error as the message a user reads."""
+    def translate(self, e: errors.ApiError, what: str = "", *, kind: str | None = None,
+                  namespace: str | None = None, verb: str = "list") -> CliError:
+        """An API error as the message a user reads (``kind``, ``namespace``, ``verb``:
+        what was asked, for a refusal to name the role it needs)."""
         if e.status == 0:
             return CliError(
                 f"cannot reach the Kubernetes API server at {self.host}: {e.message}; "
@@ -84,8 +97,8 @@ class Kube:
             return CliError(f"the API server at {self.host} rejected your credentials: "
                             f"{e.message}", EXIT_ERROR)
         if isinstance(e, errors.Forbidden):
-            return CliError(f"forbidden{' (' + what + ')' if what else ''}: {e.message}",
-                            EXIT_ERROR)
+            return Forbidden(f"forbidden{' (' + what + ')' if what else ''}: {e.message}",
+                             kind, namespace, verb, e.message)
         if isinstance(e, errors.NotFound):
             return CliError(f"{what or 'object'} not found" + (f": {e.message}" if not what
                                                                else ""), EXIT_NOT_FOUND)
@@ -129,7 +142,7 @@ class Kube:
         try:
             return list(self.client.list_all(api_version, kind, namespace, **kw)["items"])
         except errors.ApiError as e:
-            raise self.translate(e, f"listing {kind}") from e
+            raise self.translate(e, f"listing {kind}", kind=kind, namespace=namespace) from e
 
     def workloads(self, namespace: str | None = None, all_namespaces: bool | None = None
                   ) -> list[JSON]:
@@ -149,7 +162,8 @@ class Kube:
         try:
             page = self.client.list_all(API_VERSION, "GPUWorkload", self.list_namespace)
         except errors.ApiError as e:
-            raise self.translate(e, "listing GPUWorkload") from e
+            raise self.translate(e, "listing GPUWorkload", kind="GPUWorkload",
+                                 namespace=self.list_namespace) from e
         return list(page["items"]), (page.get("metadata") or {}).get("resourceVersion")
 
     def workload(self, name: str) -> JSON:
@@ -158,7 +172,8 @@ class Kube:
             return self.client.get(API_VERSION, "GPUWorkload", name, self.namespace)
         except errors.ApiError as e:
             raise self.translate(e, f'GPUWorkload "{name}" in namespace '
-                                    f'"{self.namespace}"') from e
+                                    f'"{self.namespace}"', kind="GPUWorkload",
+                                 namespace=self.namespace, verb="get") from e
 
     def gpunodes(self) -> list[JSON]:
         """GPUNode objects, or [] when that CRD is absent (the views fall back to
@@ -179,11 +194,12 @@ class Kube:
         return self._list("v1", "Pod", namespace, label_selector=label_selector,
                           field_selector=field_selector)
 
-    def workload_jobs(self) -> list[JSON]:
-        """Every namespace's Jobs of GPUWorkloads (Job mode: an unfinished one holds
-        what its pod template names), or [] where the user may not list Jobs."""
+    def workload_jobs(self, namespace: str | None = None) -> list[JSON]:
+        """Every namespace's (or ``namespace``'s) Jobs of GPUWorkloads (Job mode: an
+        unfinished one holds what its pod template names), or [] where the user may
+        not list Jobs."""
         try:
-            return self._list("batch/v1", "Job", label_selector=WORKLOAD_UID_LABEL)
+            return self._list("batch/v1", "Job", namespace, label_selector=WORKLOAD_UID_LABEL)
         except CliError:
             return []
 
@@ -231,7 +247,8 @@ class Kube:
                     f"kubectl create namespace {namespace}", EXIT_NOT_FOUND) from e
             raise self.translate(e, f'{kind} "{name}" in namespace "{namespace}"') from e
         except errors.ApiError as e:
-            raise self.translate(e, f'{kind} "{name}" in namespace "{namespace}"') from e
+            raise self.translate(e, f'{kind} "{name}" in namespace "{namespace}"', kind=kind,
+                                 namespace=namespace, verb="create") from e
 
     def watch_workloads(self, resource_version: str | None, timeout_seconds: int | None
                         ) -> Iterator[JSON]:
@@ -242,7 +259,8 @@ class Kube:
                                          timeout_seconds=timeout_seconds,
                                          allow_bookmarks=False)
         except errors.ApiError as e:
-            raise self.translate(e, "watching GPUWorkloads") from e
+            raise self.translate(e, "watching GPUWorkloads", kind="GPUWorkload",
+                                 namespace=self.list_namespace, verb="watch") from e
 
 
 def event_time(ev: JSON) -> str:

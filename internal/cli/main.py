@@ -27,9 +27,10 @@ from internal.cli import (
     cmd_template,
     cmd_watch,
     cmd_workloads,
+    roles,
     validate,
 )
-from internal.cli.kube import EXIT_ERROR, EXIT_USAGE, CliError, Kube
+from internal.cli.kube import EXIT_ERROR, EXIT_USAGE, CliError, Forbidden, Kube
 from internal.cli.output import FORMATS, Printer
 
 COMMANDS: dict[str, ModuleType] = {
@@ -129,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    args = None
     try:
         args = parse(argv)
         out = Printer(args.output)
@@ -138,6 +140,9 @@ def _main(argv: Sequence[str] | None) -> int:
                                 timeout=args.request_timeout or None, context=args.context,
                                 as_user=args.as_user, as_groups=args.as_groups or [])
         return int(args.run(args, kube, out) or 0)
+    except Forbidden as e:
+        return _error(roles.needs(e, args.command) if args is not None else e.message,
+                      e.code)
     except CliError as e:
         return _error(e.message, e.code)
     except KeyboardInterrupt:

@@ -22,7 +22,9 @@ def gpu(cluster: ControlPlane, capsys: pytest.CaptureFixture[str], crds: None) -
 def test_as_a_user_without_rights_is_forbidden_in_one_line(gpu: Plugin) -> None:
     code, out, err = gpu("workloads", "-n", "default", "--as", "jane", ok=False)
     assert (code, out) == (1, "")
-    assert err.startswith("error: forbidden (listing GPUWorkload): ") and err.count("\n") == 1
+    assert err.startswith("error: kubectl gpu workloads needs the ClusterRole view (or "
+                          "gpuworkload-viewer) bound in namespace default with a "
+                          "RoleBinding: ") and err.count("\n") == 1
     assert '"jane"' in err, "the API server judged the impersonated user"
 
 

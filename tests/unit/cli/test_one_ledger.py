@@ -128,16 +128,16 @@ def test_nodes_table_never_says_free_where_the_controller_would_refuse() -> None
         def gpunodes(self) -> list:
             return o["gpunodes"]
 
-        def pods(self, **_kw: object) -> list:
+        def pods(self, _namespace: str | None = None, **_kw: object) -> list:
             return o["pods"]
 
-        def workload_jobs(self) -> list:
+        def workload_jobs(self, _namespace: str | None = None) -> list:
             return []
 
         def resource_slices(self) -> list:
             return o["slices"]
 
-        def claims(self) -> list:
+        def claims(self, _namespace: str | None = None) -> list:
             return o["claims"]
 
     # the command judges heartbeats at the current time: a threshold that keeps
