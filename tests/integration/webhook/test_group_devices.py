@@ -16,6 +16,7 @@ import pytest
 from api.v1alpha1.keys import DEVICES_ANNOTATION, DEVICES_FIELD_PATH
 from api.v1alpha1.pod_devices import pod_devices
 from hack.testenv import ControlPlane
+from internal.scheduling.podgroups import pod_group
 from runtime import Client, errors
 from tests.integration.webhook.helpers import running_webhook
 from tests.waiting import eventually
@@ -176,3 +177,33 @@ def test_the_reference_itself_is_admitted_from_a_tenant(tenant: Client, namespac
                     "template": {"spec": {**plain("x", [REF])["spec"],
                                           "restartPolicy": "Never"}}}}
     tenant.create(job, namespace=namespace, dry_run=True)
+
+
+def test_an_indexed_jobs_pods_are_one_group_and_read_their_devices(
+        cluster: ControlPlane, webhook: str, tenant: Client, namespace: str) -> None:
+    """The real job controller makes the pods: each is recognised, through the live
+    Job, as a member of one group of 3 with its own index, and carries the reference
+    its template gave it (the webhook cannot tell such a Job's pods: docs/podgroups.md)."""
+    admin = Client.from_kubeconfig(str(cluster.kubeconfig))
+    spec = {"schedulerName": "gpu-scheduler", "restartPolicy": "Never", "containers": [
+        {"name": "rank", "image": "trainer:1", "env": [REF],
+         "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
+    tenant.create({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ranks"},
+                   "spec": {"completionMode": "Indexed", "completions": 3, "parallelism": 3,
+                            "template": {"spec": spec}}}, namespace=namespace)
+
+    def owners(api: str, kind: str, ns: str, name: str) -> dict | None:
+        try:
+            return dict(admin.get(api, kind, name, ns))
+        except errors.NotFound:
+            return None
+
+    def pods() -> list[dict]:
+        return admin.list("v1", "Pod", namespace=namespace)["items"]
+
+    eventually(lambda: len(pods()) == 3, timeout=60, what="the job controller made 3 pods")
+    groups = [pod_group(p, owners) for p in pods()]
+    assert {g.key for g in groups} == {f"{namespace}/job:ranks"}, groups
+    assert {g.size for g in groups} == {3}
+    assert sorted(g.index for g in groups) == [0, 1, 2]
+    assert [p["spec"]["containers"][0]["env"][0] for p in pods()] == [REF] * 3
