@@ -1,5 +1,6 @@
 """The local control plane: real etcd, kube-apiserver, kube-controller-manager,
-optionally kube-scheduler, and kwok with fake GPU nodes, all on 127.0.0.1.
+optionally kube-scheduler, and kwok with fake GPU nodes whose pods a kubelet's
+admission checks first (admitter.py), all on 127.0.0.1.
 
 Used by the pytest fixtures (tests/conftest.py), by ``make cluster-up`` and by the
 demo and the benchmark. Every process is started by this object and stopped by its
@@ -32,6 +33,12 @@ STAGES = HERE / "kwok-stages.yaml"
 #: long (seconds), as a kubelet keeps it until its containers exit
 DEFAULT_GRACE_CAP = 10
 PHASE_ANNOTATION = "testenv.gpu-orchestrator.dev/phase"
+ADMITTED_ANNOTATION = "testenv.gpu-orchestrator.dev/admitted"
+#: the pod-ready stage's selector line that waits for the admitter (kwok-stages.yaml)
+ADMITTED_SELECTOR = f"""    - key: '.metadata.annotations["{ADMITTED_ANNOTATION}"]'
+      operator: 'In'
+      values: ['true']
+"""
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 SERVICE_CIDR = "10.0.0.0/24"  # virtual ClusterIPs, never dialed
 # kwok hands out pod IPs from 198.18.0.0/16 (RFC 2544 benchmarking space, never routed
@@ -93,6 +100,10 @@ class ControlPlane:
     # Run our check service for gpu-scheduler-check pods (checkpods.py). A subclass
     # that measures (the benchmark) turns it off: it decodes every pod event.
     check_pods = True
+    # Admit pods on the fake nodes as a kubelet would (admitter.py): kwok makes a pod
+    # Running only once admitted; a pod that does not fit ends Failed with the
+    # kubelet's reason. Off: kwok runs every bound pod (``admission_rejections`` is []).
+    admit_pods = True
 
     def __init__(
         self,
@@ -148,6 +159,8 @@ class ControlPlane:
             self._start_controller_manager()
             if self.with_scheduler:
                 self._start_scheduler()
+            if self.admit_pods:
+                self._start_admitter()
             self._start_kwok()
             if self.check_pods:
                 self._start_check_pods()
@@ -350,9 +363,13 @@ class ControlPlane:
             proc.stop()
 
     def _stages(self) -> Path:
-        """kwok's stages with the grace-period cap filled in."""
+        """kwok's stages with the grace-period cap filled in, and the pod-ready
+        stage waiting for the admitter's mark when the admitter runs."""
         out = self.dir / "kwok-stages.yaml"
         text = STAGES.read_text().replace("__GRACE_CAP_SECONDS__", str(int(self.grace_cap)))
+        if ADMITTED_SELECTOR not in text:
+            raise RuntimeError(f"{STAGES}: the pod-ready stage lost its admitted selector")
+        text = text.replace(ADMITTED_SELECTOR, ADMITTED_SELECTOR if self.admit_pods else "")
         out.write_text(text + STATIC_NODE_STAGE if self.static_nodes else text)
         return out
 
@@ -376,6 +393,32 @@ class ControlPlane:
             f"--tls-private-key-file={self.kwok_serving.key}",
         ])
         proc.wait_ready(self._healthz_probe(port), 60)
+
+    def _start_admitter(self) -> None:
+        """The kubelet's admission for the fake nodes (admitter.py), before kwok."""
+        ready = self.dir / "admitter.ready"
+        ready.unlink(missing_ok=True)
+        self.rejections_file.touch()
+        proc = self._spawn("admitter", [
+            sys.executable, "-m", "hack.testenv.admitter",
+            f"--port={self.ports['apiserver']}", f"--ca={self.ca.cert_path}",
+            f"--cert={self.admin.cert}", f"--key={self.admin.key}",
+            f"--record={self.rejections_file}", f"--ready-file={ready}"])
+        proc.wait_ready(ready.exists, 60)
+
+    @property
+    def rejections_file(self) -> Path:
+        return self.dir / "admission-rejections.jsonl"
+
+    def admission_rejections(self, namespace: str | None = None) -> list[dict]:
+        """The pods the admitter rejected so far (oldest first), each ``{namespace,
+        name, uid, node, reason, message, time}``; only ``namespace``'s if given."""
+        try:
+            lines = self.rejections_file.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        out = [json.loads(line) for line in lines if line.strip()]
+        return [r for r in out if namespace is None or r["namespace"] == namespace]
 
     def _start_check_pods(self) -> None:
         """Our check service for pods of the gpu-scheduler-check image (checkpods.py)."""
