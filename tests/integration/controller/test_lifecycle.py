@@ -38,12 +38,12 @@ def test_job_mode_runs_a_bound_job_and_succeeds(
 
 def test_exposure_modes(controller: Running, admin: Client, namespace: str,
                         group: NodeGroup) -> None:
-    controller.wait_nodes(group.add(1, gpus=8))
+    controller.wait_nodes(group.add(2, gpus=8))
     admin.create(workload("nv", namespace, gpusPerReplica=2, nodeSelector=group.selector,
                           deviceExposure="nvidia-visible-devices"))
+    nv = wait_phase(admin, namespace, "nv", "Running")
     admin.create(workload("dp", namespace, gpusPerReplica=3, nodeSelector=group.selector,
                           deviceExposure="device-plugin"))
-    nv = wait_phase(admin, namespace, "nv", "Running")
     pod, = pods_of(admin, namespace, "nv")
     devices = nv["status"]["placements"][0]["devices"]
     assert env_of(pod, "NVIDIA_VISIBLE_DEVICES") == ",".join(map(str, devices))
@@ -51,15 +51,22 @@ def test_exposure_modes(controller: Running, admin: Client, namespace: str,
     assert "nvidia.com/gpu" not in (pod["spec"]["containers"][0].get("resources") or {}).get(
         "limits", {})
 
-    wait_phase(admin, namespace, "dp", "Running")
+    dp = wait_phase(admin, namespace, "dp", "Running")
     pod, = pods_of(admin, namespace, "dp")
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "3"
     assert env_of(pod, "CUDA_VISIBLE_DEVICES") is None  # the device plugin decides
-    # 2 named + 3 counted of 8: a 4-GPU workload no longer fits, a 3-GPU one does.
-    admin.create(workload("four", namespace, gpusPerReplica=4, nodeSelector=group.selector))
-    wait_condition(admin, namespace, "four", "Scheduled", "Unschedulable")
+    # one authority per node: the counted workload went where nothing is named
+    named_node, counted_node = nv["status"]["placements"][0]["node"], \
+        dp["status"]["placements"][0]["node"]
+    assert named_node != counted_node
+    # 6 free beside nv take a named workload of 6; the counted node none of 3
+    admin.create(workload("six", namespace, gpusPerReplica=6, nodeSelector=group.selector))
+    assert wait_phase(admin, namespace, "six", "Running")["status"]["placements"][0][
+        "node"] == named_node
     admin.create(workload("three", namespace, gpusPerReplica=3, nodeSelector=group.selector))
-    wait_phase(admin, namespace, "three", "Running")
+    cond = wait_condition(admin, namespace, "three", "Scheduled", "Unschedulable")
+    assert f"{counted_node}: GPUs held by the device plugin" in cond["message"], \
+        cond["message"]
 
 
 def test_foreign_gpu_pods_take_capacity(
@@ -74,13 +81,13 @@ def test_foreign_gpu_pods_take_capacity(
                           deviceExposure="device-plugin"))
     cond = wait_condition(admin, namespace, "two", "Scheduled", "Unschedulable")
     assert f"{node}: 1 free GPU, needs 2" in cond["message"]
-    admin.create(workload("one", namespace, gpusPerReplica=1, nodeSelector=group.selector,
-                          deviceExposure="device-plugin"))
-    wait_phase(admin, namespace, "one", "Running")
     # named devices never go where the device plugin counts (one authority per node)
     admin.create(workload("named", namespace, gpusPerReplica=1, nodeSelector=group.selector))
     cond = wait_condition(admin, namespace, "named", "Scheduled", "Unschedulable")
     assert f"{node}: GPUs held by the device plugin" in cond["message"], cond["message"]
+    admin.create(workload("one", namespace, gpusPerReplica=1, nodeSelector=group.selector,
+                          deviceExposure="device-plugin"))
+    wait_phase(admin, namespace, "one", "Running")
 
 
 def test_lost_node_fails_the_replica_and_the_retry_places_it_elsewhere(
