@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from bench import e2e
+from bench import e2e, queues_kueue
 from bench.__main__ import machine, progress
 from bench.kube import Creator, proc_stats
 from bench.queues_report import markdown
@@ -61,6 +61,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="runs of each mode, alternating (default 2)")
     p.add_argument("--static-nodes", action="store_true",
                    help="BENCHMARK-ONLY nodes (see python -m bench --help)")
+    p.add_argument("--kueue", action="store_true",
+                   help="each round also runs the same burst through Kueue v0.17.0: a "
+                        "ClusterQueue per namespace in the same cohorts, suspended Jobs, "
+                        "kube-scheduler binding (bench/queues_kueue.py)")
+    p.add_argument("--qps", type=float, default=None,
+                   help="client QPS of every system (default: each one's own, 50)")
+    p.add_argument("--api-burst", type=int, default=None,
+                   help="client burst of every system (default: each one's own, 100)")
     p.add_argument("--out", type=Path, default=HERE / "results", help="results folder")
     p.add_argument("--bin-dir", type=Path, default=None)
     args = p.parse_args(argv)
@@ -230,10 +238,11 @@ def main(argv: list[str] | None = None) -> int:
                                     for k, v in vars(args).items()}}
     workdir = Path(tempfile.mkdtemp(prefix="gpu-bench-queues-"))
     cfg = e2e.Config(sizes=[args.nodes], bursts=[args.workloads], gpus=args.gpus,
-                     clients=args.clients, systems=[e2e.OURS],
-                     static_nodes=args.static_nodes)
+                     clients=args.clients, systems=[e2e.OURS], qps=args.qps,
+                     api_burst=args.api_burst, static_nodes=args.static_nodes)
     cp = e2e.BenchPlane(workdir, nodes=0, gpus=args.gpus, scheduler=False,
                         bin_dir=args.bin_dir or binaries(), static_nodes=args.static_nodes)
+    cp.kcm_qps, cp.kcm_burst = args.qps, args.api_burst
     bench: e2e.Bench | None = None
     with signals_stop():
         try:
@@ -251,10 +260,13 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(args.rounds):  # alternating, so that the load of others
                 for mode in (NO_QUEUES, QUEUES):  # falls on both modes alike
                     doc["modes"].append(qb.mode(mode, r))
+                if args.kueue:
+                    doc["modes"].append(queues_kueue.mode(qb, r))
         finally:
             progress("stopping everything this run started")
             if bench is not None:
                 bench.stop(e2e.OURS)
+                bench.stop(e2e.KUEUE)
             cp.stop()
             shutil.rmtree(workdir, ignore_errors=True)
     doc["finished"] = datetime.now(UTC).isoformat(timespec="seconds")

@@ -53,7 +53,30 @@ def markdown(doc: dict[str, Any]) -> str:
               f"{_ratio(q.get('time_to_admission_p50_s'), n.get('time_to_admission_p50_s'))}, "
               f"p99 {_ratio(q.get('time_to_admission_p99_s'), n.get('time_to_admission_p99_s'))}"
               f", controller CPU {_ratio(q.get('controller_cpu_s'), n.get('controller_cpu_s'))}."]
-    last = [r for r in rows if r["mode"] == "queues"]
+    k = _medians(rows, "kueue")
+    if k:
+        kr = [r for r in rows if r["mode"] == "kueue"]
+        def rk(key: str) -> str:
+            return _ratio(q.get(key), k.get(key))
+        lines += ["", "Queues (ours) / Kueue, medians over the rounds: admissions/s "
+                  f"{rk('admissions_per_s')}, p50 {rk('time_to_admission_p50_s')}, p99 "
+                  f"{rk('time_to_admission_p99_s')}, controller CPU {rk('controller_cpu_s')}"
+                  " (Kueue's own process; kube-scheduler binds its pods besides). Kueue admitted "
+                  "(its Job unsuspended) p50 / p99: " + "; ".join(
+                      f"{_v(r.get('kueue_admission_p50_s'), '{:.2f}')} / "
+                      f"{_v(r.get('kueue_admission_p99_s'), '{:.2f}')} s, all "
+                      f"{r.get('kueue_admitted')} in "
+                      f"{_v(r.get('seconds_first_create_to_last_kueue_admission'))} s"
+                      for r in kr) + "."]
+    for mode in ("queues", "kueue"):
+        lines += _statuses(rows, mode)
+    return "\n".join(lines) + "\n"
+
+
+def _statuses(rows: list[dict[str, Any]], mode: str) -> list[str]:
+    """Each queue's use against its quota at the end of the last round of ``mode``."""
+    lines: list[str] = []
+    last = [r for r in rows if r["mode"] == mode]
     statuses = last[-1].get("queues") if last else {}
     if statuses:
         cohorts: dict[str, list[float]] = {}
@@ -62,7 +85,9 @@ def markdown(doc: dict[str, Any]) -> str:
             c[0] += s.get("used") or 0
             c[1] += s["nominal"]
         over = sorted(c for c, (used, nominal) in cohorts.items() if used > nominal)
-        lines += ["", "Each queue at the end of the last round with queues:", "",
+        lines += ["", f"Each queue at the end of the last {mode} round"
+                  + (" (ClusterQueues; lent is not reported by Kueue)" if mode == "kueue"
+                     else "") + ":", "",
                   "| queue | cohort | arrivals | used | borrowed | lent | pending |",
                   "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
         for name, s in statuses.items():
@@ -70,4 +95,4 @@ def markdown(doc: dict[str, Any]) -> str:
                          f"{_v(s['borrowed'])} | {_v(s['lent'])} | {_v(s['pending'])} |")
         lines += ["", f"Cohorts using more than their queues' nominal GPUs: "
                   f"{', '.join(over) or 'none'}."]
-    return "\n".join(lines) + "\n"
+    return lines

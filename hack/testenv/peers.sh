@@ -7,9 +7,10 @@
 #
 #   bash hack/testenv/peers.sh [kueue|jobset|lws|trainer ...]   (default: kueue)
 #
-# Each entry holds the controller binary (built with `go install MODULE/CMD@VERSION`,
-# so with the module's own go.mod and go.sum) and crd/, the CRDs copied from the same
-# module's config (its source as `go mod download -json` unpacks it). Idempotent: a
+# Each entry holds the controller binary (its package built inside the module's own
+# source as `go mod download -json` unpacks it, so with the module's go.mod and
+# go.sum), crd/ (the CRDs from the same source) and webhook.yaml (its webhook
+# configurations, as its kustomize base ships them). Idempotent: a
 # second run with the same pins returns at once. Prints one line per peer on stdout,
 # "NAME DIR" (progress and each build's time go to stderr).
 #
@@ -33,19 +34,20 @@ platform="$(go env GOOS)-$(go env GOARCH)"
 export CGO_ENABLED=0 GOFLAGS="-buildvcs=false" GOTOOLCHAIN=local
 
 build() { # build NAME -> prints "NAME DIR"
-  local name=$1 module version pkg crds hooks out bin t src target
+  local name=$1 module version pkg crds hooks out t src
   read -r module version pkg crds hooks < <(pins "$name")
   out="$cache/$name-$version.$platform"
-  # go install names the binary after the package's last element (a /vN suffix skipped)
-  if [ "$pkg" = "." ]; then target=$module; bin=$(basename "${module%/v[0-9]*}")
-  else target=$module/$pkg; bin=$(basename "$pkg"); fi
   if [ ! -x "$out/$name" ] || [ ! -d "$out/crd" ] || { [ "$hooks" != "-" ] && [ ! -f "$out/webhook.yaml" ]; }; then
     t=$(date +%s)
     echo "testenv: building $name $version ($module)" >&2
     rm -rf "$out.tmp"; mkdir -p "$out.tmp/crd"
-    GOBIN="$out.tmp" go install -trimpath -ldflags "-s -w" "$target@$version"
-    [ "$bin" = "$name" ] || mv "$out.tmp/$bin" "$out.tmp/$name"
+    # the module's source, then its package built in it as the main module: its own
+    # go.mod and go.sum, as `go install MODULE/PKG@VERSION` would (which also asks the
+    # proxy for the module's version list, refused by some proxies for some modules)
     src=$(go mod download -json "$module@$version" | awk -F'"' '$2=="Dir" {print $4}')
+    [ -d "$src" ] || { echo "peers.sh: go mod download $module@$version gave no source" >&2; return 1; }
+    (cd "$src" && GOFLAGS="-mod=readonly -buildvcs=false" go build -trimpath -ldflags "-s -w" \
+      -o "$out.tmp/$name" "./$pkg")
     [ -d "$src/$crds" ] || { echo "peers.sh: no $crds in $src" >&2; return 1; }
     find "$src/$crds" -maxdepth 1 -name '*.yaml' ! -name kustomization.yaml \
       -exec cp {} "$out.tmp/crd/" \;
