@@ -593,6 +593,24 @@ class Condition(_Base):
     )
 
 
+class NodeRejection(_Base):
+    """A node whose kubelet rejected one of the workload's pods at admission."""
+
+    node: str = Field(..., description="The node whose kubelet rejected the pod.")
+    reason: str = Field(
+        ...,
+        max_length=128,
+        description="The kubelet's reason: OutOfcpu, OutOfmemory, OutOfpods, NodeAffinity, "
+        "NodePorts, TaintToleration, ...",
+    )
+    message: str = Field("", max_length=1024, description="The kubelet's message.")
+    time: Time = Field(
+        None,
+        description="When the pod was rejected. Placement avoids the node for this workload "
+        "until 5 minutes after it.",
+    )
+
+
 class GPUWorkloadStatus(_Base):
     """Observed state of a GPUWorkload, written by the controller."""
 
@@ -635,6 +653,18 @@ class GPUWorkloadStatus(_Base):
             "nomination again from it. Cleared when the children are created."
         ),
         json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    rejections: Annotated[list[NodeRejection], NullAsEmptyList] = Field(
+        default_factory=list,
+        description=(
+            "Nodes whose kubelet rejected a pod of this workload at admission (a node "
+            "that changed after the placement): the attempt ended with the kubelet's "
+            "reason, and the next attempts avoid each node for 5 minutes after."
+        ),
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["node"],
+        },
     )
     retries: int = Field(0, ge=0, description="Scheduling retries made so far.")
     next_retry_time: Time = Field(

@@ -34,6 +34,7 @@ from api.v1alpha1.types import (
 from controllers.gpuworkload import children as ch
 from controllers.gpuworkload import unmanaged
 from controllers.gpuworkload.child_api import ChildAPI
+from controllers.gpuworkload.job_pods import pods_of_job
 from controllers.gpuworkload.options import Options
 from controllers.gpuworkload.reconcile_outcome import EndAttempt, Outcome
 from controllers.placement.state import PlacementState
@@ -51,6 +52,7 @@ from internal.objects import JSON, object_key
 from internal.scheduling.framework import UNSCHEDULABLE
 from internal.scheduling.jobs import is_job_holder
 from internal.scheduling.ledger import DEPARTING
+from internal.scheduling.rejections import AVOID_SECONDS, kubelet_rejection, live
 from runtime import Result
 
 if TYPE_CHECKING:
@@ -58,6 +60,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("gpuworkload")
 
+#: the reason of an attempt ended by a pod the kubelet rejected at admission
+REJECTED_REASON = "PodRejected"
 #: Scheduled=True reasons that describe a wait before the children are made
 WAITING_REASONS = ("WaitingForPreemption", "WaitingForDevices")
 
@@ -183,6 +187,7 @@ class AttemptRunner:
         phases = {i: self.children.phase(c) for i, c in mine.items() if i < w.spec.replicas}
         phase, message = aggregate(phases, w.spec.replicas)
         if phase is Phase.FAILED:
+            self._rejected(placements, mine, status)
             raise EndAttempt("ReplicaFailed", message)
         status.phase(phase, message)
         if phase is Phase.SUCCEEDED:
@@ -193,6 +198,28 @@ class AttemptRunner:
         else:
             status.condition(READY, False, "Starting", message)
         return out
+
+    def _rejected(self, placements: list[Placement], mine: Mapping[int, JSON],
+                  status: StatusBuilder) -> None:
+        """A replica's pod the kubelet rejected at admission (a node changed after
+        the placement) ends the attempt with the kubelet's reason, and the node goes
+        into ``status.rejections``: the next attempts avoid it for a while
+        (internal/scheduling/rejections.py). Nothing when no pod was rejected."""
+        now = self.clock()
+        for p in placements:
+            child = mine.get(p.index)
+            if child is None:
+                continue
+            pods = pods_of_job(self.children.pods, child) if child.get("kind") == "Job" \
+                else [child]
+            hit = kubelet_rejection(pods)
+            if hit is None:
+                continue
+            reason, message = hit
+            status.rejected(p.node, reason, message, keep=lambda r: live(r, now))
+            raise EndAttempt(REJECTED_REASON, f"replica {p.index}'s pod was rejected by the "
+                             f"kubelet on {p.node}: {reason}: {message}; {p.node} is avoided "
+                             f"for {AVOID_SECONDS // 60}m")
 
     def _wait_for_devices(self, state: PlacementState, key: str, placements: list[Placement],
                           mine: Mapping[int, JSON], out: Outcome) -> bool:

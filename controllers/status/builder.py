@@ -9,6 +9,7 @@ timestamps).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -45,6 +46,7 @@ class StatusBuilder:
             "nextRetryTime": old.get("nextRetryTime"),
             "nominatedOver": old.get("nominatedOver") or None,
             "strategy": old.get("strategy") or None,
+            "rejections": old.get("rejections") or None,
         }
 
     def phase(self, phase: Phase, message: str) -> StatusBuilder:
@@ -76,6 +78,16 @@ class StatusBuilder:
         another ``--default-strategy`` changes only what it places from then on."""
         if not (self.old.get("placements") and self.old.get("strategy")):
             self.status["strategy"] = name
+        return self
+
+    def rejected(self, node: str, reason: str, message: str,
+                 keep: Callable[[JSON], bool]) -> StatusBuilder:
+        """A node's kubelet rejected a pod (``status.rejections``, one entry a node,
+        the latest); the entries ``keep`` no longer wants (expired) go."""
+        kept = [r for r in self.status["rejections"] or () if r.get("node") != node and keep(r)]
+        kept.append({"node": node, "reason": reason, "message": message[:1024],
+                     "time": self.now})
+        self.status["rejections"] = sorted(kept, key=lambda r: r["node"])
         return self
 
     def retry(self, retries: int | None = None, next_retry: str | None = None) -> StatusBuilder:

@@ -4,7 +4,9 @@ a node was rejected (kube-scheduler's voice: ``node1: 1 free GPU, needs 2``).
 In order (the first that fails gives the node's reason): node exists; not refused
 for reporting more GPUs than a node may have (``bounds.py``); Ready; not
 cordoned and every NoSchedule/NoExecute taint tolerated by the template (for every
-strategy, an annotation map's named nodes included); labels match spec.nodeSelector;
+strategy, an annotation map's named nodes included); not a node whose kubelet
+rejected one of the workload's pods in the last 5 minutes (``rejections.py``);
+labels match spec.nodeSelector;
 node fit, what the kubelet checks again at admission (``fit_reason_of``: the
 template's nodeSelector and required node affinity, its CPU, memory, ephemeral
 storage and extended resources, one more pod, its host ports); the GPUNode's
@@ -23,6 +25,7 @@ from api.v1alpha1.types import DeviceExposure
 from internal.scheduling.authority import refusal as authority_refusal
 from internal.scheduling.devicepicker import pick_devices
 from internal.scheduling.nodefit import PODS, pods_reason
+from internal.scheduling.rejections import avoid_reason
 from internal.scheduling.sharefilter import filter_portion, wanted
 from internal.scheduling.snapshot import NodeInfo
 from internal.scheduling.taints import tolerates, untolerated_taint
@@ -75,6 +78,10 @@ def filter_node(
     if taint is not None:
         val = f"={taint.get('value')}" if taint.get("value") else ""
         return f"taint {taint.get('key')}{val}:{taint.get('effect')} not tolerated", (), 0
+    if ctx.workload.status.rejections:
+        why = avoid_reason(ctx.workload.status.rejections, name)
+        if why is not None:
+            return why, (), 0
     if exact is None:
         for k, v in spec.node_selector.items():
             if node.labels.get(k) != v:
