@@ -1,0 +1,64 @@
+"""A LeaderWorkerSet's pods, made by the real LeaderWorkerSet and StatefulSet
+controllers (LWS's own pod webhook labelling them), are one pod group per LWS group
+(internal/scheduling/podgroups.py, docs/podgroups.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from hack.testenv import ControlPlane
+from internal.scheduling.podgroups import PodGroup, pod_group
+from runtime import Client, errors
+from tests.integration.podgroups.controllers import LWS, PeerController, leaderworkerset
+from tests.waiting import eventually
+
+
+@pytest.fixture(scope="module")
+def controller(cluster: ControlPlane) -> Iterator[PeerController]:
+    run = PeerController(cluster, LWS).start()
+    yield run
+    run.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: ControlPlane) -> Client:
+    return Client.from_kubeconfig(str(cluster.kubeconfig))
+
+
+def members(admin: Client, namespace: str, want: int) -> list[tuple[str, PodGroup]]:
+    def owners(api: str, kind: str, ns: str, name: str) -> dict | None:
+        try:
+            return dict(admin.get(api, kind, name, ns))
+        except errors.NotFound:
+            return None
+
+    pods = eventually(lambda: (lambda items: items if len(items) == want else None)(
+        admin.list("v1", "Pod", namespace=namespace)["items"]),
+        timeout=90, what=f"{want} pods made by the LWS and StatefulSet controllers")
+    out = [(p["metadata"]["name"], pod_group(p, owners)) for p in pods]
+    assert all(isinstance(g, PodGroup) for _, g in out), out
+    return sorted(out)  # type: ignore[arg-type]
+
+
+def test_each_lws_group_is_a_pod_group_of_its_size(
+        controller: PeerController, admin: Client, namespace: str) -> None:
+    admin.create(leaderworkerset("infer", replicas=2, size=2), namespace=namespace)
+    got = [(name, g.key, g.size, g.index, g.leader_first)
+           for name, g in members(admin, namespace, 4)]
+    lws = f"{namespace}/leaderworkerset:infer"
+    assert got == [("infer-0", f"{lws}:0", 2, 0, False), ("infer-0-1", f"{lws}:0", 2, 1, False),
+                   ("infer-1", f"{lws}:1", 2, 0, False), ("infer-1-1", f"{lws}:1", 2, 1, False)]
+
+
+def test_leader_ready_makes_the_leader_alone_and_says_so(
+        controller: PeerController, admin: Client, namespace: str) -> None:
+    """LeaderReady: the workers are made once the leader is Ready, which no pod of
+    gpu-scheduler is here: only the leader exists, and its group says leader_first
+    (docs/podgroups.md, the proposed design)."""
+    admin.create(leaderworkerset("serve", replicas=1, size=3, startup="LeaderReady"),
+                 namespace=namespace)
+    got = [(name, g.key, g.size, g.index, g.leader_first)
+           for name, g in members(admin, namespace, 1)]
+    assert got == [("serve-0", f"{namespace}/leaderworkerset:serve:0", 3, 0, True)]
