@@ -19,8 +19,8 @@ Guarantees of :meth:`Client.request`:
 * every attempt is counted in ``rest_client_requests_total{code,method,host}`` and
   timed in ``rest_client_request_duration_seconds``.
 
-Importing it installs :mod:`runtime.httpheaders`' parser of response headers into
-``http.client`` (the same message, without the ``email`` package's cost).
+Its connections read response headers with :mod:`runtime.httpheaders`' parser (the
+same message, without the ``email`` package's cost); ``http.client`` is left as it is.
 """
 
 from __future__ import annotations
@@ -44,8 +44,6 @@ from runtime.retry import Backoff, RetryPolicy, idempotent, parse_retry_after, r
 from runtime.watch import Watch
 
 log = structlog.get_logger("runtime.client")
-
-httpheaders.install()
 
 JSON = dict[str, Any]
 
@@ -146,6 +144,7 @@ class Client:
                 config.proxy_url, num_pools=4, **kw)
         else:
             self._pool = urllib3.PoolManager(num_pools=4, **kw)
+        self._pool.pool_classes_by_scheme = httpheaders.POOL_CLASSES
         # Requests go straight to the one host's connection pool: the PoolManager's URL
         # parsing and pool-key lookup per request cost as much as a tenth of the
         # controller's CPU. Not for plain HTTP through a proxy (the proxy wants the

@@ -7,8 +7,13 @@ server sends. :func:`parse_headers` builds the very same ``HTTPMessage`` (the sa
 headers in the same order, the same payload and defects) from plain lines directly,
 and hands anything else (a folded line, a line without a name, a bare CR, a
 ``multipart/`` or ``message/`` content type, a block cut short) to the original, so
-what a reader of the message sees never changes. :func:`install` puts it in
-``http.client`` (the one place ``HTTPResponse.begin`` looks it up), once per process.
+what a reader of the message sees never changes.
+
+Only our client's responses use it: ``POOL_CLASSES`` are urllib3 pools whose
+connections answer with :class:`Response`, an ``http.client.HTTPResponse`` whose
+``begin`` is the standard library's own code run with ``parse_headers`` bound to
+this one. ``http.client.parse_headers`` itself is never replaced, so no other client
+of the process (the ``kubernetes`` package, urllib) sees a different parser.
 """
 
 from __future__ import annotations
@@ -16,7 +21,11 @@ from __future__ import annotations
 import email.parser
 import http.client
 import re
+import types
 from typing import Any, BinaryIO
+
+import urllib3
+import urllib3.connection
 
 #: http.client's own parser (the email package), for what is not plain lines
 email_parse_headers = http.client.parse_headers
@@ -59,6 +68,36 @@ def _slow(lines: list[bytes], _class: Any) -> Any:
     return email.parser.Parser(_class=_class).parsestr(hstring)
 
 
-def install() -> None:
-    """``http.client`` parses response headers with :func:`parse_headers`."""
-    http.client.parse_headers = parse_headers  # type: ignore[assignment]
+def _begin_with(parse: Any) -> Any:
+    """``HTTPResponse.begin``'s own code, reading the header block with ``parse``
+    (its one global of that name) instead of ``http.client``'s."""
+    std = http.client.HTTPResponse.begin
+    scope = {**vars(http.client), "parse_headers": parse}
+    return types.FunctionType(std.__code__, scope, std.__name__, std.__defaults__,
+                              std.__closure__)
+
+
+class Response(http.client.HTTPResponse):
+    """A response whose headers are read by :func:`parse_headers`."""
+
+    begin = _begin_with(parse_headers)
+
+
+class _Connection(urllib3.connection.HTTPConnection):
+    response_class = Response
+
+
+class _TLSConnection(urllib3.connection.HTTPSConnection):
+    response_class = Response
+
+
+class _Pool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _Connection
+
+
+class _TLSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _TLSConnection
+
+
+#: a ``PoolManager``'s ``pool_classes_by_scheme`` for our client
+POOL_CLASSES: dict[str, type[urllib3.HTTPConnectionPool]] = {"http": _Pool, "https": _TLSPool}

@@ -1,7 +1,7 @@
 """Response headers parsed without the ``email`` package give the very message
 ``http.client``'s own parser gives, for any header block (plain ones on the fast path,
-the rest handed over); and the client, which installs it, reads the headers an API
-server sends (a 429's ``Retry-After``, a body's length) through it."""
+the rest handed over); and the client, whose connections alone use it, reads the
+headers an API server sends (a 429's ``Retry-After``, a body's length) through it."""
 
 from __future__ import annotations
 
@@ -114,10 +114,28 @@ def api() -> Iterator[str]:
         t.join(5)
 
 
-def test_the_client_reads_an_answer_and_a_429s_retry_after_through_it(api: str) -> None:
-    assert http.client.parse_headers is httpheaders.parse_headers  # installed by the client
+def test_the_client_reads_an_answer_and_a_429s_retry_after_through_it(
+        api: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    read: list[int] = []
+    fast = httpheaders.from_lines
+    monkeypatch.setattr(httpheaders, "from_lines",
+                        lambda lines, cls: read.append(len(lines)) or fast(lines, cls))
     client = Client(RestConfig(host=api), qps=0, retry=NO_RETRY)
     assert client.request("GET", "/api/v1/namespaces/ns/pods/p")["metadata"]["name"] == "p"
     with pytest.raises(errors.TooManyRequests) as err:
         client.request("GET", "/api/v1/namespaces/ns/pods/busy")
     assert err.value.retry_after == 7
+    assert len(read) == 2  # both answers' headers read by our parser
+
+
+def test_no_other_client_of_the_process_gets_our_parser(api: str) -> None:
+    """Only our client's connections use it: ``http.client`` keeps its own parser, so
+    urllib, the ``kubernetes`` package or any library beside ours reads headers as
+    the standard library does."""
+    Client(RestConfig(host=api), qps=0, retry=NO_RETRY).request(
+        "GET", "/api/v1/namespaces/ns/pods/p")
+    assert http.client.parse_headers is httpheaders.email_parse_headers
+    conn = http.client.HTTPConnection(api.removeprefix("http://"))
+    conn.request("GET", "/api/v1/namespaces/ns/pods/p")
+    assert type(conn.getresponse()) is http.client.HTTPResponse
+    conn.close()
