@@ -74,6 +74,45 @@ def quantiles(metric: str, by: str, legend_prefix: str) -> list[dict]:
             for q in (0.5, 0.9, 0.99)]
 
 
+def shared_devices(panels: list[dict], y: int) -> int:
+    """The row of what each device gives out (shares, MIG instances) and who holds it;
+    returns the next free y."""
+    nd = f'{J},node=~"$node"'
+    panels.append(row("Shares, MIG instances and holders per device", y))
+    y += 1
+    panels += [
+        panel("timeseries", "Shares per device",
+              "gpuShare holders on each shared device (kubectl gpu nodes: N shares).",
+              [target(f"max by (node, device) (gpu_orchestrator_device_shares{{{nd}}})",
+                      "{{node}}:{{device}}")], 0, y, 8, 8),
+        panel("timeseries", "Shared device memory taken",
+              "Part of each shared device its shares take (memory shares by the device's "
+              "reported memory, fractions as given); never above 1.",
+              [target("max by (node, device) (gpu_orchestrator_device_share_allocated_ratio"
+                      f"{{{nd}}})", "{{node}}:{{device}}")], 8, y, 8, 8, "percentunit"),
+        panel("timeseries", "MIG instances held per device",
+              "MIG instances of each MIG-enabled device held by migProfile workloads.",
+              [target("max by (node, device) ("
+                      f"gpu_orchestrator_device_mig_instances_allocated{{{nd}}})",
+                      "{{node}}:{{device}}")], 16, y, 8, 8),
+    ]
+    y += 8
+    holders = panel(
+        "table", "Device holders",
+        "Who holds each device held by name, and how (whole, share, mig): a workload "
+        "ns/name, or a pod, Job or claim as kubectl gpu nodes names it.",
+        [target(f"max by (node, device, holder, kind) (gpu_orchestrator_device_holder{{{nd}}})",
+                instant=True)], 0, y, 24, 10)
+    holders["targets"][0]["format"] = "table"
+    holders["transformations"] = [{"id": "organize", "options": {
+        "excludeByName": {"Time": True, "Value": True},
+        "indexByName": {"node": 0, "device": 1, "holder": 2, "kind": 3}}}]
+    holders["options"] = {"showHeader": True,
+                          "sortBy": [{"displayName": "node"}, {"displayName": "device"}]}
+    panels.append(holders)
+    return y + 10
+
+
 def build() -> dict:
     panels: list[dict] = []
     y = 0
@@ -189,6 +228,7 @@ def build() -> dict:
                target(f"sum(up{{{J}}})", "replicas up")], 16, y, 8, 8),
     ]
     y += 8
+    y = shared_devices(panels, y)
     panels.append(row("Devices (NVML agent)", y))
     y += 1
     panels += [

@@ -46,7 +46,7 @@ from controllers.shared.own_writes import OwnWrites
 from controllers.status.conditions import MANAGED, get_condition
 from controllers.status.pacing import Pacer, PacingOptions
 from controllers.status.writer import StatusWriter
-from internal.metrics.domain import STATE
+from internal.metrics.domain import STATE, DeviceUse
 from internal.objects import object_key
 from internal.scheduling.bounds import MAX_GPUS_PER_NODE
 from internal.scheduling.inventory import heartbeat
@@ -353,5 +353,9 @@ def setup_gpuworkload_controller(mgr: Manager, opts: ControllerOptions
         state = states.if_ready()
         return state.device_shares() if state is not None else []
 
-    STATE.set_sources(phases, node_gpus, heartbeats, unmanaged, shares)
+    def devices() -> list[tuple[str, int, DeviceUse]]:
+        state = states.if_ready()
+        return state.device_use() if state is not None else []
+
+    STATE.set_sources(phases, node_gpus, heartbeats, unmanaged, shares, devices)
     return ctrl, reconciler

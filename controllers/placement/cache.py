@@ -57,7 +57,7 @@ from controllers.placement.pod_book import PodBook
 from controllers.shared.own_writes import OwnWrites
 from internal.objects import JSON, object_key
 from internal.scheduling.bounds import MAX_GPUS_PER_NODE, event_message
-from internal.scheduling.holdings import Allocation
+from internal.scheduling.holdings import Allocation, DeviceUse
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner, departing_key
 from internal.scheduling.resourceslices import (
@@ -384,6 +384,13 @@ class PlacementCache:
         with self._lock:
             return [(name, d, float(part), mib) for name in self._snapshot.names
                     for d, (part, mib) in self._ledger.share_use(name).items()]
+
+    def device_use(self) -> list[tuple[str, int, DeviceUse]]:
+        """(node, device, how it is held and by whom) for every device held by name,
+        for the metrics."""
+        with self._lock:
+            return [(name, d, use) for name in self._snapshot.names
+                    for d, use in self._ledger.device_use(name).items()]
 
     def _booked_elsewhere(self, ledger_key: str) -> bool:
         """Is ``ledger_key`` a pod book's booking (evicted through its book)?"""

@@ -90,8 +90,9 @@ DOOR: dict[str, frozenset[str]] = {
     "queues": frozenset({"queue_usage", "scheduler"}),
     # wiring and metrics (controllers/gpuworkload/setup.py, the evictor)
     "wiring": frozenset({"apply_event", "events", "invalidate", "refresh_stale", "rebuild",
-                         "ready", "node_gpus", "device_shares", "ledger_read", "owned",
-                         "pending", "max_gpus_per_node", "share_floors", "generation"}),
+                         "ready", "node_gpus", "device_shares", "device_use", "ledger_read",
+                         "owned", "pending", "max_gpus_per_node", "share_floors",
+                         "generation"}),
 }
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -13,6 +14,18 @@ from prometheus_client.registry import Collector
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
                     30, 60, 120, 300)
 
+
+
+class DeviceUse(Protocol):
+    """How a device is held (``internal.scheduling.holdings.DeviceUse``)."""
+
+    kind: str  # whole, share or mig
+    holders: tuple[str, ...]
+    migs: int
+
+
+#: (node, device, how it is held) for every device held by name
+DeviceRows = Callable[[], list[tuple[str, int, DeviceUse]]]
 
 
 class StateCollector(Collector):
@@ -26,15 +39,17 @@ class StateCollector(Collector):
         self._heartbeats: Callable[[], dict[str, float]] = dict
         self._unmanaged: Callable[[], dict[str, int]] = dict
         self._shares: Callable[[], list[tuple[str, int, float, int | None]]] = list
+        self._devices: DeviceRows = list
 
     def set_sources(self, phases: Callable[[], dict[str, int]],
                     gpus: Callable[[], tuple[dict[str, int], dict[str, int]]],
                     heartbeats: Callable[[], dict[str, float]] = dict,
                     unmanaged: Callable[[], dict[str, int]] = dict,
                     shares: Callable[[], list[tuple[str, int, float, int | None]]] = list,
+                    devices: DeviceRows = list,
                     ) -> None:
         self._phases, self._gpus, self._heartbeats = phases, gpus, heartbeats
-        self._unmanaged, self._shares = unmanaged, shares
+        self._unmanaged, self._shares, self._devices = unmanaged, shares, devices
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         workloads = GaugeMetricFamily("gpu_orchestrator_workloads", "GPUWorkloads by phase.",
@@ -82,6 +97,30 @@ class StateCollector(Collector):
                 mib.add_metric([node, str(device)], used * memory)
         yield part
         yield mib
+        yield from self._device_use()
+
+    def _device_use(self) -> Iterator[GaugeMetricFamily]:
+        shares = GaugeMetricFamily(
+            "gpu_orchestrator_device_shares", "gpuShare holders on a shared device.",
+            labels=["node", "device"])
+        migs = GaugeMetricFamily(
+            "gpu_orchestrator_device_mig_instances_allocated", "MIG instances of a "
+            "MIG-enabled device held by migProfile workloads.", labels=["node", "device"])
+        holder = GaugeMetricFamily(
+            "gpu_orchestrator_device_holder", "1 for each holder of a device held by name "
+            "(a workload ns/name, or a pod, Job or claim as kubectl gpu nodes names it), "
+            "with how it holds it (whole, share, mig).",
+            labels=["node", "device", "holder", "kind"])
+        for node, device, use in sorted(self._devices(), key=lambda r: r[:2]):
+            if use.kind == "share":
+                shares.add_metric([node, str(device)], len(use.holders))
+            if use.kind == "mig":
+                migs.add_metric([node, str(device)], use.migs)
+            for name in use.holders:
+                holder.add_metric([node, str(device), name, use.kind], 1)
+        yield shares
+        yield migs
+        yield holder
 
 
 PHASES = ("Pending", "Scheduled", "Running", "Succeeded", "Failed")

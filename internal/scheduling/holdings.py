@@ -44,6 +44,16 @@ def is_departing(key: str) -> bool:
     return key.startswith(DEPARTING)
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceUse:
+    """How one device is held: ``kind`` whole, share or mig; its ``holders`` by
+    name; the MIG instances held of it."""
+
+    kind: str
+    holders: tuple[str, ...]
+    migs: int = 0
+
+
 @dataclass(slots=True)
 class Allocation:
     key: str
@@ -168,6 +178,21 @@ class DeviceHoldings:
             holds = self.device_holds(node, d)
             if holds and not any(h.whole or h.migs for _, _, h in holds):
                 out[d] = (owner_use(holds, memory.get(d))[0], memory.get(d))
+        return out
+
+    def device_use(self, node: str) -> dict[int, DeviceUse]:
+        """device -> how it is held and by whom, for the devices of ``node`` held by
+        name (a booking and its pods are one holder, named as messages name it)."""
+        out: dict[int, DeviceUse] = {}
+        for d, keys in sorted(self._holders.get(node, {}).items()):
+            by_owner: dict[str, dict[str, str]] = {}
+            for k, o in keys.items():
+                by_owner.setdefault(o, {})[k] = o
+            holds = [h for _, _, h in self.device_holds(node, d)]
+            migs = frozenset().union(*(h.migs for h in holds))
+            kind = "whole" if any(h.whole for h in holds) else "mig" if migs else "share"
+            out[d] = DeviceUse(kind, tuple(sorted(self._describe(ks)
+                                                  for ks in by_owner.values())), len(migs))
         return out
 
     def _hold(self, key: str, node: str, device: int) -> Hold:

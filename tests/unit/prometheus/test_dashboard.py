@@ -45,6 +45,24 @@ def test_dashboard_covers_what_operators_watch() -> None:
     assert len(ids) == len(set(ids)), "panel ids are unique"
 
 
+def test_shares_mig_instances_and_holders_are_plotted_per_device() -> None:
+    """The shares and MIG instances each device gives out, and a table of who holds
+    which device (kubectl gpu nodes' view, over time), each from its own metric."""
+    by_title = {p["title"]: p for p in panels(load())}
+    for title, metric in (("Shares per device", "gpu_orchestrator_device_shares"),
+                          ("Shared device memory taken",
+                           "gpu_orchestrator_device_share_allocated_ratio"),
+                          ("MIG instances held per device",
+                           "gpu_orchestrator_device_mig_instances_allocated"),
+                          ("Device holders", "gpu_orchestrator_device_holder")):
+        assert title in by_title, title
+        exprs = [t["expr"] for t in by_title[title]["targets"]]
+        assert any(metric in metric_names(e) for e in exprs), (title, exprs)
+    table = by_title["Device holders"]
+    assert table["type"] == "table"
+    assert all(t.get("instant") and t.get("format") == "table" for t in table["targets"])
+
+
 def test_every_query_names_an_exported_metric() -> None:
     exported = exported_names() | PROMETHEUS_BUILTINS
     seen: set[str] = set()
@@ -63,5 +81,8 @@ def test_every_query_names_an_exported_metric() -> None:
     for m in ("gpu_orchestrator_node_gpus", "gpu_orchestrator_node_gpus_allocated",
               "gpu_orchestrator_workloads", "gpu_orchestrator_create_to_bound_seconds_bucket",
               "controller_runtime_reconcile_total", "controller_runtime_reconcile_errors_total",
-              "workqueue_depth"):
+              "workqueue_depth", "gpu_orchestrator_device_shares",
+              "gpu_orchestrator_device_share_allocated_ratio",
+              "gpu_orchestrator_device_mig_instances_allocated",
+              "gpu_orchestrator_device_holder"):
         assert m in seen, m

@@ -252,3 +252,24 @@ def test_a_whole_gpu_preemptor_frees_lower_priority_shares() -> None:
     d = schedule(workload("big", priority=100, schedulingStrategy="priority"), snap, ledger)
     assert d.outcome == "Preempting" and sorted(d.victims) == ["default/s0", "default/s1"]
     assert d.placements[0].devices == [0] and d.placements[0].share is None
+
+
+def test_each_held_device_says_how_it_is_held_and_by_whom() -> None:
+    """``device_use``, what the metrics and the dashboard's holder table read: a MIG
+    device's instances held, a shared device's holders, a device held whole."""
+    snap, ledger = cluster(node("n1"), gpunodes=(_mig_gpunode(),))
+    for i in range(3):
+        w = workload(f"m{i}", migProfile="1g.10gb")
+        schedule(w, snap, ledger).assume(ledger, w)
+    for i in range(2):
+        w = workload(f"s{i}", gpuShare={"memory": "20Gi"}, schedulingStrategy="bestFit")
+        schedule(w, snap, ledger).assume(ledger, w)
+    w = workload("big", gpusPerReplica=2)
+    schedule(w, snap, ledger).assume(ledger, w)
+    use = ledger.device_use("n1")
+    assert (use[0].kind, use[0].migs, use[0].holders) == \
+        ("mig", 3, ("default/m0", "default/m1", "default/m2"))
+    shared = [u for u in use.values() if u.kind == "share"]
+    assert [u.holders for u in shared] == [("default/s0", "default/s1")]
+    assert sorted(u.holders for u in use.values() if u.kind == "whole") == \
+        [("default/big",), ("default/big",)]
