@@ -70,6 +70,7 @@ from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
 from controllers.podbinding.groups import DEFAULT_GROUP_TIMEOUT, GroupPath, Recognise
 from controllers.podbinding.mapwarning import MisplacedMaps
+from controllers.podbinding.owners import owner_lookup
 from controllers.podbinding.seedbook import (
     DEFAULT_SCHEDULER_NAME,
     Entry,
@@ -84,6 +85,7 @@ from controllers.podbinding.seedplan import plan
 from controllers.shared.own_writes import OwnWrites
 from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
 from internal.objects import JSON
+from internal.scheduling.podgroups import pod_group
 from internal.scheduling.pods import (
     pod_is_active,
     pod_uid,
@@ -393,8 +395,10 @@ def setup_podbinding_controller(mgr: Manager, states: PlacementStateSource,
     pods = mgr.informer_for("v1", "Pod")
     book = SeedBook(opts.scheduler_name)
     states.add_pod_book(book)
+    owners = owner_lookup(mgr)
     reconciler = PodBindingReconciler(mgr.client, mgr.event_recorder(opts.scheduler_name),
-                                      pods.indexer, states, book, opts, own_writes)
+                                      pods.indexer, states, book, opts, own_writes,
+                                      recognise=lambda pod: pod_group(pod, owners))
     ctrl = (Builder(mgr).named("podbinding")
             .for_("v1", "Pod", pod_predicate(book))
             .with_options(max_concurrent_reconciles=opts.workers)

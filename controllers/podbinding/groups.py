@@ -26,16 +26,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import structlog
 
+from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from api.v1alpha1.types import DeviceExposure, Placement, SchedulingStrategy
 from controllers.placement.state import PlacementState, PlacementView
 from controllers.podbinding.seedbook import Entry, SeedBook, pod_meta, pod_priority, pod_spec
 from controllers.podbinding.seedplan import MAX_GPUS_PER_POD, pod_model
 from internal.metrics.domain import POD_GROUP_TIMEOUTS
 from internal.objects import JSON, object_key
+from internal.scheduling.authority import NAMED
+from internal.scheduling.podgroups import GroupRefusal, PodGroup, disagreement
 from internal.scheduling.pods import pod_gpu_request, pod_is_active, pod_uid
 from runtime import Request, Result
 from runtime.events import EventRecorder
@@ -50,35 +53,28 @@ STRATEGY_ANNOTATION = "gpu.orchestrator.dev/strategy"
 DEFAULT_GROUP_TIMEOUT = 300.0
 
 
-@dataclass(frozen=True)
-class GroupRef:
-    """A pod's group: ``key`` (``<namespace>/<name>``, unique in the cluster), the
-    members it needs (``size``), the member's index in it when its controller says
-    one (placement order), and what the group was read from (``source``)."""
-
-    key: str
-    size: int
-    index: int | None = None
-    source: str = ""
+#: a pod's group (``podgroups.pod_group`` with the owners' caches), None when it is
+#: in none, or why its group cannot be formed
+Recognise = Callable[[JSON], PodGroup | GroupRefusal | None]
 
 
-#: a pod's group, or None when it is in none
-Recognise = Callable[[JSON], GroupRef | None]
-
-
-def group_ledger_key(group: GroupRef) -> str:
+def group_ledger_key(group: PodGroup) -> str:
     return f"PodGroup:{group.key}"
 
 
-def _order(members: Iterable[tuple[JSON, GroupRef]]) -> list[tuple[JSON, GroupRef]]:
+def _order(members: Iterable[tuple[JSON, PodGroup]]) -> list[tuple[JSON, PodGroup]]:
     return sorted(members, key=lambda m: (m[1].index if m[1].index is not None else 1 << 30,
                                           object_key(m[0])))
 
 
-def plan_group(view: PlacementView, group: GroupRef, unbound: list[tuple[JSON, GroupRef]],
+def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, PodGroup]],
                default_strategy: str) -> tuple[dict[str, Entry] | None, str]:
     """Where the unbound members go, as one gang, or why nowhere: read from
-    ``view`` under the state's lock (``PlacementState.book_group``)."""
+    ``view`` under the state's lock (``PlacementState.book_group``). Members that
+    request ``nvidia.com/gpu`` get named devices on named nodes first, else counted
+    GPUs on nodes the device plugin serves (one authority per node, as a single
+    seed-path pod: ``seedplan.plan_default``); members that request none get named
+    devices anywhere."""
     members = _order(unbound)
     first = members[0][0]
     requested = max(pod_gpu_request(p) for p, _ in members)
@@ -89,24 +85,32 @@ def plan_group(view: PlacementView, group: GroupRef, unbound: list[tuple[JSON, G
         or default_strategy
     if strategy == SchedulingStrategy.ANNOTATION_MAP.value:
         strategy = SchedulingStrategy.LEAST_LOADED.value
-    model, why = pod_model(first, max(requested, 1), strategy,
-                           DeviceExposure.CUDA_VISIBLE_DEVICES, node_selector=True)
-    if model is None:
-        return None, why
-    spec = model.spec.model_copy(update={"replicas": len(members)})
-    model = model.model_copy(update={"spec": spec})
-    decision = view.schedule(model)
-    if not decision.ok:
-        return None, decision.message
+    passes = [(DeviceExposure.CUDA_VISIBLE_DEVICES, {DEVICE_AUTHORITY_LABEL: NAMED}),
+              (DeviceExposure.DEVICE_PLUGIN, None)] if requested else \
+        [(DeviceExposure.CUDA_VISIBLE_DEVICES, None)]
+    why = "no node fits"
+    for exposure, only in passes:
+        model, why = pod_model(first, max(requested, 1), strategy, exposure,
+                               node_selector=True, only=only)
+        if model is None:
+            return None, why
+        model = model.model_copy(update={"spec": model.spec.model_copy(
+            update={"replicas": len(members)})})
+        decision = view.schedule(model)
+        if decision.ok:
+            return _entries(group, members, decision.placements, max(requested, 1)), ""
+        why = decision.message
+    return None, why
+
+
+def _entries(group: PodGroup, members: list[tuple[JSON, PodGroup]],
+             placements: list[Placement], gpus: int) -> dict[str, Entry]:
     key = group_ledger_key(group)
-    out = {}
-    for (pod, _), p in zip(members, sorted(decision.placements, key=lambda p: p.index),
-                           strict=True):
-        out[object_key(pod)] = Entry(key, Placement(index=p.index, node=p.node,
-                                                    devices=list(p.devices)),
-                                     len(p.devices), priority=pod_priority(pod),
-                                     uid=pod_uid(pod))
-    return out, ""
+    return {object_key(pod): Entry(key, Placement(index=p.index, node=p.node,
+                                                  devices=list(p.devices)),
+                                   gpus, priority=pod_priority(pod), uid=pod_uid(pod))
+            for (pod, _), p in zip(members, sorted(placements, key=lambda p: p.index),
+                                   strict=True)}
 
 
 class GroupWaits:
@@ -120,9 +124,10 @@ class GroupWaits:
         self._since: dict[str, float] = {}
         self._reported: set[str] = set()
         self._told: dict[str, int] = {}  # group -> the member count last told
+        self._said: dict[str, str] = {}  # pod UID -> the refusal last said
         self._lock = threading.Lock()
 
-    def waiting(self, group: GroupRef, present: int) -> tuple[bool, bool, float]:
+    def waiting(self, group: PodGroup, present: int) -> tuple[bool, bool, float]:
         """(tell the count again, report the timeout now, seconds waited)."""
         now = self._clock()
         with self._lock:
@@ -134,22 +139,30 @@ class GroupWaits:
                 self._reported.add(group.key)
             return tell, late, now - since
 
-    def placed(self, group: GroupRef) -> None:
+    def tell_once(self, uid: str, message: str) -> bool:
+        """True the first time ``message`` is to be said about pod ``uid``."""
+        with self._lock:
+            if self._said.get(uid) == message:
+                return False
+            self._said[uid] = message
+            return True
+
+    def placed(self, group: PodGroup) -> None:
         with self._lock:
             self._since.pop(group.key, None)
             self._told.pop(group.key, None)
             self._reported.discard(group.key)
 
 
-def live_members(pods: Iterable[JSON], recognise: Recognise, group: GroupRef
-                 ) -> tuple[list[tuple[JSON, GroupRef]], list[tuple[JSON, GroupRef]]]:
+def live_members(pods: Iterable[JSON], recognise: Recognise, group: PodGroup
+                 ) -> tuple[list[tuple[JSON, PodGroup]], list[tuple[JSON, PodGroup]]]:
     """(bound, unbound) live members of ``group`` among ``pods`` (its namespace's)."""
     bound, unbound = [], []
     for p in pods:
         if not pod_is_active(p) or pod_meta(p).get("deletionTimestamp"):
             continue
         g = recognise(p)
-        if g is None or g.key != group.key:
+        if not isinstance(g, PodGroup) or g.key != group.key:
             continue
         (bound if pod_spec(p).get("nodeName") else unbound).append((p, g))
     return bound, unbound
@@ -171,22 +184,28 @@ class GroupPath:
         """What a bound pod holds, under its group's ledger key when it is a group
         member (so a preemption takes the whole group), else as read."""
         group = self.recognise(pod) if entry is not None else None
-        if entry is None or group is None:
+        if entry is None or not isinstance(group, PodGroup):
             return entry
         return replace(entry, ledger_key=group_ledger_key(group))
 
-    def place(self, state: PlacementState, pod: JSON, key: str, group: GroupRef,
+    def place(self, state: PlacementState, pod: JSON, key: str,
+              group: PodGroup | GroupRefusal,
               bind: Callable[[PlacementState, JSON, str, Entry], Result | None],
               unschedulable: Callable[[JSON, str, str], Result],
               enqueue: Callable[[Request, float], None]) -> Result | None:
         """Member ``key`` of ``group``: bound to its slot when its group is booked;
         else the whole group booked once every member exists (and the others
         enqueued to bind themselves), or why not."""
+        if isinstance(group, GroupRefusal):
+            return self._refused(pod, group)
         held = self.book.entry(key)
         if held is not None and held.ledger_key == group_ledger_key(group):
             return bind(state, pod, key, held)  # booked with its group
         ns = pod_meta(pod).get("namespace") or "default"
         bound, unbound = live_members(self.pods.list_namespace(ns), self.recognise, group)
+        refusal = disagreement(g for _, g in [*bound, *unbound])
+        if refusal is not None:
+            return self._refused(pod, refusal)
         present = len(bound) + len(unbound)
         if present < group.size:
             return self._wait(pod, group, present)
@@ -205,12 +224,24 @@ class GroupPath:
         entry = entries.get(key)
         return bind(state, pod, key, entry) if entry is not None else None
 
-    def _wait(self, pod: JSON, group: GroupRef, present: int) -> Result:
+    def _refused(self, pod: JSON, refusal: GroupRefusal) -> Result:
+        """The pod's group cannot be formed: said on the pod (once per wording),
+        nothing placed; looked at again as its group's objects change."""
+        if self.waits.tell_once(pod_uid(pod), refusal.message):
+            self.recorder.warning(pod, refusal.reason, refusal.message)
+            log.info("group.refused", pod=object_key(pod), reason=refusal.reason,
+                     message=refusal.message)
+        return Result(requeue_after=min(10.0, self.waits.timeout))
+
+    def _wait(self, pod: JSON, group: PodGroup, present: int) -> Result:
         """Fewer members than the group's size exist: nothing is booked; the member
         says so once per count, and the group is reported once after its timeout."""
         tell, late, waited = self.waits.waiting(group, present)
         msg = (f"waiting for the members of pod group {group.key}: {present} of "
                f"{group.size} exist; no GPU is held until all do")
+        if group.leader_first:
+            msg += (" (startupPolicy LeaderReady makes the workers only once the leader "
+                    "runs, so this group never completes: use LeaderCreated)")
         if tell:
             self.recorder.normal(pod, "WaitingForGroup", msg)
         if late:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler
-from controllers.podbinding.groups import GroupRef
+from internal.scheduling.podgroups import pod_group
 from runtime import Request
 from tests.unit.controllers.test_podbinding import NS, Env, pod
 
@@ -16,14 +17,9 @@ GROUP = "gpu.orchestrator.dev/pod-group"
 SIZE = "gpu.orchestrator.dev/pod-group-size"
 
 
-def recognise(p: dict[str, Any]) -> GroupRef | None:
-    """The explicit label and size annotation (the recogniser's first source)."""
-    meta = p["metadata"]
-    name = (meta.get("labels") or {}).get(GROUP)
-    if not name:
-        return None
-    index = int(meta["name"].rsplit("-", 1)[1])
-    return GroupRef(f"{meta['namespace']}/{name}", int(meta["annotations"][SIZE]), index)
+def recognise(p: dict[str, Any]) -> Any:
+    """The explicit label and size annotation (no owners to look up here)."""
+    return pod_group(p)
 
 
 def member(group: str, i: int, size: int = 4, gpus: int = 4) -> dict[str, Any]:
@@ -34,6 +30,14 @@ def member(group: str, i: int, size: int = 4, gpus: int = 4) -> dict[str, Any]:
 
 
 class GroupEnv(Env):
+    """node1..node4 of 4 GPUs, each named (the ledger picks devices there: members
+    asking nvidia.com/gpu get exact devices, one authority per node)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        for n in self.nodes:
+            n["metadata"].setdefault("labels", {})[DEVICE_AUTHORITY_LABEL] = "named"
+
     def reconciler(self, options: PodBindingOptions | None = None) -> PodBindingReconciler:
         rec = PodBindingReconciler(self.client, self.recorder, self.pods, self.states,
                                    self.book, options or PodBindingOptions(),
@@ -81,7 +85,7 @@ def test_a_group_with_room_for_three_of_four_holds_no_gpu_and_says_why() -> None
     assert env.held() == {"node1": {0, 1, 2, 3}, "node2": set(), "node3": set(),
                           "node4": set()}  # only the other pod's
     why = env.warnings("train-3")[0]
-    assert why.startswith(f"pod group {NS}/train (4 of 4 members to place)"), why
+    assert why.startswith(f"pod group {NS}/label:train (4 of 4 members to place)"), why
 
 
 def test_two_racing_groups_on_room_for_one_one_runs_and_the_other_holds_nothing() -> None:
@@ -98,7 +102,7 @@ def test_two_racing_groups_on_room_for_one_one_runs_and_the_other_holds_nothing(
     groups = {name.split("-")[0] for name in bound}
     assert len(groups) == 1 and len(bound) == 4, bound  # one whole group, never 3+1
     loser = ({"a", "b"} - groups).pop()
-    assert env.state.view().allocation(f"PodGroup:{NS}/{loser}") is None
+    assert env.state.view().allocation(f"PodGroup:{NS}/label:{loser}") is None
     assert env.warnings(f"{loser}-0")  # FailedScheduling: no room for the whole group
     # the winner goes: the other is placed on what it freed
     winner = groups.pop()
@@ -137,6 +141,31 @@ def test_a_bound_group_holds_under_its_group_key_after_a_restart() -> None:
                  **p["metadata"]["annotations"], **b["metadata"]["annotations"]}}}
         env.pods.add(p)
     env.rebuild()
-    assert env.state.seed_pod_keys(env.book, f"PodGroup:{NS}/pair") == [
+    assert env.state.seed_pod_keys(env.book, f"PodGroup:{NS}/label:pair") == [
         f"{NS}/pair-0", f"{NS}/pair-1"]
     assert env.rec.reconcile(Request(NS, "pair-0")) is None
+
+
+def test_on_nodes_the_device_plugin_serves_a_group_is_placed_whole_and_counted() -> None:
+    """No named node: members asking nvidia.com/gpu get counted GPUs (the device
+    plugin picks the devices), still as one gang."""
+    env = Env()
+    env.rec = GroupEnv.reconciler(env)  # type: ignore[arg-type]
+    for i in range(2):
+        env.add(member("pair", i, size=2, gpus=4))
+    env.rec.reconcile(Request(NS, "pair-1"))
+    env.rec.reconcile(Request(NS, "pair-0"))
+    bound = env.bound()
+    assert sorted(bound) == ["pair-0", "pair-1"] and all(d is None for _, d in bound.values())
+    assert len({n for n, _ in bound.values()}) == 2
+
+
+def test_members_that_disagree_on_the_size_are_refused_and_hold_nothing() -> None:
+    env = GroupEnv()
+    env.add(member("odd", 0, size=2))
+    env.add(member("odd", 1, size=3))
+    env.reconcile("odd-0")
+    env.reconcile("odd-1")
+    assert env.bound() == {}
+    said = env.reasons("odd-1", "PodGroupSizesDisagree")
+    assert len(said) == 1 and "different sizes" in said[0]
