@@ -209,13 +209,18 @@ def plot(doc: dict[str, Any], path: Path) -> bool:
     cells = panels(doc)
     names = list(dict.fromkeys(n for size in sizes for n in size["systems"]))
     color = {n: f"C{k}" for k, n in enumerate(names)}  # one colour per system everywhere
-    cols = min(3, max(1, len(cells)))
-    rows = -(-len(cells) // cols)
+    # one row per size, its panels left to right; a slot a size has no data for is
+    # removed, never drawn empty
+    by_size = [[c for c in cells if c[0] == i] for i in dict.fromkeys(i for i, _ in cells)]
+    cols = max(1, *(len(r) for r in by_size)) if by_size else 1
+    rows = max(1, len(by_size))
     fig, axes = plt.subplots(rows, cols, squeeze=False, figsize=(5.5 * cols, 4 * rows))
-    flat = [ax for row in axes for ax in row]
-    for ax in flat[len(cells):]:
-        fig.delaxes(ax)
-    for ax, (i, phase) in zip(flat, cells, strict=False):
+    placed = []
+    for r, size_cells in enumerate(by_size):
+        placed += [(axes[r][c], cell) for c, cell in enumerate(size_cells)]
+        for ax in axes[r][len(size_cells):]:
+            fig.delaxes(ax)
+    for ax, (i, phase) in placed:
         size = sizes[i]
         where = f"{size['nodes']} nodes x {size['gpus_per_node']} GPUs"
         if phase == "cpu":
