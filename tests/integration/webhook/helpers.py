@@ -18,7 +18,8 @@ from internal.webhook import Webhook, build
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "config" / "webhook" / "mutating_webhook_configuration.yaml"
-MWC_PATH = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+MWC_PATH = f"{ADMISSION}/mutatingwebhookconfigurations"
 SEED = "0=node1:0,1\n1=node2:2\n2=node3:0,1,2\n3=node4:3\n4=node4:3"
 
 
@@ -48,6 +49,33 @@ def running_webhook(cluster: ControlPlane, tmp: Path) -> Iterator[tuple[Webhook,
     finally:
         webhook.stop()
         cluster.api("DELETE", f"{MWC_PATH}/{name}")
+
+
+@contextlib.contextmanager
+def pod_devices_policy(cluster: ControlPlane) -> Iterator[str]:
+    """The pod-devices admission policy and its binding as generated
+    (api/v1alpha1/pod_devices.py), under names of the caller's own (cluster-scoped;
+    the controller tests install the same under theirs); removed afterwards."""
+    from api.v1alpha1.pod_devices import pod_devices
+
+    suffix = uuid.uuid4().hex[:6]
+    made = []
+    try:
+        for doc in pod_devices():
+            doc = copy.deepcopy(doc)
+            doc["metadata"]["name"] += f"-{suffix}"
+            if doc["kind"] == "ValidatingAdmissionPolicyBinding":
+                doc["spec"]["policyName"] += f"-{suffix}"
+                path = f"{ADMISSION}/validatingadmissionpolicybindings"
+            else:
+                path = f"{ADMISSION}/validatingadmissionpolicies"
+            code, body = cluster.api("POST", path, doc)
+            assert code == 201, body
+            made.append(f"{path}/{doc['metadata']['name']}")
+        yield suffix
+    finally:
+        for path in reversed(made):
+            cluster.api("DELETE", path)
 
 
 def pod(name: str, *, annotations: dict[str, str] | None = None,

@@ -6,48 +6,28 @@ the reference reads."""
 
 from __future__ import annotations
 
-import copy
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION, DEVICES_FIELD_PATH
-from api.v1alpha1.pod_devices import pod_devices
 from hack.testenv import ControlPlane
 from internal.scheduling.podgroups import pod_group
 from runtime import Client, errors
-from tests.integration.webhook.helpers import running_webhook
+from tests.integration.webhook.helpers import pod_devices_policy, running_webhook
 from tests.waiting import eventually
 
 ONLY_OURS = "only the gpu-orchestrator controller and webhook give pods GPU devices"
 REF = {"name": "CUDA_VISIBLE_DEVICES",
        "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": DEVICES_FIELD_PATH}}}
 TENANT = "group-tenant"
-ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 
 
 @pytest.fixture(scope="module")
 def policy(cluster: ControlPlane) -> Iterator[str]:
-    """The pod-devices policy and its binding as generated, under names of this
-    module's own (cluster-scoped; the controller tests install the same under theirs)."""
-    suffix = uuid.uuid4().hex[:6]
-    made = []
-    for doc in pod_devices():
-        doc = copy.deepcopy(doc)
-        doc["metadata"]["name"] += f"-{suffix}"
-        if doc["kind"] == "ValidatingAdmissionPolicyBinding":
-            doc["spec"]["policyName"] += f"-{suffix}"
-            path = f"{ADMISSION}/validatingadmissionpolicybindings"
-        else:
-            path = f"{ADMISSION}/validatingadmissionpolicies"
-        code, body = cluster.api("POST", path, doc)
-        assert code == 201, body
-        made.append(f"{path}/{doc['metadata']['name']}")
-    yield suffix
-    for path in reversed(made):
-        cluster.api("DELETE", path)
+    with pod_devices_policy(cluster) as suffix:
+        yield suffix
 
 
 @pytest.fixture(scope="module")
