@@ -6,20 +6,15 @@ replicated job under InOrder."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from api.v1alpha1.keys import DEVICES_FIELD_PATH
 from hack.testenv import ControlPlane
 from internal.scheduling.podgroups import PodGroup, pod_group
 from runtime import Client, errors
-from tests.integration.podgroups.controllers import JOBSET, PeerController, gpu_pod, jobset
-from tests.integration.webhook.helpers import pod_devices_policy, running_webhook
+from tests.integration.podgroups.conftest import REF
+from tests.integration.podgroups.controllers import JOBSET, PeerController, jobset
 from tests.waiting import eventually
-
-REF = {"name": "CUDA_VISIBLE_DEVICES",
-       "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": DEVICES_FIELD_PATH}}}
 
 
 @pytest.fixture(scope="module")
@@ -78,23 +73,6 @@ def test_in_order_each_replicated_job_is_a_group_of_its_own(
     groups = members(admin, namespace, 1)
     assert [(g.key, g.size, g.index) for g in groups] == [
         (f"{namespace}/jobset:staged:0:launcher", 1, 0)]
-
-
-@pytest.fixture(scope="module")
-def exposure(cluster: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Our webhook (config/webhook's hooks on 127.0.0.1) and the pod-devices policy."""
-    certs: Path = tmp_path_factory.mktemp("group-certs")
-    with pod_devices_policy(cluster), running_webhook(cluster, certs):
-        probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "name": "probe", "labels": {"gpu.orchestrator.dev/pod-group": "probe"},
-            "annotations": {"gpu.orchestrator.dev/pod-group-size": "1"}}, **gpu_pod()}
-
-        def answers() -> bool:
-            code, body = cluster.api("POST", "/api/v1/namespaces/default/pods?dryRun=All", probe)
-            return code == 201 and body["spec"]["containers"][0].get("env") == [REF]
-
-        eventually(answers, timeout=30, what="our webhook answers kube-apiserver")
-        yield
 
 
 def test_every_member_reads_its_devices_from_the_binding(

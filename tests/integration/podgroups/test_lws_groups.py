@@ -11,6 +11,7 @@ import pytest
 from hack.testenv import ControlPlane
 from internal.scheduling.podgroups import PodGroup, pod_group
 from runtime import Client, errors
+from tests.integration.podgroups.conftest import REF
 from tests.integration.podgroups.controllers import LWS, PeerController, leaderworkerset
 from tests.waiting import eventually
 
@@ -62,3 +63,14 @@ def test_leader_ready_makes_the_leader_alone_and_says_so(
     got = [(name, g.key, g.size, g.index, g.leader_first)
            for name, g in members(admin, namespace, 1)]
     assert got == [("serve-0", f"{namespace}/leaderworkerset:serve:0", 3, 0, True)]
+
+
+def test_every_member_reads_its_devices_from_the_binding(
+        controller: PeerController, exposure: None, admin: Client, namespace: str) -> None:
+    """The leader (made by the StatefulSet controller, labelled by LWS's pod webhook,
+    which runs after ours) and its workers each carry the reference."""
+    admin.create(leaderworkerset("seen", replicas=1, size=3), namespace=namespace)
+    members(admin, namespace, 3)
+    pods = admin.list("v1", "Pod", namespace=namespace)["items"]
+    assert [[e for e in p["spec"]["containers"][0].get("env") or [] if e["name"] == REF["name"]]
+            for p in pods] == [[REF]] * 3

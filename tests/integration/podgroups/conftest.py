@@ -1,0 +1,35 @@
+"""What the pod-group tests share: our webhook and the pod-devices policy, for the
+tests that look at the members' CUDA_VISIBLE_DEVICES."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from api.v1alpha1.keys import DEVICES_FIELD_PATH
+from hack.testenv import ControlPlane
+from tests.integration.podgroups.controllers import gpu_pod
+from tests.integration.webhook.helpers import pod_devices_policy, running_webhook
+from tests.waiting import eventually
+
+REF = {"name": "CUDA_VISIBLE_DEVICES",
+       "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": DEVICES_FIELD_PATH}}}
+
+
+@pytest.fixture(scope="module")
+def exposure(cluster: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Our webhook (config/webhook's hooks on 127.0.0.1) and the pod-devices policy."""
+    certs: Path = tmp_path_factory.mktemp("group-certs")
+    with pod_devices_policy(cluster), running_webhook(cluster, certs):
+        probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "probe", "labels": {"gpu.orchestrator.dev/pod-group": "probe"},
+            "annotations": {"gpu.orchestrator.dev/pod-group-size": "1"}}, **gpu_pod()}
+
+        def answers() -> bool:
+            code, body = cluster.api("POST", "/api/v1/namespaces/default/pods?dryRun=All", probe)
+            return code == 201 and body["spec"]["containers"][0].get("env") == [REF]
+
+        eventually(answers, timeout=30, what="our webhook answers kube-apiserver")
+        yield
