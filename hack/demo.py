@@ -1,6 +1,7 @@
 """``make demo``: on a running local control plane (``make cluster-up``), install
-config/, run the controller and the webhook as background processes (their PIDs go
-into the control plane's state.json, so ``make cluster-down`` stops them too), apply
+config/, run the controller, the webhook and one NVML agent per node (on its fixture
+backend) as background processes (their PIDs go into the control plane's state.json,
+so ``make cluster-down`` stops them too), apply
 the samples and the seed-path StatefulSet, and print what a user would look at. It
 ends as the seed's deliverable does: every pod with its node, and the check service's
 own logs of the pods on node3 and node4 (the local control plane runs our check
@@ -31,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 NS_WORKLOADS = "demo"
 NS_SEED = "seed-path"
 WEBHOOK_CONFIG = "gpu-orchestrator-demo"
+#: the agent's fixture backend by a node's GPU count (internal/agent/fixtures)
+AGENT_FIXTURES = {"4": "pcie-4", "8": "h100-sxm-8"}
 
 
 class Demo:
@@ -87,8 +90,11 @@ class Demo:
         print("\ndemo: the manager and the webhook run as local processes (below); "
               "config/'s manager Deployment is scaled to 0 here, since kwok runs no "
               "containers.\ndemo: the agent DaemonSet has no pods: it runs only on nodes "
-              "labelled nvidia.com/gpu.present=true (docs/install.md, step 3).", flush=True)
+              "labelled nvidia.com/gpu.present=true (docs/install.md, step 3); one agent "
+              "per node runs here instead, on NVML recorded as JSON (its fixture backend).",
+              flush=True)
         py = sys.executable
+        self.run_agents()
         self.spawn("manager", [
             py, str(ROOT / "main.py"), "manager", f"--kubeconfig={self.kubeconfig}",
             "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0",
@@ -189,6 +195,35 @@ class Demo:
                               "-n", NS_WORKLOADS], text=True, capture_output=True).stdout,
               end="", flush=True)
 
+    def run_agents(self) -> None:
+        """One NVML agent per node, as a local process on the fixture backend
+        (``--nvml-backend fixture:<name>``, internal/agent/fixtures: 4 x L40S, or 8 x
+        H100 for a node of 8 GPUs), so each GPUNode has its devices' model, memory and
+        health; waits until every GPUNode reports them."""
+        nodes = json.loads(self.kubectl("get", "nodes", "-o", "json"))["items"]
+        reporting = []
+        for n in nodes:
+            name = n["metadata"]["name"]
+            gpus = n["status"].get("allocatable", {}).get("nvidia.com/gpu", "0")
+            fixture = AGENT_FIXTURES.get(gpus)
+            if fixture is None:
+                print(f"demo: no agent fixture with {gpus} GPUs: {name} runs without an "
+                      "agent (health Unknown)", flush=True)
+                continue
+            self.spawn(f"agent-{name}", [
+                sys.executable, str(ROOT / "main.py"), "agent", f"--node-name={name}",
+                f"--kubeconfig={self.kubeconfig}", f"--nvml-backend=fixture:{fixture}",
+                "--interval=5", "--metrics-bind-address=0", "--log-format=console"],
+                "agent.labels")
+            reporting.append(name)
+
+        def reported() -> bool:
+            items = json.loads(self.kubectl("get", "gpunodes", "-o", "json"))["items"]
+            have = {g["metadata"]["name"] for g in items
+                    if (g.get("status") or {}).get("devices")}
+            return set(reporting) <= have
+        self.wait("every agent's GPUNode", reported, 30)
+
     def register_webhook(self, port: int) -> None:
         """config/webhook's configuration, called by URL on 127.0.0.1 (never through a
         Service); the webhook patches its own CA bundle in."""
@@ -197,7 +232,8 @@ class Demo:
         doc = copy.deepcopy(doc)
         doc["metadata"] = {"name": WEBHOOK_CONFIG}
         for hook in doc["webhooks"]:
-            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}/mutate"}
+            path = hook["clientConfig"]["service"].get("path", "/mutate")
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}"}
         self.kubectl("apply", "-f", "-", input=json.dumps(doc))
 
 
@@ -209,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         demo.run()
     except Exception as exc:
-        for name in ("manager", "webhook"):
+        for name in ("manager", "webhook", *sorted(
+                p for p in demo.state["processes"] if p.startswith("agent-"))):
             log = demo.dir / "logs" / f"{name}.log"
             if log.exists():
                 print(f"\n--- {name} log tail ---\n{tail(log)}", file=sys.stderr)
