@@ -226,3 +226,28 @@ class Foreign:
             node = (p.get("spec") or {}).get("nodeName")
             if p["metadata"]["name"].startswith("fg") and node:
                 self.bound[p["metadata"]["name"]] = node
+
+
+#: what the churn's workloads ask of their nodes beside GPUs (node fit): CPU and
+#: memory that bind a node now and then (64 CPUs, 512Gi a kwok node), and a template
+#: nodeSelector naming one node of the group
+CPU_ASKS = ("500m", "2", "8", "24")
+MEMORY_ASKS = ("1Gi", "16Gi", "200Gi")
+
+
+def ask_node_fit(template: dict[str, Any], rng: random.Random, nodes: list[str],
+                 *, selector: bool = True) -> list[str]:
+    """Adds CPU/memory requests to some templates' container and, where ``selector``,
+    a ``kubernetes.io/hostname`` nodeSelector to some; the admitter of the test
+    environment then rejects any pod placed where the kubelet would not admit it.
+    Returns what it added, in words (for the churn's summary)."""
+    added = []
+    container = template["spec"]["containers"][0]
+    if rng.random() < 0.6:
+        container["resources"] = {"requests": {"cpu": rng.choice(CPU_ASKS),
+                                               "memory": rng.choice(MEMORY_ASKS)}}
+        added.append("templates asking CPU and memory")
+    if selector and rng.random() < 0.15:
+        template["spec"]["nodeSelector"] = {"kubernetes.io/hostname": rng.choice(nodes)}
+        added.append("templates with a nodeSelector")
+    return added

@@ -52,6 +52,7 @@ from tests.integration.controller.churn_checks import (
     Foreign,
     GPUNodes,
     Orphaner,
+    ask_node_fit,
     settled,
 )
 from tests.integration.controller.conftest import (
@@ -162,6 +163,7 @@ class Churn:
         #: pods the churn itself failed or deleted since
         self.orphans: dict[str, str] = {}
         self.touched: set[str] = set()
+        self.fit_rng = random.Random(SEED + 2)  # node-fit asks, off the main sequence
 
     def _name(self, prefix: str) -> str:
         self.serial += 1
@@ -175,6 +177,8 @@ class Churn:
                                 "priority": rng.choice(["low", "medium", "high", 10, 90]),
                                 "retryPolicy": {"maxRetries": 3, "backoffSeconds": 1,
                                                 "maxBackoffSeconds": 3}}
+        self.done.update(ask_node_fit(spec["template"], self.fit_rng, self.nodes,
+                                      selector=strategy is not SchedulingStrategy.ANNOTATION_MAP))
         kind = rng.random()
         if strategy is SchedulingStrategy.ANNOTATION_MAP:
             replicas, gpus = rng.choice([1, 2]), rng.choice([1, 2])
@@ -425,6 +429,9 @@ def test_churn_never_gives_a_device_to_two_workloads(
         f"{len(watch.overlaps)} overlaps, first: {watch.overlaps[:5]}\n{ctl.tail()}")
     assert watch.overcommits == [], (
         f"{len(watch.overcommits)} over-commits, first: {watch.overcommits[:5]}")
+    rejected = installed.admission_rejections(namespace)
+    print(f"pods rejected by the kubelet's admission: {len(rejected)}")
+    assert rejected == [], f"{len(rejected)} pods rejected, first: {rejected[:5]}"
     if foreign is not None:
         print(f"default-scheduler GPU pods: {foreign.serial} created, bound to "
               f"{sorted(Counter(foreign.bound.values()).items())}, 0 over-commits")
