@@ -70,11 +70,13 @@ def _order(members: Iterable[tuple[JSON, PodGroup]]) -> list[tuple[JSON, PodGrou
 def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, PodGroup]],
                default_strategy: str) -> tuple[dict[str, Entry] | None, str]:
     """Where the unbound members go, as one gang, or why nowhere: read from
-    ``view`` under the state's lock (``PlacementState.book_group``). Members that
-    request ``nvidia.com/gpu`` get named devices on named nodes first, else counted
-    GPUs on nodes the device plugin serves (one authority per node, as a single
-    seed-path pod: ``seedplan.plan_default``); members that request none get named
-    devices anywhere."""
+    ``view`` under the state's lock (``PlacementState.book_group``). A group always
+    gets named devices: its members' ``CUDA_VISIBLE_DEVICES`` is a reference to the
+    devices annotation the binding writes (internal/webhook/groupexposure.py), which
+    a counted placement would leave empty, hiding every GPU. Members that request
+    ``nvidia.com/gpu`` go only to named nodes (one authority per node: where the
+    device plugin picks devices, ours could be others than its); members that
+    request none, to any node that takes named devices."""
     members = _order(unbound)
     first = members[0][0]
     requested = max(pod_gpu_request(p) for p, _ in members)
@@ -85,22 +87,19 @@ def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, P
         or default_strategy
     if strategy == SchedulingStrategy.ANNOTATION_MAP.value:
         strategy = SchedulingStrategy.LEAST_LOADED.value
-    passes = [(DeviceExposure.CUDA_VISIBLE_DEVICES, {DEVICE_AUTHORITY_LABEL: NAMED}),
-              (DeviceExposure.DEVICE_PLUGIN, None)] if requested else \
-        [(DeviceExposure.CUDA_VISIBLE_DEVICES, None)]
-    why = "no node fits"
-    for exposure, only in passes:
-        model, why = pod_model(first, max(requested, 1), strategy, exposure,
-                               node_selector=True, only=only)
-        if model is None:
-            return None, why
-        model = model.model_copy(update={"spec": model.spec.model_copy(
-            update={"replicas": len(members)})})
-        decision = view.schedule(model)
-        if decision.ok:
-            return _entries(group, members, decision.placements, max(requested, 1)), ""
-        why = decision.message
-    return None, why
+    only = {DEVICE_AUTHORITY_LABEL: NAMED} if requested else None
+    model, why = pod_model(first, max(requested, 1), strategy,
+                           DeviceExposure.CUDA_VISIBLE_DEVICES, node_selector=True, only=only)
+    if model is None:
+        return None, why
+    model = model.model_copy(update={"spec": model.spec.model_copy(
+        update={"replicas": len(members)})})
+    decision = view.schedule(model)
+    if not decision.ok:
+        where = (f"; members asking nvidia.com/gpu go only to nodes labelled "
+                 f"{DEVICE_AUTHORITY_LABEL}={NAMED}") if requested else ""
+        return None, f"{decision.message}{where}"
+    return _entries(group, members, decision.placements, max(requested, 1)), ""
 
 
 def _entries(group: PodGroup, members: list[tuple[JSON, PodGroup]],

@@ -146,18 +146,19 @@ def test_a_bound_group_holds_under_its_group_key_after_a_restart() -> None:
     assert env.rec.reconcile(Request(NS, "pair-0")) is None
 
 
-def test_on_nodes_the_device_plugin_serves_a_group_is_placed_whole_and_counted() -> None:
-    """No named node: members asking nvidia.com/gpu get counted GPUs (the device
-    plugin picks the devices), still as one gang."""
+def test_a_group_asking_nvidia_gpu_goes_only_to_named_nodes_and_says_so() -> None:
+    """No named node: a member's CUDA_VISIBLE_DEVICES (a reference to the devices
+    annotation) would be empty on counted GPUs, hiding every GPU; and where the device
+    plugin picks devices, named ones could be others than its. The group waits."""
     env = Env()
     env.rec = GroupEnv.reconciler(env)  # type: ignore[arg-type]
     for i in range(2):
         env.add(member("pair", i, size=2, gpus=4))
     env.rec.reconcile(Request(NS, "pair-1"))
     env.rec.reconcile(Request(NS, "pair-0"))
-    bound = env.bound()
-    assert sorted(bound) == ["pair-0", "pair-1"] and all(d is None for _, d in bound.values())
-    assert len({n for n, _ in bound.values()}) == 2
+    assert env.bound() == {}
+    assert "go only to nodes labelled gpu.orchestrator.dev/device-authority=named" in \
+        env.warnings("pair-0")[0]
 
 
 def test_members_that_disagree_on_the_size_are_refused_and_hold_nothing() -> None:
