@@ -89,3 +89,8 @@ true is what this chart always does; false is refused (the map is the chart's po
 {{- $seed := (.Values.testService | default dict).logInterval -}}
 {{- include "gpu-scheduler-check.seedValue" (list $seed .Values.logInterval 10 "testService.logInterval" "logInterval") -}}
 {{- end -}}
+
+{{/* The live probe's bound: three log intervals and 10 s, in whole seconds. */}}
+{{- define "gpu-scheduler-check.maxAge" -}}
+{{- addf 10 (mulf 3 (include "gpu-scheduler-check.logInterval" . | float64)) | ceil | int -}}
+{{- end -}}

@@ -55,10 +55,13 @@ class Running:
     controller of the seed path, on the same ledger."""
 
     def __init__(self, cluster: ControlPlane,
-                 pod_binding: bool | PodBindingOptions = False, **opts: Any) -> None:
+                 pod_binding: bool | PodBindingOptions = False, leader_elect: bool = False,
+                 **opts: Any) -> None:
         self.cluster = cluster
         self.opts = opts
         self.pod_binding = pod_binding
+        #: hold the product's Lease as a deployed replica does (what `helm test` reads)
+        self.leader_elect = leader_elect
         self.mgr: Manager | None = None
         self.thread: threading.Thread | None = None
         self.codes: list[int] = []
@@ -68,11 +71,12 @@ class Running:
         config = RestConfig.from_kubeconfig(str(self.cluster.kubeconfig)).impersonating(
             SA, SA_GROUPS)
         config.qps, config.burst = 200, 400
-        # no leader election (one manager per test module), but it still looks for a
-        # live leader of the product's Lease, which its Role lets it read
+        # no leader election unless asked (one manager per test module), but it still
+        # looks for a live leader of the product's Lease, which its Role lets it read
         self.mgr = Manager(config, Options(metrics_bind_address="127.0.0.1:0",
                                            health_probe_bind_address="127.0.0.1:0",
                                            graceful_shutdown_timeout=10,
+                                           leader_elect=self.leader_elect,
                                            leader_election_namespace="gpu-orchestrator-system",
                                            leader_election_id="gpu-orchestrator-leader"))
         _, self.reconciler = setup_gpuworkload_controller(

@@ -200,3 +200,19 @@ def test_a_bad_line_of_the_text_form_is_named(helm: Path, tmp_path: Path) -> Non
     err = _fails(helm, "gpu-scheduler-check",
                  "--set-file", f"gpuScheduling.schedulingMap={tmp_path / 'map'}")
     assert 'line 2 "1=node2": expected <index>=<node>:<dev>,<dev>' in err
+
+
+def test_the_check_pods_have_probes(helm: Path) -> None:
+    """Ready once the webhook gave the pod its devices, live while its loop logs: the
+    probes run the check service itself (--probe), bounded by the log interval."""
+    sts = _statefulset(render(helm, "gpu-scheduler-check", "--set", "logInterval=5"))
+    c = sts["spec"]["template"]["spec"]["containers"][0]
+    assert c["readinessProbe"]["exec"]["command"] == [
+        "python", "-m", "internal.check", "--probe=ready"]
+    assert c["livenessProbe"]["exec"]["command"] == [
+        "python", "-m", "internal.check", "--probe=live", "--max-age=25"]
+    beat = {e["name"]: e.get("value") for e in c["env"]}["CHECK_HEARTBEAT"]
+    mount, = c["volumeMounts"]
+    assert beat.startswith(mount["mountPath"] + "/")
+    vol, = sts["spec"]["template"]["spec"]["volumes"]
+    assert vol["name"] == mount["name"] and vol["emptyDir"]["medium"] == "Memory"

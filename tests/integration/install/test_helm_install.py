@@ -1,13 +1,16 @@
 """The charts installed with helm into a local control plane of their own, as a user
 would: install, the demo's GPUWorkloads and the seed StatefulSet placed (the manager
 and the webhook run as local processes, as in ``make demo``: kwok runs no
-containers), ``kubectl logs`` of a check pod, upgrade, and an uninstall that leaves
-nothing of ours behind."""
+containers), ``kubectl logs`` of a check pod, ``helm test`` (kube-scheduler runs
+here and binds its pod; its script runs as the pod would: helm_test_pod.py), upgrade,
+and an uninstall that leaves nothing of ours behind."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ from internal.webhook.certs import service_hosts
 from runtime import Client, RestConfig, errors
 from tests.integration.controller.conftest import Running
 from tests.integration.install.conftest import CHARTS, NS, ROOT, run_helm
+from tests.integration.install.helm_test_pod import serve
 from tests.integration.webhook.helpers import running_webhook
 from tests.waiting import eventually
 
@@ -30,7 +34,7 @@ SEED = [("gpu-scheduler-check-0", "node1", "0,1"), ("gpu-scheduler-check-1", "no
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """Its own control plane: the chart owns the CRDs here, and its uninstall deletes
     them, which the session cluster's other tests must never see."""
-    cp = ControlPlane(tmp_path_factory.mktemp("helm-plane"), nodes=4, gpus=4)
+    cp = ControlPlane(tmp_path_factory.mktemp("helm-plane"), nodes=4, gpus=4, scheduler=True)
     with signals_stop():
         cp.start()
         try:
@@ -77,11 +81,12 @@ def _ours(cp: ControlPlane, ns: str = NS) -> list[str]:
 def test_install_place_upgrade_uninstall(plane: ControlPlane, helm: Path,
                                          tmp_path: Path) -> None:
     kc = plane.kubeconfig
-    # 1. Install. The manager runs as a local process below (kwok runs no containers),
-    # so its Deployment is scaled to 0 instead of leaving two Pending pods.
+    # 1. Install. kwok runs no containers: the manager that acts runs as a local
+    # process below, holding the release's Lease; the Deployment's one replica is
+    # bound by kube-scheduler to a fake node, which reports it ready.
     out = run_helm(helm, "install", "gpu-orchestrator", str(CHARTS / "gpu-orchestrator"),
                    "-n", NS, "--create-namespace", "--set", "crds.keep=false",
-                   "--set", "manager.replicas=0", kubeconfig=kc).stdout
+                   "--set", "manager.replicas=1", kubeconfig=kc).stdout
     assert "STATUS: deployed" in out
     plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                   "crd/gpuworkloads.gpu.orchestrator.dev", "crd/gpunodes.gpu.orchestrator.dev",
@@ -89,7 +94,7 @@ def test_install_place_upgrade_uninstall(plane: ControlPlane, helm: Path,
     admin = Client(RestConfig.from_kubeconfig(str(kc)))
     # The chart's RBAC is what the in-process manager gets (it impersonates the
     # release's ServiceAccount gpu-orchestrator-system:gpu-orchestrator).
-    manager = Running(plane, pod_binding=True).start()
+    manager = Running(plane, pod_binding=True, leader_elect=True).start()
     try:
         with running_webhook(plane, tmp_path / "webhook"):
             # 2. The demo's GPUWorkloads: the seed map first, then one per strategy.
@@ -125,7 +130,21 @@ def test_install_place_upgrade_uninstall(plane: ControlPlane, helm: Path,
             assert "node=node4" in first and "CUDA_VISIBLE_DEVICES=3" in first, logs
             assert "pod=gpu-scheduler-check-3" in first, logs
 
-            # 4. Upgrade: a changed value reaches the Deployment.
+            # 4. helm test: kube-scheduler binds its pod to a node, and its script runs
+            # here as the pod would (helm_test_pod.py); the pod ends by its exit code.
+            with ThreadPoolExecutor(1) as pool:
+                helm_test = pool.submit(run_helm, helm, "test", "gpu-orchestrator", "-n", NS,
+                                        "--timeout", "120s", kubeconfig=kc, check=False)
+                script = serve(plane, NS, "gpu-orchestrator-test", tmp_path / "test-sa")
+                out = helm_test.result(timeout=150)
+            assert script.returncode == 0, script.stdout + script.stderr
+            assert "ok   manager: 1 of 1 replicas ready (/readyz)" in script.stdout, script.stdout
+            assert re.search(r"^ok   leader: \S+, renewed \d+s ago$", script.stdout, re.M), \
+                script.stdout
+            assert out.returncode == 0, out.stdout + out.stderr
+            assert re.search(r"^Phase:\s+Succeeded$", out.stdout, re.M), out.stdout
+
+            # 5. Upgrade: a changed value reaches the Deployment.
             out = run_helm(helm, "upgrade", "gpu-orchestrator", str(CHARTS / "gpu-orchestrator"),
                            "-n", NS, "--reuse-values", "--set", "manager.workers=8",
                            kubeconfig=kc).stdout
@@ -139,7 +158,7 @@ def test_install_place_upgrade_uninstall(plane: ControlPlane, helm: Path,
     finally:
         manager.stop()
 
-    # 5. Uninstall: nothing of ours is left (crds.keep=false; the default keeps them).
+    # 6. Uninstall: nothing of ours is left (crds.keep=false; the default keeps them).
     run_helm(helm, "uninstall", "gpu-orchestrator", "-n", NS, "--wait", kubeconfig=kc)
     left = eventually(lambda: _ours(plane) == [] or None, timeout=60,
                       what=f"nothing of ours left (last: {_ours(plane)})")

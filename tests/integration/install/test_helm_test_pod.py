@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import yaml
 
 from hack.testenv import ControlPlane, signals_stop
 from tests.integration.install.conftest import NS, ROOT, render
+from tests.integration.install.helm_test_pod import account_dir, run_script
 
 CRDS = ("gpuworkloads.gpu.orchestrator.dev", "gpunodes.gpu.orchestrator.dev",
         "gpuqueues.gpu.orchestrator.dev")
@@ -55,23 +54,13 @@ def sa_dir(plane: ControlPlane, hooks: list[dict],
     rbac = [o for o in hooks if o["kind"] != "Pod"]
     plane.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
                                                           "items": rbac}))
-    d = tmp_path_factory.mktemp("sa")
-    token = plane.kubectl("create", "token", "gpu-orchestrator-test", "-n", NS).stdout.strip()
-    (d / "token").write_text(token)
-    (d / "ca.crt").write_bytes(Path(plane.ca.cert_path).read_bytes())
-    return d
+    return account_dir(plane, NS, "gpu-orchestrator-test", tmp_path_factory.mktemp("sa"))
 
 
 def run_test_pod(plane: ControlPlane, hooks: list[dict], sa_dir: Path,
                  leader_elect: str = "true") -> subprocess.CompletedProcess[str]:
     pod = next(o for o in hooks if o["kind"] == "Pod")
-    c = pod["spec"]["containers"][0]
-    assert c["command"] == ["python", "-c"]
-    env = {**os.environ, "SA_DIR": str(sa_dir), "POD_NAMESPACE": NS,
-           "LEADER_ELECT": leader_elect, "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-           "KUBERNETES_SERVICE_PORT": str(plane.ports["apiserver"])}
-    return subprocess.run([sys.executable, "-c", c["args"][0]], env=env, capture_output=True,
-                          text=True, timeout=60)
+    return run_script(plane, pod, sa_dir, {"LEADER_ELECT": leader_elect})
 
 
 def manager(plane: ControlPlane, ready: int) -> None:
