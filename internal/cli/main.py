@@ -20,6 +20,7 @@ from types import ModuleType
 
 from internal.cli import (
     cmd_describe,
+    cmd_groups,
     cmd_nodes,
     cmd_queues,
     cmd_status,
@@ -38,6 +39,7 @@ COMMANDS: dict[str, ModuleType] = {
     "nodes": cmd_nodes,
     "workloads": cmd_workloads,
     "queues": cmd_queues,
+    "groups": cmd_groups,
     "describe": cmd_describe,
     "submit": cmd_submit,
     "template": cmd_template,

@@ -9,6 +9,7 @@ devices there; one authority per node), and the JobSets' pods select them."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 
 from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from hack.testenv import ControlPlane
+from internal.cli.main import main
 from runtime import Client, NotFound
 from tests.integration.controller.conftest import NodeGroup, Running, events_for
 from tests.integration.podgroups.controllers import JOBSET, PeerController, jobset
@@ -75,7 +77,8 @@ def test_a_jobset_is_bound_whole_on_exact_devices(
 
 
 def test_room_for_three_of_four_holds_no_gpu_and_says_why(
-        binder: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+        binder: Running, admin: Client, namespace: str, group: NodeGroup,
+        capsys: pytest.CaptureFixture[str]) -> None:
     named_nodes(group, 3)
     admin.create(training("short", group), namespace=namespace)
     pods = eventually(lambda: (lambda ps: ps if len(ps) == 4 else None)(
@@ -90,6 +93,13 @@ def test_room_for_three_of_four_holds_no_gpu_and_says_why(
     why = eventually(said, timeout=60, what="a FailedScheduling Event naming the pod group")
     assert "4 of 4 members to place" in why
     assert bound(pods_of(admin, namespace, "short")) == []  # not 3 of 4: nothing held
+    # what the user sees: the group, 4 of 4 members, none bound, and why
+    assert main(["groups", "-n", namespace, "-o", "json",
+                 "--kubeconfig", str(binder.cluster.kubeconfig)]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)["items"]
+    assert (shown["group"], shown["size"], len(shown["members"]), shown["state"]) == (
+        f"{namespace}/jobset:short:0", 4, 4, "Unschedulable")
+    assert shown["why"].startswith("FailedScheduling: pod group"), shown["why"]
     named_nodes(group, 1)  # room appears: the whole group goes
     eventually(lambda: len(bound(pods_of(admin, namespace, "short"))) == 4, timeout=90,
                what="the JobSet placed once a fourth node came")
