@@ -15,7 +15,7 @@ from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
 from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler, pod_predicate
 from controllers.podbinding.seedbook import SeedBook, bound_entry, owner_key, read_bound
-from runtime import ApiError, Conflict, Request
+from runtime import ApiError, Conflict, NotFound, Request
 from runtime.predicates import UpdateEvent
 from runtime.store import Indexer
 from tests.unit.scheduling.helpers import SEED_MAP, gpunode, node
@@ -28,6 +28,17 @@ class FakeClient:
     def __init__(self) -> None:
         self.bindings: list[dict[str, Any]] = []
         self.fail: Exception | None = None
+        #: (kind, namespace, name) -> what a get answers; the gets asked
+        self.objects: dict[tuple[str, str | None, str], dict[str, Any]] = {}
+        self.gets: list[tuple[str, str | None, str]] = []
+
+    def get(self, api_version: str, kind: str, name: str,
+            namespace: str | None = None) -> dict[str, Any]:
+        self.gets.append((kind, namespace, name))
+        try:
+            return self.objects[(kind, namespace, name)]
+        except KeyError:
+            raise NotFound(404, "NotFound", f'{kind.lower()}s "{name}" not found') from None
 
     def create_subresource(self, api_version: str, kind: str, name: str, sub: str,
                            body: dict[str, Any], namespace: str | None = None) -> dict:
@@ -233,6 +244,24 @@ def test_no_map_uses_the_default_strategy() -> None:
     node2, devs2 = env.bound()["plain-0"]
     assert node2 != node_name and devs2 is not None and len(devs2.split(",")) == 1
     assert env.holder(node2, int(devs2)) == f"Pod:{NS}/plain-0"
+
+
+def test_a_map_on_the_statefulsets_own_metadata_is_said_once_on_the_statefulset() -> None:
+    """Its pods carry no map and are placed by the default strategy; the StatefulSet,
+    read once for all its pods, gets one MapNotOnTemplate Warning naming the template."""
+    env = Env()
+    env.client.objects[("StatefulSet", NS, "check")] = {
+        "metadata": {"name": "check", "namespace": NS, "uid": "sts",
+                     "annotations": {"gpu-scheduling-map": SEED_MAP}},
+        "spec": {"template": {"metadata": {"labels": {"app": "check"}}}}}
+    for i in range(2):
+        env.add(pod(f"check-{i}", map_text=None))
+        env.reconcile(f"check-{i}")
+    assert sorted(env.bound()) == ["check-0", "check-1"]
+    assert env.client.gets == [("StatefulSet", NS, "check")]
+    warned = [e for e in env.recorder.events if e[2] == "MapNotOnTemplate"]
+    assert len(warned) == 1
+    assert "move it to spec.template.metadata.annotations" in warned[0][3]
 
 
 def test_rebuild_rebooks_bound_pods_and_never_counts_them_as_foreign() -> None:
