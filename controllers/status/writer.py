@@ -127,6 +127,7 @@ class StatusWriter:
         self._later: list[tuple[float, int, str]] = []
         self._seq = itertools.count()
         self._inflight: set[str] = set()
+        self._reporting = 0  # refusals being reported (flush waits for them)
         #: keys whose write in flight was settled or forgotten: not retried if it fails
         self._superseded: set[str] = set()
         self._gone: set[str] = set()  # keys forgotten while a write was in flight
@@ -227,7 +228,7 @@ class StatusWriter:
         """Waits until nothing is queued or in flight (tests, shutdown)."""
         deadline = self.clock() + timeout
         with self._cv:
-            while self._pending or self._inflight:
+            while self._pending or self._inflight or self._reporting:
                 if self.clock() > deadline:
                     return False
                 self._cv.wait(0.05)
@@ -352,11 +353,17 @@ class StatusWriter:
                 elif key in self._pending:
                     self._order.append(key)  # a newer one arrived while writing
                 QUEUED.set(len(self._pending))
+                self._reporting += refusal is not None  # flush waits for the report
                 self._cv.notify_all()
             if refusal is not None:
-                cached = self.workloads.get_by_name(want.name, want.namespace)
-                same = cached is not None and cached["metadata"].get("uid") == want.uid
-                refusals.report(self.recorder, cached if same else _ref(want), refusal)
+                try:
+                    cached = self.workloads.get_by_name(want.name, want.namespace)
+                    same = cached is not None and cached["metadata"].get("uid") == want.uid
+                    refusals.report(self.recorder, cached if same else _ref(want), refusal)
+                finally:
+                    with self._cv:
+                        self._reporting -= 1
+                        self._cv.notify_all()
 
     def _write(self, key: str, want: _Want) -> bool | None:
         """True when done (written, or nothing left to write); ``HELD``: the
