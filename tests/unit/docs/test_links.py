@@ -43,3 +43,10 @@ def test_the_readme_is_a_first_screen_then_a_page() -> None:
     lines = (ROOT / "README.md").read_text().splitlines()
     first = next(i for i, line in enumerate(lines, 1) if "make demo" in line)
     assert first <= 30 and len(lines) <= 400, (first, len(lines))
+
+
+def test_the_readme_lists_every_docs_page() -> None:
+    text = (ROOT / "README.md").read_text()
+    missing = [p.name for p in sorted((ROOT / "docs").glob("*.md"))
+               if f"(docs/{p.name})" not in text]
+    assert not missing, f"README.md's docs list lacks {missing}"
