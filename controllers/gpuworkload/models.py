@@ -28,7 +28,7 @@ Guarantees:
   a spec prepared with other defaults is not reused.
 - **Read-only.** Models and their parts are shared between reconciles of the same
   workload (one at a time: the work queue never hands a key to two workers): no
-  reader changes one (``tests/unit/controllers/test_workload_models.py`` checks
+  reader changes one (``tests/unit/controllers/gpuworkload/test_workload_models.py`` checks
   that a reconcile leaves them as they were made).
 - **Invalid is not cached**: ``ValidationError`` is raised each time (rare, and the
   reconcile reports it).

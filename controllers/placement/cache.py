@@ -14,7 +14,7 @@ yet are the controller's ``OwnWrites`` (a collaborator with a lock of its own, a
 leaf: asked under this lock, it never calls out), so an older cached copy is not
 taken for news. Nothing outside this module,
 ``state`` and ``events`` of this package touches them
-(``tests/unit/controllers/test_one_door.py`` greps for it).
+(``tests/unit/controllers/placement/test_one_door.py`` greps for it).
 
 The informers' changes (``set_node``, ``set_holder``, ``set_claim``,
 ``set_workload``, ``workload_gone``) are called by ``events.CacheEvents``;

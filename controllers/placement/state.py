@@ -68,7 +68,7 @@ T = TypeVar("T")
 
 #: The door: every name of the placement state that code outside
 #: ``controllers/placement/`` may use, by the client that uses it
-#: (``tests/unit/controllers/test_one_door.py`` fails on any other). A name added
+#: (``tests/unit/controllers/placement/test_one_door.py`` fails on any other). A name added
 #: here widens the door: say in the commit why the caller cannot do without it.
 DOOR: dict[str, frozenset[str]] = {
     # the GPUWorkload reconciler: decide, then commit or let go; the victim's side

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.unit.controllers.fakes import NS, Env
-from tests.unit.controllers.test_queue_gate import Cluster
+from tests.unit.controllers.queues.test_queue_gate import Cluster
 
 HIGH, LOW = "ns-a/high", "ns-a/low"
 

@@ -11,7 +11,7 @@ from typing import Any
 from api.v1alpha1.types import DeviceExposure
 from controllers.gpuworkload.setup import placement_handler
 from controllers.placement.state import PlacementState
-from tests.unit.controllers.test_placement_state import gw, pod
+from tests.unit.controllers.placement.test_placement_state import gw, pod
 from tests.unit.scheduling.helpers import node
 from tests.waiting import eventually
 

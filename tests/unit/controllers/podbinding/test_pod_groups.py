@@ -11,7 +11,7 @@ from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler
 from internal.scheduling.podgroups import pod_group
 from runtime import Request
-from tests.unit.controllers.test_podbinding import NS, Env, pod
+from tests.unit.controllers.podbinding.test_podbinding import NS, Env, pod
 
 GROUP = "gpu.orchestrator.dev/pod-group"
 SIZE = "gpu.orchestrator.dev/pod-group-size"

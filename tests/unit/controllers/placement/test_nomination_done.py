@@ -10,7 +10,7 @@ queue under its nominal waited for quota it was owed (the queue churn test's
 from __future__ import annotations
 
 from internal.scheduling.framework import PREEMPT
-from tests.unit.controllers.test_queue_gate import Cluster, child_pod
+from tests.unit.controllers.queues.test_queue_gate import Cluster, child_pod
 
 
 def test_a_victim_placed_again_is_reclaimable_once_its_preemptor_runs() -> None:

@@ -16,9 +16,9 @@ from controllers.placement.state import PlacementState
 from runtime.informer import SharedIndexInformer
 from runtime.store import thaw
 from tests.unit.controllers.fakes import NS, Env
-from tests.unit.controllers.test_placement_state import NODES, child, placed
-from tests.unit.controllers.test_podbinding import Env as SeedEnv
-from tests.unit.controllers.test_podbinding import pod as seed_pod
+from tests.unit.controllers.placement.test_placement_state import NODES, child, placed
+from tests.unit.controllers.podbinding.test_podbinding import Env as SeedEnv
+from tests.unit.controllers.podbinding.test_podbinding import pod as seed_pod
 from tests.unit.scheduling.helpers import DRA_DRIVER, dra_slice, gpunode, node
 from tests.waiting import eventually
 

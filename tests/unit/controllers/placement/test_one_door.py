@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 #: the placement state's own modules
 OWN = {"controllers/placement/cache.py", "controllers/placement/state.py",
        "controllers/placement/events.py"}
@@ -81,7 +81,7 @@ def test_a_booking_handed_out_is_a_copy_the_ledger_does_not_share() -> None:
     got changes nothing in the ledger (it got the live allocation before)."""
     from api.v1alpha1.types import DeviceExposure
     from controllers.placement.state import PlacementState
-    from tests.unit.controllers.test_placement_state import gw
+    from tests.unit.controllers.placement.test_placement_state import gw
     from tests.unit.scheduling.helpers import node
 
     state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES)

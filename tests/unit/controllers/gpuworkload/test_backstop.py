@@ -10,7 +10,7 @@ from controllers.gpuworkload.backstop import Backstop
 from controllers.status.writer import StatusWriter
 from internal.metrics.domain import BACKSTOP_RECONCILES
 from tests.unit.controllers.fakes import NS, Env, invalid
-from tests.unit.controllers.test_settled_wait import StatusClient
+from tests.unit.controllers.status.test_settled_wait import StatusClient
 
 
 class Clock:

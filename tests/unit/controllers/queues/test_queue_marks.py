@@ -15,8 +15,8 @@ from controllers.queues.status import QueueStatusReconciler
 from internal.scheduling.framework import UNSCHEDULABLE
 from runtime import Request
 from runtime.store import Indexer
-from tests.unit.controllers.test_queue_gate import Cluster, queue
-from tests.unit.controllers.test_queue_status import Client as StatusClient
+from tests.unit.controllers.queues.test_queue_gate import Cluster, queue
+from tests.unit.controllers.queues.test_queue_status import Client as StatusClient
 
 
 def ns(name: str, labels: dict[str, str] | None = None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from runtime.store import thaw
 from tests.unit.controllers.fakes import Env
-from tests.unit.controllers.test_gpuworkload_reconciler import running
+from tests.unit.controllers.gpuworkload.test_gpuworkload_reconciler import running
 
 
 def test_a_pod_orphaned_before_our_cache_shows_it_is_not_deleted() -> None:

@@ -20,7 +20,7 @@ from controllers.placement.state import PlacementState
 from controllers.queues.book import QueueBook
 from internal.scheduling.framework import PREEMPT
 from runtime.store import Indexer
-from tests.unit.controllers.test_placement_state import child
+from tests.unit.controllers.placement.test_placement_state import child
 from tests.unit.scheduling.helpers import node
 
 NODES = [node("node1", 4)]

@@ -66,7 +66,7 @@ def test_a_reconcile_in_flight_across_an_invalidation_decides_and_commits_in_the
     devices, and its commit lands there. Before, the refill built a second state; the
     reconcile committed into the discarded one while the new one gave the same
     devices to the next workload."""
-    from tests.unit.controllers.test_placement_state import gw
+    from tests.unit.controllers.placement.test_placement_state import gw
     from tests.unit.scheduling.helpers import node
 
     states = PlacementStateSource(
@@ -85,7 +85,7 @@ def test_a_reconcile_in_flight_across_an_invalidation_decides_and_commits_in_the
 def test_a_decision_in_flight_that_a_refill_finds_held_is_dropped_and_says_so() -> None:
     """The lost event was a pod on the decided devices: the refill keeps the pod, drops
     the decision, and the commit says there was nothing to commit."""
-    from tests.unit.controllers.test_placement_state import gw, pod
+    from tests.unit.controllers.placement.test_placement_state import gw, pod
     from tests.unit.scheduling.helpers import node
 
     pods: list[Any] = []

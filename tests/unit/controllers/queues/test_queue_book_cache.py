@@ -15,7 +15,7 @@ from controllers.queues.book import WAITING_FOR_QUOTA, QueueBook
 from controllers.queues.status import forget_on_delete
 from runtime.informer import SharedIndexInformer
 from runtime.store import Indexer
-from tests.unit.controllers.test_queue_gate import child_pod
+from tests.unit.controllers.queues.test_queue_gate import child_pod
 from tests.unit.scheduling.helpers import node
 
 

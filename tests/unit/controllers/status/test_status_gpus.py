@@ -9,7 +9,7 @@ from pathlib import Path
 from controllers.status.builder import gpus_held
 from internal.scheduling.mapparser import parse_scheduling_map
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def seed_map_from_the_docs() -> str:
