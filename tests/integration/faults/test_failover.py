@@ -1,7 +1,8 @@
 """Two managers as real processes (``python main.py manager``) on one Lease: kill -9 of
 the leader, SIGTERM of the leader, and a manager started with --leader-elect=false
 beside a live leader. No timed assertions: the measured failover times are printed
-(see docs/testing.md, "One controller at a time, and failover"). Its own module: one controller at a time."""
+(see docs/testing.md, "One controller at a time, and failover"). Its own module: one
+controller at a time."""
 
 from __future__ import annotations
 
