@@ -215,9 +215,17 @@ class Kueue:
                            "there: put one there, or run as a user that may unshare")
 
     def stop(self) -> None:
+        """Stops Kueue and takes its webhook configurations out (their failurePolicy is
+        Fail: left in, every later Job create would fail calling a closed port); the
+        next start installs them again."""
         if self.process is not None:
             self.process.stop()
             self.process = None
+        if self.installed:
+            for kind in ("mutating", "validating"):
+                self.cp.api("DELETE", f"/apis/admissionregistration.k8s.io/v1/{kind}"
+                            f"webhookconfigurations/kueue-{kind}-webhook-configuration")
+            self.installed = False
 
     # ---------------------------------------------------------------- queues
 

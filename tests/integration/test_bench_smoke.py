@@ -41,3 +41,32 @@ def test_bench_smoke(cluster: ControlPlane, tmp_path: Path) -> None:
     else:
         assert (out / "bound_over_time.png").stat().st_size > 0
     assert "kube-scheduler" in (out / "table.md").read_text()
+
+
+def test_bench_kueue_smoke(cluster: ControlPlane, tmp_path: Path) -> None:
+    """Kueue (built on first use from its Go module, hack/testenv/peers.sh) and ours
+    with one GPUQueue over the cluster are systems of the same run: Kueue admits every
+    suspended Job through its Workload (its webhooks on 127.0.0.1 answered the
+    creates), kube-scheduler binds the pods, and the ratio table compares them. The
+    Job baseline after Kueue still gets its Jobs created: Kueue's webhooks (failure
+    policy Fail) leave with it."""
+    out = tmp_path / "results"
+    systems = "kueue,kube-scheduler-jobs,gpu-orchestrator-queue"
+    code = main(["--sizes", "4", "--burst", "12", "--rate", "12", "--duration", "1",
+                 "--no-micro", "--no-kill", "--systems", systems,
+                 "--out", str(out), "--bin-dir", str(cluster.bin)])
+    assert code == 0
+    doc = json.loads((out / "bench.json").read_text())
+    (size,) = doc["e2e"]
+    assert set(size["systems"]) == set(systems.split(","))
+    for name, res in size["systems"].items():
+        for phase in ("burst", "steady"):
+            r = res[phase]
+            assert r["bound"] == 12, (name, phase, r)
+            assert r["double_booking"]["violations"] == 0, (name, phase, r["double_booking"])
+    for phase in ("burst", "steady"):
+        kueue = size["systems"]["kueue"][phase]["audit"]["detail"]["kueue"]
+        assert kueue.get("create workloads", 0) >= 12, kueue  # one Workload per Job
+        assert kueue.get("patch jobs", 0) >= 12, kueue  # each Job unsuspended by Kueue
+    table = (out / "table.md").read_text()
+    assert "ours with one queue / Kueue" in table
