@@ -220,7 +220,7 @@ def test_control_plane_leaves_no_process_behind_when_interrupted(
     try:
         pids = json.loads(child.stdout.readline())
         assert set(pids) == {"etcd", "kube-apiserver", "kube-controller-manager", "kwok",
-                             "check-pods"}
+                             "check-pods", "admitter"}
         assert all(alive(pid) for pid in pids.values())
         child.send_signal(signal.SIGTERM)
         child.wait(timeout=60)
