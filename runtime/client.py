@@ -548,10 +548,14 @@ class Client:
         subresource: str,
         body: Mapping[str, Any],
         namespace: str | None = None,
+        *,
+        deadline: float | None = None,
     ) -> JSON:
-        """POST to a subresource, e.g. ``pods/binding`` or ``serviceaccounts/token``."""
+        """POST to a subresource, e.g. ``pods/binding`` or ``serviceaccounts/token``;
+        ``deadline`` (``time.monotonic()``) bounds its retries, as ``request``'s."""
         return self.request(
-            "POST", self._info(api_version, kind).path(namespace, name, subresource), body=body
+            "POST", self._info(api_version, kind).path(namespace, name, subresource), body=body,
+            deadline=deadline,
         )
 
     def watch(

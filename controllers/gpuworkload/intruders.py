@@ -41,6 +41,7 @@ is a forgery, whatever labels it copies: its Warning says so.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +68,8 @@ OVERCOMMIT_REASON = "DeviceConflict"
 #: how often every pod is looked at again (``sweep``): those already there when the
 #: ledger became ready (a manager's start) had their events before it
 SWEEP_PERIOD = 10.0
+#: seconds an eviction may take, retries included (a refusal is asked again later)
+EVICT_DEADLINE = 5.0
 ORPHANED = "Orphaned"
 
 
@@ -196,8 +199,10 @@ class IntruderEvictor:
                     "metadata": {"name": name, "namespace": ns},
                     "deleteOptions": {"preconditions": {"uid": meta.get("uid")}}}
         try:
+            # a PodDisruptionBudget's refusal (429) is answered at once: asked again on
+            # the pod's next update, not retried here for tens of seconds
             self.client.create_subresource("v1", "Pod", name, "eviction", eviction,
-                                           namespace=ns)
+                                           namespace=ns, deadline=time.monotonic() + EVICT_DEADLINE)
         except NotFound:
             return
         except ApiError as exc:

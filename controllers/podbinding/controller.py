@@ -100,6 +100,8 @@ log = structlog.get_logger("podbinding")
 
 
 FAILED_SCHEDULING = "FailedScheduling"
+#: seconds an eviction may take, retries included (a refusal is asked again later)
+EVICT_DEADLINE = 5.0
 
 
 # ------------------------------------------------------------------ reconciler
@@ -325,8 +327,10 @@ class PodBindingReconciler:
                     "metadata": {"name": meta.get("name"), "namespace": ns},
                     "deleteOptions": {"preconditions": {"uid": meta.get("uid")}}}
         try:
+            # a PodDisruptionBudget's refusal is said at once, not retried for long
             self.client.create_subresource("v1", "Pod", meta.get("name"), "eviction",
-                                           eviction, namespace=ns)
+                                           eviction, namespace=ns,
+                                           deadline=time.monotonic() + EVICT_DEADLINE)
         except NotFound:
             return True  # gone already
         except ApiError as exc:

@@ -20,7 +20,8 @@ class Evictions:
         self.asked: list[tuple[str, str]] = []
 
     def create_subresource(self, api_version: str, kind: str, name: str, sub: str,
-                           body: dict[str, Any], namespace: str | None = None) -> dict:
+                           body: dict[str, Any], namespace: str | None = None,
+                           deadline: float | None = None) -> dict:
         assert (api_version, kind, sub) == ("v1", "Pod", "eviction")
         assert body["deleteOptions"]["preconditions"]["uid"] == f"uid-{name}"
         self.asked.append((namespace or "", name))

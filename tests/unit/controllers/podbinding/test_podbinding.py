@@ -41,7 +41,8 @@ class FakeClient:
             raise NotFound(404, "NotFound", f'{kind.lower()}s "{name}" not found') from None
 
     def create_subresource(self, api_version: str, kind: str, name: str, sub: str,
-                           body: dict[str, Any], namespace: str | None = None) -> dict:
+                           body: dict[str, Any], namespace: str | None = None,
+                           deadline: float | None = None) -> dict:
         assert (api_version, kind, sub) == ("v1", "Pod", "binding")
         if self.fail is not None:
             raise self.fail
@@ -448,7 +449,8 @@ class EvictingClient(FakeClient):
         self.evictions: list[dict[str, Any]] = []
 
     def create_subresource(self, api_version: str, kind: str, name: str, sub: str,
-                           body: dict[str, Any], namespace: str | None = None) -> dict:
+                           body: dict[str, Any], namespace: str | None = None,
+                           deadline: float | None = None) -> dict:
         if sub == "eviction":
             self.evictions.append(body)
             return body
