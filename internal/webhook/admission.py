@@ -94,11 +94,10 @@ def misshapen(pod: Any) -> str | None:
     return None
 
 
-def mutate_review(body: Mapping[str, Any],
-                  default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES,
-                  scheduler_name: str = DEFAULT_SCHEDULER_NAME,
-                  ) -> dict[str, Any]:
-    """The AdmissionReview answering ``body``; raises BadReview for a malformed body."""
+
+def review_request(body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """(the request, its uid) of an AdmissionReview ``body``; raises BadReview when it
+    is no AdmissionReview of our apiVersion with a request and a uid."""
     if body.get("kind") != "AdmissionReview" or not isinstance(body.get("request"), dict):
         raise BadReview("expected an AdmissionReview with a request")
     if body.get("apiVersion") != API_VERSION:
@@ -107,6 +106,14 @@ def mutate_review(body: Mapping[str, Any],
     uid = req.get("uid")
     if not isinstance(uid, str) or not uid:
         raise BadReview("the AdmissionReview's request has no uid")
+    return req, uid
+
+def mutate_review(body: Mapping[str, Any],
+                  default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES,
+                  scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+                  ) -> dict[str, Any]:
+    """The AdmissionReview answering ``body``; raises BadReview for a malformed body."""
+    req, uid = review_request(body)
     pod = req.get("object") or {}
     resource = req.get("resource")
     if (isinstance(resource, Mapping) and resource.get("resource") == "statefulsets"

@@ -38,9 +38,9 @@ from internal.scheduling.taints import tolerates
 from internal.webhook.admission import (
     API_VERSION,
     DEFAULT_SCHEDULER_NAME,
-    BadReview,
     deny,
     misshapen,
+    review_request,
 )
 
 ROUTE_PATH = "/route"
@@ -51,14 +51,7 @@ def route_review(body: Mapping[str, Any],
                  scheduler_name: str = DEFAULT_SCHEDULER_NAME) -> dict[str, Any]:
     """The AdmissionReview answering ``body`` sent to ``/route``; raises BadReview for
     a malformed body."""
-    if body.get("kind") != "AdmissionReview" or not isinstance(body.get("request"), dict):
-        raise BadReview("expected an AdmissionReview with a request")
-    if body.get("apiVersion") != API_VERSION:
-        raise BadReview(f"unsupported apiVersion {body.get('apiVersion')!r}; want {API_VERSION}")
-    req = body["request"]
-    uid = req.get("uid")
-    if not isinstance(uid, str) or not uid:
-        raise BadReview("the AdmissionReview's request has no uid")
+    req, uid = review_request(body)
     resource = req.get("resource")
     if (req.get("operation") != "CREATE" or not isinstance(resource, Mapping)
             or resource.get("resource") != "pods" or req.get("subResource")):
