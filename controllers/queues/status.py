@@ -2,7 +2,8 @@
 
 ``setup_queues`` reads GPUQueues and Namespaces (a namespace's labels pick its
 default queue) into the manager's cache and returns the ``QueueBook`` that the
-placement state's ``decide`` consults. A GPUQueue's change wakes the waiting
+placement state's ``decide`` consults; its queue manager follows the GPUQueue,
+Namespace and GPUWorkload informers' events. A GPUQueue's change wakes the waiting
 workloads (its quota may have grown); a write of its status does not.
 
 The queue-status controller writes each queue's ``status`` (used, borrowed and
@@ -33,13 +34,11 @@ from controllers.queues.book import QueueBook
 from controllers.queues.marks import NamespaceMarks, every_namespace, shadowed
 from controllers.status.conditions import set_condition
 from internal.metrics.domain import QUEUES
-from internal.objects import object_key
 from internal.scheduling.quota import Queue, Quotas
 from internal.scheduling.sharefloor import DEFAULT_FLOORS, ShareFloors
 from runtime import Builder, FuncHandler, Manager, NotFound, Request, Result
 from runtime.errors import ApiError
 from runtime.predicates import GenerationChangedPredicate
-from runtime.store import DeletedFinalStateUnknown
 
 log = structlog.get_logger("queues")
 
@@ -156,27 +155,6 @@ def queues_unavailable(client: Any) -> str | None:
     return None
 
 
-def _name(obj: Any) -> str:
-    raw = getattr(obj, "obj", obj) or {}  # a delete tombstone carries the object
-    return str((raw.get("metadata") or {}).get("name") or "")
-
-
-def forget_on_delete(book: QueueBook, namespaces: Any, workloads: Any) -> None:
-    """The book forgets a deleted namespace's queues and a deleted workload's place
-    in its queue's order (what it keeps is bounded by what the caches hold).
-    Inline: memory only, under the book's leaf locks."""
-    def namespace_gone(obj: Any) -> None:
-        book.namespace_deleted(_name(obj))
-
-    def workload_gone(obj: Any) -> None:
-        book.forget(obj.key if isinstance(obj, DeletedFinalStateUnknown) else object_key(obj))
-
-    namespaces.add_event_handler(FuncHandler(on_delete=namespace_gone,
-                                             name="queue-book-namespaces", inline=True))
-    workloads.add_event_handler(FuncHandler(on_delete=workload_gone,
-                                            name="queue-book-workloads", inline=True))
-
-
 def setup_queues(mgr: Manager, workloads: Any, state: Callable[[], Any],
                  require_queue: bool, floors: ShareFloors = DEFAULT_FLOORS
                  ) -> QueueBook | None:
@@ -194,9 +172,8 @@ def setup_queues(mgr: Manager, workloads: Any, state: Callable[[], Any],
         return None
     queues = mgr.informer_for(API_VERSION, "GPUQueue")
     namespaces = mgr.informer_for("v1", "Namespace")
-    book = QueueBook(queues.indexer, namespaces.indexer, workloads.indexer, require_queue,
-                     floors)
-    forget_on_delete(book, namespaces, workloads)
+    # the queue manager follows the three informers (controllers/queues/manager.py)
+    book = QueueBook(queues, namespaces, workloads, require_queue, floors)
 
     def wake(*_: Any) -> None:
         s = state()

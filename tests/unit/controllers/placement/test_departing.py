@@ -19,8 +19,8 @@ from api.v1alpha1.types import DeviceExposure, GPUWorkload
 from controllers.placement.state import PlacementState
 from controllers.queues.book import QueueBook
 from internal.scheduling.framework import PREEMPT
-from runtime.store import Indexer
 from tests.unit.controllers.placement.test_placement_state import child
+from tests.unit.controllers.queues.evented import EventedIndexer as Indexer
 from tests.unit.scheduling.helpers import node
 
 NODES = [node("node1", 4)]

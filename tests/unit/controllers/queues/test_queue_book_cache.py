@@ -12,9 +12,8 @@ from typing import Any
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
 from controllers.placement.state import PlacementState
 from controllers.queues.book import WAITING_FOR_QUOTA, QueueBook
-from controllers.queues.status import forget_on_delete
 from runtime.informer import SharedIndexInformer
-from runtime.store import Indexer
+from tests.unit.controllers.queues.evented import EventedIndexer as Indexer
 from tests.unit.controllers.queues.test_queue_gate import child_pod
 from tests.unit.scheduling.helpers import node
 
@@ -74,8 +73,7 @@ def test_the_book_remembers_one_answer_per_namespace_there_is() -> None:
     queues = Indexer()
     queues.add(_queue("a", 8, 1, "10"))
     namespaces, workloads = _informer("Namespace"), _informer("GPUWorkload")
-    book = QueueBook(queues, namespaces.indexer, workloads.indexer, False)
-    forget_on_delete(book, namespaces, workloads)
+    book = QueueBook(queues, namespaces, workloads, False)
     live = ["team-0", "team-1", "team-2"]
     for name in live:
         namespaces.watch_event("ADDED", _namespace(name, 1))
@@ -105,8 +103,7 @@ def test_a_deleted_workload_that_waited_for_quota_is_forgotten() -> None:
     queues.add({"metadata": {"name": "a", "uid": "uid-a", "generation": 1},
                 "spec": {"nominalGPUs": 4, "namespaceSelector": {}}})
     namespaces, workloads = _informer("Namespace"), _informer("GPUWorkload")
-    book = QueueBook(queues, namespaces.indexer, workloads.indexer, False)
-    forget_on_delete(book, namespaces, workloads)
+    book = QueueBook(queues, namespaces, workloads, False)
     namespaces.watch_event("ADDED", _namespace("team-0", 1))
     state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, rng=random.Random(1),
                            queues=book)

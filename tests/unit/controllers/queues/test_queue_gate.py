@@ -20,7 +20,7 @@ from controllers.queues.book import (
     QueueBook,
 )
 from internal.scheduling.framework import PREEMPT, UNSCHEDULABLE
-from runtime.store import Indexer
+from tests.unit.controllers.queues.evented import EventedIndexer as Indexer
 from tests.unit.scheduling.helpers import node
 
 NODES = [node(f"node{i}", 4) for i in range(1, 5)]

@@ -14,7 +14,7 @@ from controllers.queues.marks import NamespaceMarks, every_namespace
 from controllers.queues.status import QueueStatusReconciler
 from internal.scheduling.framework import UNSCHEDULABLE
 from runtime import Request
-from runtime.store import Indexer
+from tests.unit.controllers.queues.evented import EventedIndexer as Indexer
 from tests.unit.controllers.queues.test_queue_gate import Cluster, queue
 from tests.unit.controllers.queues.test_queue_status import Client as StatusClient
 

@@ -10,7 +10,7 @@ from typing import Any
 from controllers.queues.book import QueueBook
 from controllers.queues.status import QueueStatusReconciler
 from runtime import Request
-from runtime.store import Indexer
+from tests.unit.controllers.queues.evented import EventedIndexer as Indexer
 
 QUEUE = {"metadata": {"name": "a"},
          "spec": {"nominalGPUs": 8, "cohort": "r",
