@@ -1,0 +1,37 @@
+"""The cohort's fair share at its edges (internal/scheduling/admission.py): an equal
+share holds nobody, and of several fairer queues the one whose waiting workload is
+first in the order is named."""
+
+from __future__ import annotations
+
+from fractions import Fraction as F
+
+from internal.scheduling.admission import Line, Waiting, queued_behind
+from internal.scheduling.quota import Queue, Quotas
+
+
+def q(name: str, nominal: int) -> Queue:
+    return Queue(name=name, nominal=F(nominal), cohort="c")
+
+
+def line(key: str, w: Waiting) -> Line:
+    return [(w.order(key), w)]
+
+
+def test_a_queue_with_an_equal_fair_share_holds_no_borrower() -> None:
+    a, b = q("a", 4), q("b", 4)
+    # a would borrow 1 (3 + 2 of 4) but borrows nothing yet: its share is 0, as b's
+    lines = {"b": line("ns-b/w", Waiting("b", 0, "t0", F(1)))}
+    me = Waiting("a", 0, "t1", F(2))
+    assert queued_behind("ns-a/me", me, a, Quotas([a, b]), {"a": F(3)}, lines) is None
+
+
+def test_of_two_fairer_queues_the_older_waiting_workload_is_named() -> None:
+    a, b, d = q("a", 4), q("b", 4), q("d", 4)
+    used = {"a": F(6), "b": F(0), "d": F(0)}
+    lines = {"b": line("ns-b/older", Waiting("b", 0, "t1", F(1))),
+             "d": line("ns-d/newer", Waiting("d", 0, "t2", F(1)))}
+    me = Waiting("a", 0, "t3", F(1))
+    assert queued_behind("ns-a/me", me, a, Quotas([a, b, d]), used, lines) == (
+        "waiting for ns-b/older of queue b: queue a borrows more for its weight "
+        "(fair share 2.00)")
