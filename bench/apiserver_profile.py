@@ -3,12 +3,14 @@ requests a unit of ours costs, recorded with the kube-apiserver's own profiler.
 
 On a fresh local control plane (the benchmark's: config/crd and
 config/admission-finalizer installed, no controller, no scheduler, no node), each
-kind of request is sent over 8 connections for ``--seconds`` while
-``/debug/pprof/profile`` records the kube-apiserver: the GPUWorkload status as the
-status writer sends it, the GPUWorkload create (finalizer by policy) and, for
-comparison, a pod create. Written to ``--out``: each raw profile
-(``<kind>.pb.gz``, for ``go tool pprof``) and ``summary.md``: per kind, the requests
-sent, the CPU per request, and the share of the process's CPU samples under each
+kind of request is sent over ``--workers`` connections (8) for ``--seconds``, once
+without the profiler (the requests sent, the kube-apiserver's CPU per request and the
+p50 and p99 of the answer's time) and once more while ``/debug/pprof/profile`` records
+the kube-apiserver: the GPUWorkload status as the status writer sends it, the
+GPUWorkload create (finalizer by policy) and, for comparison, the benchmark's pod
+create. Written to ``--out``: each raw profile (``<kind>.pb.gz``, for ``go tool
+pprof``) and ``summary.md``: the unprofiled pass's table, then per kind the share of
+the process's CPU samples under each
 stage of a request (:data:`STAGES`; a sample may fall under two, e.g. a CEL rule run
 inside the validation), then ``go tool pprof -top -cum`` of the largest entries.
 
@@ -62,6 +64,8 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("the watch cache decoding etcd's events",
      r"storage/etcd3\.\(\*watchChan\)\.transform$"),
     ("the response encoded", r"responsewriters\.WriteObjectNegotiated$"),
+    ("the storage's create (encoding, the etcd transaction's client side)",
+     r"etcd3\.\(\*store\)\.Create$"),
     ("garbage collection (background marking)", r"^runtime\.gcBgMarkWorker$"),
 )
 
@@ -187,8 +191,10 @@ def _record(api: Any, seconds: int, out: Path) -> None:
 
 
 def _send_while(api: Any, make: Callable[[int, int], tuple[str, str, Any, str]],
-                until: float, workers: int = 8) -> tuple[int, list[str]]:
-    sent = [0] * workers
+                until: float, workers: int = 8) -> tuple[list[float], list[str]]:
+    """Sends ``make``'s requests over ``workers`` connections until ``until``: each
+    answered request's time in seconds, and the first refusals."""
+    times: list[list[float]] = [[] for _ in range(workers)]
     errors: list[str] = []
 
     def run(k: int) -> None:
@@ -196,18 +202,46 @@ def _send_while(api: Any, make: Callable[[int, int], tuple[str, str, Any, str]],
             if time.time() >= until or errors:
                 return
             method, path, body, ct = make(k, i)
+            t0 = time.perf_counter()
             code, out = api.request(method, path, body, content_type=ct)
             if code >= 300:
                 errors.append(f"{method} {path}: {code} {str(out)[:200]}")
                 return
-            sent[k] += 1
+            times[k].append(time.perf_counter() - t0)
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(workers)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return sum(sent), errors
+    return [x for ts in times for x in ts], errors
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``, nearest rank (0 when empty)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+def _pass(api: Any, pid: int, make: Callable[[int, int], tuple[str, str, Any, str]],
+          seconds: int, workers: int, profile: Path | None = None) -> dict[str, Any]:
+    """One kind's requests for ``seconds`` (recording ``profile`` meanwhile when
+    given): requests sent, kube-apiserver CPU ms per request, p50 and p99 ms."""
+    before = proc_stats(pid)["cpu_s"]
+    recorder = None
+    if profile is not None:
+        recorder = threading.Thread(target=_record, args=(api, seconds, profile))
+        recorder.start()
+    times, errors = _send_while(api, make, time.time() + seconds, workers)
+    if recorder is not None:
+        recorder.join()
+    cpu = proc_stats(pid)["cpu_s"] - before
+    if errors:
+        raise RuntimeError(errors[0])
+    return {"sent": len(times), "cpu_ms": 1000 * cpu / max(len(times), 1),
+            "p50_ms": 1000 * percentile(times, 0.5), "p99_ms": 1000 * percentile(times, 0.99)}
 
 
 def top_cum(profile: Path, nodes: int = 400) -> list[tuple[float, str]]:
@@ -231,11 +265,17 @@ def summary(results: list[dict[str, Any]], out: Path) -> str:
     lines = ["# Where the kube-apiserver's CPU goes, per kind of request", "",
              "`python -m bench.apiserver_profile` (module docstring: how it is measured).",
              ""]
+    lines += ["| kind | requests | kube-apiserver CPU ms per request | p50 ms | p99 ms |",
+              "| --- | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {r['kind']} | {r['sent']} | {r['cpu_ms']:.2f} | {r['p50_ms']:.1f} | "
+              f"{r['p99_ms']:.1f} |" for r in results]
+    lines += ["", "Without the profiler; then a second pass of each kind as long with it,"
+              " whose samples are below.", ""]
     for r in results:
         rows = top_cum(out / f"{r['kind']}.pb.gz")
         lines += [f"## {r['kind']}", "",
-                  f"{r['sent']} requests in {r['seconds']} s over 8 connections, "
-                  f"{r['cpu_ms']:.2f} ms of kube-apiserver CPU per request "
+                  f"{r['seconds']} s over {r['workers']} connections, "
+                  f"{r['profiled_cpu_ms']:.2f} ms of kube-apiserver CPU per request "
                   "(profiler running).", "",
                   "| stage | share of CPU samples |", "| --- | ---: |"]
         lines += [f"| {label} | {pct:.1f}% |" for label, pct in stages(rows) if pct]
@@ -249,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("bench/results/apiserver-profile"))
     p.add_argument("--seconds", type=int, default=12, help="per kind (default 12)")
+    p.add_argument("--workers", type=int, default=8,
+                   help="connections sending at once (default 8)")
     p.add_argument("--bin-dir", type=Path, default=None)
     args = p.parse_args(argv)
     if shutil.which("go") is None:
@@ -273,22 +315,21 @@ def main(argv: list[str] | None = None) -> int:
                 for i in range(n)}
         pid = cp.pids()["kube-apiserver"]
         for kind, make in _kinds(ns, uids, n):
-            before = proc_stats(pid)["cpu_s"]
-            recorder = threading.Thread(target=_record,
-                                        args=(api, args.seconds, args.out / f"{kind}.pb.gz"))
-            recorder.start()
-            sent, errors = _send_while(api, make, time.time() + args.seconds)
-            recorder.join()
-            cpu = proc_stats(pid)["cpu_s"] - before
-            if errors:
-                raise RuntimeError(f"{kind}: {errors[0]}")
-            results.append({"kind": kind, "sent": sent, "seconds": args.seconds,
-                            "cpu_ms": 1000 * cpu / max(sent, 1)})
-            print(f"{kind}: {sent} requests, {1000 * cpu / max(sent, 1):.2f} ms per request")
+            # a timed pass without the profiler, then the profiled one; the second's
+            # workers are numbered after the first's, so its creates have new names
+            timed = _pass(api, pid, make, args.seconds, args.workers)
+            profiled = _pass(api, pid, lambda k, i, m=make: m(args.workers + k, i),
+                             args.seconds, args.workers, args.out / f"{kind}.pb.gz")
+            results.append({"kind": kind, "seconds": args.seconds, "workers": args.workers,
+                            **timed, "profiled_cpu_ms": profiled["cpu_ms"]})
+            print(f"{kind}: {timed['sent']} requests, {timed['cpu_ms']:.2f} ms of CPU per "
+                  f"request, p50 {timed['p50_ms']:.1f} ms, p99 {timed['p99_ms']:.1f} ms")
     finally:
         cp.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    text = summary(results, args.out)
+    with open("/proc/loadavg") as f:
+        load = " ".join(f.read().split()[:3])
+    text = summary(results, args.out) + f"\nLoad average at the end: {load}.\n"
     (args.out / "summary.md").write_text(text + "\n")
     print(text)
     return 0

@@ -37,7 +37,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from api.v1alpha1 import changes
-from api.v1alpha1.door import MAP_INDEX_RULE, MAP_STRATEGY_RULE, names_policy, template_rules
+from api.v1alpha1.door import MAP_INDEX_RULE, MAP_STRATEGY_RULE, NAME_RULES, template_rules
 from api.v1alpha1.finalizer_policy import finalizer_policy
 from api.v1alpha1.keys import GROUP, SCHEDULING_MAP_ANNOTATION
 from api.v1alpha1.pod_devices import pod_devices
@@ -455,8 +455,12 @@ TEMPLATE_GPU_RULE = {
 
 
 def admission_policy() -> list[dict[str, Any]]:
-    """ValidatingAdmissionPolicy for the rules CRD CEL cannot express (metadata access;
-    the template, whose schema is left open)."""
+    """The one ValidatingAdmissionPolicy of every GPUWorkload create and update, for the
+    rules CRD CEL cannot express (metadata access; the template, whose schema is left
+    open; the names of the children, door.py), also on the scale subresource (whose
+    Scale object has only metadata.name and spec.replicas, so every rule but the
+    names' finds nothing to refuse there). One policy, not one per concern: the API
+    server builds each matching policy's inputs three times per request."""
     name = f"gpuworkload-scheduling-map.{GROUP}"
     ann = SCHEDULING_MAP_ANNOTATION
     strategy = SchedulingStrategy.ANNOTATION_MAP.value
@@ -473,7 +477,7 @@ def admission_policy() -> list[dict[str, Any]]:
                             "apiGroups": [GROUP],
                             "apiVersions": [VERSION],
                             "operations": ["CREATE", "UPDATE"],
-                            "resources": ["gpuworkloads"],
+                            "resources": ["gpuworkloads", "gpuworkloads/scale"],
                         }
                     ]
                 },
@@ -515,6 +519,7 @@ def admission_policy() -> list[dict[str, Any]]:
                     },
                     TEMPLATE_GPU_RULE,
                     *template_rules(),
+                    *NAME_RULES,
                 ],
             },
         },
@@ -535,7 +540,7 @@ def render() -> dict[Path, str]:
     """Every generated file and its content, keyed by absolute path."""
     from api.v1alpha1.queue_crd import QUEUE_CRD_FILE, queue_crd
 
-    policy = "---\n".join(_dump(d) for d in [*admission_policy(), *names_policy()])
+    policy = "---\n".join(_dump(d) for d in admission_policy())
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",

@@ -11,10 +11,11 @@ rules such a workload is accepted and every attempt ends in ``ChildCreateFailed`
 =========================  ==========================================  ==============
 rule                       refuses                                     where
 =========================  ==========================================  ==============
-``NAME_RULES``             a name longer than its children allow; a    the
-                           gang's name that is not a DNS-1035 label    ``gpuworkload-
-                           (on create, and when replicas change, also  names`` policy
-                           through ``kubectl scale``)                  (CRD CEL cannot
+``NAME_RULES``             a name longer than its children allow; a    admission
+                           gang's name that is not a DNS-1035 label    policy, also on
+                           (on create, and when replicas change, also  the scale
+                           through ``kubectl scale``)                  subresource
+                                                                       (CRD CEL cannot
                                                                        bound a name)
 ``MAP_INDEX_RULE``         a map index at or above replicas (an index  CRD (spec)
                            that is not ASCII digits is left to the
@@ -27,6 +28,13 @@ rule                       refuses                                     where
                            Job template with ``restartPolicy: Always``
 =========================  ==========================================  ==============
 
+"Admission policy" is one: ``gpuworkload-scheduling-map`` (api/v1alpha1/crd.py
+``admission_policy``) holds these rules beside the map's. The API server builds a
+policy's CEL inputs (the object copied, the request and the namespace converted) three
+times per request it matches, so each policy on every GPUWorkload create costs that
+create; two policies here cost 0.1-0.3 ms more per create than one (bench/README.md,
+round 8).
+
 ``refusals(obj)`` applies ``NAME_RULES`` and ``template_rules()`` in Python, with the
 same words, for ``kubectl gpu submit`` to refuse before any request.
 """
@@ -37,9 +45,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from api.v1alpha1.keys import GROUP
-from api.v1alpha1.policies import policy_pair, resource_rule
-from api.v1alpha1.types import MAX_CHILD_NAME, VERSION, SchedulingStrategy, WorkloadKind
+from api.v1alpha1.types import MAX_CHILD_NAME, SchedulingStrategy, WorkloadKind
 
 #: RE2: a DNS-1035 label (Service names) and a DNS-1123 label (container names,
 #: hostnames), length checked apart so the message can say which is wrong.
@@ -227,17 +233,6 @@ def template_rules() -> list[dict[str, Any]]:
         "reason": "Invalid",
     })
     return out
-
-
-def names_policy() -> list[dict[str, Any]]:
-    """NAME_RULES on GPUWorkloads and on their scale subresource (whose object is a
-    Scale: ``metadata.name`` and ``spec.replicas``, all these rules read)."""
-    return policy_pair(f"gpuworkload-names.{GROUP}", {
-        "matchConstraints": {"resourceRules": [
-            resource_rule(GROUP, VERSION, ["gpuworkloads", "gpuworkloads/scale"],
-                          ["CREATE", "UPDATE"])]},
-        "validations": NAME_RULES,
-    })
 
 
 def refusals(obj: Mapping[str, Any]) -> list[str]:

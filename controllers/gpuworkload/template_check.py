@@ -14,7 +14,7 @@ the placement goes on and the real create reports it.
 
 One dry run per namespace and spec, remembered: workloads of one namespace whose specs
 are equal make the same children but for their names (whose length and form the
-``gpuworkload-names`` admission policy checks), so a burst of a thousand workloads from
+``gpuworkload-scheduling-map`` admission policy checks), so a burst of a thousand workloads from
 one template costs the API server one dry run, not a thousand (a dry-run create costs
 as much as a create). Workers that ask while that one dry run is in flight wait for
 its verdict instead of sending their own (a burst's first workloads reach the workers

@@ -47,3 +47,14 @@ def test_per_unit_turns_shares_into_ms_per_unit_once_per_row(monkeypatch, tmp_pa
     assert rows["garbage collection (background marking)"][0] == "1.50"
     assert len(rows) == len(table.splitlines()) - 2  # no row twice
     assert "deletes" not in rows  # nothing sampled there in either column
+
+
+def test_the_answer_times_are_read_at_their_nearest_rank() -> None:
+    """p50 and p99 of a create's answer, as the round-8 table prints them."""
+    from bench.apiserver_profile import percentile
+
+    times = [i / 1000 for i in range(1, 101)]  # 1..100 ms, shuffled order does not matter
+    assert percentile(list(reversed(times)), 0.5) == 0.050
+    assert percentile(times, 0.99) == 0.099
+    assert percentile([0.2], 0.99) == 0.2
+    assert percentile([], 0.5) == 0.0
