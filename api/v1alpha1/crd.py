@@ -482,6 +482,10 @@ def admission_policy() -> list[dict[str, Any]]:
                     ]
                 },
                 "validations": [
+                    # first, as when they were a policy of their own whose name sorted
+                    # first: a create refused for both its name and its map or template
+                    # is told about the name (the API server names the first refusal)
+                    *NAME_RULES,
                     {
                         "expression": (
                             "!has(object.spec) || !has(object.spec.schedulingStrategy) || "
@@ -519,7 +523,6 @@ def admission_policy() -> list[dict[str, Any]]:
                     },
                     TEMPLATE_GPU_RULE,
                     *template_rules(),
-                    *NAME_RULES,
                 ],
             },
         },

@@ -86,7 +86,8 @@ def test_node_crd_is_cluster_scoped() -> None:
 
 def test_admission_policy_reads_annotation() -> None:
     policy = crd.admission_policy()[0]
-    expr = policy["spec"]["validations"][0]["expression"]
+    expr = next(v["expression"] for v in policy["spec"]["validations"]
+                if "needs spec.schedulingMap" in v.get("message", ""))
     assert "object.metadata.annotations" in expr and "annotationMap" in expr
 
 
