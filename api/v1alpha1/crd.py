@@ -37,7 +37,13 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from api.v1alpha1 import changes
-from api.v1alpha1.door import MAP_INDEX_RULE, MAP_STRATEGY_RULE, NAME_RULES, template_rules
+from api.v1alpha1.door import (
+    MAP_INDEX_RULE,
+    MAP_STRATEGY_RULE,
+    NAME_RULES,
+    gated,
+    template_rules,
+)
 from api.v1alpha1.finalizer_policy import finalizer_policy
 from api.v1alpha1.keys import GROUP, SCHEDULING_MAP_ANNOTATION
 from api.v1alpha1.pod_devices import pod_devices
@@ -455,6 +461,13 @@ TEMPLATE_GPU_RULE = {
 
 
 def admission_policy() -> list[dict[str, Any]]:
+    """:func:`_scheduling_map_policy` behind its own gate (door.py ``gated``): a create
+    it would admit costs one CEL expression, not every rule and message."""
+    policy, binding = _scheduling_map_policy()
+    return [gated(policy), binding]
+
+
+def _scheduling_map_policy() -> list[dict[str, Any]]:
     """The one ValidatingAdmissionPolicy of every GPUWorkload create and update, for the
     rules CRD CEL cannot express (metadata access; the template, whose schema is left
     open; the names of the children, door.py), also on the scale subresource (whose

@@ -235,6 +235,29 @@ def template_rules() -> list[dict[str, Any]]:
     return out
 
 
+#: the gate's name (a matchCondition of the policy it guards)
+GATE = "refuses-something"
+
+
+def gated(policy: dict[str, Any]) -> dict[str, Any]:
+    """``policy`` with a matchCondition that is true only when one of its validations is
+    false: the negation of all of them joined with ``&&``.
+
+    The API server evaluates a policy that matches a request in three passes, each
+    with its CEL inputs built afresh (the object copied, the request and the namespace
+    converted): every validation, then every ``messageExpression`` (on every request,
+    passing or not), then the audit annotations (none here). A matchCondition is one
+    pass with one expression. So a request the policy admits costs that one
+    expression, and a request it refuses goes on to the same validations, which
+    refuse it with the same messages (a rule that would err errs in the gate first,
+    and the policy's failurePolicy Fail refuses it too, in CEL's words)."""
+    spec = policy["spec"]
+    every = " && ".join(f"({v['expression']})" for v in spec["validations"])
+    gate = {"name": GATE, "expression": f"!({every})"}
+    return {**policy, "spec": {**spec, "matchConditions": [*spec.get("matchConditions", []),
+                                                           gate]}}
+
+
 def refusals(obj: Mapping[str, Any]) -> list[str]:
     """What ``NAME_RULES`` and ``template_rules()`` refuse in ``obj`` (a GPUWorkload
     being created), in their words: for a client to refuse before any request."""

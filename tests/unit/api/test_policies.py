@@ -152,3 +152,16 @@ def test_the_one_policy_still_checks_names_on_kubectl_scale() -> None:
     # first: a create refused for its name and for its template hears of its name, as
     # when the names were a policy of their own (gpuworkload-names sorted first)
     assert policy["spec"]["validations"][:len(NAME_RULES)] == NAME_RULES
+
+
+def test_the_one_policy_is_gated_by_all_its_rules() -> None:
+    """A create it admits costs one expression (the gate), not each rule's and each
+    message's: the gate is true exactly when one of the validations is false, so a
+    refused create goes on to the same validations and the same messages."""
+    from api.v1alpha1.door import GATE
+
+    spec = crd.admission_policy()[0]["spec"]
+    (gate,) = [c for c in spec["matchConditions"] if c["name"] == GATE]
+    assert gate["expression"] == "!(" + " && ".join(
+        f"({v['expression']})" for v in spec["validations"]) + ")"
+    assert spec["failurePolicy"] == "Fail"  # a gate that errs refuses, as a rule that errs did
