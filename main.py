@@ -237,7 +237,9 @@ def _bool(v: str) -> bool:
 
 def run_manager(args: argparse.Namespace) -> int:
     from controllers.dra.claims import DraOptions
-    from controllers.gpuworkload.setup import ControllerOptions, setup_gpuworkload_controller
+    from controllers.podbinding.controller import PodBindingOptions
+    from controllers.setup import ControllerOptions, setup_controllers
+    from controllers.status.pacing import PacingOptions
     from runtime import Manager, Options, RestConfig
 
     config = RestConfig.load(args.kubeconfig)
@@ -264,8 +266,8 @@ def run_manager(args: argparse.Namespace) -> int:
         retry_period=args.leader_elect_retry_period,
     ))
     namespaces = frozenset(n.strip() for n in args.namespaces.split(",") if n.strip())
-    from controllers.status.pacing import PacingOptions
-    _, reconciler = setup_gpuworkload_controller(mgr, ControllerOptions(
+    # the composition root: every controller on one set of shared parts
+    setup_controllers(mgr, ControllerOptions(
         workers=args.workers, default_exposure=DeviceExposure(args.device_exposure),
         stale_after=args.gpunode_stale_after, default_strategy=args.default_strategy,
         max_gpus_per_node=args.max_gpus_per_node,
@@ -277,14 +279,12 @@ def run_manager(args: argparse.Namespace) -> int:
                                     max_lag=args.status_max_lag,
                                     busy_hold=args.status_busy_hold),
         dra=DraOptions(driver=args.dra_driver, device_class=args.dra_device_class)
-        if args.enable_dra or args.device_exposure == DeviceExposure.DRA.value else None))
-    if args.enable_pod_binding:
-        from controllers.podbinding.controller import PodBindingOptions, setup_podbinding_controller
-        setup_podbinding_controller(
-            mgr, reconciler.states, reconciler.own_writes, PodBindingOptions(
-                scheduler_name=args.scheduler_name, workers=args.workers,
-                default_strategy=args.default_strategy,
-                evict_conflicting_pods=args.evict_conflicting_pods, namespaces=namespaces))
+        if args.enable_dra or args.device_exposure == DeviceExposure.DRA.value else None),
+        pod_binding=PodBindingOptions(
+            scheduler_name=args.scheduler_name, workers=args.workers,
+            default_strategy=args.default_strategy,
+            evict_conflicting_pods=args.evict_conflicting_pods, namespaces=namespaces)
+        if args.enable_pod_binding else None)
     return mgr.start(install_signal_handlers=True)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import structlog
@@ -23,7 +24,6 @@ from controllers.dra.claim_release import release_claim
 from controllers.dra.claims import (
     POD_CLAIM_INDEX,
     ClaimManager,
-    DraOptions,
     claim_placement,
     index_pods_by_claim,
 )
@@ -42,8 +42,8 @@ from runtime import (
     Request,
     Result,
 )
-from runtime.events import EventRecorder
-from runtime.store import OWNER_UID_INDEX, Indexer, index_by_owner_uid
+from runtime.informer import SharedIndexInformer
+from runtime.store import OWNER_UID_INDEX, Indexer
 
 log = structlog.get_logger("claims")
 
@@ -146,33 +146,28 @@ def _uses(pod: JSON) -> bool:
     return pod_is_active(pod)
 
 
-def claim_manager(mgr: Manager, states: PlacementStateSource, recorder: EventRecorder,
-                  opts: DraOptions) -> ClaimManager:
-    """The claim manager the GPUWorkload reconciler is made with (its ResourceClaim
-    informer, indexed by owner), booking in the manager's placement state."""
-    claims = mgr.informer_for(DRA_API_VERSION, "ResourceClaim",
-                              indexers={OWNER_UID_INDEX: index_by_owner_uid})
-    return ClaimManager(mgr.client, recorder, claims.indexer, states, opts)
-
-
-def setup_claims(mgr: Manager, states: PlacementStateSource, manager: ClaimManager,
-                 workers: int = 2) -> Controller:
-    """Wires the claim controller into a manager, on the placement state and the
-    claim manager the GPUWorkload reconciler uses."""
-    claims = mgr.informer_for(DRA_API_VERSION, "ResourceClaim",
-                              indexers={OWNER_UID_INDEX: index_by_owner_uid})
-    pods = mgr.informer_for("v1", "Pod", indexers={POD_CLAIM_INDEX: index_pods_by_claim})
+def setup_claims(mgr: Manager, claims: SharedIndexInformer, pods: Indexer,
+                 states: PlacementStateSource, manager: ClaimManager, workers: int = 2
+                 ) -> tuple[Controller, ClaimReconciler]:
+    """The claim controller, on the composition root's parts (controllers/setup.py):
+    the ResourceClaim informer (indexed by owner), the Pod indexer (indexed by
+    claim), the placement state and the claim manager the GPUWorkload reconciler
+    uses."""
+    reconciler = ClaimReconciler(mgr.client, claims.indexer, pods, states, manager)
     ctrl = (Builder(mgr).named("resourceclaims")
             .for_(DRA_API_VERSION, "ResourceClaim")
             .watches("v1", "Pod", _pod_claims)
             .watches(API_VERSION, "GPUWorkload", _workload_claims(claims.indexer))
             .with_options(max_concurrent_reconciles=workers)
-            .complete(ClaimReconciler(mgr.client, claims.indexer, pods.indexer, states,
-                                      manager)))
+            .complete(reconciler))
     # a released claim's mark goes with it
-    claims.add_event_handler(FuncHandler(None, None, lambda obj: manager.unmark(
-        str(((getattr(obj, "obj", obj) or {}).get("metadata") or {}).get("uid") or ""))))
-    return ctrl
+    claims.add_event_handler(FuncHandler(None, None, partial(_unmark, manager)))
+    return ctrl, reconciler
+
+
+def _unmark(manager: ClaimManager, obj: Any) -> None:
+    manager.unmark(str(((getattr(obj, "obj", obj) or {}).get("metadata") or {}).get("uid")
+                       or ""))
 
 
 def _pod_claims(pod: JSON) -> list[Request]:

@@ -17,8 +17,8 @@ import pytest
 
 from api.v1alpha1.types import API_VERSION, DeviceExposure
 from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
-from controllers.gpuworkload.setup import ControllerOptions, setup_gpuworkload_controller
-from controllers.podbinding.controller import PodBindingOptions, setup_podbinding_controller
+from controllers.podbinding.controller import PodBindingOptions
+from controllers.setup import ControllerOptions, setup_controllers
 from hack.testenv import ControlPlane
 from internal.scheduling.snapshot import NodeInfo
 from runtime import Client, Forbidden, Manager, NotFound, Options, RestConfig
@@ -79,13 +79,13 @@ class Running:
                                            leader_elect=self.leader_elect,
                                            leader_election_namespace="gpu-orchestrator-system",
                                            leader_election_id="gpu-orchestrator-leader"))
-        _, self.reconciler = setup_gpuworkload_controller(
-            self.mgr, ControllerOptions(**{"workers": 4, **self.opts}))
+        pb = None
         if self.pod_binding:
             pb = self.pod_binding if isinstance(self.pod_binding, PodBindingOptions) else \
                 PodBindingOptions(max_backoff=5.0)
-            _, self.binder = setup_podbinding_controller(
-                self.mgr, self.reconciler.states, self.reconciler.own_writes, pb)
+        built = setup_controllers(self.mgr, ControllerOptions(**{"workers": 4, **self.opts}),
+                                  pod_binding=pb)
+        self.reconciler, self.binder = built.reconciler, built.binder
         mgr = self.mgr
         self.thread = threading.Thread(target=lambda: self.codes.append(mgr.start()),
                                        daemon=True, name="test-manager")

@@ -11,7 +11,8 @@ import threading
 from typing import Any
 
 from api.v1alpha1.types import DeviceExposure
-from controllers.gpuworkload.setup import placement_handler
+from controllers.informers import placement_handler
+from controllers.placement.events import CacheEvents
 from controllers.placement.state import PlacementState
 from runtime.informer import SharedIndexInformer
 from runtime.store import thaw
@@ -188,7 +189,8 @@ def test_a_raising_placement_handler_leads_to_a_rebuild_that_holds_the_pod() -> 
         raise RuntimeError("a bug while reading the pod")
     old._ledger.sync_pod = bug  # type: ignore[method-assign]
     informer = SharedIndexInformer(client=None, api_version="v1", kind="Pod")  # type: ignore[arg-type]
-    informer.add_event_handler(placement_handler(env.rec, "Pod", "on_pod"))
+    informer.add_event_handler(placement_handler(env.rec.states, "Pod", CacheEvents.on_pod,
+                                                 CacheEvents.on_pod_deleted))
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "other", "namespace": NS, "uid": "uid-other",
                         "annotations": {"gpu.orchestrator.dev/devices": "0,1,2,3"}},

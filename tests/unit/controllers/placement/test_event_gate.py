@@ -9,7 +9,8 @@ import types
 from typing import Any
 
 from api.v1alpha1.types import DeviceExposure
-from controllers.gpuworkload.setup import placement_handler
+from controllers.informers import placement_handler
+from controllers.placement.events import CacheEvents
 from controllers.placement.state import PlacementState
 from tests.unit.controllers.placement.test_placement_state import gw, pod
 from tests.unit.scheduling.helpers import node
@@ -32,8 +33,10 @@ def blocked_decide(state: PlacementState) -> tuple[threading.Event, threading.Th
     return release, t
 
 
-def handler(state: PlacementState) -> Any:
-    return placement_handler(types.SimpleNamespace(state=state), "Pod", "on_pod")  # type: ignore[arg-type]
+def handler(state: PlacementState, on_pod: Any = CacheEvents.on_pod) -> Any:
+    source = types.SimpleNamespace(current=state)  # the source holding ``state``
+    return placement_handler(source, "Pod", on_pod,  # type: ignore[arg-type]
+                             CacheEvents.on_pod_deleted)
 
 
 def test_a_watch_event_does_not_wait_for_a_long_decide() -> None:
@@ -74,11 +77,10 @@ def test_a_deferred_event_that_raises_invalidates_the_state() -> None:
     state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES)
     state.rebuild(lambda: ([node("node1", 4)], [], [], []))
     release, decider = blocked_decide(state)
-    h = handler(state)
 
-    def bug(obj: Any) -> None:
+    def bug(events: Any, obj: Any) -> None:
         raise RuntimeError("a bug while reading the pod")
-    state.events.on_pod = bug  # type: ignore[method-assign]
+    h = handler(state, on_pod=bug)
     h.on_add(pod("theirs", "node1", devices="0"))
     release.set()
     decider.join(5)
