@@ -1,12 +1,15 @@
 """The cohort's fair share at its edges (internal/scheduling/admission.py): an equal
-share holds nobody, and of several fairer queues the one whose waiting workload is
-first in the order is named."""
+share holds nobody, of several fairer queues the one whose waiting workload is
+first in the order is named, and a reclaim plans from the use left once every
+preemption under way is done."""
 
 from __future__ import annotations
 
 from fractions import Fraction as F
 
-from internal.scheduling.admission import Line, Waiting, queued_behind
+from internal.scheduling.admission import Line, Waiting, queued_behind, settled
+from internal.scheduling.ledger import Allocation
+from internal.scheduling.queue_usage import OwnerUse
 from internal.scheduling.quota import Queue, Quotas
 
 
@@ -35,3 +38,14 @@ def test_of_two_fairer_queues_the_older_waiting_workload_is_named() -> None:
     assert queued_behind("ns-a/me", me, a, Quotas([a, b, d]), used, lines) == (
         "waiting for ns-b/older of queue b: queue a borrows more for its weight "
         "(fair share 2.00)")
+
+
+def test_every_victim_under_way_is_taken_off_whatever_order_they_come_in() -> None:
+    def holder(key: str, owner: str, pod: bool) -> Allocation:
+        return Allocation(key=key, placements=(), owner=owner, holder=pod)
+
+    owners = {f"v{i}": OwnerUse(F(1), holder(f"ns-a/v{i}-pod", f"v{i}", True))
+              for i in range(20)}
+    owners["again"] = OwnerUse(F(2), holder("ns-a/again", "again", False))  # booked again
+    out = settled({"a": F(30)}, owners, list(owners), lambda a: "a")
+    assert out == {"a": F(10)}
