@@ -264,6 +264,7 @@ def run_manager(args: argparse.Namespace) -> int:
         lease_duration=args.leader_elect_lease_duration,
         renew_deadline=args.leader_elect_renew_deadline,
         retry_period=args.leader_elect_retry_period,
+        tune_gc=True,  # this process runs the manager alone (runtime/gctune.py)
     ))
     namespaces = frozenset(n.strip() for n in args.namespaces.split(",") if n.strip())
     # the composition root: every controller on one set of shared parts

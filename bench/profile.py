@@ -10,6 +10,10 @@ rest, each function's share of samples on the stack (inclusive) and as the leaf
 (self).
 
     python -m bench.profile <out>/profile/controller-burst.folded   # prints the summary
+
+The summary ends with two grouped tables: each busy sample once, by the thread's work
+(``ROLES``: the first marker found on its stack), and the costs that cut across
+them (``COSTS``: a sample counts in each whose marker is on its stack).
 """
 
 from __future__ import annotations
@@ -55,6 +59,28 @@ class PySpy:
         self.proc = None
 
 
+#: what a thread is doing, by a marker frame on its stack; first match wins (the
+#: placement state's event handling before the watch that delivers it)
+ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("placement state: watch events applied (ledger, holdings, usage)",
+     ("PlacementState.apply_event", "EventGate._drain")),
+    ("status writer", ("StatusWriter._run",)),
+    ("Events", ("EventRecorder._run",)),
+    ("reconcile: the placement decision", ("Scheduler.schedule",)),
+    ("reconcile: the rest (child create, status built, requests)", ("Controller._worker",)),
+    ("watches: decode, freeze, store, other handlers", ("Reflector.", "HandlerRegistration.")),
+)
+#: costs that cut across the roles: a sample counts in each whose marker it holds
+COSTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("HTTP client (`Client.request`: urllib3, http.client, TLS)", ("Client.request",)),
+    ("watch decode + freeze", ("Watch.__iter__", "freeze (runtime/store.py")),
+    ("pydantic (`model_validate`, `model_dump`)", ("BaseModel.model_",)),
+    ("logging (structlog)", ("structlog/",)),
+    ("metrics (prometheus_client)", ("prometheus_client/",)),
+    ("waking a thread (`Condition.notify`)", ("Condition.notify",)),
+)
+
+
 def _is_wait(frame: str) -> bool:
     return frame.startswith(WAITS)
 
@@ -85,6 +111,33 @@ def summarize(folded: Path, top: int = 25) -> dict[str, Any]:
             "self_pct": [(f, share(c)) for f, c in self_.most_common(top)]}
 
 
+def grouped(folded: Path) -> dict[str, dict[str, float]]:
+    """Share of busy samples (%) by ``ROLES`` (each sample once, "other" for none)
+    and by ``COSTS`` (a sample in each it matches)."""
+    roles: collections.Counter[str] = collections.Counter()
+    costs: collections.Counter[str] = collections.Counter()
+    busy = 0
+    for line in folded.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        try:
+            count = int(n)
+        except ValueError:
+            continue
+        frames = stack.split(";")
+        if _is_wait(frames[-1]):
+            continue
+        busy += count
+        role = next((name for name, marks in ROLES
+                     if any(m in f for f in frames for m in marks)), "other")
+        roles[role] += count
+        for name, marks in COSTS:
+            if any(m in f for f in frames for m in marks):
+                costs[name] += count
+    share = (lambda c: round(100 * c / busy, 1)) if busy else (lambda c: 0.0)
+    return {"roles": {name: share(roles[name]) for name, _ in (*ROLES, ("other", ()))},
+            "costs": {name: share(costs[name]) for name, _ in COSTS}}
+
+
 def markdown(summary: dict[str, Any], top: int = 15) -> str:
     lines = [f"{summary['busy_samples']} of {summary['samples']} samples busy "
              "(the rest waiting on a lock or a socket).", "",
@@ -102,3 +155,8 @@ if __name__ == "__main__":
     for arg in sys.argv[1:]:
         print(f"## {arg}\n")
         print(markdown(summarize(Path(arg))))
+        groups = grouped(Path(arg))
+        for title, rows in (("the thread's work", groups["roles"]),
+                            ("costs across them", groups["costs"])):
+            print(f"| % of busy samples | {title} |\n| ---: | --- |")
+            print("\n".join(f"| {v} | {k} |" for k, v in rows.items()) + "\n")

@@ -157,6 +157,9 @@ class Client:
             self._host_pool = self._pool.connection_from_url(config.host)
         self._disco_lock = threading.Lock()
         self._disco: dict[str, dict[str, ResourceInfo]] = {}  # groupVersion -> kind -> info
+        #: (metric, label values) -> the metric's child for this host: ``labels()``
+        #: validates and locks on every call, three calls a request
+        self._children: dict[tuple[Any, ...], Any] = {}
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, **kw: Any) -> Client:
@@ -186,6 +189,14 @@ class Client:
         )
 
     # ------------------------------------------------------------------ transport
+    def _child(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values, self.host)``, looked up once per label set."""
+        key = (metric, *values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values, self.host)
+        return child
+
     def _headers(self, content_type: str | None = None) -> dict[str, Any]:
         h: dict[str, Any] = {"Accept": "application/json", "User-Agent": self.config.user_agent}
         tok = self.config.bearer()
@@ -274,9 +285,7 @@ class Client:
             wait = self.limiter.reserve()
             if deadline is not None and time.monotonic() + wait >= deadline:
                 raise errors.ApiError(0, "ClientDeadline", "rate limiter wait passes the deadline")
-            metrics.rest_client_rate_limiter_duration_seconds.labels(method, self.host).observe(
-                wait
-            )
+            self._child(metrics.rest_client_rate_limiter_duration_seconds, method).observe(wait)
             if wait > 0:
                 time.sleep(wait)
         if deadline is not None:
@@ -315,13 +324,12 @@ class Client:
                     preload_content=True,
                 )
         except urllib3.exceptions.HTTPError as e:
-            metrics.rest_client_requests_total.labels("<error>", method, self.host).inc()
+            self._child(metrics.rest_client_requests_total, "<error>", method).inc()
             raise errors.ApiError(0, _transport_reason(e), str(e)) from e
         finally:
-            metrics.rest_client_request_duration_seconds.labels(method, self.host).observe(
-                time.monotonic() - t0
-            )
-        metrics.rest_client_requests_total.labels(str(resp.status), method, self.host).inc()
+            self._child(metrics.rest_client_request_duration_seconds, method).observe(
+                time.monotonic() - t0)
+        self._child(metrics.rest_client_requests_total, str(resp.status), method).inc()
         if resp.status >= 400:
             raise errors.from_status(
                 resp.status, resp.data, parse_retry_after(resp.headers.get("Retry-After"))

@@ -46,7 +46,7 @@ from typing import Any, Protocol
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from runtime import errors, metrics
+from runtime import errors, gctune, metrics
 from runtime.client import Client, RestConfig
 from runtime.events import EventRecorder
 from runtime.health import Checks, ping
@@ -95,6 +95,10 @@ class Options:
     events_burst: int | None = None
     # applied to every cached object; None keeps them as received
     cache_transform: Callable[[JSON], JSON] | None = strip_managed_fields
+    #: the collector's thresholds raised at start and startup's objects frozen once
+    #: the caches sync (runtime.gctune); process-wide, so only for a process that
+    #: runs this manager alone (``main.py manager``)
+    tune_gc: bool = False
 
 
 class Manager:
@@ -343,6 +347,8 @@ class Manager:
         self.servers_started.set()
         log.info("manager.starting", identity=self.identity, leader_elect=o.leader_elect)
 
+        if o.tune_gc:
+            gctune.tune()
         self.cache.start()
         deadline = time.monotonic() + o.cache_sync_timeout
         synced = False
@@ -358,6 +364,8 @@ class Manager:
             self._stop.set()
 
         if synced and not self._stop.is_set():
+            if o.tune_gc:
+                gctune.settle()
             if o.leader_elect:
                 self.elector = LeaderElector(
                     self._lease_client,
