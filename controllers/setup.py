@@ -10,14 +10,14 @@ The shared parts, in the order they are made:
    any controller reads declared there.
 2. ``OwnWrites``: our writes the caches have not shown yet (children, status
    writes, commits, seed Bindings), one record per UID.
-3. The Event recorder, and the ``StatusWriter`` on a second client.
+3. The Event recorder.
 4. ``WorkloadQueue``: the GPUWorkload controller's work queue, for the parts made
    before the controller (a cycle, below).
 5. The ``PlacementStateSource``: the one placement state (cache and scheduler),
    made and filled from the caches by ``StateFactory`` at its first use.
 6. The queues (``setup_queues``: the ``QueueBook``, its status and namespace-marks
    controllers, the gauges); None where GPUQueues are not served.
-7. The ``ClaimManager`` (DRA on).
+7. The ``StatusWriter`` on a second client, and the ``ClaimManager`` (DRA on).
 8. The feeds: the placement state's and own writes' informer handlers, the GPUNode
    staleness ticker, the state gauges.
 
@@ -224,6 +224,11 @@ def make_shared(mgr: Manager, opts: ControllerOptions) -> Shared:
     status_client = second_client(mgr) if opts.async_status else None
     recorder = _recorder(mgr, status_client)
     queue = WorkloadQueue(informers)
+    factory = StateFactory(opts, informers, own_writes, recorder, queue, dra)
+    states = PlacementStateSource(factory.build, factory.fill)
+    # the queues, wired in one function (its book, its controllers, its handlers)
+    queues = factory.queues.set(setup_queues(mgr, informers.workloads, states.if_ready,
+                                             opts.require_queue, opts.share_floors))
     writer = None
     if status_client is not None:
         writer = StatusWriter(status_client, informers.workloads.indexer,
@@ -231,10 +236,6 @@ def make_shared(mgr: Manager, opts: ControllerOptions) -> Shared:
                               recorder=recorder, pacer=Pacer(opts.status_pacing,
                                                              busy=queue.placing))
         mgr.add(writer)
-    factory = StateFactory(opts, informers, own_writes, recorder, queue, dra)
-    states = PlacementStateSource(factory.build, factory.fill)
-    queues = factory.queues.set(setup_queues(mgr, informers.workloads, states.if_ready,
-                                             opts.require_queue, opts.share_floors))
     claims = None
     if dra is not None and informers.resourceclaims is not None:
         claims = ClaimManager(mgr.client, recorder, informers.resourceclaims.indexer, states,
