@@ -16,7 +16,8 @@ noise on a shared machine: say so.
 each revision's CRD and policies, then ``-n`` creates of the benchmark's pod (same
 container, one GPU); each line gives the CPU per create and the p50 and p99 of the
 answer's time over the 8 connections, the summary each revision's median and its ratio
-to the pod's. The objects stay (as in the benchmark's burst), so a later round's
+to the pod's. ``floor`` as a revision: the create with nothing of ours evaluated
+(:data:`FLOOR`). The objects stay (as in the benchmark's burst), so a later round's
 creates find more of them; the alternating order spreads that over both revisions.
 """
 
@@ -42,6 +43,16 @@ from bench.kube import proc_stats
 CRD_FILE = "config/crd/gpu.orchestrator.dev_gpuworkloads.yaml"
 POLICY_FILE = "config/crd/gpuworkload-validating-admission-policy.yaml"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+#: ``--creates``: a "revision" with none of the CRD's rules (HEAD's CRD without them),
+#: no policy of ``POLICY_FILE`` and neither of ``OTHER_BINDINGS``: what is left of a
+#: GPUWorkload create when nothing of ours is evaluated
+FLOOR = "floor"
+#: the other policies a GPUWorkload create meets in a namespace without our labels
+OTHER_BINDINGS = (
+    f"{ADMISSION}/validatingadmissionpolicybindings/workload-priority-class.{e2e.GROUP}",
+    "/apis/admissionregistration.k8s.io/v1beta1/mutatingadmissionpolicybindings/"
+    "gpuworkload-children-finalizer",
+)
 _PLURAL = {"ValidatingAdmissionPolicy": "validatingadmissionpolicies",
            "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}
 CRD_PATH = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gpuworkloads.{e2e.GROUP}"
@@ -113,11 +124,32 @@ def _creates(api: Any, pid: int, bodies: list[tuple[str, dict]]) -> tuple[float,
             1000 * times[min(len(times) - 1, int(0.99 * len(times)))])
 
 
+def _without_rules(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_rules(v) for k, v in node.items() if k != "x-kubernetes-validations"}
+    if isinstance(node, list):
+        return [_without_rules(v) for v in node]
+    return node
+
+
+def _put_other_bindings(api: Any, saved: dict[str, dict], present: bool) -> None:
+    for path, b in saved.items():
+        if not present:
+            api.request("DELETE", path)
+        elif api.request("GET", path)[0] == 404:
+            api.must("POST", path.rsplit("/", 1)[0],
+                     {"apiVersion": b["apiVersion"], "kind": b["kind"],
+                      "metadata": {"name": b["metadata"]["name"]}, "spec": b["spec"]})
+
+
 def compare_creates(api: Any, pid: int, ns: str, revs: list[str], n: int, rounds: int
                     ) -> None:
     """``--creates``: the module docstring says what is printed."""
-    crds = {rev: crd_at(rev) for rev in revs}
-    policies = {rev: policies_at(rev) for rev in revs}
+    crds = {rev: crd_at("HEAD" if rev == FLOOR else rev) for rev in revs}
+    policies = {rev: [] if rev == FLOOR else policies_at(rev) for rev in revs}
+    if FLOOR in revs:
+        crds[FLOOR] = _without_rules(crds[FLOOR])
+    others = {path: api.must("GET", path) for path in OTHER_BINDINGS}
     every = {(d["kind"], d["metadata"]["name"]) for docs in policies.values() for d in docs}
     wl = f"/apis/{e2e.GROUP}/{e2e.VERSION}/namespaces/{ns}/gpuworkloads"
     pods = f"/api/v1/namespaces/{ns}/pods"
@@ -126,6 +158,7 @@ def compare_creates(api: Any, pid: int, ns: str, revs: list[str], n: int, rounds
         for k, rev in enumerate(revs if r % 2 == 0 else list(reversed(revs))):
             _put_crd(api, crds[rev])
             _put_policies(api, policies[rev], every)
+            _put_other_bindings(api, others, rev != FLOOR)
             time.sleep(5.0)  # the API server rebuilds the validators and reloads policies
             tag = f"r{r}-{k}"
             cost = _creates(api, pid, [(wl, e2e._workload(ns, f"{tag}-{i}")) for i in range(n)])
@@ -152,7 +185,8 @@ def compare_creates(api: Any, pid: int, ns: str, revs: list[str], n: int, rounds
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.crd_cost", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("revs", nargs=2, metavar="REV", help="two git revisions")
+    p.add_argument("revs", nargs=2, metavar="REV",
+                   help=f"two git revisions (with --creates, {FLOOR!r} may be one)")
     p.add_argument("-n", type=int, default=1200, help="status writes per round (1200)")
     p.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
     p.add_argument("--creates", action="store_true",
@@ -161,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from hack.testenv.controlplane import binaries
 
-    crds = {rev: crd_at(rev) for rev in args.revs}
+    crds = {} if args.creates else {rev: crd_at(rev) for rev in args.revs}
     workdir = Path(tempfile.mkdtemp(prefix="gpu-crdcost-"))
     cp = e2e.BenchPlane(workdir, nodes=0, gpus=8, bin_dir=args.bin_dir or binaries(),
                         static_nodes=True)
