@@ -68,6 +68,7 @@ from api.v1alpha1.types import SchedulingStrategy
 from controllers.gpuworkload.setup import only_in
 from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
+from controllers.podbinding.groupevict import budget_refusal
 from controllers.podbinding.groups import DEFAULT_GROUP_TIMEOUT, GroupPath, Recognise
 from controllers.podbinding.mapwarning import MisplacedMaps
 from controllers.podbinding.owners import owner_lookup
@@ -76,6 +77,7 @@ from controllers.podbinding.seedbook import (
     Entry,
     SeedBook,
     devs_text,
+    is_group_key,
     pod_meta,
     pod_spec,
     read_bound,
@@ -165,6 +167,8 @@ class PodBindingReconciler:
         key = f"{req.namespace}/{req.name}"
         pod = self.pods.get_by_name(req.name, req.namespace)
         if pod is None or not self.book.owns(pod) or not pod_is_active(pod):
+            if pod is not None and (pod.get("status") or {}).get("phase") == "Succeeded":
+                self.book.finished(key)  # a group member done: its slot goes with it
             self._settled(key)
             self._release(state, key)
             with self._waiting.lock:
@@ -306,14 +310,28 @@ class PodBindingReconciler:
         so PodDisruptionBudgets hold), with a ``Preempted`` Event saying why; returns
         how many were asked. For preemption: the devices stay held until the pods are
         gone (docs/architecture.md, invariants 2 and 3), so a caller keeps them
-        nominated meanwhile."""
+        nominated meanwhile. A pod group's members go all or none: where the
+        PodDisruptionBudgets over them would refuse some, none is asked
+        (``groupevict.budget_refusal``), and each says why (``EvictionFailed``)."""
         keys = self.states.get().seed_pod_keys(self.book, ledger_key)
-        asked = 0
+        pods: list[tuple[str, JSON]] = []
         for key in keys:
             ns, name = key.split("/", 1)
             pod = self.pods.get_by_name(name, ns)
-            if pod is None:
-                continue
+            if pod is not None:
+                pods.append((key, pod))
+        if is_group_key(ledger_key) and pods:  # a group goes whole or not at all
+            ns = pod_meta(pods[0][1]).get("namespace") or "default"
+            refusal = budget_refusal(self.client, ns, [p for _, p in pods])
+            if refusal is not None:
+                log.warning("group.evict.refused", holder=ledger_key, reason=refusal)
+                for _, pod in pods:
+                    self.recorder.warning(pod, "EvictionFailed", (
+                        f"{message}, but {refusal}: no member is evicted (a pod group is "
+                        f"preempted whole or not at all)"))
+                return 0
+        asked = 0
+        for key, pod in pods:
             self.recorder.warning(pod, "Preempted", message)
             asked += bool(self._evict(pod, key))
         return asked

@@ -19,6 +19,11 @@ to say; this module decides what the pod-binding reconciler does with it:
   annotation, as every seed-path binding).
 - **A bound member holds under its group's key** (``group_ledger_key``), so a
   preemption takes the whole group (its victims are ledger keys), never some of it.
+- **A member keeps its slot**: one that fails or is deleted leaves its node and
+  devices booked (``SeedBook``'s vacant slots, keyed by its index in the group), and
+  the member its controller makes again takes them back (``take_slot``) while the
+  others run; the booking goes with the last member. A group being preempted keeps
+  no slot, and its members made again wait until every old one is gone.
 """
 
 from __future__ import annotations
@@ -33,7 +38,14 @@ import structlog
 from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from api.v1alpha1.types import DeviceExposure, Placement, SchedulingStrategy
 from controllers.placement.state import PlacementState, PlacementView
-from controllers.podbinding.seedbook import Entry, SeedBook, pod_meta, pod_priority, pod_spec
+from controllers.podbinding.seedbook import (
+    Entry,
+    SeedBook,
+    devs_text,
+    pod_meta,
+    pod_priority,
+    pod_spec,
+)
 from controllers.podbinding.seedplan import MAX_GPUS_PER_POD, pod_model
 from internal.metrics.domain import POD_GROUP_TIMEOUTS
 from internal.objects import JSON, object_key
@@ -107,9 +119,23 @@ def _entries(group: PodGroup, members: list[tuple[JSON, PodGroup]],
     key = group_ledger_key(group)
     return {object_key(pod): Entry(key, Placement(index=p.index, node=p.node,
                                                   devices=list(p.devices)),
-                                   gpus, priority=pod_priority(pod), uid=pod_uid(pod))
-            for (pod, _), p in zip(members, sorted(placements, key=lambda p: p.index),
+                                   gpus, priority=pod_priority(pod), uid=pod_uid(pod),
+                                   slot=g.index, generation=g.generation)
+            for (pod, g), p in zip(members, sorted(placements, key=lambda p: p.index),
                                    strict=True)}
+
+
+def take_slot(view: PlacementView, book: SeedBook, pod: JSON, group: PodGroup
+              ) -> tuple[Entry | None, str]:
+    """The slot a gone member of ``group`` left, for ``pod``, its replacement
+    (same index, same generation), on the same node and devices; (None, "")
+    when there is none to take (read under the state's lock,
+    ``PlacementState.book_seed``, which books it)."""
+    v = book.vacancy(group_ledger_key(group), group.index, group.generation)
+    if v is None or view.node(v.placement.node) is None:
+        return None, ""
+    return Entry(v.ledger_key, v.placement.model_copy(), v.gpus, priority=pod_priority(pod),
+                     uid=pod_uid(pod), slot=v.slot, generation=v.generation), ""
 
 
 class GroupWaits:
@@ -185,7 +211,8 @@ class GroupPath:
         group = self.recognise(pod) if entry is not None else None
         if entry is None or not isinstance(group, PodGroup):
             return entry
-        return replace(entry, ledger_key=group_ledger_key(group))
+        return replace(entry, ledger_key=group_ledger_key(group), slot=group.index,
+                       generation=group.generation)
 
     def place(self, state: PlacementState, pod: JSON, key: str,
               group: PodGroup | GroupRefusal,
@@ -198,8 +225,20 @@ class GroupPath:
         if isinstance(group, GroupRefusal):
             return self._refused(pod, group)
         held = self.book.entry(key)
-        if held is not None and held.ledger_key == group_ledger_key(group):
+        ledger_key = group_ledger_key(group)
+        if held is not None and held.ledger_key == ledger_key:
             return bind(state, pod, key, held)  # booked with its group
+        if self.book.preempted(ledger_key):
+            return unschedulable(pod, key, (
+                f"pod group {group.key} is being preempted: its members are asked to go, "
+                f"and it is placed again, whole, once they are gone"))
+        if self.book.vacancies(ledger_key):  # a member made again: its slot back
+            slot, _ = state.book_seed(self.book, key,
+                                      lambda view: take_slot(view, self.book, pod, group))
+            if slot is not None:
+                log.info("group.slot_taken", group=group.key, pod=key, slot=slot.slot,
+                         node=slot.placement.node, devices=devs_text(slot.placement.devices))
+                return bind(state, pod, key, slot)
         ns = pod_meta(pod).get("namespace") or "default"
         bound, unbound = live_members(self.pods.list_namespace(ns), self.recognise, group)
         refusal = disagreement(g for _, g in [*bound, *unbound])

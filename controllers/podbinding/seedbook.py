@@ -79,6 +79,11 @@ def is_seed_key(key: str) -> bool:
     return ":" in key.partition("/")[0]
 
 
+def is_group_key(ledger_key: str) -> bool:
+    """Is ``ledger_key`` a pod group's booking (``PodGroup:<group key>``)?"""
+    return ledger_key.startswith("PodGroup:")
+
+
 def devs_text(devices: list[int] | tuple[int, ...]) -> str:
     return ",".join(map(str, devices))
 
@@ -99,6 +104,10 @@ class Entry:
     committed: bool = False
     priority: int = 0
     uid: str = ""  # the pod's: a pod created again under its name is another one
+    #: a pod group member's index in its group (the slot a replacement takes back),
+    #: and its owner's revision of the group (``PodGroup.generation``)
+    slot: int | None = None
+    generation: str = ""
 
     @property
     def counted(self) -> bool:
@@ -180,7 +189,16 @@ class SeedBook:
     """The seed path's pods in the shared ledger (a ``PodBook`` of the
     PlacementState): pod key -> Entry, and the owner allocations they make up.
 
-    Not thread-safe on its own: every call runs under the PlacementState lock."""
+    A pod group's booking (``PodGroup:<key>``) outlives its members one by one: a
+    bound member that fails or is deleted leaves its placement behind as a *vacant
+    slot* of its index, still booked, which the member its controller makes again
+    (same index, same generation) takes back (``book``); a member that finishes
+    gives its slot back (``finished``). The booking goes when the last member does,
+    or when a new gang is booked under the key (the vacancies were not taken), and
+    a preempted group keeps no slot (``evict``).
+
+    Not thread-safe on its own: every call runs under the PlacementState lock
+    (``finished`` and ``evict`` only mark a key, for the next locked call)."""
 
     def __init__(self, scheduler_name: str = DEFAULT_SCHEDULER_NAME) -> None:
         self.scheduler_name = scheduler_name
@@ -192,6 +210,12 @@ class SeedBook:
         #: what a bound pod holds, under its pod group's key if it is in one
         #: (set by the reconciler's ``GroupPath``)
         self.regroup: Callable[[JSON, Entry | None], Entry | None] = lambda pod, e: e
+        #: pod group ledger key -> the slots its gone members left, still booked
+        self._vacant: dict[str, list[Entry]] = {}
+        #: pods that finished (their slot goes with them), marked before release
+        self._finished: set[str] = set()
+        #: pod group ledger keys being preempted: they keep no slot
+        self._preempted: set[str] = set()
 
     # -- PodBook
     def owns(self, pod: JSON) -> bool:
@@ -201,6 +225,7 @@ class SeedBook:
     def rebuild(self, ledger: Ledger, pods: list[JSON]) -> list[str]:
         self.pods.clear()
         self._by_key.clear()
+        self._vacant.clear()
         problems: list[str] = []
         for pod in sorted(pods, key=object_key):
             if not self.owns(pod):
@@ -226,7 +251,10 @@ class SeedBook:
         return ledger_key in self._by_key
 
     def evict(self, ledger_key: str, message: str) -> None:
-        self.on_evict(ledger_key, message)
+        if is_group_key(ledger_key):
+            self._preempted.add(ledger_key)  # its members go for good: no slot kept
+        if not self.on_evict(ledger_key, message) and is_group_key(ledger_key):
+            self._preempted.discard(ledger_key)  # none was asked to go: it stays whole
 
     # -- bookings
     def entry(self, key: str) -> Entry | None:
@@ -235,6 +263,34 @@ class SeedBook:
     def pod_keys(self, ledger_key: str) -> list[str]:
         """The pods (``ns/name``) whose bookings make up ``ledger_key``."""
         return sorted(self._by_key.get(ledger_key, ()))
+
+    def preempted(self, ledger_key: str) -> bool:
+        """Is the group of ``ledger_key`` being preempted (its members asked to go)?"""
+        return ledger_key in self._preempted
+
+    def vacancy(self, ledger_key: str, slot: int | None, generation: str = "") -> Entry | None:
+        """The vacant slot of ``ledger_key`` a replacement of index ``slot`` (None:
+        any) and ``generation`` takes back, or None."""
+        if ledger_key in self._preempted:
+            return None
+        for e in self._vacant.get(ledger_key, ()):
+            if e.generation == generation and (slot is None or e.slot == slot):
+                return e
+        return None
+
+    def vacancies(self, ledger_key: str) -> list[Entry]:
+        return list(self._vacant.get(ledger_key, ()))
+
+    def finished(self, key: str) -> None:
+        """Pod ``key`` finished: its release gives its group slot back."""
+        self._finished.add(key)
+
+    def _held(self, ledger_key: str, *, but: set[str] | frozenset[str] = frozenset(),
+              claimed: Entry | None = None) -> list[Entry]:
+        """What ``ledger_key`` holds besides pods ``but``: its pods' entries and its
+        vacant slots (less the one ``claimed``)."""
+        return [*(self.pods[k] for k in sorted(self._by_key.get(ledger_key, ())) if k not in but),
+                *(e for e in self._vacant.get(ledger_key, ()) if e is not claimed)]
 
     def _rebook(self, ledger: Ledger, ledger_key: str, entries: list[Entry]) -> None:
         if not entries:
@@ -252,11 +308,30 @@ class SeedBook:
         if old is not None and old.ledger_key != entry.ledger_key:
             self.release(ledger, key)
             old = None
-        others = [self.pods[k] for k in sorted(self._by_key.get(entry.ledger_key, ()))
-                  if k != key]
+        claimed = self._claimed(entry)
+        others = self._held(entry.ledger_key, but={key}, claimed=claimed)
         self._rebook(ledger, entry.ledger_key, [*others, entry])
+        if claimed is not None:  # the replacement took its slot back
+            self._drop_vacancy(entry.ledger_key, claimed)
         self.pods[key] = entry
         self._by_key.setdefault(entry.ledger_key, set()).add(key)
+
+    def _claimed(self, entry: Entry) -> Entry | None:
+        """The vacant slot ``entry`` takes back: one of its key, index and
+        generation on exactly its node and devices."""
+        for e in self._vacant.get(entry.ledger_key, ()):
+            if (e.slot, e.generation, e.placement.node, e.placement.devices) == (
+                    entry.slot, entry.generation, entry.placement.node,
+                    entry.placement.devices):
+                return e
+        return None
+
+    def _drop_vacancy(self, ledger_key: str, entry: Entry) -> None:
+        left = [e for e in self._vacant.get(ledger_key, ()) if e is not entry]
+        if left:
+            self._vacant[ledger_key] = left
+        else:
+            self._vacant.pop(ledger_key, None)
 
     def book_all(self, ledger: Ledger, entries: dict[str, Entry]) -> None:
         """Book ``entries`` (pod key -> entry, one ledger key: a pod group's) in one
@@ -266,9 +341,12 @@ class SeedBook:
         if len(keys) != 1:
             raise ValueError(f"one ledger key per group, not {sorted(keys)}")
         ledger_key = keys.pop()
+        # a new gang under the key: the slots its gone members left were not taken
+        # back (another generation, or a member without one), so they go
         others = [self.pods[k] for k in sorted(self._by_key.get(ledger_key, ()))
                   if k not in entries]
         self._rebook(ledger, ledger_key, [*others, *entries.values()])
+        self._vacant.pop(ledger_key, None)
         for key, entry in entries.items():
             old = self.pods.get(key)
             if old is not None and old.ledger_key != ledger_key:
@@ -286,16 +364,29 @@ class SeedBook:
                 ledger.commit(entry.ledger_key)
 
     def release(self, ledger: Ledger, key: str) -> Entry | None:
-        """Release pod ``key``'s placement (its owner keeps the others')."""
+        """Release pod ``key``'s placement (its owner keeps the others'). A bound
+        pod group member that did not finish leaves its slot behind, booked, while
+        another member of its group is there (see the class); the last member
+        takes its group's slots with it. Returns what the pod held, or None (also
+        when its slot stays booked: nothing was freed)."""
         entry = self.pods.pop(key, None)
+        finished = key in self._finished
+        self._finished.discard(key)
         if entry is None:
             return None
-        keys = self._by_key.get(entry.ledger_key, set())
+        lk = entry.ledger_key
+        keys = self._by_key.get(lk, set())
         keys.discard(key)
         if not keys:
-            self._by_key.pop(entry.ledger_key, None)
+            self._by_key.pop(lk, None)
+            self._vacant.pop(lk, None)  # the last member: the group's booking goes
+            self._preempted.discard(lk)
+        elif is_group_key(lk) and entry.committed and not finished \
+                and lk not in self._preempted:
+            self._vacant.setdefault(lk, []).append(entry)  # its slot, for its replacement
+            return None
         try:
-            self._rebook(ledger, entry.ledger_key, [self.pods[k] for k in sorted(keys)])
+            self._rebook(ledger, lk, self._held(lk))
         except LedgerConflict:  # cannot happen for a subset of what it held
-            ledger.forget(entry.ledger_key)
+            ledger.forget(lk)
         return entry

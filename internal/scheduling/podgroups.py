@@ -51,6 +51,7 @@ LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
+LWS_REVISION_LABEL = "leaderworkerset.sigs.k8s.io/template-revision-hash"
 LWS_LEADER_READY = "LeaderReady"
 # batch/v1 Job
 JOB_COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
@@ -71,7 +72,10 @@ class PodGroup:
     needs, read from ``size_from`` (in words); ``index`` is this member's place in
     the group (0..size-1) when its controller says one. ``leader_first``: the
     member of index 0 is made alone and the others only once it is ready (a
-    LeaderWorkerSet with ``startupPolicy: LeaderReady``)."""
+    LeaderWorkerSet with ``startupPolicy: LeaderReady``). ``generation``: the
+    owner's revision of the group where its key does not say it (a LeaderWorkerSet's
+    template revision): a member of another generation never takes a slot that a
+    member of this one left."""
 
     key: str
     size: int
@@ -79,6 +83,7 @@ class PodGroup:
     size_from: str
     index: int | None = None
     leader_first: bool = False
+    generation: str = ""
 
 
 @dataclass(frozen=True)
@@ -240,7 +245,8 @@ def _leaderworkerset(ns: str, labels: Mapping[str, Any], annotations: Mapping[st
     leader_first = isinstance(spec, Mapping) and spec.get("startupPolicy") == LWS_LEADER_READY
     worker = _count(labels.get(LWS_WORKER_INDEX_LABEL))
     return PodGroup(key, size, "leaderworkerset", f"annotation {LWS_SIZE_ANNOTATION}",
-                    worker if worker is not None and worker < size else None, leader_first)
+                    worker if worker is not None and worker < size else None, leader_first,
+                    str(labels.get(LWS_REVISION_LABEL) or ""))
 
 
 def _indexed_job(pod: JSON, ns: str, labels: Mapping[str, Any], owners: OwnerLookup | None

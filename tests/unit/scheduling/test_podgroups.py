@@ -239,3 +239,17 @@ def test_the_index_of_a_member_outside_its_group_is_unknown() -> None:
                      "jobset.sigs.k8s.io/replicatedjob-name": "workers"})
     got = pod_group(no_labels, owners_of(TRAIN))
     assert isinstance(got, PodGroup) and got.index is None and got.size == 9
+
+
+def test_a_leaderworkerset_member_says_its_template_revision() -> None:
+    """A member of another revision never takes the slot one of this revision left
+    (the group key of an LWS group does not change with its revision)."""
+    labels = {"leaderworkerset.sigs.k8s.io/name": "infer",
+              "leaderworkerset.sigs.k8s.io/group-index": "0",
+              "leaderworkerset.sigs.k8s.io/worker-index": "1"}
+    size = {"leaderworkerset.sigs.k8s.io/size": "2"}
+    old = pod({**labels, "leaderworkerset.sigs.k8s.io/template-revision-hash": "a1"}, size)
+    new = pod({**labels, "leaderworkerset.sigs.k8s.io/template-revision-hash": "b2"}, size)
+    g_old, g_new = pod_group(old), pod_group(new)
+    assert isinstance(g_old, PodGroup) and isinstance(g_new, PodGroup)
+    assert g_old.key == g_new.key and (g_old.generation, g_new.generation) == ("a1", "b2")

@@ -1,0 +1,144 @@
+"""A placed pod group keeps its members' slots (controllers/podbinding/seedbook.py,
+groups.py): a bound member that fails or is deleted leaves its node and devices
+booked for the member its controller makes again with the same index; the booking
+goes with the last member, a finished member gives its slot back, and a preempted
+group keeps none."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.unit.controllers.podbinding.test_pod_groups import GroupEnv, member
+from tests.unit.controllers.podbinding.test_podbinding import NS
+
+INDEX = "batch.kubernetes.io/job-completion-index"
+KEY = f"PodGroup:{NS}/label:train"
+
+
+def indexed(name: str, i: int, size: int = 3, gpus: int = 2) -> dict[str, Any]:
+    p = member("train", i, size=size, gpus=gpus)
+    p["metadata"]["name"], p["metadata"]["uid"] = name, f"uid-{name}"
+    p["metadata"]["labels"][INDEX] = str(i)
+    return p
+
+
+def placed(env: GroupEnv, size: int = 3) -> dict[str, tuple[str, str]]:
+    """A group of ``size`` members x 2 GPUs, placed and bound (the cache shows the
+    bindings as the API server writes them): member name -> (node, devices)."""
+    for i in range(size):
+        env.add(indexed(f"train-{i}", i, size))
+    env.reconcile(f"train-{size - 1}")
+    for name in list(env.enqueued):
+        env.reconcile(name)
+    show_bindings(env)
+    return dict(env.bound())
+
+
+def show_bindings(env: GroupEnv) -> None:
+    for b in env.client.bindings:
+        p = env.pods.get_by_name(b["metadata"]["name"], NS)
+        if p is None or p["spec"].get("nodeName"):
+            continue
+        env.pods.add({**p, "spec": {**p["spec"], "nodeName": b["target"]["name"]},
+                      "status": {"phase": "Running"},
+                      "metadata": {**p["metadata"], "annotations": {
+                          **p["metadata"]["annotations"], **b["metadata"]["annotations"]}}})
+        env.reconcile(b["metadata"]["name"])
+
+
+def gone(env: GroupEnv, name: str) -> None:
+    env.pods.delete(f"{NS}/{name}")
+    env.reconcile(name)
+
+
+def test_a_member_made_again_binds_to_the_slot_its_predecessor_left() -> None:
+    env = GroupEnv()
+    before = placed(env)
+    held = env.held()
+    gone(env, "train-1")
+    assert env.held() == held  # its slot stays booked while the others run
+    env.client.bindings.clear()
+    env.add(indexed("train-1-again", 1))
+    env.reconcile("train-1-again")
+    assert env.bound() == {"train-1-again": before["train-1"]}
+    assert env.held() == held
+
+
+def test_a_member_that_failed_leaves_its_slot_for_its_retry() -> None:
+    env = GroupEnv()
+    before = placed(env)
+    held = env.held()
+    p = env.pods.get_by_name("train-0", NS)
+    env.pods.add({**p, "status": {"phase": "Failed"}})
+    env.reconcile("train-0")
+    assert env.held() == held
+    env.client.bindings.clear()
+    env.add(indexed("train-0-retry", 0))
+    env.reconcile("train-0-retry")
+    assert env.bound() == {"train-0-retry": before["train-0"]}
+
+
+def test_the_last_member_gone_releases_the_group_and_its_slots() -> None:
+    env = GroupEnv()
+    placed(env)
+    for i in range(3):
+        gone(env, f"train-{i}")
+    assert env.held() == {f"node{n}": set() for n in range(1, 5)}
+    assert env.state.view().allocation(KEY) is None
+
+
+def test_a_member_that_finished_gives_its_slot_back() -> None:
+    env = GroupEnv()
+    before = placed(env)
+    p = env.pods.get_by_name("train-2", NS)
+    env.pods.add({**p, "status": {"phase": "Succeeded"}})
+    env.reconcile("train-2")
+    node, devs = before["train-2"]
+    assert not {int(d) for d in devs.split(",")} & env.held()[node]
+
+
+def test_a_preempted_group_keeps_no_slot() -> None:
+    env = GroupEnv()
+    placed(env)
+    env.book.on_evict = lambda key, message: 3  # its 3 members asked to go
+    env.book.evict(KEY, "preempted by ns/urgent (priority 100) to make room")
+    gone(env, "train-1")
+    env.client.bindings.clear()
+    env.add(indexed("train-1-again", 1))
+    env.reconcile("train-1-again")
+    assert env.bound() == {}  # not back on its slot, nor anywhere: the group goes
+    assert "is being preempted" in env.warnings("train-1-again")[0]
+
+
+def lws_member(name: str, worker: int, revision: str) -> dict[str, Any]:
+    p = member("x", worker, size=2, gpus=2)
+    p["metadata"]["name"], p["metadata"]["uid"] = name, f"uid-{name}"
+    p["metadata"]["labels"] = {
+        "leaderworkerset.sigs.k8s.io/name": "infer",
+        "leaderworkerset.sigs.k8s.io/group-index": "0",
+        "leaderworkerset.sigs.k8s.io/worker-index": str(worker),
+        "leaderworkerset.sigs.k8s.io/template-revision-hash": revision}
+    p["metadata"]["annotations"] = {"leaderworkerset.sigs.k8s.io/size": "2"}
+    return p
+
+
+def test_a_member_of_another_revision_does_not_take_the_old_ones_slot() -> None:
+    """An LeaderWorkerSet group keeps its key across a template revision: the old
+    revision's vacant slot is not the new member's, and goes when the group is booked
+    again."""
+    env = GroupEnv()
+    env.add(lws_member("infer-0", 0, "a1"))
+    env.add(lws_member("infer-0-1", 1, "a1"))
+    env.reconcile("infer-0-1")
+    for name in list(env.enqueued):
+        env.reconcile(name)
+    show_bindings(env)
+    old = env.bound()["infer-0-1"]
+    gone(env, "infer-0-1")
+    key = f"PodGroup:{NS}/leaderworkerset:infer:0"
+    assert [v.placement.node for v in env.book.vacancies(key)] == [old[0]]
+    env.client.bindings.clear()
+    env.add(lws_member("infer-0-1-new", 1, "b2"))
+    env.reconcile("infer-0-1-new")
+    assert env.book.vacancies(key) == []  # booked again as a gang: the old slot went
+    assert env.bound()["infer-0-1-new"] != old
