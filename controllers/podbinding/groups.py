@@ -232,6 +232,10 @@ class GroupPath:
             return unschedulable(pod, key, (
                 f"pod group {group.key} is being preempted: its members are asked to go, "
                 f"and it is placed again, whole, once they are gone"))
+        going = self._predecessor(pod, group)
+        if going is not None:  # made again while the one before it still holds its slot
+            log.info("group.slot_waits", group=group.key, pod=key, predecessor=going)
+            return Result(requeue_after=1.0)
         if self.book.vacancies(ledger_key):  # a member made again: its slot back
             slot, _ = state.book_seed(self.book, key,
                                       lambda view: take_slot(view, self.book, pod, group))
@@ -261,6 +265,29 @@ class GroupPath:
                 enqueue(Request(o_ns, o_name), 0.0)
         entry = entries.get(key)
         return bind(state, pod, key, entry) if entry is not None else None
+
+    def _predecessor(self, pod: JSON, group: PodGroup) -> str | None:
+        """The member of ``pod``'s index that it replaces, when that one still holds
+        its slot (bound, booked, and terminating or finished before its own
+        reconcile gave the slot up): its key, else None. The replacement waits for
+        it (a controller makes a member again while the old one terminates), rather
+        than being placed elsewhere and leaving the old slot held."""
+        if group.index is None:
+            return None
+        ns = pod_meta(pod).get("namespace") or "default"
+        for p in self.pods.list_namespace(ns):
+            if p is pod or not pod_spec(p).get("nodeName") or pod_uid(p) == pod_uid(pod):
+                continue
+            if pod_is_active(p) and not pod_meta(p).get("deletionTimestamp"):
+                continue
+            g = self.recognise(p)
+            if not isinstance(g, PodGroup) or (g.key, g.index, g.generation) != (
+                    group.key, group.index, group.generation):
+                continue
+            held = self.book.entry(object_key(p))
+            if held is not None and held.ledger_key == group_ledger_key(group):
+                return object_key(p)
+        return None
 
     def _refused(self, pod: JSON, refusal: GroupRefusal) -> Result:
         """The pod's group cannot be formed: said on the pod (once per wording),

@@ -142,3 +142,20 @@ def test_a_member_of_another_revision_does_not_take_the_old_ones_slot() -> None:
     env.reconcile("infer-0-1-new")
     assert env.book.vacancies(key) == []  # booked again as a gang: the old slot went
     assert env.bound()["infer-0-1-new"] != old
+
+
+def test_a_member_made_again_while_its_predecessor_terminates_waits_for_its_slot() -> None:
+    """A Job makes the new pod as soon as the old one is terminating: the new one
+    is not placed elsewhere (leaving the old slot held for nothing), it waits and
+    then takes the old slot."""
+    env = GroupEnv()
+    before = placed(env)
+    p = env.pods.get_by_name("train-1", NS)
+    env.pods.add({**p, "metadata": {**p["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}})
+    env.client.bindings.clear()
+    env.add(indexed("train-1-again", 1))
+    env.reconcile("train-1-again")
+    assert env.bound() == {}  # not on node4, free as it is
+    gone(env, "train-1")
+    env.reconcile("train-1-again")
+    assert env.bound() == {"train-1-again": before["train-1"]}
