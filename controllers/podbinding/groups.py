@@ -135,7 +135,7 @@ def take_slot(view: PlacementView, book: SeedBook, pod: JSON, group: PodGroup
     if v is None or view.node(v.placement.node) is None:
         return None, ""
     return Entry(v.ledger_key, v.placement.model_copy(), v.gpus, priority=pod_priority(pod),
-                     uid=pod_uid(pod), slot=v.slot, generation=v.generation), ""
+                     uid=pod_uid(pod), slot=v.slot, generation=v.generation, retaken=True), ""
 
 
 class GroupWaits:

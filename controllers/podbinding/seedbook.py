@@ -108,6 +108,8 @@ class Entry:
     #: and its owner's revision of the group (``PodGroup.generation``)
     slot: int | None = None
     generation: str = ""
+    #: taken back from a vacant slot: a failed bind leaves the slot vacant again
+    retaken: bool = False
 
     @property
     def counted(self) -> bool:
@@ -381,7 +383,7 @@ class SeedBook:
             self._by_key.pop(lk, None)
             self._vacant.pop(lk, None)  # the last member: the group's booking goes
             self._preempted.discard(lk)
-        elif is_group_key(lk) and entry.committed and not finished \
+        elif is_group_key(lk) and (entry.committed or entry.retaken) and not finished \
                 and lk not in self._preempted:
             self._vacant.setdefault(lk, []).append(entry)  # its slot, for its replacement
             return None

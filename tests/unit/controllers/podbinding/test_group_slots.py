@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.unit.controllers.podbinding.test_pod_groups import GroupEnv, member
 from tests.unit.controllers.podbinding.test_podbinding import NS
 
@@ -157,5 +159,21 @@ def test_a_member_made_again_while_its_predecessor_terminates_waits_for_its_slot
     env.reconcile("train-1-again")
     assert env.bound() == {}  # not on node4, free as it is
     gone(env, "train-1")
+    env.reconcile("train-1-again")
+    assert env.bound() == {"train-1-again": before["train-1"]}
+
+
+def test_a_failed_bind_of_a_member_made_again_leaves_its_slot_vacant() -> None:
+    env = GroupEnv()
+    before = placed(env)
+    held = env.held()
+    gone(env, "train-1")
+    env.client.bindings.clear()
+    env.add(indexed("train-1-again", 1))
+    env.client.fail = RuntimeError("the API server is away")
+    with pytest.raises(RuntimeError):
+        env.reconcile("train-1-again")
+    assert env.held() == held
+    env.client.fail = None
     env.reconcile("train-1-again")
     assert env.bound() == {"train-1-again": before["train-1"]}
