@@ -36,7 +36,7 @@ from dataclasses import replace
 import structlog
 
 from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
-from api.v1alpha1.types import DeviceExposure, Placement, SchedulingStrategy
+from api.v1alpha1.types import DeviceExposure, Placement, SchedulingStrategy, Topology
 from controllers.placement.state import PlacementState, PlacementView
 from controllers.podbinding.seedbook import (
     Entry,
@@ -60,6 +60,8 @@ log = structlog.get_logger("podbinding")
 
 #: a group's own choice of strategy (else the pod binding's default)
 STRATEGY_ANNOTATION = "gpu.orchestrator.dev/strategy"
+#: a group's NVLink requirement for each member's devices (a GPUWorkload's topology)
+TOPOLOGY_ANNOTATION = "gpu.orchestrator.dev/topology"
 #: how long a group may wait for its members before it is reported (the in-tree
 #: gang scheduling's default wait)
 DEFAULT_GROUP_TIMEOUT = 300.0
@@ -99,13 +101,19 @@ def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, P
         or default_strategy
     if strategy == SchedulingStrategy.ANNOTATION_MAP.value:
         strategy = SchedulingStrategy.LEAST_LOADED.value
+    raw = (pod_meta(first).get("annotations") or {}).get(TOPOLOGY_ANNOTATION)
+    try:
+        topology = Topology(raw or Topology.NONE.value)
+    except ValueError:
+        return None, (f"annotation {TOPOLOGY_ANNOTATION} is {raw!r}, not one of "
+                      f"{', '.join(t.value for t in Topology)}")
     only = {DEVICE_AUTHORITY_LABEL: NAMED} if requested else None
     model, why = pod_model(first, max(requested, 1), strategy,
                            DeviceExposure.CUDA_VISIBLE_DEVICES, node_selector=True, only=only)
     if model is None:
         return None, why
     model = model.model_copy(update={"spec": model.spec.model_copy(
-        update={"replicas": len(members)})})
+        update={"replicas": len(members), "topology": topology})})
     decision = view.schedule(model)
     if not decision.ok:
         where = (f"; members asking nvidia.com/gpu go only to nodes labelled "

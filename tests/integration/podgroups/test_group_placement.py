@@ -1,0 +1,208 @@
+"""Groups of the real LeaderWorkerSet and JobSet controllers placed by the manager's
+pod binding, as a user runs them (issue 34's "How we will know"): a LeaderWorkerSet
+whose members ask for NVLink-local devices gets them, group by group; two JobSets
+created together on room for one: one runs, the other holds nothing and says why,
+and runs once the first is deleted.
+
+Each test's nodes are its own kwok nodes (``NodeGroup``), taking named devices; the
+members select them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
+from api.v1alpha1.types import API_VERSION
+from hack.testenv import ControlPlane
+from internal.cli.main import main
+from runtime import Client, NotFound
+from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
+    NodeGroup,
+    Running,
+    admin,
+    events_for,
+    group,
+    installed,
+)
+from tests.integration.podgroups.controllers import (
+    JOBSET,
+    LWS,
+    PeerController,
+    gpu_pod,
+    jobset,
+)
+from tests.waiting import eventually
+
+DEVICES = "gpu.orchestrator.dev/devices"
+TOPOLOGY = "gpu.orchestrator.dev/topology"
+#: two NVLink islands of an 8-GPU board, the even and the odd devices: of the
+#: 4-device sets, only these two are NVLink-local (0-3 and 4-7 are not)
+ISLANDS = (frozenset({0, 2, 4, 6}), frozenset({1, 3, 5, 7}))
+
+
+@pytest.fixture(scope="module")
+def peers(installed: ControlPlane) -> Iterator[None]:  # noqa: F811
+    runs = [PeerController(installed, JOBSET).start(), PeerController(installed, LWS).start()]
+    yield
+    for run in runs:
+        run.stop()
+
+
+@pytest.fixture(scope="module")
+def binder(installed: ControlPlane, peers: None) -> Iterator[Running]:  # noqa: F811
+    """The manager with the pod binding, started once JobSets and LWSs are served."""
+    run = Running(installed, pod_binding=True).start()
+    yield run
+    run.stop()
+
+
+def named_nodes(group: NodeGroup, count: int, gpus: int = 4) -> list[str]:  # noqa: F811
+    return group.add(count, gpus, labels={DEVICE_AUTHORITY_LABEL: "named"})
+
+
+def _island_devices(node: str) -> list[dict[str, Any]]:
+    return [{"index": i, "uuid": f"GPU-{node}-{i}", "model": "NVIDIA H100 80GB HBM3",
+             "memoryTotalMiB": 81559, "healthy": True,
+             "nvlinkPeers": sorted(next(s for s in ISLANDS if i in s) - {i})}
+            for i in range(8)]
+
+
+@contextlib.contextmanager
+def nvlink_islands(admin: Client, nodes: list[str]) -> Iterator[None]:  # noqa: F811
+    """Each node's GPUNode as its agent writes it: 8 devices in two NVLink islands,
+    its heartbeat kept fresh while the test runs; deleted at the end."""
+    for node in nodes:
+        admin.create({"apiVersion": API_VERSION, "kind": "GPUNode",
+                      "metadata": {"name": node}, "spec": {"nodeName": node}})
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            for node in nodes:
+                devices = _island_devices(node)
+                admin.patch(API_VERSION, "GPUNode", node, {"status": {
+                    "devices": devices, "deviceCount": 8, "healthyCount": 8,
+                    "topologyKnown": True, "lastHeartbeatTime": now}}, subresource="status")
+            if stop.wait(15):
+                return
+    beat_once = threading.Thread(target=beat, daemon=True, name="gpunode-heartbeat")
+    beat_once.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        beat_once.join(30)
+        for node in nodes:
+            with contextlib.suppress(NotFound):
+                admin.delete(API_VERSION, "GPUNode", node)
+
+
+def lws(name: str, group: NodeGroup, topology: str) -> dict[str, Any]:  # noqa: F811
+    """2 LWS groups of a leader and a worker, 4 GPUs each, asking ``topology``."""
+    pod = gpu_pod(4)
+    pod["metadata"] = {"annotations": {TOPOLOGY: topology}}
+    pod["spec"]["nodeSelector"] = dict(group.selector)
+    pod["spec"]["terminationGracePeriodSeconds"] = 0
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": name},
+            "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2,
+                                                             "workerTemplate": pod}}}
+
+
+def labelled(admin: Client, ns: str, label: str, name: str) -> list[dict[str, Any]]:  # noqa: F811
+    return [p for p in admin.list("v1", "Pod", namespace=ns)["items"]
+            if (p["metadata"].get("labels") or {}).get(label) == name
+            and not p["metadata"].get("deletionTimestamp")]
+
+
+def bound(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if p["spec"].get("nodeName")]
+
+
+@pytest.mark.parametrize("topology", ["Required", "Preferred"])
+def test_each_lws_group_lands_on_nvlink_local_devices(
+        binder: Running, admin: Client, namespace: str, group: NodeGroup,  # noqa: F811
+        topology: str) -> None:
+    """2 groups x 2 pods x 4 GPUs on 2 nodes of 8 GPUs whose NVLink islands are the
+    even and the odd devices: every member's 4 devices are one island (a picker that
+    ignores NVLink takes 0-3 and 4-7, each split across both islands)."""
+    nodes = binder.wait_nodes(named_nodes(group, 2, gpus=8))
+    with nvlink_islands(admin, nodes):
+        for node in nodes:
+            binder.sees(node, lambda i: i.topology_known and len(i.usable) == 8,
+                        "8 devices in NVLink islands")
+        admin.create(lws("infer", group, topology), namespace=namespace)
+        label = "leaderworkerset.sigs.k8s.io/name"
+        placed = eventually(lambda: (lambda ps: ps if len(bound(ps)) == 4 else None)(
+            labelled(admin, namespace, label, "infer")), timeout=120,
+            what="the LeaderWorkerSet's 4 pods bound")
+        got = {p["metadata"]["name"]: (p["spec"]["nodeName"],
+                                       p["metadata"]["annotations"].get(DEVICES))
+               for p in placed}
+        sets = {name: frozenset(int(d) for d in devs.split(",")) for name, (_, devs)
+                in got.items()}
+        assert all(s in ISLANDS for s in sets.values()), got
+        # no device given twice: each node's two members take its two islands
+        for node in nodes:
+            on = [sets[n] for n, (at, _) in got.items() if at == node]
+            assert sorted(on, key=min) == list(ISLANDS), got
+
+
+def test_two_racing_jobsets_on_room_for_one_one_runs_the_other_holds_nothing(
+        binder: Running, admin: Client, namespace: str, group: NodeGroup,  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Two 4 x 4-GPU JobSets created together on 4 nodes x 4 GPUs: per-pod binding
+    ended them at 3/4 and 1/4 bound, all 16 GPUs held, for good. Whole or nothing:
+    one runs, the other has no pod bound and no device held (``kubectl gpu nodes``),
+    its members say why, and it runs once the first is deleted."""
+    named_nodes(group, 4)
+    label = "jobset.sigs.k8s.io/jobset-name"
+    for name in ("red", "blue"):
+        js = jobset(name, [("launcher", 1, 1), ("workers", 3, 1)])
+        for rj in js["spec"]["replicatedJobs"]:
+            pod = rj["template"]["spec"]["template"]["spec"]
+            pod["nodeSelector"] = dict(group.selector)
+            pod["terminationGracePeriodSeconds"] = 0
+        admin.create(js, namespace=namespace)
+
+    def settled() -> tuple[str, str] | None:
+        counts = {n: len(bound(labelled(admin, namespace, label, n))) for n in ("red", "blue")}
+        if sorted(counts.values()) != [0, 4]:
+            return None
+        ran = max(counts, key=counts.__getitem__)
+        return ran, ("blue" if ran == "red" else "red")
+    ran, waits = eventually(settled, timeout=120, what="one JobSet bound whole, the other not")
+    waiting = labelled(admin, namespace, label, waits)
+    assert len(waiting) == 4  # every member exists; none is bound
+
+    def said() -> str | None:
+        for p in waiting:
+            for e in events_for(admin, namespace, p["metadata"]["name"]):
+                if e["reason"] == "FailedScheduling" and "pod group" in e["message"]:
+                    return str(e["message"])
+        return None
+    why = eventually(said, timeout=60, what="a FailedScheduling Event naming the pod group")
+    assert f"jobset:{waits}:0" in why and "4 of 4 members to place" in why, why
+    # what the user sees: every device of the nodes held by the one that runs
+    assert main(["nodes", "-o", "json", "--kubeconfig",
+                 str(binder.cluster.kubeconfig)]) == 0
+    shown = [n for n in json.loads(capsys.readouterr().out)["nodes"]
+             if n["name"] in group.names]
+    holders = [str(d.get("holder")) for n in shown for d in n["devices"]]
+    assert len(holders) == 16, shown
+    # each device names the Job of its member (<ns>/job/<jobset>-<replicated job>-<i>)
+    assert not [h for h in holders if h.startswith(f"{namespace}/job/{waits}-")], holders
+    assert all(h.startswith(f"{namespace}/job/{ran}-") for h in holders), holders
+    assert bound(labelled(admin, namespace, label, waits)) == []
+    admin.delete("jobset.x-k8s.io/v1alpha2", "JobSet", ran, namespace,
+                 propagation_policy="Foreground")
+    eventually(lambda: len(bound(labelled(admin, namespace, label, waits))) == 4, timeout=120,
+               what=f"JobSet {waits} placed whole once {ran} is deleted")
