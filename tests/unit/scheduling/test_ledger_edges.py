@@ -86,7 +86,9 @@ def test_an_unreadable_annotation_keeps_a_pods_owner_and_attempt() -> None:
     bad = f"pod team/p: annotation {DEVICES_ANNOTATION}='x,y' is not a list of device indices"
     assert led.sync_pod(ours("x,y", gpus=2)) == [bad]
     assert led.device_owners("n1", 0) == frozenset({"w-uid#1"})
-    assert led.sync_pod(ours("x,y", gpus=2, orphan=True)) == [bad]  # no conflict
+    assert led.sync_pod(ours("x,y", gpus=2, orphan=True)) == [bad]
+    # still the attempt's pod once orphaned (what the intruder check reads)
+    assert led.pod("u1").child_of == "w-uid#1"
 
 
 def test_an_unreadable_pod_of_the_same_name_that_holds_nothing_frees_the_old_one() -> None:
