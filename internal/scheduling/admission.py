@@ -55,13 +55,33 @@ class Waiting:
 Line = Sequence[tuple[Order, Waiting]]
 
 
-def _first_fitting(line: Line, p: Queue, quotas: Quotas, used: Mapping[str, Fraction],
-                   key: str, before: Order | None) -> Order | None:
+Fits = Callable[[Queue, Fraction], bool]
+
+
+def _fits(quotas: Quotas, used: Mapping[str, Fraction]) -> Fits:
+    """``quotas.fits`` at ``used``, asked once per queue and need: what fits is
+    monotone in the need (a need at least one refused is refused too), so a line
+    of waiting workloads costs a comparison each, not a sum over the cohort."""
+    refused: dict[str, Fraction] = {}
+
+    def fits(p: Queue, need: Fraction) -> bool:
+        least = refused.get(p.name)
+        if least is not None and need >= least:
+            return False
+        if quotas.fits(p, need, used):
+            return True
+        refused[p.name] = need
+        return False
+    return fits
+
+
+def _first_fitting(line: Line, p: Queue, fits: Fits, key: str,
+                   before: Order | None) -> Order | None:
     """The first of ``line`` (ahead of ``before``) that fits ``p``'s quota now."""
     for order, e in line:
         if before is not None and order >= before:
             return None
-        if order[2] != key and quotas.fits(p, e.need, used):
+        if order[2] != key and fits(p, e.need):
             return order
     return None
 
@@ -70,7 +90,8 @@ def queued_behind(key: str, me: Waiting, q: Queue, quotas: Quotas,
                   used: Mapping[str, Fraction], lines: Mapping[str, Line]) -> str | None:
     """Why ``key`` (``me``, of queue ``q``) must let another go first (the table
     above), or None. ``lines``: queue name -> its waiting workloads in order."""
-    first = _first_fitting(lines.get(q.name, ()), q, quotas, used, key, me.order(key))
+    fits = _fits(quotas, used)
+    first = _first_fitting(lines.get(q.name, ()), q, fits, key, me.order(key))
     why = (f"waiting behind {first[2]} in queue {q.name} (priority, then creation time)"
            if first is not None else None)
     if used.get(q.name, ZERO) + me.need <= q.nominal:
@@ -79,7 +100,7 @@ def queued_behind(key: str, me: Waiting, q: Queue, quotas: Quotas,
     for p in quotas.queues.values():
         if p.name == q.name or p.cohort != q.cohort or not quotas.share(p, used) < mine:
             continue
-        found = _first_fitting(lines.get(p.name, ()), p, quotas, used, key, first)
+        found = _first_fitting(lines.get(p.name, ()), p, fits, key, first)
         if found is not None:
             first = found
             why = (f"waiting for {found[2]} of queue {p.name}: queue {q.name} borrows "
