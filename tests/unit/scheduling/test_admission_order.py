@@ -49,3 +49,12 @@ def test_every_victim_under_way_is_taken_off_whatever_order_they_come_in() -> No
     owners["again"] = OwnerUse(F(2), holder("ns-a/again", "again", False))  # booked again
     out = settled({"a": F(30)}, owners, list(owners), lambda a: "a")
     assert out == {"a": F(10)}
+
+
+def test_waiting_ones_refused_for_quota_stall_nobody_however_many() -> None:
+    a = Queue(name="a", nominal=F(8))
+    lines = {"a": [(w.order(k), w) for k, w in sorted(
+        {"ns/big1": Waiting("a", 0, "t1", F(8)), "ns/big2": Waiting("a", 0, "t2", F(9)),
+         "ns/big3": Waiting("a", 0, "t3", F(8))}.items())]}
+    me = Waiting("a", 0, "t4", F(1))
+    assert queued_behind("ns/me", me, a, Quotas([a]), {"a": F(4)}, lines) is None

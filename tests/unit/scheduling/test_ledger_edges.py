@@ -198,3 +198,40 @@ def test_a_departing_holding_keeps_one_entry_per_holder_for_the_watchers() -> No
     led.depart("team/w")  # departed twice: both held, under one key
     assert {k: n for k, n in totals.items() if n} == {"departing:team/w": 1}
     assert led.free_devices("n1") == frozenset({2, 3})
+
+
+def test_an_updated_pod_keeps_its_over_commit_verdict_and_the_earlier_one_none() -> None:
+    led = ledger()
+    assert led.sync_pod(pod("a", uid="a", gpus=2)) == []
+    over = led.sync_pod(pod("b", uid="b", gpus=4))
+    assert len(over) == 1 and "over-committed" in over[0]
+    # each updated (a new priority: booked again), the later one is still the one
+    assert led.sync_pod(pod("a", uid="a", gpus=2), priority=3) == []
+    assert led.sync_pod(pod("b", uid="b", gpus=4), priority=3) == over
+    assert led.sync_pod(pod("b", uid="b", gpus=4), priority=3) == over  # unchanged
+
+
+def test_a_victims_pod_updated_under_a_nomination_is_no_conflict() -> None:
+    led = ledger("n1", "n2")
+    nominated(led)
+    assert led.sync_pod(pod("lo-0", uid="lo0", devices="0", ref=gw_ref("lo"),
+                            labels={ATTEMPT_LABEL: "0"}), priority=2) == []
+
+
+def test_an_unchanged_update_reports_what_it_did_and_nothing_for_kin() -> None:
+    led = ledger()
+    a = pod("a", uid="a", devices="0")
+    b = pod("b", uid="b", devices="0")
+    led.sync_pod(a)
+    conflict = ["pod team/b: n1: device 0 also held by team/a"]
+    assert led.sync_pod(b) == conflict
+    assert led.sync_pod(b) == conflict  # said again
+    # two pods of one workload attempt on one device (an annotation map), then one
+    # of them orphaned: kin each time, unchanged or not
+    led = ledger()
+    booked(led)
+    led.sync_pod(ours("0,1"))
+    two = pod("p2", uid="u2", devices="0", ref=gw_ref(), labels={ATTEMPT_LABEL: "1"})
+    assert led.sync_pod(two) == [] and led.sync_pod(two) == []
+    assert led.sync_pod(ours("0,1", orphan=True)) == []
+    assert led.sync_pod(ours("0,1", orphan=True)) == []
