@@ -56,7 +56,8 @@ integration: venv testenv ## the integration tests only (local control plane)
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
 # The churn tests as a soak (not in CI): the churn at 100 nodes x 8 GPUs, then the queue
-# churn (three GPUQueues in a cohort), each for SOAK_SECONDS (600) with nine kill -9s,
+# churn (three GPUQueues in a cohort), then the group churn (JobSets beside queued
+# GPUWorkloads and shares), each for SOAK_SECONDS (600) with nine kill -9s,
 # two kube-apiserver restarts and a 20 s etcd pause, seed SEED (1); each prints its
 # overlaps, quota overshoots, stuck workloads and orphans lost at the end.
 SOAK_SECONDS ?= 600
@@ -72,6 +73,10 @@ soak: venv testenv ## the churn tests (100 x 8 GPUs; queues in a cohort) for SOA
 	  CHURN_ETCD_PAUSE=20 CHURN_LOG=$(TESTENV_DIR)/soak-queues-$(SEED).log \
 	  $(BIN)/pytest -s -q --timeout=$$(( $(SOAK_SECONDS) + 900 )) \
 	  tests/integration/controller/test_queues_churn.py
+	CHURN_SEED=$(SEED) GROUP_CHURN_SECONDS=$(SOAK_SECONDS) CHURN_KILLS=9 \
+	  CHURN_LOG=$(TESTENV_DIR)/soak-groups-$(SEED).log \
+	  $(BIN)/pytest -s -q --timeout=$$(( $(SOAK_SECONDS) + 900 )) \
+	  tests/integration/podgroups/test_group_churn.py
 
 $(CHECKOV_VENV)/.stamp-$(CHECKOV_VERSION):
 	$(PYTHON) -m venv $(CHECKOV_VENV)

@@ -85,11 +85,12 @@ NAMED_TAINT = {"key": DEVICE_AUTHORITY_LABEL, "value": "named", "effect": "NoSch
 
 
 class ControllerProcess:
-    """``python main.py manager`` against the admin kubeconfig; stdout and stderr
-    go to ``log``. Only the process this object started is ever signalled."""
+    """``python main.py manager`` against the admin kubeconfig (and ``extra``
+    flags); stdout and stderr go to ``log``. Only the process this object started
+    is ever signalled."""
 
-    def __init__(self, cluster: ControlPlane, log: Path) -> None:
-        self.cluster, self.log = cluster, log
+    def __init__(self, cluster: ControlPlane, log: Path, extra: tuple[str, ...] = ()) -> None:
+        self.cluster, self.log, self.extra = cluster, log, extra
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -104,7 +105,7 @@ class ControllerProcess:
              "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
              "--log-format", "console",
              "--log-level", os.environ.get("CHURN_LOG_LEVEL") or "warning",
-             "--workers", "4", "--qps", "200", "--burst", "400"],
+             "--workers", "4", "--qps", "200", "--burst", "400", *self.extra],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
         out.close()
         self.starts += 1

@@ -1,0 +1,302 @@
+"""The churn with pod groups: JobSets (the real JobSet v0.12.0 controller, 4 pods x
+2 GPUs, placed whole by the pod binding) made and deleted at random beside
+GPUWorkloads (single, gangs and memory shares) in a namespace a GPUQueue selects,
+members deleted while their group runs (their Job makes them again), and kill -9s
+of the manager (``python main.py manager --enable-pod-binding``, its own process).
+
+``HolderWatch`` samples every live pod on every pod event: across the run no
+(node, device) is held by two owners. Once the actions stop, within a settle time:
+no partial group (a JobSet with some but not all of its members bound) and no group
+stuck with room (a JobSet none of whose members is bound while ``kubectl gpu
+nodes`` shows free devices enough for it).
+
+``CHURN_SEED``, ``GROUP_CHURN_SECONDS`` (60) and ``CHURN_KILLS`` (2) change the seed,
+the duration and the kill -9s; ``make soak`` runs it with the other churns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL, DEVICES_ANNOTATION, SHARE_ANNOTATION
+from api.v1alpha1.types import API_VERSION
+from hack.testenv import ControlPlane
+from internal.cli.main import main
+from runtime import ApiError, Client, NotFound
+from tests.integration.controller.churn_checks import DEVICE_MIB, GPUNodes
+from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
+    NodeGroup,
+    admin,
+    group,
+    installed,
+    namespace_queue,
+    workload,
+)
+from tests.integration.controller.holders import HolderWatch
+from tests.integration.controller.test_churn import ControllerProcess, release_finalizers
+from tests.integration.podgroups.controllers import JOBSET, PeerController, jobset
+from tests.waiting import eventually
+
+SEED = int(os.environ.get("CHURN_SEED") or 11)
+SECONDS = float(os.environ.get("GROUP_CHURN_SECONDS") or 60)
+KILLS = int(os.environ.get("CHURN_KILLS") or 2)
+LOG = os.environ.get("CHURN_LOG")
+NODES, GPUS = 5, 4
+#: a JobSet's members and each one's GPUs
+MEMBERS, MEMBER_GPUS = 4, 2
+SETTLE = 120.0
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+LABEL = "jobset.sigs.k8s.io/jobset-name"
+DEVICES, SHARE = DEVICES_ANNOTATION, SHARE_ANNOTATION
+
+
+@pytest.fixture(scope="module")
+def peers(installed: ControlPlane) -> Iterator[PeerController]:  # noqa: F811
+    run = PeerController(installed, JOBSET).start()
+    yield run
+    run.stop()
+
+
+@pytest.fixture
+def queued(installed: ControlPlane, admin: Client) -> Iterator[str]:  # noqa: F811
+    """A second namespace, for the GPUWorkloads, selected by a GPUQueue of 8 GPUs."""
+    name = f"q-{random.Random().getrandbits(32):08x}"
+    code, body = installed.api("POST", "/api/v1/namespaces", {
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    assert code == 201, body
+    with namespace_queue(admin, name, 8):
+        yield name
+    installed.api("DELETE", f"/api/v1/namespaces/{name}")
+
+
+def live_pods(admin: Client, ns: str) -> list[dict[str, Any]]:  # noqa: F811
+    return [p for p in admin.list("v1", "Pod", namespace=ns)["items"]
+            if not p["metadata"].get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+
+
+class GroupChurn:
+    def __init__(self, admin: Client, ns: str, queued: str, group: NodeGroup,  # noqa: F811
+                 rng: random.Random) -> None:
+        self.admin, self.ns, self.queued, self.group, self.rng = admin, ns, queued, group, rng
+        self.jobsets: list[str] = []
+        self.workloads: list[str] = []
+        self.serial = 0
+        self.done: Counter[str] = Counter()
+        self.log: list[str] = []  # (seconds since the start) what was done to what
+        self.t0 = time.monotonic()
+
+    def note(self, what: str) -> None:
+        self.log.append(f"{time.monotonic() - self.t0:.1f}s {what}")
+
+    def _name(self, prefix: str) -> str:
+        self.serial += 1
+        return f"{prefix}{self.serial}"
+
+    def create_jobset(self) -> None:
+        name = self._name("js")
+        js = jobset(name, [("workers", 2, 2)])  # 2 Jobs x 2 pods: 4 members
+        for rj in js["spec"]["replicatedJobs"]:
+            rj["template"]["spec"]["backoffLimit"] = 3  # a deleted member is made again
+            pod = rj["template"]["spec"]["template"]["spec"]
+            pod["nodeSelector"] = dict(self.group.selector)
+            pod["terminationGracePeriodSeconds"] = 0
+            pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(MEMBER_GPUS)
+        self.admin.create(js, namespace=self.ns)
+        self.jobsets.append(name)
+        self.done["jobsets created"] += 1
+        self.note(f"created {name}")
+
+    def delete_jobset(self) -> None:
+        if self.jobsets:
+            name = self.jobsets.pop(self.rng.randrange(len(self.jobsets)))
+            with contextlib.suppress(NotFound):
+                self.admin.delete(JOBSET_API, "JobSet", name, self.ns,
+                                  propagation_policy="Background")
+            self.done["jobsets deleted"] += 1
+            self.note(f"deleted {name}")
+
+    def create_workload(self) -> None:
+        rng, name = self.rng, self._name("w")
+        spec: dict[str, Any] = {"nodeSelector": self.group.selector,
+                                "retryPolicy": {"maxRetries": 50, "backoffSeconds": 1,
+                                                "maxBackoffSeconds": 3},
+                                "template": {"spec": {"terminationGracePeriodSeconds": 0,
+                                                      "containers": [{"name": "main",
+                                                                      "image": "busybox"}]}}}
+        kind = rng.random()
+        if kind < 0.25:
+            spec.update(replicas=rng.choice([1, 2]), schedulingStrategy="bestFit",
+                        gpuShare={"memory": rng.choice(["20Gi", "40Gi"]), "mode": "timeSlicing"})
+            self.done["shares created"] += 1
+        elif kind < 0.55:
+            spec.update(replicas=2, gpusPerReplica=rng.choice([1, 2]))
+            self.done["gangs created"] += 1
+        else:
+            spec.update(gpusPerReplica=rng.choice([1, 2, 4]))
+            self.done["workloads created"] += 1
+        try:
+            self.admin.create(workload(name, self.queued, **spec))
+        except ApiError as exc:
+            self.done[f"workload refused ({exc.status})"] += 1
+            return
+        self.workloads.append(name)
+
+    def delete_workload(self) -> None:
+        if self.workloads:
+            name = self.workloads.pop(self.rng.randrange(len(self.workloads)))
+            with contextlib.suppress(NotFound):
+                self.admin.delete(API_VERSION, "GPUWorkload", name, namespace=self.queued)
+            self.done["workloads deleted"] += 1
+
+    def delete_member(self) -> None:
+        members = [p for p in live_pods(self.admin, self.ns) if p["spec"].get("nodeName")]
+        if members:
+            pod = self.rng.choice(members)["metadata"]["name"]
+            with contextlib.suppress(NotFound):
+                self.admin.delete("v1", "Pod", pod, self.ns, grace_period_seconds=0)
+                self.done["members deleted while placed"] += 1
+                self.note(f"deleted member {pod}")
+
+    def step(self) -> None:
+        r = self.rng.random()
+        if r < 0.25 and len(self.jobsets) < 4:
+            self.create_jobset()
+        elif r < 0.40:
+            self.delete_jobset()
+        elif r < 0.65 and len(self.workloads) < 6:
+            self.create_workload()
+        elif r < 0.85:
+            self.delete_workload()
+        else:
+            self.delete_member()
+
+
+def free_devices(kubeconfig: str, nodes: list[str],
+                 capsys: pytest.CaptureFixture[str]) -> dict[str, int]:
+    """Free devices per node as ``kubectl gpu nodes`` shows them (the controller's
+    ledger rebuilt from the API)."""
+    capsys.readouterr()
+    assert main(["nodes", "-o", "json", "--kubeconfig", kubeconfig]) == 0
+    shown = json.loads(capsys.readouterr().out)["nodes"]
+    return {n["name"]: sum(1 for d in n["devices"] if d["free"]) for n in shown
+            if n["name"] in nodes}
+
+
+def groups_wrong(admin: Client, ns: str, jobsets: list[str], nodes: list[str],  # noqa: F811
+                 kubeconfig: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """Partial groups holding GPUs, and groups left unbound with room for them."""
+    pods = live_pods(admin, ns)
+    free = free_devices(kubeconfig, nodes, capsys)
+    room = sum(f // MEMBER_GPUS for f in free.values())
+    wrong = []
+    for name in jobsets:
+        mine = [p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL) == name]
+        bound = sum(1 for p in mine if p["spec"].get("nodeName"))
+        if 0 < bound < MEMBERS:
+            wrong.append(f"{name}: partial, {bound} of {MEMBERS} members bound")
+        elif bound == 0 and room >= MEMBERS:
+            wrong.append(f"{name}: none bound, {len(mine)} members, room for {room} ({free})")
+    return wrong
+
+
+def test_group_churn_never_splits_a_group_nor_gives_a_device_twice(
+        installed: ControlPlane, admin: Client, namespace: str, queued: str,  # noqa: F811
+        group: NodeGroup, peers: PeerController, tmp_path: Path,  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
+    rng = random.Random(SEED)
+    nodes = group.add(NODES, GPUS, labels={DEVICE_AUTHORITY_LABEL: "named"})
+    gpunodes = GPUNodes(admin, nodes, GPUS)
+    gpunodes.mig = False
+    gpunodes.create()
+    churn = GroupChurn(admin, namespace, queued, group, rng)
+    #: every (node, device, pods) seen held by two live pods at once: HolderWatch's
+    #: overlaps are between owners (Jobs), these include two members of one Job
+    twice: set[tuple[str, str, frozenset[str]]] = set()
+    seen: list[str] = []  # the first of them, each pod as it stood then
+
+    def record(pods: list[dict[str, Any]]) -> None:
+        held: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for p in pods:
+            annotations = p["metadata"].get("annotations") or {}
+            for d in (annotations.get(DEVICES) or "").split(","):
+                if d and not annotations.get(SHARE):
+                    held.setdefault((p["spec"]["nodeName"], d), []).append(p)
+        for (node, d), ps in held.items():
+            if len(ps) > 1:
+                twice.add((node, d, frozenset(p["metadata"]["name"] for p in ps)))
+                if len(seen) < 4:
+                    seen.append(f"{time.monotonic() - churn.t0:.1f}s {node}/{d}: " + "; ".join(
+                        f"{p['metadata']['name']} ({(p.get('status') or {}).get('phase')}"
+                        f"{', deleting' if p['metadata'].get('deletionTimestamp') else ''})"
+                        for p in ps))
+    watch = HolderWatch(admin, device_memory_mib=DEVICE_MIB, on_live=record).start()
+    ctl = ControllerProcess(installed, Path(LOG) if LOG else tmp_path / "controller.log",
+                            extra=("--enable-pod-binding",))
+    kills = [SECONDS * (i + 1) / (KILLS + 1) for i in range(KILLS)]
+    kubeconfig = str(installed.kubeconfig)
+    wrong: list[str] = []
+    try:
+        ctl.start()
+        started = time.monotonic()
+        while (elapsed := time.monotonic() - started) < SECONDS:
+            assert ctl.alive(), f"the controller exited:\n{ctl.tail()}"
+            if kills and elapsed >= kills[0]:
+                kills.pop(0)
+                ctl.kill9()
+                churn.done["controller kill -9"] += 1
+                churn.note("kill -9")
+                ctl.start()
+            gpunodes.beat()
+            churn.step()
+            time.sleep(rng.uniform(0.2, 0.8))
+        settle_started = time.monotonic()
+        deadline = settle_started + SETTLE
+        while True:
+            gpunodes.beat()
+            wrong = groups_wrong(admin, namespace, churn.jobsets, nodes, kubeconfig, capsys)
+            if not wrong or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+        settled_in = time.monotonic() - settle_started
+        placed = sum(1 for name in churn.jobsets
+                     if sum(1 for p in live_pods(admin, namespace)
+                            if (p["metadata"].get("labels") or {}).get(LABEL) == name
+                            and p["spec"].get("nodeName")) == MEMBERS)
+        for name in list(churn.jobsets):
+            with contextlib.suppress(NotFound):
+                admin.delete(JOBSET_API, "JobSet", name, namespace,
+                             propagation_policy="Background")
+        for name in churn.workloads:
+            with contextlib.suppress(NotFound):
+                admin.delete(API_VERSION, "GPUWorkload", name, namespace=queued)
+        eventually(lambda: not admin.list(API_VERSION, "GPUWorkload", namespace=queued)["items"],
+                   timeout=90, what="every GPUWorkload of the churn gone")
+    finally:
+        watch.stop()
+        ctl.stop()
+        release_finalizers(admin, queued)
+        gpunodes.delete()
+    summary = ", ".join(f"{k}: {v}" for k, v in sorted(churn.done.items()))
+    capsys.readouterr()
+    with capsys.disabled():
+        print(f"\ngroup churn (seed {SEED}, {SECONDS:.0f}s, {NODES}x{GPUS} GPUs): "
+              f"{watch.samples} samples, {len(twice)} devices given twice "
+              f"({len(watch.overlaps)} samples of two owners on one device), "
+              f"{len(wrong)} groups partial or stuck with room after {settled_in:.0f} s "
+              f"of settling, {placed} of {len(churn.jobsets)} JobSets left placed whole; "
+              f"{summary}")
+    assert not twice and watch.overlaps == [], (
+        f"first devices given twice: {seen}\nthe churn: {churn.log}\n{ctl.tail()}")
+    assert wrong == [], f"{wrong}\n{ctl.tail()}"
+    assert churn.done["jobsets created"] >= 3 and churn.done["controller kill -9"] == KILLS
