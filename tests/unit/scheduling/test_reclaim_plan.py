@@ -180,3 +180,34 @@ def test_a_random_strategys_plan_is_the_same_every_time() -> None:
                   strategy="random") for _ in range(5)]
     assert plans[0] is not None and [v.key for v in plans[0][0]] == ["x/b1"]
     assert all(p == plans[0] for p in plans)
+
+
+def test_a_victim_the_quota_needs_is_kept_though_the_devices_need_another() -> None:
+    # a needs 2 replicas of 1 GPU: y (newest, 1 GPU) is not enough for the quota,
+    # x (2 GPUs) is, and x's devices alone place it: y goes back, x stays
+    snap, led = cluster(node("n1", 2), node("n2", 2), node("n3", 1))
+    book(led, {"x/x": [P(0, "n1", 0, 1)], "x/y": [P(0, "n2", 0)], "x/e": [P(0, "n3", 0)]})
+    cands = [C("x/x", "b", "t1", 2), C("x/y", "b", "t2", 1)]
+    qs = quotas(2, 1, Queue("e", F(1), cohort="c"))
+    w = workload("new", ns="x", gpusPerReplica=1, replicas=2)
+    a = qs.get("a")
+    assert a is not None
+    got = plan_reclaim(w, snap, led, create("leastLoaded"), False, qs, a, F(2),
+                       {"b": F(3), "e": F(1)}, cands)
+    assert got is not None
+    assert [v.key for v in got[0]] == ["x/x"]
+
+
+def test_of_two_sufficient_victim_sets_the_one_sparing_the_higher_priority_is_kept() -> None:
+    # v3 (split over both nodes) is needed either way; with v1 it frees n1, with v2
+    # n2: v2 (priority 2) is spared rather than v1 (priority 1)
+    snap, led = cluster(node("n1", 2), node("n2", 2))
+    book(led, {"x/v1": [P(0, "n1", 0)], "x/v2": [P(0, "n2", 0)],
+               "x/v3": [P(0, "n1", 1), P(1, "n2", 1)]})
+    cands = [C("x/v1", "b", "t1", 1, priority=1), C("x/v2", "b", "t2", 1, priority=2),
+             C("x/v3", "b", "t3", 2, priority=3)]
+    got = plan((snap, led), quotas(4, 0), 2, {"b": 4}, cands, priority=10)
+    assert got is not None
+    victims, placements = got
+    assert sorted(v.key for v in victims) == ["x/v1", "x/v3"]
+    assert placements == [P(0, "n1", 0, 1)]
