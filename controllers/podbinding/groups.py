@@ -62,6 +62,8 @@ log = structlog.get_logger("podbinding")
 STRATEGY_ANNOTATION = "gpu.orchestrator.dev/strategy"
 #: a group's NVLink requirement for each member's devices (a GPUWorkload's topology)
 TOPOLOGY_ANNOTATION = "gpu.orchestrator.dev/topology"
+#: ``book_group``'s answer when another member's reconcile booked the group first
+_BOOKED = "booked by another member's reconcile"
 #: how long a group may wait for its members before it is reported (the in-tree
 #: gang scheduling's default wait)
 DEFAULT_GROUP_TIMEOUT = 300.0
@@ -259,8 +261,18 @@ class GroupPath:
         present = len(bound) + len(unbound)
         if present < group.size:
             return self._wait(pod, group, present)
-        entries, why = state.book_group(self.book, lambda view: plan_group(
-            view, group, unbound, self.default_strategy))
+        def plan(view: PlacementView) -> tuple[dict[str, Entry] | None, str]:
+            # under the state's lock: another worker, reconciling another member of
+            # this complete group, may have booked it since ``held`` was read (a
+            # second booking would move members already bound to the first)
+            mine = self.book.entry(key)
+            if mine is not None and mine.ledger_key == ledger_key:
+                return None, _BOOKED
+            return plan_group(view, group, unbound, self.default_strategy)
+        entries, why = state.book_group(self.book, plan)
+        if why is _BOOKED:
+            held = self.book.entry(key)
+            return bind(state, pod, key, held) if held is not None else None
         if entries is None:
             return unschedulable(pod, key, f"pod group {group.key} ({len(unbound)} of "
                                            f"{group.size} members to place): {why}")
