@@ -85,6 +85,10 @@ def test_the_cycles_are_closed_before_the_manager_starts(mgr: Manager) -> None:
     assert shared.workload_queue.controller.get() is built.gpuworkload
     shared.workload_queue.add_keys(["team/a"])
     assert built.gpuworkload.queue.get(timeout=1) == (Request("team", "a"), False)
+    # done and shut down: a queue left with an item in flight reports its unfinished
+    # work on the process's /metrics for the rest of the session
+    built.gpuworkload.queue.done(Request("team", "a"))
+    built.gpuworkload.queue.shut_down()
     assert shared.states.get().queues is shared.queues
 
 
