@@ -174,7 +174,6 @@ class Runner:
         if deleted or not wants_process(pod):
             self._end(uid)
             return
-        started = []
         for c in checks:
             key = (uid, c["name"])
             if key in self.running:
@@ -182,11 +181,21 @@ class Runner:
             log = self.log_dir / f"{ns}_{name}_{uid}" / f"{c['name']}.log"
             argv = [sys.executable, "-m", "internal.check", *[str(a) for a in c.get("args") or []]]
             self.running[key] = CheckProcess(argv, container_env(pod, c), log)
-            started.append((c["name"], log))
-        if started:
-            self.pods[uid] = (ns, name)
+        if uid in self.pods:
+            return
+        from kubernetes.client.exceptions import ApiException
+
+        try:
             self._register(ns, name, uid, [(c["name"], self.log_dir / f"{ns}_{name}_{uid}" /
                                             f"{c['name']}.log") for c in checks])
+        except ApiException as exc:
+            # kube-apiserver restarting, the namespace terminating: its processes run,
+            # and the Logs object is made on the pod's next event or the next listing
+            # (it was never made again once a first try failed: kubectl logs found none)
+            print(f"check-pods: Logs of {ns}/{name} not made ({exc.status} {exc.reason}); "
+                  "retried on its next event", flush=True)
+            return
+        self.pods[uid] = (ns, name)
 
     def _register(self, ns: str, name: str, uid: str, logs: list[tuple[str, Path]]) -> None:
         body = {
@@ -230,6 +239,22 @@ class Runner:
 
     # -- the loop -------------------------------------------------------------------
 
+    def _sync_one(self, pod: dict[str, Any], deleted: bool = False) -> None:
+        """``sync``, whose failure for one pod (an API error) ends neither the listing
+        nor the watch: the runner keeps serving every other pod."""
+        try:
+            self.sync(pod, deleted=deleted)
+        except Exception as exc:
+            print(f"check-pods: pod {pod['metadata'].get('namespace')}/"
+                  f"{pod['metadata'].get('name')} not synced ({type(exc).__name__}: {exc})",
+                  flush=True)
+
+    def _end_one(self, uid: str) -> None:
+        try:
+            self._end(uid)
+        except Exception as exc:
+            print(f"check-pods: pod {uid} not ended ({type(exc).__name__}: {exc})", flush=True)
+
     def run(self, ready_file: Path | None = None) -> None:
         from kubernetes import watch
 
@@ -245,9 +270,9 @@ class Runner:
             seen = set()
             for pod in listing["items"]:
                 seen.add(pod["metadata"]["uid"])
-                self.sync(pod)
-            for uid in [u for u in self.pods if u not in seen]:
-                self._end(uid)
+                self._sync_one(pod)
+            for uid in [u for u in {*self.pods, *(k[0] for k in self.running)} if u not in seen]:
+                self._end_one(uid)
             if ready_file is not None:
                 ready_file.touch()
                 ready_file = None
@@ -260,7 +285,7 @@ class Runner:
                         break
                     pod = self.api_client.sanitize_for_serialization(ev["object"])
                     if ev["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                        self.sync(pod, deleted=ev["type"] == "DELETED")
+                        self._sync_one(pod, deleted=ev["type"] == "DELETED")
             except Exception as exc:  # a dropped or expired watch: list again
                 print(f"check-pods: watch ended ({type(exc).__name__}: {exc}); relisting",
                       flush=True)
