@@ -22,6 +22,7 @@ import collections
 import contextlib
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,18 +86,23 @@ def _is_wait(frame: str) -> bool:
     return frame.startswith(WAITS)
 
 
-def summarize(folded: Path, top: int = 25) -> dict[str, Any]:
-    """Samples, the share spent waiting, and the hottest functions of the rest."""
-    incl: collections.Counter[str] = collections.Counter()
-    self_: collections.Counter[str] = collections.Counter()
-    total = busy = 0
+def _stacks(folded: Path) -> Iterator[tuple[list[str], int]]:
+    """(frames, samples) of each line of a folded profile; a malformed line is skipped."""
     for line in folded.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
         try:
             count = int(n)
         except ValueError:
             continue
-        frames = stack.split(";")
+        yield stack.split(";"), count
+
+
+def summarize(folded: Path, top: int = 25) -> dict[str, Any]:
+    """Samples, the share spent waiting, and the hottest functions of the rest."""
+    incl: collections.Counter[str] = collections.Counter()
+    self_: collections.Counter[str] = collections.Counter()
+    total = busy = 0
+    for frames, count in _stacks(folded):
         total += count
         if _is_wait(frames[-1]):
             continue
@@ -117,13 +123,7 @@ def grouped(folded: Path) -> dict[str, dict[str, float]]:
     roles: collections.Counter[str] = collections.Counter()
     costs: collections.Counter[str] = collections.Counter()
     busy = 0
-    for line in folded.read_text().splitlines():
-        stack, _, n = line.rpartition(" ")
-        try:
-            count = int(n)
-        except ValueError:
-            continue
-        frames = stack.split(";")
+    for frames, count in _stacks(folded):
         if _is_wait(frames[-1]):
             continue
         busy += count
