@@ -39,7 +39,7 @@ from controllers.placement.evictions import Evictions, preempted_message
 from controllers.placement.pending import PendingSet
 from controllers.placement.pod_book import PodBook
 from controllers.shared.own_writes import OwnWrites
-from internal.metrics.domain import BAD_OBJECTS
+from internal.metrics.domain import BAD_OBJECTS, STALE_DECISIONS
 from internal.objects import JSON
 from internal.scheduling.bounds import MAX_GPUS_PER_NODE
 from internal.scheduling.framework import PREEMPT, UNSCHEDULABLE, Decision
@@ -52,6 +52,7 @@ from internal.scheduling.scheduler import Scheduler
 from internal.scheduling.search import check_exact
 from internal.scheduling.sharefloor import DEFAULT_FLOORS, ShareFloors
 from internal.scheduling.snapshot import NodeInfo, Snapshot
+from internal.scheduling.stamps import Mark, StaleDecision
 
 if TYPE_CHECKING:
     from controllers.podbinding.seedbook import Entry, SeedBook
@@ -64,6 +65,9 @@ Sources = tuple[list[JSON], list[JSON], list[JSON], list[JSON]]
 #: (resourceslices, resourceclaims) as listed from the caches (DRA on)
 DraSources = tuple[list[JSON], list[JSON]]
 T = TypeVar("T")
+
+#: passes outside the lock tried for one decision before it is made under the lock
+STALE_TRIES = 3
 
 
 #: The door: every name of the placement state that code outside
@@ -311,15 +315,60 @@ class PlacementState(PlacementCache):
     def decide(self, w: GPUWorkload) -> Decision:
         """Schedule ``w`` and, if it fits, book it in the ledger (assumed, uncommitted).
 
-        A preemption is booked here too, under the same lock: the victims' bookings
+        The scheduling pass (queue admission, filters, strategies, preemption and
+        reclaim plans) runs outside the lock on the cache as it stands, marked first
+        (``stamps.Mark``); the booking (``_assume``) is the one locked step, and
+        refuses a decision whose nodes, or for a queue's decision whose holders,
+        changed after the mark. A refused decision is made again on the new state,
+        at most ``STALE_TRIES`` times; then it is made under the lock, so a
+        workload always gets one. A decision that books nothing is kept when
+        nothing changed while it was made (no lock taken)."""
+        across = self.admin_priority(w)
+        for _ in range(STALE_TRIES):
+            sched = self.scheduler
+            stamps = sched.ledger.stamps
+            mark = stamps.mark()
+            try:
+                decision = self._pass(sched, w, across)
+            except Exception:
+                if stamps.changed_since(mark):
+                    STALE_DECISIONS.labels("retried").inc()
+                    continue  # read while a writer changed it: try again
+                raise
+            if not (decision.ok or decision.outcome == PREEMPT):
+                if not stamps.changed_since(mark) and mark.of is self._ledger.stamps:
+                    return decision
+            else:
+                try:
+                    return self._assume(w, decision, mark)
+                except StaleDecision:
+                    pass
+            STALE_DECISIONS.labels("retried").inc()
+        STALE_DECISIONS.labels("locked").inc()
+        with self._lock:
+            sched = self.scheduler
+            return self._assume(w, self._pass(sched, w, across), sched.ledger.stamps.mark())
+
+    def _pass(self, sched: Scheduler, w: GPUWorkload, across: bool) -> Decision:
+        """One scheduling pass for ``w`` on ``sched``'s snapshot and ledger: books
+        nothing (the queues' gate keeps its waiting lines)."""
+        return (self.queues.gate(w, sched.ledger, sched, across) if self.queues
+                else sched.schedule(w, across_namespaces=across))
+
+    def _assume(self, w: GPUWorkload, decision: Decision, mark: Mark) -> Decision:
+        """Books ``decision`` for ``w`` unless it is stale (raises ``StaleDecision``:
+        a node it books or takes victims on, or for a queue's decision any holder,
+        changed after ``mark``, or the cache was filled again).
+
+        A preemption is booked here too, in the same section: the victims' bookings
         are released (their own reconcile then deletes their children, which are
         queued) and ``w`` is nominated over the devices their pods still hold."""
         victims: list[str] = []
         booked: list[tuple[PodBook, str]] = []  # victims of a pod book: their pods go
-        across = self.admin_priority(w)
         with self._lock:
-            decision = (self.queues.gate(w, self._ledger, self.scheduler, across)
-                        if self.queues else self.scheduler.schedule(w, across_namespaces=across))
+            why = self._stale(decision, mark)
+            if why:
+                raise StaleDecision(why)
             if decision.ok:
                 decision = self._book(decision, w)
             elif decision.outcome == PREEMPT:
@@ -346,6 +395,25 @@ class PlacementState(PlacementCache):
             book.evict(key, f"preempted by {w.key} (priority {w.spec.priority}) to make room")
         return decision
 
+    def _stale(self, decision: Decision, mark: Mark) -> str:
+        """Under the lock: why ``decision`` (made after ``mark``) may not be booked
+        as it is, or "" when what it read of the nodes it touches is unchanged."""
+        stamps = self._ledger.stamps
+        if mark.of is not stamps:
+            return "the placement cache was filled again"
+        nodes = {p.node for p in decision.placements}
+        for v in decision.victims:
+            a = self._ledger.allocation(v)
+            if a is None:
+                return f"victim {v} no longer holds a booking"
+            nodes.update(a.nodes)
+        changed = stamps.changed(mark, sorted(nodes))
+        if changed:
+            return f"node {', '.join(changed)} changed"
+        if decision.queue and stamps.holds != mark.holds:
+            return "the holders its queue's quota counts changed"
+        return ""
+
     def _book(self, decision: Decision, w: GPUWorkload) -> Decision:
         """Under the lock: assumes ``decision``; a refusal of the ledger (a rule the
         filters missed) is the workload's Unschedulable status, never a reconcile
@@ -366,7 +434,7 @@ class PlacementState(PlacementCache):
         on until its pods show there (node fit, ``nodeusage.py``)."""
         self._snapshot.usage.reserve(
             w.key, booking_owner(w), PodFit.of((w.spec.template or {}).get("spec")),
-            [p.node for p in decision.placements])
+            [p.node for p in decision.placements], self._ledger)
 
     def queue_usage(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """(queue -> GPUs used, owner -> what it holds), for the queues' status."""

@@ -171,6 +171,11 @@ DECISION_LATENCY = Histogram(
 CREATE_TO_BOUND = Histogram(
     "gpu_orchestrator_create_to_bound_seconds", "From a GPUWorkload's creationTimestamp to its "
     "last child created bound to its node.", buckets=_LATENCY_BUCKETS, registry=REGISTRY)
+STALE_DECISIONS = Counter(
+    "gpu_orchestrator_stale_decisions", "Scheduling passes made outside the placement "
+    "cache's lock whose inputs changed before the decision could be booked, by what was "
+    "done: retried (passed again on the new state), locked (the last try decided under "
+    "the lock).", ["action"], registry=REGISTRY)
 RETRIES = Counter(
     "gpu_orchestrator_retries", "Placement retries scheduled by a workload's retryPolicy.",
     registry=REGISTRY)

@@ -34,6 +34,7 @@ from internal.scheduling.freeindex import FreeIndex
 from internal.scheduling.jobs import job_holder_key
 from internal.scheduling.pods import pod_holder_key
 from internal.scheduling.shares import Hold, NodeSharing, compatible, hold_of, owner_use
+from internal.scheduling.stamps import Stamps
 
 #: the key prefix of what a workload holds on to after its booking was released
 #: while its children may still exist (``Ledger.depart``): counted like a booking
@@ -97,6 +98,9 @@ class DeviceHoldings:
         self._allocs: dict[str, Allocation] = {}
         self._sharing: dict[str, NodeSharing] = {}
         self.index = FreeIndex()
+        #: when each node's holders and devices last changed (a pass outside the
+        #: placement cache's lock is checked against them: ``stamps.py``)
+        self.stamps = Stamps()
         #: called with (holder, True) when a holder is added, (holder, False) when it
         #: goes (quota's usage index keeps its sums by them)
         self.watchers: list[Callable[[Allocation, bool], None]] = []
@@ -114,6 +118,7 @@ class DeviceHoldings:
         if sharing is not None:
             self._sharing[node] = sharing
         self._reindex(node)
+        self.stamps.touch(node)
 
     def sharing(self, node: str) -> NodeSharing:
         return self._sharing.get(node) or NodeSharing()
@@ -124,6 +129,7 @@ class DeviceHoldings:
         self._size.pop(node, None)
         self._sharing.pop(node, None)
         self.index.remove(node)
+        self.stamps.forget(node)
 
     def known_nodes(self) -> list[str]:
         return sorted(self._usable)
@@ -316,6 +322,7 @@ class DeviceHoldings:
         self._allocs[alloc.key] = alloc
         for node in touched:
             self._reindex(node)
+        self.stamps.held(touched)
         for watch in self.watchers:
             watch(alloc, True)
 
@@ -343,5 +350,6 @@ class DeviceHoldings:
         self._allocs.pop(alloc.key, None)
         for node in touched:
             self._reindex(node)
+        self.stamps.held(touched)
         for watch in self.watchers:
             watch(alloc, False)

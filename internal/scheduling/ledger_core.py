@@ -197,6 +197,7 @@ class DeviceLedger(DeviceHoldings):
         if a is None:
             raise KeyError(key)
         a.committed = True
+        self.stamps.held(a.nodes)
 
     def end_nomination(self, key: str) -> bool:
         """``key``'s booking is no longer a nomination over anybody (its children
@@ -208,6 +209,7 @@ class DeviceLedger(DeviceHoldings):
         for watch in self.watchers:
             watch(a, False)
         a.overlap = frozenset()
+        self.stamps.held(a.nodes)
         for watch in self.watchers:
             watch(a, True)
         return True

@@ -19,7 +19,7 @@ Guarantees:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -107,6 +107,8 @@ class NodeUsage:
         self._owner_pods: dict[tuple[str, str], set[str]] = {}
         #: node -> booking owner -> its replicas there whose pods do not show yet
         self._pending: dict[str, dict[str, _Reserved]] = {}
+        #: told each node whose usage changes (the snapshot stamps it: ``stamps.py``)
+        self.touched: Callable[[str], None] = _nothing
         for p in pods:
             self.set_pod(p)
 
@@ -137,6 +139,7 @@ class NodeUsage:
             self._apply(entry, -1)
 
     def _apply(self, e: _Pod, sign: int) -> None:
+        self.touched(e.node)
         sums = self._requests.setdefault(e.node, {})
         for k, v in e.requests.items():
             sums[k] = sums.get(k, 0) + sign * v
@@ -159,16 +162,21 @@ class NodeUsage:
 
     # -------------------------------------------------------------- bookings
 
-    def reserve(self, key: str, owner: str, fit: PodFit, nodes: Iterable[str]) -> None:
+    def reserve(self, key: str, owner: str, fit: PodFit, nodes: Iterable[str],
+                ledger: Ledger | None = None) -> None:
         """The booking ``key`` of ``owner`` put one replica asking ``fit`` on each
         of ``nodes`` (a node once per replica): until that many of its pods show
-        there, the missing ones count (nothing is kept for a ``fit`` of nothing)."""
+        there, the missing ones count (nothing is kept for a ``fit`` of nothing).
+        With ``ledger``, the nodes' reservations of bookings gone are dropped."""
         if fit.empty:
             return
         for node, n in Counter(nodes).items():
+            if ledger is not None:
+                self._prune(node, ledger)
             missing = n - len(self._owner_pods.get((owner, node), ()))
             if missing > 0:
                 self._pending.setdefault(node, {})[owner] = _Reserved(key, missing, fit)
+                self.touched(node)
 
     def _pod_arrived(self, owner: str, node: str) -> None:
         held = self._pending.get(node)
@@ -176,6 +184,7 @@ class NodeUsage:
         if r is None:
             return
         assert held is not None
+        self.touched(node)
         if r.missing <= 1:
             del held[owner]
             if not held:
@@ -185,20 +194,25 @@ class NodeUsage:
 
     def _reserved(self, node: str, ledger: Ledger | None) -> list[tuple[str, _Reserved]]:
         """The live reservations on ``node``: those whose booking ``ledger`` still
-        has (the others are dropped: released before its pods were made)."""
+        has (the others were released before their pods were made). A reader:
+        it changes nothing, as a scheduling pass outside the lock reads it; the dead
+        ones go when the node is next reserved (``reserve``)."""
         held = self._pending.get(node)
         if not held:
             return []
-        live = []
+        return [(owner, r) for owner, r in list(held.items())
+                if ledger is None or _live(ledger, owner, r)]
+
+    def _prune(self, node: str, ledger: Ledger) -> None:
+        """A writer: drops ``node``'s reservations whose booking is gone."""
+        held = self._pending.get(node)
+        if not held:
+            return
         for owner, r in list(held.items()):
-            a = ledger.allocation(r.key) if ledger is not None else None
-            if ledger is not None and (a is None or a.owner != owner):
+            if not _live(ledger, owner, r):
                 del held[owner]
-            else:
-                live.append((owner, r))
         if not held:
             del self._pending[node]
-        return live
 
     # --------------------------------------------------------------- reading
 
@@ -263,6 +277,15 @@ class NodeUsage:
 
 #: a Node's allocatable as listed -> in fit's units: nodes of a pool list the same
 _ALLOCATABLE: dict[frozenset[tuple[str, Any]], dict[str, int]] = {}
+
+
+def _live(ledger: Ledger, owner: str, r: _Reserved) -> bool:
+    a = ledger.allocation(r.key)
+    return a is not None and a.owner == owner
+
+
+def _nothing(node: str) -> None:
+    """The default ``NodeUsage.touched``: nobody is told."""
 
 
 def node_allocatable(node: JSON) -> dict[str, int]:

@@ -227,6 +227,21 @@ class Snapshot:
         self.usage = NodeUsage()
         self._cost_levels: list[tuple[float, list[str]]] | None = None
 
+    @property
+    def usage(self) -> NodeUsage:
+        return self._usage
+
+    @usage.setter
+    def usage(self, usage: NodeUsage) -> None:
+        """What each node's pods request; a change of it stamps the node in the
+        ledger's ``stamps`` (node fit reads it)."""
+        self._usage = usage
+        usage.touched = self._touch
+
+    def _touch(self, node: str) -> None:
+        if self.ledger is not None:
+            self.ledger.stamps.touch(node)
+
     # ----------------------------------------------------------------- building
 
     @classmethod
