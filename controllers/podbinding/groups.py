@@ -38,6 +38,7 @@ import structlog
 from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from api.v1alpha1.types import DeviceExposure, Placement, SchedulingStrategy, Topology
 from controllers.placement.state import PlacementState, PlacementView
+from controllers.podbinding.groupquota import group_quota_refusal
 from controllers.podbinding.seedbook import (
     Entry,
     SeedBook,
@@ -268,6 +269,10 @@ class GroupPath:
             mine = self.book.entry(key)
             if mine is not None and mine.ledger_key == ledger_key:
                 return None, _BOOKED
+            # its namespace's GPUQueue first, as a GPUWorkload gang's (groupquota.py)
+            over = group_quota_refusal(state, group, [p for p, _ in unbound])
+            if over is not None:
+                return None, over
             return plan_group(view, group, unbound, self.default_strategy)
         entries, why = state.book_group(self.book, plan)
         if why is _BOOKED:

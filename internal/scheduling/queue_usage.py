@@ -148,9 +148,11 @@ def by_owner(allocs: Iterable[Allocation], sharing: Callable[[str], NodeSharing]
 
 
 def namespace_of(a: Allocation) -> str:
-    """The namespace of a holder (its name is ``namespace/name``)."""
+    """The namespace of a holder: its name is ``namespace/name``, or for a booking
+    of the pod binding's ``Kind:namespace/name`` (``PodGroup:``, ``StatefulSet:``;
+    a namespace never contains ':')."""
     name = a.name.removeprefix(DEPARTING)
-    return name.split("/", 1)[0] if "/" in name else ""
+    return name.split("/", 1)[0].rpartition(":")[2] if "/" in name else ""
 
 
 def used_by_queue(ledger: Ledger, queue_of: QueueOf,

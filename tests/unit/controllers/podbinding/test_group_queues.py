@@ -1,0 +1,108 @@
+"""A pod group in a namespace a GPUQueue selects is admitted by that queue's quota,
+as a GPUWorkload gang is (controllers/podbinding/groupquota.py): the whole group's
+GPUs at once, against the queue's usage, where its holdings count; over quota it
+holds nothing and each member says which queue and by how much."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from api.v1alpha1.types import DeviceExposure
+from controllers.placement.source import PlacementStateSource
+from controllers.placement.state import PlacementState
+from controllers.queues.book import QueueBook
+from tests.unit.controllers.podbinding.test_pod_groups import GroupEnv, member
+from tests.unit.controllers.podbinding.test_podbinding import NS
+from tests.unit.controllers.queues.evented import EventedIndexer
+
+
+def queue(name: str, nominal: int, ns: str = NS, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "uid": f"uid-{name}", "generation": 1},
+            "spec": {"nominalGPUs": nominal,
+                     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                     **spec}}
+
+
+class QueuedEnv(GroupEnv):
+    """GroupEnv (4 named nodes x 4 GPUs) whose placement state has the queues' gate."""
+
+    def __init__(self, *queues: dict[str, Any]) -> None:
+        self.queue_cache = EventedIndexer()
+        for q in queues:
+            self.queue_cache.add(q)
+        self.queues = QueueBook(self.queue_cache, EventedIndexer(), EventedIndexer())
+        super().__init__()
+        self.states = PlacementStateSource(
+            lambda books: PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES,
+                                         rng=random.Random(1), pod_books=books,
+                                         queues=self.queues),
+            lambda state: self.fill(state))
+        self.states.add_pod_book(self.book)
+        self.rec = self.reconciler()
+
+    def used(self) -> dict[str, float]:
+        return {q: float(f) for q, f in self.state.queue_usage()[0].items()}
+
+    def place(self, group: str, size: int, gpus: int = 4) -> None:
+        for i in range(size):
+            self.add(member(group, i, size=size, gpus=gpus))
+        for i in range(size):
+            self.reconcile(f"{group}-{i}")
+        for name in list(self.enqueued):
+            self.reconcile(name)
+        self.enqueued.clear()
+
+    def bound_of(self, group: str) -> list[str]:
+        return sorted(n for n in self.bound() if n.startswith(f"{group}-"))
+
+
+def test_a_bound_groups_gpus_count_in_its_namespaces_queue() -> None:
+    env = QueuedEnv(queue("team", 16))
+    env.place("small", 2)
+    assert env.bound_of("small") == ["small-0", "small-1"]
+    assert env.used() == {"team": 8.0}
+
+
+def test_a_group_over_its_queues_quota_holds_nothing_and_says_by_how_much() -> None:
+    env = QueuedEnv(queue("team", 8))
+    env.place("big", 4)
+    assert env.bound_of("big") == []
+    assert env.state.view().allocation(f"PodGroup:{NS}/label:big") is None
+    assert env.held() == {f"node{n}": set() for n in range(1, 5)}
+    why = env.warnings("big-0")[-1]
+    assert why == (f"pod group {NS}/label:big (4 of 4 members to place): queue team: "
+                   "0 of 8 GPUs used; needs 16"), why
+    assert env.used() == {}
+
+
+def test_a_group_within_quota_runs_and_a_bigger_one_runs_once_the_quota_is_raised() -> None:
+    env = QueuedEnv(queue("team", 8))
+    env.place("small", 2)
+    assert env.bound_of("small") == ["small-0", "small-1"]
+    env.place("big", 2, gpus=4)  # 8 more: the queue has 8 of 8 used
+    assert env.bound_of("big") == []
+    assert "queue team: 8 of 8 GPUs used; needs 8" in env.warnings("big-0")[-1]
+    q = queue("team", 16)
+    q["metadata"]["generation"] = 2
+    env.queue_cache.add(q)
+    for i in range(2):
+        env.reconcile(f"big-{i}")
+    for name in list(env.enqueued):
+        env.reconcile(name)
+    assert env.bound_of("big") == ["big-0", "big-1"]
+    assert env.used() == {"team": 16.0}
+
+
+def test_a_group_borrows_from_its_cohort_as_a_workload_would() -> None:
+    env = QueuedEnv(queue("team", 8, cohort="research"),
+                    queue("idle", 8, ns="elsewhere", cohort="research"))
+    env.place("big", 4)  # 16: its 8 and the 8 its cohort lends
+    assert len(env.bound_of("big")) == 4
+    assert env.used() == {"team": 16.0}
+
+
+def test_a_group_in_no_queue_is_placed_as_before() -> None:
+    env = QueuedEnv(queue("team", 8, ns="elsewhere"))
+    env.place("big", 4)
+    assert len(env.bound_of("big")) == 4
