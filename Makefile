@@ -73,7 +73,7 @@ soak: venv testenv ## the churn tests (100 x 8 GPUs; queues in a cohort) for SOA
 	  CHURN_ETCD_PAUSE=20 CHURN_LOG=$(TESTENV_DIR)/soak-queues-$(SEED).log \
 	  $(BIN)/pytest -s -q --timeout=$$(( $(SOAK_SECONDS) + 900 )) \
 	  tests/integration/controller/test_queues_churn.py
-	CHURN_SEED=$(SEED) GROUP_CHURN_SECONDS=$(SOAK_SECONDS) CHURN_KILLS=9 \
+	CHURN_SEED=$(SEED) GROUP_CHURN_SECONDS=$(SOAK_SECONDS) CHURN_KILLS=9 CHURN_RESTARTS=2 \
 	  CHURN_LOG=$(TESTENV_DIR)/soak-groups-$(SEED).log \
 	  $(BIN)/pytest -s -q --timeout=$$(( $(SOAK_SECONDS) + 900 )) \
 	  tests/integration/podgroups/test_group_churn.py

@@ -34,9 +34,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -45,7 +42,6 @@ from typing import Any
 from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL, WORKLOAD_LABEL
 from api.v1alpha1.types import API_VERSION, SchedulingStrategy
 from hack.testenv import ControlPlane
-from hack.testenv.process import stop_child
 from runtime import ApiError, Client, NotFound
 from tests.integration.controller.churn_checks import (
     DEVICE_MIB,
@@ -55,8 +51,8 @@ from tests.integration.controller.churn_checks import (
     ask_node_fit,
     settled,
 )
+from tests.integration.controller.churn_process import ControllerProcess, release_finalizers
 from tests.integration.controller.conftest import (
-    ROOT,
     NodeGroup,
     delete_workload,
     workload,
@@ -82,67 +78,6 @@ ETCD_PAUSE = float(os.environ.get("CHURN_ETCD_PAUSE") or 3)
 #: kube-scheduler and a stream of default-scheduler GPU pods beside the manager
 FOREIGN = os.environ.get("CHURN_FOREIGN", "1") not in ("0", "")
 NAMED_TAINT = {"key": DEVICE_AUTHORITY_LABEL, "value": "named", "effect": "NoSchedule"}
-
-
-class ControllerProcess:
-    """``python main.py manager`` against the admin kubeconfig (and ``extra``
-    flags); stdout and stderr go to ``log``. Only the process this object started
-    is ever signalled."""
-
-    def __init__(self, cluster: ControlPlane, log: Path, extra: tuple[str, ...] = ()) -> None:
-        self.cluster, self.log, self.extra = cluster, log, extra
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        assert self.proc is None
-        out = self.log.open("ab")
-        out.write(f"--- start {self.starts + 1}\n".encode())
-        out.flush()
-        self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(ROOT, "main.py"), "manager",
-             "--kubeconfig", str(self.cluster.kubeconfig),
-             "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-             "--log-format", "console",
-             "--log-level", os.environ.get("CHURN_LOG_LEVEL") or "warning",
-             "--workers", "4", "--qps", "200", "--burst", "400", *self.extra],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        out.close()
-        self.starts += 1
-
-    def kill9(self) -> None:
-        """SIGKILL: no shutdown, no last write; whatever was in flight is lost."""
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-        self.proc = None
-
-    def stop(self) -> None:
-        stop_child(self.proc)
-        self.proc = None
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def restarted_after_lease_loss(self) -> bool:
-        """If the process exited because it lost its Lease (a kube-apiserver restart
-        or an etcd pause longer than the renew deadline: the manager stops, as
-        controller-runtime's does), starts it again, as the kubelet restarts a
-        container, and says so; False if it runs, or exited for another reason."""
-        if self.proc is None or self.proc.poll() is None:
-            return False
-        with contextlib.suppress(OSError):
-            last = self.log.read_text(errors="replace").rsplit("--- start", 1)[-1]
-            if "leaderelection.lost" not in last:
-                return False
-        self.proc = None
-        self.start()
-        return True
-
-    def tail(self, lines: int = 40) -> str:
-        with contextlib.suppress(OSError):
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        return ""
 
 
 def tpl(rng: random.Random) -> dict[str, Any]:
@@ -310,15 +245,6 @@ def gone(admin: Client, ns: str) -> bool:
     pods = [p for p in admin.list("v1", "Pod", namespace=ns)["items"]
             if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
     return not left and not pods
-
-
-def release_finalizers(admin: Client, ns: str) -> None:
-    """With no controller left to remove our finalizer, the namespace's deletion
-    would wait forever: drop it from whatever is left (after a failure)."""
-    for w in admin.list(API_VERSION, "GPUWorkload", namespace=ns)["items"]:
-        with contextlib.suppress(NotFound):
-            admin.patch(API_VERSION, "GPUWorkload", w["metadata"]["name"],
-                        {"metadata": {"finalizers": None}}, namespace=ns, patch_type="merge")
 
 
 def test_churn_never_gives_a_device_to_two_workloads(

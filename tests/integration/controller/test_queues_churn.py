@@ -34,10 +34,10 @@ from controllers.gpuworkload.backstop import DEFAULT_PERIOD
 from hack.testenv import ControlPlane
 from runtime import Client
 from runtime.manager import Options
+from tests.integration.controller.churn_process import ControllerProcess, release_finalizers
 from tests.integration.controller.conftest import NodeGroup, delete_workload, workload
 from tests.integration.controller.holders import HolderWatch
 from tests.integration.controller.preemptions import PreemptionWatch
-from tests.integration.controller.test_churn import ControllerProcess, release_finalizers
 from tests.waiting import eventually
 
 #: team -> (nominalGPUs, borrowingLimit); the cohort's 13 GPUs of the cluster's 16

@@ -1,8 +1,11 @@
 """The churn with pod groups: JobSets (the real JobSet v0.12.0 controller, 4 pods x
 2 GPUs, placed whole by the pod binding) made and deleted at random beside
 GPUWorkloads (single, gangs and memory shares) in a namespace a GPUQueue selects,
-members deleted while their group runs (their Job makes them again), and kill -9s
-of the manager (``python main.py manager --enable-pod-binding``, its own process).
+members deleted while their group runs (their Job makes them again), kill -9s of
+the manager (``python main.py manager --enable-pod-binding``, its own process) and
+kube-apiserver restarts in the middle of it (``ControlPlane.restart_apiserver``; the
+manager, the JobSet controller, kube-controller-manager and kwok all reconnect, and
+the manager starts again if it exits on losing its Lease).
 
 ``HolderWatch`` samples every live pod on every pod event: across the run no
 (node, device) is held by two owners. Once the actions stop, within a settle time:
@@ -10,8 +13,9 @@ no partial group (a JobSet with some but not all of its members bound) and no gr
 stuck with room (a JobSet none of whose members is bound while ``kubectl gpu
 nodes`` shows free devices enough for it).
 
-``CHURN_SEED``, ``GROUP_CHURN_SECONDS`` (60) and ``CHURN_KILLS`` (2) change the seed,
-the duration and the kill -9s; ``make soak`` runs it with the other churns.
+``CHURN_SEED``, ``GROUP_CHURN_SECONDS`` (60), ``CHURN_KILLS`` (2) and
+``CHURN_RESTARTS`` (1) change the seed, the duration, the kill -9s and the
+kube-apiserver restarts; ``make soak`` runs it with the other churns.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from hack.testenv import ControlPlane
 from internal.cli.main import main
 from runtime import ApiError, Client, NotFound
 from tests.integration.controller.churn_checks import DEVICE_MIB, GPUNodes
+from tests.integration.controller.churn_process import ControllerProcess, Faults, release_finalizers
 from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     NodeGroup,
     admin,
@@ -43,13 +48,13 @@ from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     workload,
 )
 from tests.integration.controller.holders import HolderWatch
-from tests.integration.controller.test_churn import ControllerProcess, release_finalizers
 from tests.integration.podgroups.controllers import JOBSET, PeerController, jobset
 from tests.waiting import eventually
 
 SEED = int(os.environ.get("CHURN_SEED") or 11)
 SECONDS = float(os.environ.get("GROUP_CHURN_SECONDS") or 60)
 KILLS = int(os.environ.get("CHURN_KILLS") or 2)
+RESTARTS = int(os.environ.get("CHURN_RESTARTS") or 1)
 LOG = os.environ.get("CHURN_LOG")
 NODES, GPUS = 5, 4
 #: a JobSet's members and each one's GPUs
@@ -243,25 +248,25 @@ def test_group_churn_never_splits_a_group_nor_gives_a_device_twice(
     watch = HolderWatch(admin, device_memory_mib=DEVICE_MIB, on_live=record).start()
     ctl = ControllerProcess(installed, Path(LOG) if LOG else tmp_path / "controller.log",
                             extra=("--enable-pod-binding",))
-    kills = [SECONDS * (i + 1) / (KILLS + 1) for i in range(KILLS)]
+    faults = Faults(installed, ctl, SECONDS, KILLS, RESTARTS)
     kubeconfig = str(installed.kubeconfig)
     wrong: list[str] = []
+    caught_up = 0.0
     try:
         ctl.start()
         started = time.monotonic()
         # every planned fault happens, also when one ends past the run's time
-        while ((elapsed := time.monotonic() - started) < SECONDS
-               or kills):
-            assert ctl.alive(), f"the controller exited:\n{ctl.tail()}"
-            if kills and elapsed >= kills[0]:
-                kills.pop(0)
-                ctl.kill9()
-                churn.done["controller kill -9"] += 1
-                churn.note("kill -9")
-                ctl.start()
+        while (elapsed := time.monotonic() - started) < SECONDS or faults.left:
+            for made in faults.due(elapsed):
+                churn.done[made] += 1
+                churn.note(made)
             gpunodes.beat()
             churn.step()
             time.sleep(rng.uniform(0.2, 0.8))
+        if installed.restarted:
+            # kube-controller-manager (the Job controller remaking deleted members)
+            # and kwok come back from a kube-apiserver restart with their own backoff
+            caught_up = installed.caught_up()
         settle_started = time.monotonic()
         deadline = settle_started + SETTLE
         while True:
@@ -296,9 +301,12 @@ def test_group_churn_never_splits_a_group_nor_gives_a_device_twice(
               f"{watch.samples} samples, {len(twice)} devices given twice "
               f"({len(watch.overlaps)} samples of two owners on one device), "
               f"{len(wrong)} groups partial or stuck with room after {settled_in:.0f} s "
-              f"of settling, {placed} of {len(churn.jobsets)} JobSets left placed whole; "
+              f"of settling ({caught_up:.1f} s for kube-controller-manager and kwok to catch up "
+              f"after kube-apiserver), {placed} of {len(churn.jobsets)} JobSets left placed "
+              f"whole; "
               f"{summary}")
     assert not twice and watch.overlaps == [], (
         f"first devices given twice: {seen}\nthe churn: {churn.log}\n{ctl.tail()}")
     assert wrong == [], f"{wrong}\n{ctl.tail()}"
     assert churn.done["jobsets created"] >= 3 and churn.done["controller kill -9"] == KILLS
+    assert churn.done["kube-apiserver restart"] == RESTARTS
