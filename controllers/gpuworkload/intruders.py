@@ -36,6 +36,15 @@ is a forgery, whatever labels it copies: its Warning says so.
 | naming devices, booked as a workload's (orphan) | ``Orphaned`` Event, once; kept   |
 | naming devices, anything else (forged)          | ``UnauthorizedDevices``, evicted |
 | not naming devices, over-committing its node    | ``DeviceConflict``, evicted      |
+
+Threads: the pods' handler is ``inline`` (``handler()``): each pod event is looked at
+on the thread that delivers it, with checks that read only the pod (bound, unfinished,
+nobody's of ours, naming devices or requesting GPUs), so the events of our own pods,
+nearly all of them, wake no thread. A pod that passes goes to the evictor's one
+long-lived worker, one entry per UID (latest object wins), which asks the ledger
+(``over_commits``, ``booked_child``: they take the placement lock, which no watch's
+thread may wait on) and sends the Event and the eviction. Before, every pod event woke
+the handler's own thread, and every eviction started a thread of its own.
 """
 
 from __future__ import annotations
@@ -56,7 +65,7 @@ from internal.scheduling.pods import (
     pod_is_active,
     pod_uid,
 )
-from runtime import ApiError, NotFound
+from runtime import ApiError, FuncHandler, NotFound
 
 if TYPE_CHECKING:
     from controllers.placement.state import PlacementState
@@ -124,9 +133,19 @@ class IntruderEvictor:
         #: UIDs whose eviction failed: asked again on their next update, not by a sweep
         self._refused: set[str] = set()
         self._lock = threading.Lock()
+        #: UID -> (the latest pod object, asked on an update), for the worker, in order
+        self._queue: dict[str, tuple[JSON, bool]] = {}
+        self._wake = threading.Condition(self._lock)
+        self._worker: threading.Thread | None = None
+        self._stopped = False
+
+    def handler(self) -> FuncHandler:
+        """The pods' informer handler: inline (see the module's "Threads")."""
+        return FuncHandler(self.on_pod, self.on_pod, self.on_pod_deleted,
+                           name="intruders", inline=True)
 
     def on_pod(self, *args: Any) -> None:
-        self._look(args[-1], again=True)
+        self._offer(args[-1], again=True)
 
     def sweep(self, pods: Iterable[JSON]) -> None:
         """Looks at every pod again (a leader's Ticker, every ``SWEEP_PERIOD``): a
@@ -135,7 +154,59 @@ class IntruderEvictor:
         ever builds the ledger (the Ticker does). A pod whose eviction was refused
         (a PodDisruptionBudget) is asked again on its next update only."""
         for pod in pods:
-            self._look(pod, again=False)
+            self._offer(pod, again=False)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Ends the worker once it has looked at what is queued (tests)."""
+        with self._lock:
+            self._stopped = True
+            self._wake.notify()
+            worker = self._worker
+        if worker is not None:
+            worker.join(timeout)
+
+    def _candidate(self, pod: JSON) -> bool:
+        """What the worker may have to act on, from the pod alone (no ledger, no
+        wait: called on the watch's thread)."""
+        meta = pod.get("metadata") or {}
+        if not self.active() or (self.namespaces and
+                                 (meta.get("namespace") or "default") not in self.namespaces):
+            return False
+        if not evictable(pod, self.owned):
+            return False
+        return bool(str((meta.get("annotations") or {}).get(DEVICES_ANNOTATION) or "").strip()
+                    or pod_gpu_request(pod))
+
+    def _offer(self, pod: JSON, again: bool) -> None:
+        if not self._candidate(pod):
+            return
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        with self._lock:
+            if self._stopped or uid in self._asked or (not again and uid in self._refused):
+                return
+            queued = self._queue.pop(uid, None)
+            self._queue[uid] = (pod, again or (queued is not None and queued[1]))
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._work, daemon=True,
+                                                name="intruder-evictor")
+                self._worker.start()
+            self._wake.notify()
+
+    def _work(self) -> None:
+        """The one worker: the ledger's verdict, then the Event and the eviction, one
+        pod at a time (an eviction is bounded by ``EVICT_DEADLINE``)."""
+        while True:
+            with self._lock:
+                while not self._queue and not self._stopped:
+                    self._wake.wait()
+                if not self._queue:
+                    return
+                uid = next(iter(self._queue))
+                pod, again = self._queue.pop(uid)
+            try:
+                self._look(pod, again)
+            except Exception:  # one pod's failure stops neither the worker nor the rest
+                log.exception("pod.intruder.look_failed", pod=object_key(pod))
 
     def _look(self, pod: JSON, again: bool) -> None:
         meta = pod.get("metadata") or {}
@@ -157,15 +228,14 @@ class IntruderEvictor:
         if forged and self.booked_child(pod):
             self._keep_orphan(pod)
             return
-        # off the informer's thread: an API call must not hold up its other handlers
-        threading.Thread(target=self._evict, args=(pod, over), daemon=True,
-                         name=f"evict-{object_key(pod)}").start()
+        self._evict(pod, over)
 
     def on_pod_deleted(self, pod: Any) -> None:
         uid = str(((getattr(pod, "obj", pod) or {}).get("metadata") or {}).get("uid") or "")
         with self._lock:
             self._asked.discard(uid)
             self._refused.discard(uid)
+            self._queue.pop(uid, None)
 
     def _keep_orphan(self, pod: JSON) -> None:
         meta = pod.get("metadata") or {}

@@ -28,7 +28,7 @@ from controllers.gpuworkload.template_check import ChildDryRun
 from controllers.placement.source import PlacementStateSource
 from internal.objects import JSON
 from internal.scheduling.resourceslices import DRA_API_VERSION
-from runtime import Builder, Controller, FuncHandler, Manager, Request
+from runtime import Builder, Controller, Manager, Request
 from runtime.store import OWNER_UID_INDEX, Indexer
 from runtime.ticker import Ticker
 
@@ -142,6 +142,6 @@ def setup_evictor(mgr: Manager, shared: Shared) -> IntruderEvictor:
     evictor = IntruderEvictor(mgr.client, shared.recorder, reads.owned, reads.active,
                               shared.opts.namespaces, booked_child=reads.booked_child,
                               over_commits=reads.over_commits)
-    pods.add_event_handler(FuncHandler(evictor.on_pod, evictor.on_pod, evictor.on_pod_deleted))
+    pods.add_event_handler(evictor.handler())  # inline: no thread woken per pod event
     mgr.add(Ticker("intruders", SWEEP_PERIOD, _Sweep(shared.states, evictor, pods.indexer).run))
     return evictor

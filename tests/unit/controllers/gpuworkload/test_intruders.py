@@ -167,3 +167,54 @@ def test_a_pod_that_over_commits_its_node_is_evicted_with_a_device_conflict() ->
     assert "8 GPUs held on its 4 devices" in recorder.events[0][3]
     eventually(lambda: DEVICE_CONFLICTS.labels("evicted")._value.get() == before + 1,
                timeout=5, what="counted")
+
+
+class Threads:
+    """Counts the threads started while it is on (``threading.Thread.start``)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import threading
+        self.names: list[str] = []
+        start = threading.Thread.start
+
+        def counted(thread: threading.Thread) -> None:
+            self.names.append(thread.name)
+            start(thread)
+        monkeypatch.setattr(threading.Thread, "start", counted)
+
+
+def test_fifty_intruders_are_evicted_by_one_thread_not_one_each(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38: every eviction started a thread of its own."""
+    client, recorder = Evictions(), FakeRecorder()
+    threads = Threads(monkeypatch)
+    ev = IntruderEvictor(client, recorder, lambda _: False, lambda: True)
+    names = [f"bare-{i}" for i in range(50)]
+    for name in names:
+        ev.on_pod(pod(name))
+        ev.on_pod(None, pod(name))  # its update: still asked once
+    eventually(lambda: len(client.asked) == 50, timeout=10, what="all evicted")
+    assert len(threads.names) <= 1, threads.names
+    assert sorted(n for _, n in client.asked) == sorted(names)
+    assert [(n, r) for n, _, r, _ in recorder.events] == [(n, REASON) for _, n in client.asked]
+    ev.stop()
+
+
+def test_our_pods_events_wake_no_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evictor's handler runs on the watch's thread: the events of the
+    controller's own pods (nearly every pod event) start and wake no thread, and an
+    intruder delivered the same way is still evicted."""
+    from runtime.informer import HandlerRegistration
+
+    client, recorder = Evictions(), FakeRecorder()
+    threads = Threads(monkeypatch)
+    ev = IntruderEvictor(client, recorder, lambda _: False, lambda: True)
+    reg = HandlerRegistration(ev.handler(), "v1/Pod")
+    for i in range(100):
+        reg.push("add", gpu_pod(f"child-{i}", owner="GPUWorkload"))
+    assert threads.names == []
+    reg.push("add", pod("bare"))
+    eventually(lambda: client.asked == [("team-a", "bare")], timeout=5, what="evicted")
+    ev.stop()
+    reg.stop()
+    assert len(threads.names) == 1, threads.names
