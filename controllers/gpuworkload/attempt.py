@@ -37,6 +37,7 @@ from controllers.gpuworkload.child_api import ChildAPI
 from controllers.gpuworkload.job_pods import pods_of_job
 from controllers.gpuworkload.options import Options
 from controllers.gpuworkload.reconcile_outcome import EndAttempt, Outcome
+from controllers.placement.standing import uuids_of
 from controllers.placement.state import PlacementState
 from controllers.status.builder import StatusBuilder, fmt_time, parse_time
 from controllers.status.conditions import (
@@ -116,7 +117,8 @@ class AttemptRunner:
         status = out.status
         meta = raw["metadata"]
         attempt = w.status.retries
-        lost = sorted({p.node for p in placements if not state.has_node(p.node)})
+        nodes = state.node_records({p.node for p in placements})
+        lost = sorted({p.node for p in placements if p.node not in nodes})
         if lost:
             self.children.force_delete_on(raw, lost)
             raise EndAttempt("NodeLost", f"node(s) {', '.join(lost)} disappeared")
@@ -136,7 +138,8 @@ class AttemptRunner:
         if self._wait_for_devices(state, key, placements, mine, out):
             return out
         status.nominated(None)  # nothing of the victims' is left on its devices
-        state.nomination_done(key)
+        if w.status.nominated_over and all(p.index in mine for p in placements):
+            state.nomination_done(key)  # else ended by ``waits``, in the same section
         _placed(status, placements)  # a waiting reason no longer describes the present
         if exposure is DeviceExposure.DEVICE_PLUGIN and any(p.devices for p in placements):
             # A map names devices, so the kubelet must not pick others.
@@ -164,7 +167,9 @@ class AttemptRunner:
                 # node. The gang restarts as a whole, and no retry is spent.
                 raise EndAttempt("ReplicaDeleted", f"replica {p.index} on {p.node} was "
                                  f"deleted; the gang restarts", spend=False)
-            child = ch.build_child(w, raw, p, exposure, state.uuids, attempt)
+            child = ch.build_child(w, raw, p, exposure,
+                                   lambda node, devices: uuids_of(nodes.get(node), devices),
+                                   attempt)
             if p.index in claims:
                 assert self.claims is not None
                 child = self.claims.bind(child, claims[p.index])
@@ -231,12 +236,10 @@ class AttemptRunner:
         release of devices wakes it). Once every child exists nothing is waited for."""
         if all(p.index in mine for p in placements):
             return False
-        victims = state.unacknowledged(key)
-        blockers = state.blockers(key)
+        waits = state.children_wait(key)  # with nothing to wait for, its nomination ends
+        victims, blockers, nominated = waits.victims, waits.blocking, waits.nominated
         if not victims and not blockers:
             return False
-        booking = state.booking(key)
-        nominated = bool(victims) or (booking is not None and bool(booking.overlap))
         reason = "WaitingForPreemption" if nominated else "WaitingForDevices"
         msg = _waiting_for(blockers, preempted=nominated) if blockers else \
             f"waiting for preempted {', '.join(victims)} to stop"

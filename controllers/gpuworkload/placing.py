@@ -239,14 +239,16 @@ class Placer:
         status.condition(READY, False, "Preempted", msg)
         return Outcome(status).warn("Preempted", msg)
 
-    def children_gone(self, state: PlacementState, raw: JSON) -> None:
+    def children_gone(self, state: PlacementState, raw: JSON,
+                      departing: bool | None = None) -> None:
         """A preemption's victim holds on to its devices (``PlacementState.depart``:
         its booking was released by another workload's decision, while a reconcile
         of its own may have been creating a child) until none of its children is
         left or being made (the cache's, and those we created that it does not show
-        yet: ``ChildAPI.known``): then they go (docs/architecture.md, invariant 3)."""
+        yet: ``ChildAPI.known``): then they go (docs/architecture.md, invariant 3).
+        ``departing``: already read (``PlacementState.standing_of``); None: asked here."""
         key = object_key(raw)
-        if not state.departing(key):
+        if not (state.departing(key) if departing is None else departing):
             return
         uid = raw["metadata"]["uid"]
         if not any(pod_is_active(p) for p in self.children.known(uid, "Pod")) and \

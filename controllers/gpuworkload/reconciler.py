@@ -83,12 +83,14 @@ from controllers.gpuworkload.placing import Placer, changed_message, pod_is_comm
 from controllers.gpuworkload.reconcile_outcome import EndAttempt, Outcome
 from controllers.placement.pod_book import PodBook
 from controllers.placement.source import PlacementStateSource
+from controllers.placement.standing import Standing
 from controllers.placement.state import PlacementState
 from controllers.shared.own_writes import OwnWrites
 from controllers.status.builder import StatusBuilder, same_status
 from controllers.status.conditions import PREEMPTED, SCHEDULED, get_condition
 from controllers.status.writer import StatusWriter
 from internal.objects import JSON, object_key
+from internal.scheduling.holdings import Allocation
 from internal.scheduling.pods import BadPod, parse_devices
 from runtime import Conflict, Request, Result
 from runtime.events import EventRecorder
@@ -184,7 +186,7 @@ class GPUWorkloadReconciler:
             if self.backstop is not None:
                 self.backstop.forget(key)
             return None
-        state.release_if_other_object(key, raw["metadata"].get("uid"))
+        standing = state.standing_of(key, raw["metadata"].get("uid"))
         if raw["metadata"].get("deletionTimestamp"):
             return self.finalizer.finalize(state, raw)
         view = self.own_writes.view(raw)
@@ -194,7 +196,7 @@ class GPUWorkloadReconciler:
             # The cache has not caught up with our own last write of this object.
             log.debug("reconcile.behind_own_write", workload=key)
             return Result(requeue_after=0.1)
-        out = self._observe_and_act(state, raw)
+        out = self._observe_and_act(state, raw, standing)
         return self._report(raw, out)
 
     def _cached(self, key: str) -> JSON | None:
@@ -211,9 +213,10 @@ class GPUWorkloadReconciler:
         if spec.device_exposure is None:
             spec.device_exposure = self.options.default_exposure  # the filters read it
 
-    def _observe_and_act(self, state: PlacementState, raw: JSON) -> Outcome:
+    def _observe_and_act(self, state: PlacementState, raw: JSON, standing: Standing) -> Outcome:
         key = object_key(raw)
-        self.placer.children_gone(state, raw)  # a victim's devices, once it has none
+        if standing.departing:  # a victim's devices go once it has no children
+            self.placer.children_gone(state, raw, departing=True)
         status = StatusBuilder(raw, self.clock())
         try:
             w = self.models.model(raw, (self.options.default_strategy,
@@ -228,11 +231,11 @@ class GPUWorkloadReconciler:
         if w.status.phase in (Phase.SUCCEEDED, Phase.FAILED):
             state.forget(key)
             return Outcome(status)
-        eviction = state.eviction(key)
-        if eviction is not None:
-            return self.placer.evicted(state, raw, status, eviction)
+        if standing.eviction_message is not None:
+            return self.placer.evicted(state, raw, status, standing.eviction_message)
+        booking = standing.booking
         try:
-            placements = self._placements(state, w, raw)
+            placements = self._placements(state, w, raw, booking)
         except EndAttempt as end:
             return self.attempts.end_attempt(state, w, raw, status, end.reason, end.message)
         check = self.options.check_children
@@ -241,7 +244,6 @@ class GPUWorkloadReconciler:
         if placements is None:
             waiting = self.placer.previous_attempt(state, w, raw, status)
             return waiting if waiting is not None else self.placer.place(state, w, raw, status)
-        booking = state.booking(key)
         if booking is not None and _shape(booking.placements) != _shape(placements):
             # status.placements says something this controller did not book (edited
             # by hand, or forged): never acted on; what was booked wins.
@@ -259,8 +261,8 @@ class GPUWorkloadReconciler:
                                              "its devices are held by another workload's pods")
         return self.attempts.run_or_end(state, w, raw, status, placements)
 
-    def _placements(self, state: PlacementState, w: GPUWorkload,
-                    raw: JSON) -> list[Placement] | None:
+    def _placements(self, state: PlacementState, w: GPUWorkload, raw: JSON,
+                    booking: Allocation | None) -> list[Placement] | None:
         """This attempt's placement: committed in status; else our committed booking
         (the pod was created, the cache has not caught up); else read back from our
         own pods of this attempt (a one-replica pod is its own commit point). A pod
@@ -268,7 +270,6 @@ class GPUWorkloadReconciler:
         wins, as for a committed status that collides)."""
         if w.status.placements:
             return list(w.status.placements)
-        booking = state.booking(w.key)
         if booking is not None and booking.committed and booking.placements:
             return list(booking.placements)
         adopted = self._placements_from_pods(w, raw)

@@ -40,7 +40,6 @@ adds a pod it finds bound.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -54,6 +53,8 @@ from controllers.placement.evictions import Evictions
 from controllers.placement.node_views import NodeViews
 from controllers.placement.pending import PendingSet, is_placed, is_terminal
 from controllers.placement.pod_book import PodBook
+from controllers.placement.section_lock import SectionLock
+from controllers.placement.standing import uuids_of
 from controllers.shared.own_writes import OwnWrites
 from internal.objects import JSON, object_key
 from internal.scheduling.bounds import MAX_GPUS_PER_NODE, event_message
@@ -79,7 +80,7 @@ LEDGER_READS = frozenset({
     "holders", "holding", "is_committed", "job", "pod", "sharing", "usable"})
 
 
-def _copy(a: Allocation | None) -> Allocation | None:
+def booking_copy(a: Allocation | None) -> Allocation | None:
     """A booking to hand out: the ledger's own object is changed in place."""
     return None if a is None else replace(a, counted=dict(a.counted))
 
@@ -95,7 +96,7 @@ class PlacementCache:
                  dra_driver: str | None = None,
                  own_writes: OwnWrites | None = None,
                  max_gpus_per_node: int = MAX_GPUS_PER_NODE) -> None:
-        self._lock = threading.RLock()
+        self._lock = SectionLock()
         #: GPUs a node may report before it is refused (``bounds.py``)
         self.max_gpus_per_node = max_gpus_per_node
         self._nodes = NodeViews(stale_after, clock,
@@ -219,35 +220,35 @@ class PlacementCache:
                 return None
             return list(self.pending.waiting)
 
-    def set_holder(self, obj: JSON, holder: Holder
+    def set_holder(self, obj: JSON, holder: Holder | None
                    ) -> tuple[list[str], list[str] | None] | None:
-        """Records what ``obj`` (a pod, a Job) holds now: (problems, what to wake
-        when it holds less than before); None before the rebuild."""
-        uid = holder.uid(obj)
+        """Records what ``obj`` (a pod, a Job) holds now, and a pod's requests on its
+        node (node fit, whoever made it), in one section: (problems, what to wake
+        when it holds less than before); None before the rebuild, or for a pod a pod
+        book holds (``holder`` None: only its requests count here)."""
         with self._lock:
             if not self.ready:
                 return None
+            if holder is None or holder.kind == "Pod":
+                self._snapshot.usage.set_pod(obj)
+            if holder is None:
+                return None
+            uid = holder.uid(obj)
             before = holder.held(self._ledger, uid)
             problems = holder.sync(self._ledger, obj)
             after = holder.held(self._ledger, uid)
             freed = before is not None and (after is None or holds_less(after, before))
             return problems, list(self.pending.waiting) if freed else None
 
-    def set_pod_usage(self, pod: JSON) -> None:
-        """Counts what ``pod`` requests on its node (node fit), whoever made it."""
-        with self._lock:
-            if self.ready:
-                self._snapshot.usage.set_pod(pod)
-
-    def remove_pod_usage(self, uid: str) -> None:
-        with self._lock:
-            if self.ready:
-                self._snapshot.usage.remove_pod(uid)
-
     def remove_holder(self, uid: str, holder: Holder) -> list[str] | None:
-        """Forgets the pod or Job ``uid``; what to wake if it held anything."""
+        """Forgets the pod or Job ``uid`` (a pod's requests too); what to wake if it
+        held anything."""
         with self._lock:
-            if not self.ready or not holder.remove(self._ledger, uid):
+            if not self.ready:
+                return None
+            if holder.kind == "Pod":
+                self._snapshot.usage.remove_pod(uid)
+            if not holder.remove(self._ledger, uid):
                 return None
             return list(self.pending.waiting)
 
@@ -288,7 +289,7 @@ class PlacementCache:
         """A copy of the ledger's booking of ``key``, or None: read after the lock
         is released, so never the live one."""
         with self._lock:
-            return _copy(self._ledger.allocation(key))
+            return booking_copy(self._ledger.allocation(key))
 
     def held_by(self, key: str) -> bool:
         with self._lock:
@@ -306,11 +307,14 @@ class PlacementCache:
 
     def uuids(self, node: str, devices: list[int]) -> list[str] | None:
         with self._lock:
-            info = self._snapshot.get(node)
-            if info is None or not info.has_gpunode:
-                return None
-            out = [info.devices[d].uuid if d in info.devices else "" for d in devices]
-        return out if all(out) else None
+            return uuids_of(self._snapshot.get(node), devices)
+
+    def node_records(self, names: Iterable[str]) -> dict[str, NodeInfo]:
+        """What the snapshot knows of each of ``names`` (one missing: no such node
+        now), in one section; a NodeInfo is replaced, never changed, on an event."""
+        with self._lock:
+            got = {n: self._snapshot.get(n) for n in names}
+        return {n: info for n, info in got.items() if info is not None}
 
     # ------------------------------------------------------------ readers
 
@@ -337,7 +341,7 @@ class PlacementCache:
         workload ``key``'s booking) keeps it, claim ``uid`` is marked as going, and
         no placement adopts it any more (``claim_going``). True when marked."""
         with self._lock:
-            if wanted(_copy(self._ledger.allocation(key))):
+            if wanted(booking_copy(self._ledger.allocation(key))):
                 return False
             self._claims_going.add(uid)
             return True

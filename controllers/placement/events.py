@@ -174,15 +174,14 @@ class CacheEvents:
     def on_pod(self, pod: JSON) -> None:
         """Every pod holds what it holds (docs/architecture.md, invariant 1), whoever
         made it; pod books' pods are booked by their book. Every pod's requests
-        count on its node (node fit, ``nodeusage.py``), GPUs or not."""
-        self._state.set_pod_usage(pod)
-        if not self._state.owned(pod):
+        count on its node (node fit, ``nodeusage.py``), GPUs or not: one section."""
+        if self._state.owned(pod):
+            self._state.set_holder(pod, None)  # its requests only
+        else:
             self._sync_holder(pod, POD)
 
     def on_pod_deleted(self, pod: Any) -> None:
-        obj = getattr(pod, "obj", pod) or {}
-        self._state.remove_pod_usage(pod_uid(obj))
-        self._holder_gone(obj, POD)
+        self._holder_gone(getattr(pod, "obj", pod) or {}, POD)
 
     def on_job(self, job: JSON) -> None:
         """An unfinished Job of ours holds what its template names until it is gone

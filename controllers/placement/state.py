@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
-from controllers.placement.cache import LEDGER_READS, PlacementCache
+from controllers.placement.cache import LEDGER_READS, PlacementCache, booking_copy
 from controllers.placement.event_gate import EventGate
 from controllers.placement.events import CacheEvents
 from controllers.placement.evictions import Evictions, preempted_message
 from controllers.placement.pending import PendingSet
 from controllers.placement.pod_book import PodBook
+from controllers.placement.standing import Standing, Waits
 from controllers.shared.own_writes import OwnWrites
 from internal.metrics.domain import BAD_OBJECTS, STALE_DECISIONS
 from internal.objects import JSON
@@ -77,11 +78,10 @@ STALE_TRIES = 3
 DOOR: dict[str, frozenset[str]] = {
     # the GPUWorkload reconciler: decide, then commit or let go; the victim's side
     "reconciler": frozenset({
-        "decide", "commit", "forget", "adopt", "booking", "release_if_other_object",
-        "nomination_done", "blockers", "block", "unacknowledged", "eviction", "evicted",
-        "depart", "departed", "departing", "higher_priority_fresh", "has_node", "uuids",
-        "hold_created", "view", "default_exposure", "rng", "own_writes", "queues",
-        "pod_books"}),
+        "standing_of", "decide", "commit", "forget", "adopt", "booking", "children_wait",
+        "nomination_done", "block", "evicted", "depart", "departed", "departing",
+        "higher_priority_fresh", "node_records", "hold_created", "view", "default_exposure",
+        "rng", "own_writes", "queues", "pod_books"}),
     # the seed path (controllers/podbinding): plans on a view, books in its book
     "seed path": frozenset({
         "book_seed", "book_group", "mark_seed_bound", "adopt_seed", "release_seed",
@@ -89,7 +89,7 @@ DOOR: dict[str, frozenset[str]] = {
         "check_exact", "node_devices", "capacity_freed", "schedule"}),
     # the DRA claims (controllers/dra)
     "claims": frozenset({"release_claim_unless", "claim_gone", "claim_going",
-                         "slice_results"}),
+                         "slice_results", "uuids"}),
     # the queues (controllers/queues): the gate in decide, their status
     "queues": frozenset({"queue_usage", "scheduler"}),
     # wiring and metrics (controllers/gpuworkload/setup.py, the evictor)
@@ -326,28 +326,35 @@ class PlacementState(PlacementCache):
         across = self.admin_priority(w)
         for _ in range(STALE_TRIES):
             sched = self.scheduler
-            stamps = sched.ledger.stamps
-            mark = stamps.mark()
+            mark = sched.ledger.stamps.mark()
             try:
                 decision = self._pass(sched, w, across)
             except Exception:
-                if stamps.changed_since(mark):
-                    STALE_DECISIONS.labels("retried").inc()
-                    continue  # read while a writer changed it: try again
-                raise
-            if not (decision.ok or decision.outcome == PREEMPT):
-                if not stamps.changed_since(mark) and mark.of is self._ledger.stamps:
-                    return decision
+                with self._lock:  # a writer half-way through its change ends it first
+                    stale = self._ledger.stamps.changed_since(mark)
+                if not stale:
+                    raise
             else:
-                try:
-                    return self._assume(w, decision, mark)
-                except StaleDecision:
-                    pass
+                if decision.ok or decision.outcome == PREEMPT:
+                    try:
+                        return self._assume(w, decision, mark)
+                    except StaleDecision:
+                        pass
+                elif self._unchanged(mark):
+                    return decision
             STALE_DECISIONS.labels("retried").inc()
         STALE_DECISIONS.labels("locked").inc()
         with self._lock:
             sched = self.scheduler
             return self._assume(w, self._pass(sched, w, across), sched.ledger.stamps.mark())
+
+    def _unchanged(self, mark: Mark) -> bool:
+        """Has nothing changed since ``mark``? Asked without the lock unless a
+        section is in progress (a writer stamps at the end of its change)."""
+        if self._lock.busy:
+            with self._lock:
+                return not self._ledger.stamps.changed_since(mark)
+        return not self._ledger.stamps.changed_since(mark)
 
     def _pass(self, sched: Scheduler, w: GPUWorkload, across: bool) -> Decision:
         """One scheduling pass for ``w`` on ``sched``'s snapshot and ledger: books
@@ -441,18 +448,44 @@ class PlacementState(PlacementCache):
         with self._lock:
             return self.queues.usage(self._ledger) if self.queues else ({}, {})
 
-    def release_if_other_object(self, key: str, uid: str | None) -> None:
-        """A booking under ``key`` made for another object of that name (deleted and
-        re-created) is not this one's: release it."""
+    def standing_of(self, key: str, uid: str | None) -> Standing:
+        """Workload ``key``'s standing in the cache, read in one section at the
+        start of its reconcile. A booking or a hold left by another object of that
+        name (deleted and re-created: ``uid`` differs) is let go first: it is not
+        this one's."""
+        waiting: list[str] | None = None
         with self._lock:
             a = self._ledger.allocation(key)
-            stale = a is not None and bool(a.uid) and bool(uid) and a.uid != uid
+            if a is not None and a.uid and uid and a.uid != uid:
+                waiting = self._forget(key, departed=False)
             h = self._ledger.holding(departing_key(key))
-            stale_hold = h is not None and bool(h.uid) and bool(uid) and h.uid != uid
-        if stale:
-            self.forget(key)
-        if stale_hold:
-            self.departed(key)
+            if h is not None and h.uid and uid and h.uid != uid and \
+                    self._ledger.release_departed(key):
+                waiting = [*(waiting or ()), *self.pending.waiting, *self.evictions.blocked()]
+            standing = Standing(booking_copy(self._ledger.allocation(key)),
+                                self.evictions.message(key),
+                                self._ledger.holding(departing_key(key)) is not None)
+        if waiting is not None:
+            self._wake_unlocked(waiting)
+        return standing
+
+    def children_wait(self, key: str) -> Waits:
+        """What ``key``'s children wait for before they are made on its devices, in
+        one section: the victims of its preemption that have not taken in their
+        eviction, and each node's pods (and holds) still on its devices. When there
+        is nothing, its booking is no longer a nomination (``nomination_done``)."""
+        with self._lock:
+            victims = self.evictions.unacknowledged(key)
+            blockers = self._ledger.blockers(key)
+            if blockers:
+                self.evictions.block(key)
+            else:
+                self.evictions.unblock(key)
+            a = self._ledger.allocation(key)
+            nominated = bool(victims) or (a is not None and bool(a.overlap))
+            if not victims and not blockers:
+                self._ledger.end_nomination(key)
+            return Waits(victims, blockers, nominated)
 
     def nomination_done(self, key: str) -> None:
         """``key``'s children are made, or about to be with nothing left to wait

@@ -166,7 +166,7 @@ def test_a_booking_of_a_deleted_object_is_not_claimed_by_a_new_one_of_that_name(
     w = World(pods=[child("w", "uid-old", "node1", "0,1")])
     old = gw("w", uid="uid-old", gpusPerReplica=2)
     assert w.state.decide(old).ok  # the old object's booking (node2 or node1's 2,3)
-    w.state.release_if_other_object("ns/w", "uid-new")
+    assert w.state.standing_of("ns/w", "uid-new").booking is None
     assert w.state.booking("ns/w") is None
     # its pod still holds: a different holder from the new object
     assert w.owners()[0] == {"uid-old#0"}
@@ -331,6 +331,9 @@ class CountingLock:
     def __exit__(self, *exc: Any) -> None:
         self._depth -= 1
         self.lock.release()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.lock, name)  # the rest of the lock's own (``busy``)
 
 
 def test_a_deleted_workload_goes_in_one_critical_section() -> None:
