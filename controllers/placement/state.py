@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
-from controllers.placement.cache import LEDGER_READS, PlacementCache, booking_copy
+from controllers.placement.cache import PlacementCache, booking_copy
+from controllers.placement.door import PlacementView
 from controllers.placement.event_gate import EventGate
 from controllers.placement.events import CacheEvents
 from controllers.placement.evictions import Evictions, preempted_message
@@ -52,7 +53,7 @@ from internal.scheduling.nodeusage import NodeUsage
 from internal.scheduling.scheduler import Scheduler
 from internal.scheduling.search import check_exact
 from internal.scheduling.sharefloor import DEFAULT_FLOORS, ShareFloors
-from internal.scheduling.snapshot import NodeInfo, Snapshot
+from internal.scheduling.snapshot import Snapshot
 from internal.scheduling.stamps import Mark, StaleDecision
 
 if TYPE_CHECKING:
@@ -71,35 +72,6 @@ T = TypeVar("T")
 STALE_TRIES = 3
 
 
-#: The door: every name of the placement state that code outside
-#: ``controllers/placement/`` may use, by the client that uses it
-#: (``tests/unit/controllers/placement/test_one_door.py`` fails on any other). A name added
-#: here widens the door: say in the commit why the caller cannot do without it.
-DOOR: dict[str, frozenset[str]] = {
-    # the GPUWorkload reconciler: decide, then commit or let go; the victim's side
-    "reconciler": frozenset({
-        "standing_of", "decide", "commit", "forget", "adopt", "booking", "children_wait",
-        "nomination_done", "block", "evicted", "depart", "departed", "departing",
-        "higher_priority_fresh", "node_records", "hold_created", "view", "default_exposure",
-        "rng", "own_writes", "queues", "pod_books"}),
-    # the seed path (controllers/podbinding): plans on a view, books in its book
-    "seed path": frozenset({
-        "book_seed", "book_group", "mark_seed_bound", "adopt_seed", "release_seed",
-        "seed_pod_keys",
-        "check_exact", "node_devices", "capacity_freed", "schedule"}),
-    # the DRA claims (controllers/dra)
-    "claims": frozenset({"release_claim_unless", "claim_gone", "claim_going",
-                         "slice_results", "uuids"}),
-    # the queues (controllers/queues): the gate in decide, their status
-    "queues": frozenset({"queue_usage", "scheduler"}),
-    # wiring and metrics (controllers/gpuworkload/setup.py, the evictor)
-    "wiring": frozenset({"apply_event", "events", "invalidate", "refresh_stale", "rebuild",
-                         "ready", "node_gpus", "device_shares", "device_use", "ledger_read",
-                         "owned", "pending", "max_gpus_per_node", "share_floors",
-                         "generation"}),
-}
-
-
 def _carry(ledger: Ledger, carried: list[Allocation]) -> list[str]:
     """Books ``carried`` (decisions in flight) in a ledger just filled from the
     caches; one that now conflicts (the lost event was a holder of its devices) is
@@ -112,39 +84,6 @@ def _carry(ledger: Ledger, carried: list[Allocation]) -> list[str]:
         except LedgerConflict as exc:
             problems.append(f"{a.key}: its decision in flight is dropped: {exc}")
     return problems
-
-
-class PlacementView:
-    """A read-only view of the state's nodes and holders, as a kube-scheduler plugin
-    gets a snapshot: what a seed pod's plan (``PlacementState.book_seed``) and the
-    tests read. Every question takes the state's lock (re-entrant: a plan already
-    runs under it), and always asks the state's current ledger (a rebuild replaces
-    it)."""
-
-    READS = LEDGER_READS
-
-    def __init__(self, state: PlacementState) -> None:
-        self._state = state
-
-    def node(self, name: str) -> NodeInfo | None:
-        """What the snapshot knows of node ``name`` (None: no such node)."""
-        return self._state.node_info(name)
-
-    def schedule(self, w: GPUWorkload) -> Decision:
-        """Where ``w`` would go now (nothing is booked)."""
-        return self._state.schedule(w)
-
-    def check_exact(self, w: GPUWorkload, owner: str, node: str,
-                    devices: tuple[int, ...]) -> str | None:
-        """Why one replica of ``w`` under ``owner`` cannot have exactly ``devices`` of
-        ``node`` (None: it can); see ``PlacementState.check_exact``."""
-        return self._state.check_exact(w, owner, node, devices)
-
-    def __getattr__(self, name: str) -> Any:
-        if name not in self.READS:
-            raise AttributeError(f"the placement view reads the ledger only; {name!r} "
-                                 "is not one of its questions")
-        return self._state.ledger_read(name)
 
 
 class PlacementState(PlacementCache):
@@ -612,9 +551,3 @@ class PlacementState(PlacementCache):
         if waiting:
             self._enqueue_waiting(waiting)
 
-    def unacknowledged(self, key: str) -> list[str]:
-        """Victims of ``key``'s preemption whose reconcile has not yet taken in the
-        eviction: one of theirs may still be creating pods on the nominated devices
-        (a victim chosen while its own placement was being committed)."""
-        with self._lock:
-            return self.evictions.unacknowledged(key)

@@ -106,10 +106,10 @@ def _state_names() -> set[str]:
 
 def test_code_outside_the_placement_package_uses_only_the_door() -> None:
     """Every public name of the placement state used outside
-    ``controllers/placement/`` is listed in ``state.DOOR`` (by its client); a new
+    ``controllers/placement/`` is listed in ``door.DOOR`` (by its client); a new
     shortcut fails here. A name shared with another object (``forget`` of the own
     writes) counts as used: the list errs wide, never narrow."""
-    from controllers.placement.state import DOOR
+    from controllers.placement.door import DOOR
     door = frozenset().union(*DOOR.values())
     names = _state_names()
     outside = []
@@ -126,6 +126,6 @@ def test_code_outside_the_placement_package_uses_only_the_door() -> None:
 
 
 def test_the_door_names_only_what_the_state_has() -> None:
-    from controllers.placement.state import DOOR
+    from controllers.placement.door import DOOR
     door = frozenset().union(*DOOR.values())
     assert door <= _state_names(), sorted(door - _state_names())
