@@ -1,7 +1,9 @@
 """``kubectl gpu nodes``: every GPU of every node, free or with the workload (and
 replica) holding it (a shared device: its shares, ``3 shares, 60Gi of 80Gi``; a
 MIG-enabled one: its instances held), plus its health, model and memory when a GPUNode reports them.
-Free, unhealthy and stale are the controller's own judgement (internal/cli/inventory)."""
+Free, unhealthy and stale are the controller's own judgement (internal/cli/inventory).
+A caller who may read one namespace's holders only (a tenant) sees a device none of
+them holds as ``unknown``, never ``free``: another namespace may hold it."""
 
 from __future__ import annotations
 
@@ -9,11 +11,13 @@ import argparse
 
 from internal.cli import validate
 from internal.cli.common import add_view_flags, gpu_view, holders_note
-from internal.cli.inventory import Device
+from internal.cli.inventory import Device, NodeGPUs
 from internal.cli.kube import Kube
 from internal.cli.output import Printer, age
 
 HELP = "each node's GPU devices: free or held by which workload, and health"
+#: what a tenant's view says of a device none of its namespace's holders holds
+UNKNOWN_HOLDER = "unknown (another namespace may hold it)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,7 +58,7 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
                          _mem(d.memory_used_mib, d.memory_total_mib),
                          "-" if d.utilization is None else f"{d.utilization}%"])
             styles.append("red" if d.health in ("Unhealthy", "Stale") else
-                          ("green" if d.free else None))
+                          ("green" if d.free else "yellow" if d.unknown else None))
         for holder, count in sorted(n.counted.items()):
             rows.append([n.name, "?", f"{holder} ({count} GPU, no device index)",
                          "-", "", "-", "-"])
@@ -64,7 +68,8 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
     out.line()
     out.table(["node", "state", "source", "authority", "gpus", "allocated", "free",
                "unhealthy", "stale", "heartbeat"],
-              [[n.name, n.state, n.source, n.authority, n.total, n.allocated_text, n.free,
+              [[n.name, n.state, n.source, n.authority, n.total, allocated_text(n),
+                free_text(n),
                 n.unhealthy, n.stale,
                 f"{age(n.heartbeat)} ago" if n.heartbeat else "-"] for n in view])
     out.line("free: devices the controller would offer now (healthy, agent reporting, "
@@ -88,9 +93,23 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
     return 0
 
 
+def free_text(n: NodeGPUs) -> str:
+    """``2``, or ``<=2`` where other namespaces' holders were not read."""
+    return f"<={n.free}" if n.partial else str(n.free)
+
+
+def allocated_text(n: NodeGPUs) -> str:
+    """``2`` (``6 of 4`` over-committed), or ``>=2`` where other namespaces'
+    holders were not read."""
+    return f">={n.allocated_text}" if n.partial else n.allocated_text
+
+
 def _holder_text(d: Device) -> str:
-    """Who holds ``d``; ``free`` only when the controller would offer it, and
-    ``-`` for an unheld device it would not (unhealthy, stale, absent)."""
+    """Who holds ``d``; ``free`` only when the controller would offer it, ``-`` for
+    an unheld device it would not (unhealthy, stale, absent), ``unknown`` for one no
+    holder read holds where another namespace's may."""
+    if d.unknown:
+        return UNKNOWN_HOLDER
     if d.sharing is not None:
         return f"{d.sharing}: {d.holder}" if d.holder is not None else d.sharing
     if d.holder is not None:

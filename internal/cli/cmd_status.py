@@ -1,11 +1,13 @@
 """``kubectl gpu status``: cluster GPU totals (free, allocated, unhealthy) and the
-workloads waiting for GPUs, with the first line of why."""
+workloads waiting for GPUs, with the first line of why. Read by a tenant (one
+namespace's holders), free is an upper bound and allocated a lower one."""
 
 from __future__ import annotations
 
 import argparse
 
 from internal.cli import inventory
+from internal.cli.cmd_nodes import allocated_text, free_text
 from internal.cli.common import add_view_flags, gpu_view, holders_note, in_scope
 from internal.cli.kube import Kube
 from internal.cli.output import Printer, age
@@ -26,7 +28,9 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
     if out.structured:
         out.data({
             "gpus": {"nodes": t.nodes, "total": t.total, "allocated": t.allocated,
-                     "free": t.free, "unhealthy": t.unhealthy, "stale": t.stale},
+                     **({"free": None, "freeAtMost": t.free} if t.partial
+                        else {"free": t.free}),
+                     "unhealthy": t.unhealthy, "stale": t.stale},
             "workloads": t.workloads,
             "pending": [{"namespace": w["metadata"].get("namespace"),
                          "name": w["metadata"]["name"],
@@ -34,7 +38,7 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
                          * int((w.get("spec") or {}).get("replicas") or 1),
                          "reason": inventory.pending_reason(w)} for w in pending],
             "nodes": [{"name": n.name, "state": n.state, "total": n.total,
-                       "allocated": n.allocated, "free": n.free, "unhealthy": n.unhealthy,
+                       "allocated": n.allocated, **n.free_dict(), "unhealthy": n.unhealthy,
                        "stale": n.stale} for n in view],
             **({"holdersFrom": pic.holders_from} if pic.holders_from is not None else {}),
         })
@@ -43,16 +47,16 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
     out.fields([
         ("Nodes with GPUs", t.nodes),
         ("GPUs", t.total),
-        ("Allocated", t.allocated),
-        ("Free", t.free),
+        ("Allocated", f"at least {t.allocated}" if t.partial else t.allocated),
+        ("Free", f"at most {t.free}" if t.partial else t.free),
         ("Unhealthy", t.unhealthy),
         ("Stale", t.stale),
         ("Workloads", phases),
     ])
     out.line()
     out.table(["node", "state", "gpus", "allocated", "free", "unhealthy", "stale"],
-              [[n.name, n.state, n.total, n.allocated, n.free, n.unhealthy, n.stale]
-               for n in view],
+              [[n.name, n.state, n.total, allocated_text(n), free_text(n), n.unhealthy,
+                n.stale] for n in view],
               styles=["red" if n.free == 0 else None for n in view])
     note = holders_note(pic)
     if note:

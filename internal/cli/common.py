@@ -45,17 +45,21 @@ def gpu_view(kube: Kube, stale_after: float | None = None, driver: str = DEFAULT
                                                             "status.phase!=Failed"),
                             stale_after=DEFAULT_STALE_AFTER if stale_after is None
                             else stale_after, jobs=kube.workload_jobs(scope),
-                            slices=slices, claims=claims, driver=driver)
-    pic.holders_from = scope
+                            slices=slices, claims=claims, driver=driver, holders_from=scope)
     return pic, workloads
 
 
 def holders_note(pic: inventory.Picture) -> str | None:
-    """The line a view prints when it sees one namespace's holders only."""
+    """The line a view prints when it sees one namespace's holders only. Nothing a
+    viewer may read cluster-wide (GPUNodes, Nodes, ResourceSlices, GPUQueues) says
+    which devices other namespaces hold, so the view does not say free."""
     if pic.holders_from is None:
         return None
-    return (f"holders: namespace {pic.holders_from} only (you may not list pods and "
-            "GPUWorkloads in every namespace): a GPU another namespace holds shows free here")
+    ns = pic.holders_from
+    return (f"holders: namespace {ns} only (you may not list pods and GPUWorkloads in "
+            f"every namespace): a device no holder of namespace {ns} holds shows unknown, "
+            "not free: another namespace may hold it; FREE counts are upper bounds (<=N) "
+            "and ALLOCATED lower bounds (>=N)")
 
 
 def _dra_objects(kube: Kube, scope: str | None) -> tuple[list[JSON], list[JSON]]:

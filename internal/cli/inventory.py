@@ -20,7 +20,11 @@ allocated ResourceClaims and the seed path's pods. So:
   workload's replicas);
 - what the controller cannot book or read is listed as a problem, in its words, and
   so is a node it refuses for reporting more GPUs than a node may have
-  (``internal/scheduling/bounds.py``; the plugin judges with the default bound).
+  (``internal/scheduling/bounds.py``; the plugin judges with the default bound);
+- a caller who reads one namespace's holders only (``holders_from``: a tenant) is
+  never told a device is free: nothing cluster-scoped says which devices other
+  namespaces hold (GPUNodes, Nodes and ResourceSlices carry no holder), so a device
+  none of the read holders holds is *unknown*, a node's free count an upper bound.
 """
 
 from __future__ import annotations
@@ -71,6 +75,9 @@ class Device:
     maybe_counted: bool = False
     #: ... and the counted GPUs are as many as such devices or more: it is held
     counted_for_sure: bool = False
+    #: held by none of the holders read, which are one namespace's only: another
+    #: namespace may hold it, so it is never shown free
+    unknown: bool = False
 
     @property
     def held(self) -> bool:
@@ -78,9 +85,11 @@ class Device:
 
     @property
     def free(self) -> bool:
-        """The controller would offer it now: not held, healthy, agent reporting, and
-        on a node without counted GPUs (which may be this device)."""
-        return self.holder is None and self.offered and not self.maybe_counted
+        """The controller would offer it now: not held, healthy, agent reporting, on a
+        node without counted GPUs (which may be this device), and every namespace's
+        holders read (else another namespace may hold it)."""
+        return (self.holder is None and self.offered and not self.maybe_counted
+                and not self.unknown)
 
 
 @dataclass
@@ -99,6 +108,9 @@ class NodeGPUs:
     #: the node's label (named, counted, dra), else ``named (held)`` / ``counted
     #: (held)`` from what holds there, ``mixed`` where both do, ``-`` for nothing yet
     authority: str = "-"
+    #: the holders read are one namespace's only: ``free`` is an upper bound and
+    #: ``allocated`` a lower one (another namespace may hold more)
+    partial: bool = False
 
     @property
     def total(self) -> int:
@@ -128,15 +140,20 @@ class NodeGPUs:
     def stale(self) -> int:
         return sum(1 for d in self.devices if d.health == STALE)
 
+    def free_dict(self) -> dict[str, int | None]:
+        """``{"free": n}``, or ``{"free": None, "freeAtMost": n}`` when ``partial``."""
+        return {"free": None, "freeAtMost": self.free} if self.partial else {"free": self.free}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "source": self.source, "state": self.state,
-            "total": self.total, "allocated": self.allocated, "free": self.free,
+            "total": self.total, "allocated": self.allocated, **self.free_dict(),
             "overcommitted": self.overcommitted, "authority": self.authority,
             "unhealthy": self.unhealthy, "stale": self.stale,
             "lastHeartbeatTime": self.heartbeat,
             "devices": [
-                {k: v for k, v in asdict(d).items() if v is not None} | {"free": d.free}
+                {k: v for k, v in asdict(d).items() if v is not None
+                 and (k != "unknown" or v)} | {"free": d.free}
                 for d in self.devices
             ],
             "counted": dict(self.counted),
@@ -172,10 +189,12 @@ def picture(nodes: Iterable[Mapping[str, Any]], gpunodes: Iterable[Mapping[str, 
             jobs: Iterable[Mapping[str, Any]] = (),
             slices: Iterable[Mapping[str, Any]] = (),
             claims: Iterable[Mapping[str, Any]] = (),
-            driver: str = DEFAULT_DRIVER) -> Picture:
+            driver: str = DEFAULT_DRIVER, holders_from: str | None = None) -> Picture:
     """One :class:`NodeGPUs` per node that has GPUs (or a GPUNode, or slices of the DRA
     ``driver``), by name, judged at ``now`` (default: the current time) with the
-    controller's stale threshold, holders as the controller's ledger has them."""
+    controller's stale threshold, holders as the controller's ledger has them.
+    ``holders_from``: the pods, workloads, Jobs and claims given are this namespace's
+    only; a device none of them holds is then ``unknown``, never free."""
     gpunodes = list(gpunodes)
     heartbeats = {gpunode_name(g): (g.get("status") or {}).get("lastHeartbeatTime")
                   for g in gpunodes}
@@ -189,12 +208,14 @@ def picture(nodes: Iterable[Mapping[str, Any]], gpunodes: Iterable[Mapping[str, 
         if not (info.devices or info.has_gpunode):
             continue
         ng = _from_snapshot(info, heartbeats.get(name), name in reporting, h)
+        if holders_from is not None:
+            _unseen_holders(ng)
         if h.published.has(name):
             ng.source = "ResourceSlice"
         out.append(ng)
     refused = [f"node {n}: {why} ({source})"
                for n, (why, source) in sorted(h.snapshot.refused.items())]
-    return Picture(out, list(h.problems) + refused)
+    return Picture(out, list(h.problems) + refused, holders_from)
 
 
 def node_gpus(*args: Any, **kw: Any) -> list[NodeGPUs]:
@@ -242,6 +263,14 @@ def _from_snapshot(info: NodeInfo, heartbeat: str | None, reported: bool,
                     authority=_authority(info, h))
 
 
+def _unseen_holders(ng: NodeGPUs) -> None:
+    """Holders of other namespaces were not read: a device the controller would offer
+    and none of the read holders holds may be theirs."""
+    ng.partial = True
+    for d in ng.devices:
+        d.unknown = d.holder is None and d.offered
+
+
 def _authority(info: NodeInfo, h: Holdings) -> str:
     named = h.ledger.named_holder(info.name) is not None
     by_count = h.ledger.counted_holder(info.name) is not None
@@ -263,6 +292,8 @@ class Totals:
     unhealthy: int
     stale: int
     workloads: dict[str, int]  # phase -> count
+    #: some node's holders were read in part: ``free`` is an upper bound
+    partial: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -281,6 +312,7 @@ def totals(view: list[NodeGPUs], workloads: Iterable[Mapping[str, Any]]) -> Tota
         unhealthy=sum(n.unhealthy for n in view),
         stale=sum(n.stale for n in view),
         workloads=dict(sorted(phases.items())),
+        partial=any(n.partial for n in view),
     )
 
 

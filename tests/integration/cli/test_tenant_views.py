@@ -113,7 +113,44 @@ def test_a_tenant_sees_the_devices_and_its_own_holders_only(
     assert theirs not in json.dumps(data) and theirs not in table, \
         "no name from a namespace the tenant may not read"
     assert (f"holders: namespace {mine} only (you may not list pods and GPUWorkloads in "
-            "every namespace): a GPU another namespace holds shows free here") in table
+            "every namespace)") in table
+
+
+def _row(table: str, node: str, gpu: str) -> str:
+    return next(line for line in table.splitlines() if line.split()[:2] == [node, gpu])
+
+
+def test_a_tenant_is_never_told_a_device_another_namespace_holds_is_free(
+        gpu: Plugin, tenancy: dict) -> None:
+    """node4:1 is held by a pod of a namespace the tenant may not read, and nothing
+    the viewer role reads says which devices are held: the device is ``unknown``,
+    never ``free``, and the node's free count is an upper bound, never a count."""
+    mine, theirs = tenancy["mine"], tenancy["theirs"]
+    # whoever reads every namespace sees node4:1 held and two devices free
+    admin = {n["name"]: n for n in gpu.json("nodes")["nodes"]}["node4"]
+    assert f"{theirs}/theirs[0]" in (admin["devices"][1].get("holder") or "")
+    assert admin["free"] == 2
+
+    data = gpu.json("nodes", "-n", mine, "--as", JANE)
+    node4 = {n["name"]: n for n in data["nodes"]}["node4"]
+    devices = {d["index"]: d for d in node4["devices"]}
+    assert not devices[1]["free"] and "holder" not in devices[1], devices[1]
+    assert devices[1]["unknown"] is True
+    assert node4["free"] is None and node4["freeAtMost"] == 3, node4
+    _, table, _ = gpu("nodes", "-n", mine, "--as", JANE)
+    for index in ("1", "2", "3"):
+        row = _row(table, "node4", index)
+        assert "free" not in row and "unknown" in row, row
+    assert f"{mine}/mine[0]" in _row(table, "node4", "0")
+    assert "<=3" in next(line for line in table.splitlines()
+                         if line.split()[:1] == ["node4"] and "Ready" in line.split())
+    assert ("a device no holder of namespace " + mine + " holds shows unknown, "
+            "not free: another namespace may hold it") in table
+
+    status = gpu.json("status", "-n", mine, "--as", JANE)
+    assert status["gpus"]["free"] is None and status["gpus"]["freeAtMost"] >= 3
+    _, out, _ = gpu("status", "-n", mine, "--as", JANE)
+    assert "Free:" in out and "at most" in out, out
 
 
 def test_a_tenant_opens_status_and_queues(gpu: Plugin, tenancy: dict) -> None:

@@ -224,3 +224,22 @@ def test_a_node_reporting_a_million_gpus_is_a_problem_not_a_million_rows() -> No
     assert [n.name for n in pic.nodes] == ["n1"]
     assert pic.problems == ["node n9: reports 1000000 GPUs, more than 64; excluded "
                             "(its Node's status nvidia.com/gpu)"]
+
+
+def test_one_namespace_s_holders_never_make_a_device_free() -> None:
+    """A tenant reads its namespace's holders only: a device none of them holds may
+    be another namespace's, so it is unknown, never free, and FREE an upper bound."""
+    wls = [workload("a", [{"index": 0, "node": "n1", "devices": [0]}])]
+    everyone = inventory.picture([node("n1", 4)], [], wls, [])
+    assert [d.free for d in everyone.nodes[0].devices] == [False, True, True, True]
+    pic = inventory.picture([node("n1", 4)], [], wls, [], holders_from="team")
+    n1 = pic.nodes[0]
+    assert pic.holders_from == "team" and n1.partial
+    assert [d.free for d in n1.devices] == [False] * 4
+    assert [d.unknown for d in n1.devices] == [False, True, True, True]
+    data = n1.to_dict()
+    assert data["free"] is None and data["freeAtMost"] == 3
+    assert "unknown" not in data["devices"][0] and data["devices"][1]["unknown"] is True
+    assert "unknown" not in everyone.nodes[0].to_dict()["devices"][1]
+    assert inventory.totals(pic.nodes, wls).partial
+    assert not inventory.totals(everyone.nodes, wls).partial
