@@ -30,7 +30,7 @@ def test_a_placing_reconcile_enters_the_cache_lock_a_dozen_times_not_two_dozen()
 
 
 def test_a_reconcile_of_a_running_workload_enters_the_lock_twice() -> None:
-    """Nothing to place: its standing, and its nodes' records."""
+    """Nothing to place: its standing, and its nodes' records (it was 7)."""
     env = Env(gpus=4)
     env.workload("gang", replicas=2, gpusPerReplica=1)
     env.settle("gang")
