@@ -11,7 +11,10 @@ policy                             what it refuses
                                    ``nvidia.com/gpu`` (any container or init container),
                                    unless the manager creates it, or the job controller
                                    makes it from a Job of ours (it carries our workload
-                                   label); cluster admins (``system:masters``) may
+                                   label), or it is a pod group member for
+                                   ``gpu-scheduler`` not bound at creation (its
+                                   queue admits it when it is placed); cluster
+                                   admins (``system:masters``) may
 ``queue-namespace-marks``          a Namespace write that sets, changes or removes the
                                    ``gpu.orchestrator.dev/queued`` label or the
                                    ``gpu.orchestrator.dev/queues`` annotation, by anyone
@@ -67,6 +70,14 @@ JOB_CONTROLLER_USERS = ("system:serviceaccount:kube-system:job-controller",
 ADMINS_GROUP = "system:masters"
 #: the value of ``QUEUED_LABEL`` on a namespace a GPUQueue selects
 QUEUED = "true"
+#: a pod group member for the pod binding (docs/podgroups.md): its scheduler name
+#: (the pod binding's default) and the labels that name a group
+#: (``internal/scheduling/podgroups.py``: explicit, Kueue, JobSet, LeaderWorkerSet;
+#: an Indexed Job's pods carry none). Its queue admits it when it is placed
+#: (``controllers/podbinding/groupquota.py``), as a GPUWorkload's.
+GROUP_SCHEDULER = "gpu-scheduler"
+GROUP_LABELS = ("gpu.orchestrator.dev/pod-group", "kueue.x-k8s.io/pod-group-name",
+                "jobset.sigs.k8s.io/jobset-name", "leaderworkerset.sigs.k8s.io/name")
 
 #: matchConstraints.namespaceSelector: every namespace but the system ones
 NOT_SYSTEM_NAMESPACES: dict[str, Any] = {"matchExpressions": [
@@ -92,6 +103,16 @@ def _asks_gpu(containers: str) -> str:
               f"(has(c.resources.requests) && '{GPU_RESOURCE}' in c.resources.requests && "
               f"quantity(c.resources.requests['{GPU_RESOURCE}']).isGreaterThan(quantity('0'))))")
     return f"{containers}.exists(c, {amount})"
+
+
+def _group_member() -> str:
+    """CEL: a pod group member the pod binding is to place (not bound at creation:
+    a pod that names its node would skip its queue)."""
+    labels = ", ".join(f"'{k}'" for k in GROUP_LABELS)
+    return ("has(object.spec.schedulerName) && "
+            f"object.spec.schedulerName == '{GROUP_SCHEDULER}' && "
+            "(!has(object.spec.nodeName) || object.spec.nodeName == '') && "
+            f"has(object.metadata.labels) && [{labels}].exists(k, k in object.metadata.labels)")
 
 
 def _is_manager() -> str:
@@ -140,6 +161,7 @@ def queue_gpu_pods() -> list[dict[str, Any]]:
         "matchConditions": [
             {"name": "not-trusted", "expression": _not_trusted()},
             {"name": "not-our-jobs-pod", "expression": f"!({from_our_job})"},
+            {"name": "not-a-pod-group-member", "expression": f"!({_group_member()})"},
             {"name": "asks-for-gpus", "expression": asks},
         ],
         "variables": [_QUEUES_VARIABLE],

@@ -69,6 +69,7 @@ from controllers.gpuworkload.setup import only_in
 from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
 from controllers.podbinding.groupevict import budget_refusal
+from controllers.podbinding.groupquota import outside_queue
 from controllers.podbinding.groups import DEFAULT_GROUP_TIMEOUT, GroupPath, Recognise
 from controllers.podbinding.mapwarning import MisplacedMaps
 from controllers.podbinding.owners import owner_lookup
@@ -193,6 +194,9 @@ class PodBindingReconciler:
         if group is not None:  # another controller's gang: placed whole (groups.py)
             return self.groups.place(state, pod, key, group, self._bind,
                                      self._unschedulable, self.enqueue_after)
+        refused = outside_queue(state, pod)  # its queue would not count it (groupquota.py)
+        if refused is not None:
+            return self._unschedulable(pod, key, refused)
         self.misplaced_maps.check(pod)  # a map on its StatefulSet's own metadata
         entry, why = state.book_seed(
             self.book, key, lambda view: plan(view, pod, self.options.default_strategy))

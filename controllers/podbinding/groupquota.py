@@ -35,6 +35,24 @@ from internal.scheduling.podgroups import PodGroup
 from internal.scheduling.pods import pod_gpu_request
 
 
+def outside_queue(state: PlacementState, pod: JSON) -> str | None:
+    """Why ``pod``, no group member, is not placed one by one: it requests
+    ``nvidia.com/gpu`` in a namespace a GPUQueue selects, which the queue-gpu-pods
+    policy refuses at creation unless the pod is a group member (one created before
+    the queue selected its namespace, or whose group labels were taken off after);
+    None for any other pod."""
+    queues = state.queues
+    if queues is None or pod_gpu_request(pod) <= 0:
+        return None
+    ns = pod_meta(pod).get("namespace") or "default"
+    name = next(iter(queues.selecting(ns)), None)
+    if name is None:
+        return None
+    return (f"namespace {ns} is in GPUQueue {name}: a pod requesting nvidia.com/gpu is "
+            "placed here only with its queue's quota, as a GPUWorkload or a pod group's "
+            "member (docs/podgroups.md)")
+
+
 def group_need(members: list[JSON]) -> Fraction:
     """GPUs the unbound ``members`` will hold once placed: each as many as the
     largest request among them, at least one named device (``plan_group``)."""

@@ -106,3 +106,32 @@ def test_a_group_in_no_queue_is_placed_as_before() -> None:
     env = QueuedEnv(queue("team", 8, ns="elsewhere"))
     env.place("big", 4)
     assert len(env.bound_of("big")) == 4
+
+
+def test_a_gpu_pod_of_no_group_in_a_queues_namespace_is_not_placed_one_by_one() -> None:
+    """The queue-gpu-pods policy lets a group member through; one whose group labels
+    were taken off after it was created would otherwise be placed outside its quota."""
+    env = QueuedEnv(queue("team", 8))
+    p = member("loose", 0, size=1)
+    del p["metadata"]["labels"]
+    env.add(p)
+    env.reconcile("loose-0")
+    assert env.bound() == {}
+    assert env.warnings("loose-0") == [
+        f"namespace {NS} is in GPUQueue team: a pod requesting nvidia.com/gpu is placed "
+        "here only with its queue's quota, as a GPUWorkload or a pod group's member "
+        "(docs/podgroups.md)"]
+
+
+def test_the_queue_policy_lets_through_the_pods_the_binder_knows_as_group_members() -> None:
+    from api.v1alpha1.keys import POD_GROUP_LABEL
+    from api.v1alpha1.queue_policies import GROUP_LABELS, GROUP_SCHEDULER
+    from controllers.podbinding.seedbook import DEFAULT_SCHEDULER_NAME
+    from internal.scheduling.podgroups import (
+        JOBSET_NAME_LABEL,
+        KUEUE_GROUP_LABEL,
+        LWS_NAME_LABEL,
+    )
+    assert GROUP_SCHEDULER == DEFAULT_SCHEDULER_NAME
+    assert set(GROUP_LABELS) == {POD_GROUP_LABEL, KUEUE_GROUP_LABEL, JOBSET_NAME_LABEL,
+                                 LWS_NAME_LABEL}
