@@ -16,10 +16,11 @@ taken for news. Nothing outside this module,
 ``state`` and ``events`` of this package touches them
 (``tests/unit/controllers/placement/test_one_door.py`` greps for it).
 
-The informers' changes (``set_node``, ``set_holder``, ``set_claim``,
-``set_workload``, ``workload_gone``) are called by ``events.CacheEvents``;
-most return what to wake (None: nothing) so the caller wakes it unlocked
-(``wake_if``). Bookings are committed here (``commit``) and released here:
+The informers' changes of nodes, slices, claims, pods and Jobs are applied by
+the cache's event side, ``events.CacheEvents`` (each under this lock, returning
+what to wake so that it wakes unlocked: ``wake_if``); a workload's change and
+delete are here (``set_workload``, ``workload_gone``). Bookings are committed here
+(``commit``) and released here:
 
 - ``forget``: the booking goes (its pods keep what they hold); with ``departed``,
   what it held on to after a preemption goes too.
@@ -31,11 +32,11 @@ most return what to wake (None: nothing) so the caller wakes it unlocked
 - ``departed``: the victim's own reconcile found none of its children left or being
   made (or it is gone): what it held on to goes.
 
-Every change of the cache is a method of this class, the owner of the lock; that
-is why it is a little above 400 lines (a mixin holding some of them would declare
-the lock and ledger it does not own). A committed placement this ledger does not
-know is adopted from the workload's status (``adopt``), as kube-scheduler's cache
-adds a pod it finds bound.
+Every change of the cache is made by this class, ``state`` or ``events``, under
+the lock: the three modules are the cache split by what drives the change (the
+reconcilers, the scheduler, the informers). A committed placement this ledger does
+not know is adopted from the workload's status (``adopt``), as kube-scheduler's
+cache adds a pod it finds bound.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ from typing import Any, TypeVar
 import structlog
 
 from api.v1alpha1.types import GPUWorkload
-from controllers.placement.events import Holder, holds_less, more_room
 from controllers.placement.evictions import Evictions
 from controllers.placement.node_views import NodeViews
 from controllers.placement.pending import PendingSet, is_placed, is_terminal
@@ -118,70 +118,6 @@ class PlacementCache:
         """ResourceSlices of the DRA driver (None: DRA off); see resourceslices.py."""
         return self._nodes.slices
 
-    # ------------------------------------------- changes from the informers
-    # Called by ``events`` (CacheEvents); each applies one change under the lock and
-    # returns what to wake (None: nothing, or not ready: the rebuild reads it).
-
-    def set_node(self, node: JSON) -> list[str] | None:
-        name = str((node.get("metadata") or {}).get("name"))
-        with self._lock:
-            return self._node_changed(name, lambda: self._snapshot.upsert_node(node)) \
-                if self.ready else None
-
-    def remove_node(self, name: str, uid: str) -> bool:
-        """Drops node ``name`` unless it is another object (``uid``); dropped?"""
-        with self._lock:
-            return self.ready and self._snapshot.remove_node(name, uid)
-
-    def set_gpunode(self, gpunode: JSON) -> list[str] | None:
-        name = str((gpunode.get("metadata") or {}).get("name"))
-        with self._lock:
-            if not self.ready:
-                return None
-            return self._node_changed(
-                name, lambda: self._snapshot.upsert_gpunode(self._nodes.set_gpunode(gpunode)))
-
-    def remove_gpunode(self, name: str, uid: str) -> None:
-        with self._lock:
-            if self.ready and self._nodes.drop_gpunode(name, uid):
-                self._refresh_node(name)
-
-    def set_slice(self, rslice: JSON) -> list[str] | None:
-        """Records a ResourceSlice (before the rebuild too: the rebuild reads it)."""
-        slices = self._nodes.slices
-        if slices is None:
-            return None
-        with self._lock:
-            node = slices.upsert(rslice)
-            if not self.ready or node is None:
-                return None
-            return self._node_changed(node, lambda: self._refresh_node(node))
-
-    def remove_slice(self, rslice: JSON) -> None:
-        slices = self._nodes.slices
-        if slices is None:
-            return
-        with self._lock:
-            node = slices.remove(rslice)
-            if self.ready and node is not None:
-                self._refresh_node(node)
-
-    def _node_changed(self, name: str, change: Callable[[], None]) -> list[str] | None:
-        """Under the lock: applies ``change`` to node ``name`` in the snapshot; the
-        workloads to wake (unlocked) when the node could now fit more, else None."""
-        before = self._snapshot.get(name)
-        change()
-        return list(self.pending.waiting) if more_room(before, self._snapshot.get(name)) \
-            else None
-
-    def _refresh_node(self, name: str) -> None:
-        """Re-derives ``name``'s devices from its GPUNode and its ResourceSlices."""
-        view = self._nodes.view(name)
-        if view is not None:
-            self._snapshot.upsert_gpunode(view)
-        else:
-            self._snapshot.remove_gpunode(name)
-
     def take_refusals(self) -> list[tuple[JSON, str]]:
         """(the Node, its Warning Event's message) of each node refused since last
         asked (``bounds.py``): each refusal once, not once per decision."""
@@ -191,20 +127,6 @@ class PlacementCache:
                                               snap.max_gpus))
                     for raw, why, source in snap.take_refused()]
 
-    def set_claim(self, claim: JSON) -> tuple[list[str], list[str] | None] | None:
-        """Records what an allocated ResourceClaim holds: (problems, what to wake);
-        None when DRA is off or before the rebuild."""
-        if self._nodes.slices is None:
-            return None
-        key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
-        with self._lock:
-            if not self.ready:
-                return None
-            before = self._ledger.holding(key)
-            problems = self._sync_claim(self._ledger, claim)
-            after = self._ledger.holding(key)
-            freed = before is not None and (after is None or holds_less(after, before))
-            return problems, list(self.pending.waiting) if freed else None
 
     def _sync_claim(self, ledger: Ledger, claim: JSON) -> list[str]:
         """Records in ``ledger`` what ``claim`` holds now (under the lock)."""
@@ -213,44 +135,6 @@ class PlacementCache:
         assert slices is not None
         return ledger.sync(key, lambda: claim_holding(claim, slices), key)
 
-    def remove_holder_key(self, key: str) -> list[str] | None:
-        """Forgets the holder ``key`` (a claim); what to wake if it held anything."""
-        with self._lock:
-            if not self.ready or not self._ledger.remove_holder(key):
-                return None
-            return list(self.pending.waiting)
-
-    def set_holder(self, obj: JSON, holder: Holder | None
-                   ) -> tuple[list[str], list[str] | None] | None:
-        """Records what ``obj`` (a pod, a Job) holds now, and a pod's requests on its
-        node (node fit, whoever made it), in one section: (problems, what to wake
-        when it holds less than before); None before the rebuild, or for a pod a pod
-        book holds (``holder`` None: only its requests count here)."""
-        with self._lock:
-            if not self.ready:
-                return None
-            if holder is None or holder.kind == "Pod":
-                self._snapshot.usage.set_pod(obj)
-            if holder is None:
-                return None
-            uid = holder.uid(obj)
-            before = holder.held(self._ledger, uid)
-            problems = holder.sync(self._ledger, obj)
-            after = holder.held(self._ledger, uid)
-            freed = before is not None and (after is None or holds_less(after, before))
-            return problems, list(self.pending.waiting) if freed else None
-
-    def remove_holder(self, uid: str, holder: Holder) -> list[str] | None:
-        """Forgets the pod or Job ``uid`` (a pod's requests too); what to wake if it
-        held anything."""
-        with self._lock:
-            if not self.ready:
-                return None
-            if holder.kind == "Pod":
-                self._snapshot.usage.remove_pod(uid)
-            if not holder.remove(self._ledger, uid):
-                return None
-            return list(self.pending.waiting)
 
     def capacity_freed(self) -> None:
         """Devices were released outside ``forget`` (a pod book's own release):

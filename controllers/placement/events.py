@@ -3,14 +3,15 @@ Nodes, GPUNodes, ResourceSlices, ResourceClaims, Pods, Jobs and GPUWorkloads.
 
 ``CacheEvents`` is the informers' handlers of the placement state, composed onto it
 as client-go composes ``ResourceEventHandlerFuncs`` onto an informer: it holds the
-state (``PlacementState.events``), reads each object, hands the change to one of
-the state's methods (``set_node``, ``set_holder``, ``workload_gone``...), which
-applies it under the state's lock, and then reports problems and wakes the waiting.
-Guarantees, for every handler here:
+state (``PlacementState.events``), reads each object, applies the change under
+the cache's lock (it is the cache's event side: ``_set_node``, ``_set_holder``...;
+a workload's through the state's ``set_workload`` and ``workload_gone``), and then
+reports problems and wakes the waiting. Guarantees, for every handler here:
 
-- **One lock.** The state's methods (``cache.py``) take its lock for
-  what they read and change; the waiting workloads (the queue, the pod books) are
-  woken only after it is released (``PlacementState.wake_if``).
+- **One lock, one section per event.** A change takes the cache's lock once, for
+  what it reads and changes (a pod's holding and its requests together); the
+  waiting workloads (the queue, the pod books) are woken only after it is
+  released (``PlacementState.wake_if``).
 - **Nothing before the rebuild.** Before ``rebuild`` has run (``ready`` false) an
   event changes nothing (the rebuild reads the caches, which already hold it);
   the only exception is a ResourceSlice, which is recorded so the rebuild sees it.
@@ -108,24 +109,24 @@ class CacheEvents:
     # ---------------------------------------------------------------- nodes
 
     def on_node(self, node: JSON) -> None:
-        self._state.wake_if(self._state.set_node(node))
+        self._state.wake_if(self._set_node(node))
         self.report_refused()
 
     def on_node_deleted(self, node: Any) -> None:
         meta = (getattr(node, "obj", node) or {}).get("metadata") or {}
         name = str(meta.get("name"))
         # a late delete of an older Node of that name removes nothing
-        if self._state.remove_node(name, str(meta.get("uid") or "")):
+        if self._remove_node(name, str(meta.get("uid") or "")):
             self._enqueue_on_node(name)
 
     def on_gpunode(self, gpunode: JSON) -> None:
-        self._state.wake_if(self._state.set_gpunode(gpunode))
+        self._state.wake_if(self._set_gpunode(gpunode))
         self.report_refused()
 
     def on_gpunode_deleted(self, gpunode: Any) -> None:
         meta = (getattr(gpunode, "obj", gpunode) or {}).get("metadata") or {}
         # a late delete of an older GPUNode of that name drops nothing
-        self._state.remove_gpunode(str(meta.get("name")), str(meta.get("uid") or ""))
+        self._remove_gpunode(str(meta.get("name")), str(meta.get("uid") or ""))
         self.report_refused()  # its Node's allocatable counts again
 
     def report_refused(self) -> None:
@@ -139,18 +140,18 @@ class CacheEvents:
 
     def on_resourceslice(self, rslice: JSON) -> None:
         """A ResourceSlice of the driver: the node's devices come from its slices."""
-        self._state.wake_if(self._state.set_slice(rslice))
+        self._state.wake_if(self._set_slice(rslice))
         self.report_refused()
 
     def on_resourceslice_deleted(self, rslice: Any) -> None:
-        self._state.remove_slice(getattr(rslice, "obj", rslice) or {})
+        self._remove_slice(getattr(rslice, "obj", rslice) or {})
         self.report_refused()
 
     def on_claim(self, claim: JSON) -> None:
         """An allocated ResourceClaim holds its devices, whoever allocated it
         (docs/architecture.md, invariant 1): kube-scheduler's claims keep ours off
         their GPUs."""
-        changed = self._state.set_claim(claim)
+        changed = self._set_claim(claim)
         if changed is None:
             return
         problems, waiting = changed
@@ -167,7 +168,7 @@ class CacheEvents:
     def on_claim_deleted(self, claim: Any) -> None:
         obj = getattr(claim, "obj", claim) or {}
         key = claim_holder_key(str((obj.get("metadata") or {}).get("uid") or ""))
-        self._state.wake_if(self._state.remove_holder_key(key))
+        self._state.wake_if(self._remove_holder_key(key))
 
     # ----------------------------------------------------------- pods, Jobs
 
@@ -176,7 +177,7 @@ class CacheEvents:
         made it; pod books' pods are booked by their book. Every pod's requests
         count on its node (node fit, ``nodeusage.py``), GPUs or not: one section."""
         if self._state.owned(pod):
-            self._state.set_holder(pod, None)  # its requests only
+            self._set_holder(pod, None)  # its requests only
         else:
             self._sync_holder(pod, POD)
 
@@ -195,7 +196,7 @@ class CacheEvents:
         """Records what ``obj`` (a pod, a Job) holds now; reports its problems once;
         wakes the waiting workloads when it holds less than before."""
         uid = holder.uid(obj)
-        changed = self._state.set_holder(obj, holder)
+        changed = self._set_holder(obj, holder)
         if changed is None:
             return
         problems, waiting = changed
@@ -213,7 +214,7 @@ class CacheEvents:
         uid = holder.uid(obj)
         with self._lock:
             self._reported.discard(uid)
-        self._state.wake_if(self._state.remove_holder(uid, holder))
+        self._state.wake_if(self._remove_holder(uid, holder))
 
     def _report(self, obj: JSON, kind: str, problems: list[str]) -> None:
         for p in problems:
@@ -224,6 +225,137 @@ class CacheEvents:
                 DEVICE_CONFLICTS.labels("reported").inc()
             log.warning("ledger.pod.problem", problem=p)
             self._on_problem(obj, "BadAnnotation" if bad else "DeviceConflict", p)
+
+    # ------------------------------------------- the changes, under the lock
+    # Each applies one change to the cache under its lock (this module is the
+    # cache's event side: it touches the cache's private parts, as ``state`` does)
+    # and returns what to wake (None: nothing, or not ready: the rebuild reads it).
+
+    def _set_node(self, node: JSON) -> list[str] | None:
+        c = self._state
+        name = str((node.get("metadata") or {}).get("name"))
+        with c._lock:
+            return self._node_changed(name, lambda: c._snapshot.upsert_node(node)) \
+                if c.ready else None
+
+    def _remove_node(self, name: str, uid: str) -> bool:
+        """Drops node ``name`` unless it is another object (``uid``); dropped?"""
+        c = self._state
+        with c._lock:
+            return c.ready and c._snapshot.remove_node(name, uid)
+
+    def _set_gpunode(self, gpunode: JSON) -> list[str] | None:
+        c = self._state
+        name = str((gpunode.get("metadata") or {}).get("name"))
+        with c._lock:
+            if not c.ready:
+                return None
+            return self._node_changed(
+                name, lambda: c._snapshot.upsert_gpunode(c._nodes.set_gpunode(gpunode)))
+
+    def _remove_gpunode(self, name: str, uid: str) -> None:
+        c = self._state
+        with c._lock:
+            if c.ready and c._nodes.drop_gpunode(name, uid):
+                self._refresh_node(name)
+
+    def _set_slice(self, rslice: JSON) -> list[str] | None:
+        """Records a ResourceSlice (before the rebuild too: the rebuild reads it)."""
+        c = self._state
+        slices = c._nodes.slices
+        if slices is None:
+            return None
+        with c._lock:
+            node = slices.upsert(rslice)
+            if not c.ready or node is None:
+                return None
+            return self._node_changed(node, lambda: self._refresh_node(node))
+
+    def _remove_slice(self, rslice: JSON) -> None:
+        c = self._state
+        slices = c._nodes.slices
+        if slices is None:
+            return
+        with c._lock:
+            node = slices.remove(rslice)
+            if c.ready and node is not None:
+                self._refresh_node(node)
+
+    def _node_changed(self, name: str, change: Callable[[], None]) -> list[str] | None:
+        """Under the lock: applies ``change`` to node ``name`` in the snapshot; the
+        workloads to wake (unlocked) when the node could now fit more, else None."""
+        c = self._state
+        before = c._snapshot.get(name)
+        change()
+        return list(c.pending.waiting) if more_room(before, c._snapshot.get(name)) \
+            else None
+
+    def _refresh_node(self, name: str) -> None:
+        """Re-derives ``name``'s devices from its GPUNode and its ResourceSlices."""
+        c = self._state
+        view = c._nodes.view(name)
+        if view is not None:
+            c._snapshot.upsert_gpunode(view)
+        else:
+            c._snapshot.remove_gpunode(name)
+
+    def _set_claim(self, claim: JSON) -> tuple[list[str], list[str] | None] | None:
+        """Records what an allocated ResourceClaim holds: (problems, what to wake);
+        None when DRA is off or before the rebuild."""
+        c = self._state
+        if c._nodes.slices is None:
+            return None
+        key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
+        with c._lock:
+            if not c.ready:
+                return None
+            before = c._ledger.holding(key)
+            problems = c._sync_claim(c._ledger, claim)
+            after = c._ledger.holding(key)
+            freed = before is not None and (after is None or holds_less(after, before))
+            return problems, list(c.pending.waiting) if freed else None
+
+    def _remove_holder_key(self, key: str) -> list[str] | None:
+        """Forgets the holder ``key`` (a claim); what to wake if it held anything."""
+        c = self._state
+        with c._lock:
+            if not c.ready or not c._ledger.remove_holder(key):
+                return None
+            return list(c.pending.waiting)
+
+    def _set_holder(self, obj: JSON, holder: Holder | None
+                   ) -> tuple[list[str], list[str] | None] | None:
+        """Records what ``obj`` (a pod, a Job) holds now, and a pod's requests on its
+        node (node fit, whoever made it), in one section: (problems, what to wake
+        when it holds less than before); None before the rebuild, or for a pod a pod
+        book holds (``holder`` None: only its requests count here)."""
+        c = self._state
+        with c._lock:
+            if not c.ready:
+                return None
+            if holder is None or holder.kind == "Pod":
+                c._snapshot.usage.set_pod(obj)
+            if holder is None:
+                return None
+            uid = holder.uid(obj)
+            before = holder.held(c._ledger, uid)
+            problems = holder.sync(c._ledger, obj)
+            after = holder.held(c._ledger, uid)
+            freed = before is not None and (after is None or holds_less(after, before))
+            return problems, list(c.pending.waiting) if freed else None
+
+    def _remove_holder(self, uid: str, holder: Holder) -> list[str] | None:
+        """Forgets the pod or Job ``uid`` (a pod's requests too); what to wake if it
+        held anything."""
+        c = self._state
+        with c._lock:
+            if not c.ready:
+                return None
+            if holder.kind == "Pod":
+                c._snapshot.usage.remove_pod(uid)
+            if not holder.remove(c._ledger, uid):
+                return None
+            return list(c.pending.waiting)
 
     # ------------------------------------------------------------ workloads
 
