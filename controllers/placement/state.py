@@ -39,13 +39,13 @@ from controllers.placement.events import CacheEvents
 from controllers.placement.evictions import Evictions, preempted_message
 from controllers.placement.pending import PendingSet
 from controllers.placement.pod_book import PodBook
+from controllers.placement.refill import DraSources, Sources, carry, in_flight, with_created
 from controllers.placement.standing import Standing, Waits
 from controllers.shared.own_writes import OwnWrites
 from internal.metrics.domain import BAD_OBJECTS, STALE_DECISIONS
 from internal.objects import JSON
 from internal.scheduling.bounds import MAX_GPUS_PER_NODE
 from internal.scheduling.framework import PREEMPT, UNSCHEDULABLE, Decision
-from internal.scheduling.holdings import Allocation
 from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner, departing_key
 from internal.scheduling.nodefit import PodFit
@@ -62,28 +62,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("placement")
 
-#: (nodes, gpunodes, workloads, pods) as listed from the caches
-Sources = tuple[list[JSON], list[JSON], list[JSON], list[JSON]]
-#: (resourceslices, resourceclaims) as listed from the caches (DRA on)
-DraSources = tuple[list[JSON], list[JSON]]
 T = TypeVar("T")
 
 #: passes outside the lock tried for one decision before it is made under the lock
 STALE_TRIES = 3
-
-
-def _carry(ledger: Ledger, carried: list[Allocation]) -> list[str]:
-    """Books ``carried`` (decisions in flight) in a ledger just filled from the
-    caches; one that now conflicts (the lost event was a holder of its devices) is
-    dropped, and its commit finds no booking (``commit`` says False)."""
-    problems = []
-    for a in carried:
-        try:
-            ledger.assume(a.key, a.placements, gpus_per_replica=a.gpus_per_replica,
-                          priority=a.priority, owner=a.owner, uid=a.uid)
-        except LedgerConflict as exc:
-            problems.append(f"{a.key}: its decision in flight is dropped: {exc}")
-    return problems
 
 
 class PlacementState(PlacementCache):
@@ -138,10 +120,10 @@ class PlacementState(PlacementCache):
         rebuild (events are idempotent, so one the rebuild already saw changes
         nothing)."""
         with self._lock:
-            carried = self._in_flight() if self.generation else []
+            carried = in_flight(self._ledger, self._booked_elsewhere) if self.generation else []
             nodes, gpunodes, workloads, pods = read()
             jobs = read_jobs() if read_jobs is not None else []
-            pods, jobs = self._with_created(pods, jobs)
+            pods, jobs = with_created(pods, jobs, self.own_writes.all_children())
             ours = [p for p in pods if not self.owned(p)]
             slices, claims = read_dra() if read_dra is not None and self.slices else ([], [])
             for sl in slices:
@@ -158,7 +140,7 @@ class PlacementState(PlacementCache):
             self._snapshot = Snapshot.build(nodes, self._nodes.reset(gpunodes), ledger,
                                             self.max_gpus_per_node)
             self._snapshot.usage = NodeUsage(pods)
-            problems += _carry(ledger, carried)  # once the ledger knows the nodes
+            problems += carry(ledger, carried)  # once the ledger knows the nodes
             self.scheduler = Scheduler(self._snapshot, ledger, rng=self.rng,
                                        default_exposure=self.default_exposure,
                                        floors=self.share_floors)
@@ -177,28 +159,6 @@ class PlacementState(PlacementCache):
         log.info("ledger.rebuilt", nodes=len(self._snapshot), holders=len(ledger.allocations()))
         self.events.report_refused()
         return problems
-
-    def _in_flight(self) -> list[Allocation]:
-        """Under the lock: the bookings decided and not yet committed (a reconcile
-        is between ``decide`` and ``commit``), which a refill keeps as
-        kube-scheduler's cache keeps its assumed pods. A preemption in flight is not
-        kept: its victims are read again from the caches, and its commit finds no
-        booking (``commit`` says False), so its reconcile decides again."""
-        return [a for a in self._ledger.bookings()
-                if not a.committed and not a.overlap and not a.key.startswith("departing:")
-                and not self._booked_elsewhere(a.key)]
-
-    def _with_created(self, pods: list[JSON], jobs: list[JSON]
-                      ) -> tuple[list[JSON], list[JSON]]:
-        """``pods`` and ``jobs`` and the children we created that they do not show
-        yet: those hold their devices too (the informer will show them)."""
-        made = self.own_writes.all_children()
-        if not made:
-            return pods, jobs
-        seen = {(o.get("metadata") or {}).get("uid") for o in (*pods, *jobs)}
-        new = [o for o in made if (o.get("metadata") or {}).get("uid") not in seen]
-        return ([*pods, *(o for o in new if o.get("kind") == "Pod")],
-                [*jobs, *(o for o in new if o.get("kind") == "Job")])
 
     def hold_created(self, child: JSON) -> None:
         """A child we just created (a Pod or a Job) holds its devices from now on,
