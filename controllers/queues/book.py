@@ -64,6 +64,12 @@ QUEUED = "Queued"
 WAITING_FOR_QUOTA = "WaitingForQuota"
 
 
+def _namespace_of_key(key: str) -> str:
+    """The namespace of a booking's key: ``ns/name``, or the pod binding's
+    ``Kind:ns/name`` (``PodGroup:``, ``StatefulSet:``; a namespace has no ':')."""
+    return key.partition("/")[0].rpartition(":")[2]
+
+
 class QueueBook:
     """The gate of ``decide``, on what the queue manager keeps (``manager``)."""
 
@@ -180,7 +186,7 @@ class QueueBook:
             return wait(strategy, name, reason, message)
         decision = scheduler.schedule(w, across_namespaces=across_namespaces)
         if decision.outcome == PREEMPT and any(
-                self.queue_of_key(v, v.partition("/")[0]) != name for v in decision.victims):
+                self.queue_of_key(v, _namespace_of_key(v)) != name for v in decision.victims):
             decision = not_across_queues(decision)
         if name is None:
             return decision  # outside any queue: today's meaning

@@ -135,3 +135,23 @@ def test_the_queue_policy_lets_through_the_pods_the_binder_knows_as_group_member
     assert GROUP_SCHEDULER == DEFAULT_SCHEDULER_NAME
     assert set(GROUP_LABELS) == {POD_GROUP_LABEL, KUEUE_GROUP_LABEL, JOBSET_NAME_LABEL,
                                  LWS_NAME_LABEL}
+
+
+def test_a_higher_priority_workload_of_the_groups_queue_may_preempt_the_group() -> None:
+    """Priority preemption stays within a queue: the group is of its namespace's
+    queue, as the workload is (its ledger key, ``PodGroup:<ns>/...``, was read as
+    another namespace's, so the preemption was refused as across queues)."""
+    from api.v1alpha1.types import GPUWorkload
+    from internal.scheduling.framework import PREEMPT
+
+    env = QueuedEnv(queue("team", 16))
+    env.place("big", 4)
+    assert len(env.bound_of("big")) == 4
+    w = GPUWorkload.model_validate({
+        "apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUWorkload",
+        "metadata": {"name": "urgent", "namespace": NS, "uid": "uid-urgent",
+                     "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"gpusPerReplica": 4, "priority": 100, "schedulingStrategy": "priority"}})
+    d = env.state.decide(w)
+    assert d.outcome == PREEMPT, d.message
+    assert d.victims == [f"PodGroup:{NS}/label:big"]
