@@ -27,11 +27,12 @@ def queue(name: str, nominal: int, ns: str = NS, **spec: Any) -> dict[str, Any]:
 class QueuedEnv(GroupEnv):
     """GroupEnv (4 named nodes x 4 GPUs) whose placement state has the queues' gate."""
 
-    def __init__(self, *queues: dict[str, Any]) -> None:
+    def __init__(self, *queues: dict[str, Any], require_queue: bool = False) -> None:
         self.queue_cache = EventedIndexer()
         for q in queues:
             self.queue_cache.add(q)
-        self.queues = QueueBook(self.queue_cache, EventedIndexer(), EventedIndexer())
+        self.queues = QueueBook(self.queue_cache, EventedIndexer(), EventedIndexer(),
+                                require_queue)
         super().__init__()
         self.states = PlacementStateSource(
             lambda books: PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES,
@@ -106,6 +107,15 @@ def test_a_group_in_no_queue_is_placed_as_before() -> None:
     env = QueuedEnv(queue("team", 8, ns="elsewhere"))
     env.place("big", 4)
     assert len(env.bound_of("big")) == 4
+
+
+def test_a_group_in_no_queue_waits_when_the_manager_requires_one() -> None:
+    env = QueuedEnv(queue("team", 8, ns="elsewhere"), require_queue=True)
+    env.place("big", 2)
+    assert env.bound_of("big") == []
+    assert env.warnings("big-0")[-1] == (
+        f"pod group {NS}/label:big (2 of 2 members to place): no GPUQueue selects "
+        f"namespace {NS}; this manager admits only workloads in a queue (--require-queue)")
 
 
 def test_a_gpu_pod_of_no_group_in_a_queues_namespace_is_not_placed_one_by_one() -> None:
