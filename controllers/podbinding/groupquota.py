@@ -21,6 +21,11 @@ holds no place in its queue's line (the line is of GPUWorkloads): a group over
 quota stalls no workload behind it. It neither preempts nor reclaims for quota.
 Its booking (``PodGroup:<ns>/...``) counts against the same queue once placed
 (``queue_usage.namespace_of``).
+
+``outside_queue``: a pod of no group that requests ``nvidia.com/gpu`` in a queue's
+namespace is not placed one by one (the queue-gpu-pods policy admits such a pod
+there only as a group member; one whose group labels were taken off after would
+otherwise hold GPUs its queue never admitted).
 """
 
 from __future__ import annotations
