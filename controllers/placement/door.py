@@ -27,9 +27,8 @@ DOOR: dict[str, frozenset[str]] = {
         "rng", "own_writes", "queues", "pod_books"}),
     # the seed path (controllers/podbinding): plans on a view, books in its book
     "seed path": frozenset({
-        "book_seed", "book_group", "mark_seed_bound", "adopt_seed", "release_seed",
-        "seed_pod_keys",
-        "check_exact", "node_devices", "capacity_freed", "schedule"}),
+        "seeds", "check_exact", "node_devices", "capacity_freed", "schedule", "queues",
+        "queue_usage"}),
     # the DRA claims (controllers/dra)
     "claims": frozenset({"release_claim_unless", "claim_gone", "claim_going",
                          "slice_results", "uuids"}),
@@ -45,7 +44,7 @@ DOOR: dict[str, frozenset[str]] = {
 
 class PlacementView:
     """A read-only view of the state's nodes and holders, as a kube-scheduler plugin
-    gets a snapshot: what a seed pod's plan (``PlacementState.book_seed``) and the
+    gets a snapshot: what a seed pod's plan (``PlacementState.seeds.book_seed``) and the
     tests read. Every question takes the state's lock (re-entrant: a plan already
     runs under it), and always asks the state's current ledger (a rebuild replaces
     it)."""

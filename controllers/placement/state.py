@@ -40,6 +40,7 @@ from controllers.placement.evictions import Evictions, preempted_message
 from controllers.placement.pending import PendingSet
 from controllers.placement.pod_book import PodBook
 from controllers.placement.refill import DraSources, Sources, carry, in_flight, with_created
+from controllers.placement.seeds import SeedDoor
 from controllers.placement.standing import Standing, Waits
 from controllers.shared.own_writes import OwnWrites
 from internal.metrics.domain import BAD_OBJECTS, STALE_DECISIONS
@@ -57,7 +58,6 @@ from internal.scheduling.snapshot import Snapshot
 from internal.scheduling.stamps import Mark, StaleDecision
 
 if TYPE_CHECKING:
-    from controllers.podbinding.seedbook import Entry, SeedBook
     from controllers.queues.book import QueueBook
 
 log = structlog.get_logger("placement")
@@ -98,6 +98,8 @@ class PlacementState(PlacementCache):
         #: the informers' handlers (controllers/gpuworkload/setup.py wires them),
         #: entered through the gate so that a watch thread never waits for a decide
         self.events = CacheEvents(self, on_problem, enqueue_on_node)
+        #: the seed path's door (controllers/podbinding): plans booked in its book
+        self.seeds = SeedDoor(self)
         self._gate = EventGate(self._lock)
         #: a PriorityClass's value by name (None: no such class), from the cache
         self._class_value = priority_class_value or (lambda name: None)
@@ -425,76 +427,6 @@ class PlacementState(PlacementCache):
     def view(self) -> PlacementView:
         """A read-only view of the nodes and holders (see ``PlacementView``)."""
         return PlacementView(self)
-
-    # ------------------------------------------------------------ seed pods
-
-    def book_seed(self, book: SeedBook, key: str,
-                  plan: Callable[[PlacementView], tuple[Entry | None, str]]
-                  ) -> tuple[Entry | None, str]:
-        """Plans seed pod ``key`` on a read-only view and books the plan in ``book``,
-        both under the lock, so nothing is booked between the two. Seed pods take
-        whole GPUs. Returns (the booked entry, "") or (None, why not)."""
-        with self._lock:
-            entry, why = plan(self.view())
-            if entry is None:
-                return None, why
-            try:
-                self._ledger.refuse_mig(entry.placement)
-                book.book(self._ledger, key, entry)
-            except LedgerConflict as exc:
-                return None, str(exc)
-            return entry, ""
-
-    def book_group(self, book: SeedBook,
-                   plan: Callable[[PlacementView], tuple[dict[str, Entry] | None, str]]
-                   ) -> tuple[dict[str, Entry] | None, str]:
-        """Plans a pod group on a read-only view and books every member's entry in
-        ``book`` in one step, both under the lock: the whole group or nothing.
-        Returns (pod key -> booked entry, "") or (None, why not)."""
-        with self._lock:
-            entries, why = plan(self.view())
-            if entries is None:
-                return None, why
-            try:
-                for entry in entries.values():
-                    self._ledger.refuse_mig(entry.placement)
-                book.book_all(self._ledger, entries)
-            except LedgerConflict as exc:
-                return None, str(exc)
-            return entries, ""
-
-    def mark_seed_bound(self, book: SeedBook, key: str) -> None:
-        """Seed pod ``key`` is bound: its owner's booking commits once all are."""
-        with self._lock:
-            book.mark_bound(self._ledger, key)
-
-    def adopt_seed(self, book: SeedBook, key: str, want: Entry | None,
-                   keep: Callable[[Entry], bool]) -> tuple[Entry | None, str]:
-        """A bound seed pod: what ``book`` already books for ``key`` stays (marked
-        bound) when ``keep`` says so, else ``want`` is booked. Returns (what the pod
-        is taken to hold, the conflict that refused ``want`` or "")."""
-        with self._lock:
-            have = book.entry(key)
-            if have is not None and want is not None and keep(have):
-                book.mark_bound(self._ledger, key)
-                return have, ""
-            if want is not None:
-                try:
-                    book.book(self._ledger, key, want)
-                except LedgerConflict as exc:
-                    return want, str(exc)
-            return want, ""
-
-    def release_seed(self, book: SeedBook, key: str) -> Entry | None:
-        """Releases seed pod ``key``'s booking in ``book``; what it held, or None.
-        The caller wakes the waiting (``capacity_freed``) once it has said so."""
-        with self._lock:
-            return book.release(self._ledger, key)
-
-    def seed_pod_keys(self, book: SeedBook, ledger_key: str) -> list[str]:
-        """The pods (``ns/name``) whose bookings make up ``ledger_key`` in ``book``."""
-        with self._lock:
-            return book.pod_keys(ledger_key)
 
     # ------------------------------------------------------- preemption
 

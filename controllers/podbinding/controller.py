@@ -21,7 +21,7 @@ One reconcile of pod ``namespace/name``:
    tolerations and node fit.
    Where it goes is ``controllers.podbinding.seedplan``'s, read from a read-only view of the
    placement state. The placement is booked in the shared ledger, under the state
-   lock (``PlacementState.book_seed``), then the pod is bound; a failed bind
+   lock (``PlacementState.seeds.book_seed``), then the pod is bound; a failed bind
    releases the booking. When it cannot be placed, a
    ``FailedScheduling`` Warning Event on the pod says why, the pod stays Pending and
    is retried with exponential backoff, and at once when capacity is freed.
@@ -198,7 +198,7 @@ class PodBindingReconciler:
         if refused is not None:
             return self._unschedulable(pod, key, refused)
         self.misplaced_maps.check(pod)  # a map on its StatefulSet's own metadata
-        entry, why = state.book_seed(
+        entry, why = state.seeds.book_seed(
             self.book, key, lambda view: plan(view, pod, self.options.default_strategy))
         if entry is None:
             return self._unschedulable(pod, key, why)
@@ -231,7 +231,7 @@ class PodBindingReconciler:
             self._release(state, key)  # never bound: release the booking
             raise
         self.own_writes.bound(pod)
-        state.mark_seed_bound(self.book, key)
+        state.seeds.mark_seed_bound(self.book, key)
         self._settled(key)
         what = f" (GPU devices {devs_text(devices)})" if devices else \
             f" ({entry.gpus} GPU(s) for the device plugin)"
@@ -270,7 +270,7 @@ class PodBindingReconciler:
             return (have.ledger_key, have.placement) == (want.ledger_key, want.placement) \
                 or (bool(problems) and not unknown
                     and have.placement.node == want.placement.node)
-        want, conflict = state.adopt_seed(self.book, key, want, keep)
+        want, conflict = state.seeds.adopt_seed(self.book, key, want, keep)
         if problems:
             self._report_bad(pod, key, problems, None if conflict else want)
         if conflict:
@@ -317,7 +317,7 @@ class PodBindingReconciler:
         nominated meanwhile. A pod group's members go all or none: where the
         PodDisruptionBudgets over them would refuse some, none is asked
         (``groupevict.budget_refusal``), and each says why (``EvictionFailed``)."""
-        keys = self.states.get().seed_pod_keys(self.book, ledger_key)
+        keys = self.states.get().seeds.seed_pod_keys(self.book, ledger_key)
         pods: list[tuple[str, JSON]] = []
         for key in keys:
             ns, name = key.split("/", 1)
@@ -363,7 +363,7 @@ class PodBindingReconciler:
         return True
 
     def _release(self, state: PlacementState, key: str) -> None:
-        released = state.release_seed(self.book, key)
+        released = state.seeds.release_seed(self.book, key)
         if released is not None:
             log.info("pod.released", pod=key, node=released.placement.node,
                      devices=devs_text(released.placement.devices), holder=released.ledger_key)

@@ -2,7 +2,7 @@
 is (docs/podgroups.md, docs/queues.md): the whole group's GPUs at once, against
 what the queue's holders use now, with the same pure rules
 (``internal/scheduling/quota.py``, ``admission.py``). Asked under the placement
-state's lock, from the group's plan (``PlacementState.book_group``), so nothing is
+state's lock, from the group's plan (``PlacementState.seeds.book_group``), so nothing is
 booked between the check and the booking.
 
 | the group's namespace                             | ``group_quota_refusal``            |

@@ -14,7 +14,7 @@ to say; this module decides what the pod-binding reconciler does with it:
   (``plan_group``: one replica per unbound member, the members' own selectors,
   tolerations and node fit, the default strategy or the group's
   ``gpu.orchestrator.dev/strategy`` annotation) and booked in one step under the
-  ledger key ``PodGroup:<namespace>/<group>`` (``PlacementState.book_group``). Each
+  ledger key ``PodGroup:<namespace>/<group>`` (``PlacementState.seeds.book_group``). Each
   member's own reconcile then binds it to its slot (the Binding carries the devices
   annotation, as every seed-path binding).
 - **A bound member holds under its group's key** (``group_ledger_key``), so a
@@ -87,7 +87,7 @@ def _order(members: Iterable[tuple[JSON, PodGroup]]) -> list[tuple[JSON, PodGrou
 def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, PodGroup]],
                default_strategy: str) -> tuple[dict[str, Entry] | None, str]:
     """Where the unbound members go, as one gang, or why nowhere: read from
-    ``view`` under the state's lock (``PlacementState.book_group``). A group always
+    ``view`` under the state's lock (``PlacementState.seeds.book_group``). A group always
     gets named devices: its members' ``CUDA_VISIBLE_DEVICES`` is a reference to the
     devices annotation the binding writes (internal/webhook/groupexposure.py), which
     a counted placement would leave empty, hiding every GPU. Members that request
@@ -141,7 +141,7 @@ def take_slot(view: PlacementView, book: SeedBook, pod: JSON, group: PodGroup
     """The slot a gone member of ``group`` left, for ``pod``, its replacement
     (same index, same generation), on the same node and devices; (None, "")
     when there is none to take (read under the state's lock,
-    ``PlacementState.book_seed``, which books it)."""
+    ``PlacementState.seeds.book_seed``, which books it)."""
     v = book.vacancy(group_ledger_key(group), group.index, group.generation)
     if v is None or view.node(v.placement.node) is None:
         return None, ""
@@ -248,7 +248,7 @@ class GroupPath:
             log.info("group.slot_waits", group=group.key, pod=key, predecessor=going)
             return Result(requeue_after=1.0)
         if self.book.vacancies(ledger_key):  # a member made again: its slot back
-            slot, _ = state.book_seed(self.book, key,
+            slot, _ = state.seeds.book_seed(self.book, key,
                                       lambda view: take_slot(view, self.book, pod, group))
             if slot is not None:
                 log.info("group.slot_taken", group=group.key, pod=key, slot=slot.slot,
@@ -274,7 +274,7 @@ class GroupPath:
             if over is not None:
                 return None, over
             return plan_group(view, group, unbound, self.default_strategy)
-        entries, why = state.book_group(self.book, plan)
+        entries, why = state.seeds.book_group(self.book, plan)
         if why is _BOOKED:
             held = self.book.entry(key)
             return bind(state, pod, key, held) if held is not None else None

@@ -6,7 +6,7 @@ strategy (``plan_default``): a pod that requests ``nvidia.com/gpu`` gets named
 devices on a node whose device authority is named, else counted GPUs on a node the
 device plugin may serve (never counted on a named node, nor named on a counted one:
 ``internal/scheduling/authority.py``). Pure: it reads a read-only ``PlacementView`` under the
-state's lock (``PlacementState.book_seed``) and returns an ``Entry`` to book, or
+state's lock (``PlacementState.seeds.book_seed``) and returns an ``Entry`` to book, or
 why the pod cannot go anywhere, in the words of its ``FailedScheduling`` Event.
 """
 
@@ -39,7 +39,7 @@ MAX_GPUS_PER_POD = 64
 
 def plan(view: PlacementView, pod: JSON, default_strategy: str) -> tuple[Entry | None, str]:
     """Where ``pod`` goes, or why it cannot go anywhere: read from ``view``,
-    under the state lock (``PlacementState.book_seed``)."""
+    under the state lock (``PlacementState.seeds.book_seed``)."""
     text = (pod_meta(pod).get("annotations") or {}).get(SCHEDULING_MAP_ANNOTATION)
     index, source = pod_index(pod)
     if text is None or not text.strip():

@@ -1,6 +1,7 @@
 """The placement state has one door: nothing outside its modules touches its lock,
 its ledger or its snapshot (docs/architecture.md, "The controllers"); readers
-get ``view()``, the seed path ``book_seed`` and its kin, the claims ``release_claim_unless``.
+get ``view()``, the seed path ``seeds`` (``book_seed`` and its kin), the claims
+``release_claim_unless``.
 A grep of the tree says so, so a new shortcut fails here rather than in a race."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[4]
 #: the placement state's own modules
 OWN = {"controllers/placement/cache.py", "controllers/placement/state.py",
-       "controllers/placement/events.py"}
+       "controllers/placement/events.py", "controllers/placement/seeds.py"}
 #: the code that runs (tests may set scenes through the private fields)
 TREES = ("controllers", "internal", "runtime", "api", "main.py")
 

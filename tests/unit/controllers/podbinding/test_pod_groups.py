@@ -141,7 +141,7 @@ def test_a_bound_group_holds_under_its_group_key_after_a_restart() -> None:
                  **p["metadata"]["annotations"], **b["metadata"]["annotations"]}}}
         env.pods.add(p)
     env.rebuild()
-    assert env.state.seed_pod_keys(env.book, f"PodGroup:{NS}/label:pair") == [
+    assert env.state.seeds.seed_pod_keys(env.book, f"PodGroup:{NS}/label:pair") == [
         f"{NS}/pair-0", f"{NS}/pair-1"]
     assert env.rec.reconcile(Request(NS, "pair-0")) is None
 

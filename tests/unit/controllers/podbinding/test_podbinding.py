@@ -524,7 +524,7 @@ def test_a_higher_priority_workload_preempts_seed_pods_and_waits_for_them() -> N
     # the StatefulSet's booking stays until its pod is gone: nominated, not free
     assert env.state.view().allocation(STS) is not None
     assert env.state.blockers("ns/hi") == {"node1": [STS]}
-    env.state.release_seed(env.book, f"{NS}/check-0")  # the pod is gone
+    env.state.seeds.release_seed(env.book, f"{NS}/check-0")  # the pod is gone
     assert env.state.blockers("ns/hi") == {}
 
 
