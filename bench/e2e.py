@@ -664,7 +664,8 @@ class Bench:
         return row
 
     def _writer_metrics(self) -> dict[str, float]:
-        """The controller's status-writer and event series (cumulative)."""
+        """The controller's status-writer, event and decision series (cumulative: the
+        decisions made and those made again because their inputs changed meanwhile)."""
         if self.metrics_port is None:
             return {}
         import http.client
@@ -681,6 +682,8 @@ class Bench:
         for line in text.splitlines():
             if line.startswith(("gpu_orchestrator_status_write", "events_dropped_total",
                                 "gpu_orchestrator_child_creates_total",
+                                "gpu_orchestrator_stale_decisions_total",
+                                "gpu_orchestrator_scheduling_attempts_total",
                                 "controller_runtime_reconcile_total", "workqueue_adds_total")):
                 name, _, v = line.rpartition(" ")
                 out[name] = float(v)
