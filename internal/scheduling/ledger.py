@@ -5,9 +5,10 @@
 (docs/architecture.md, invariants 1 to 4); ``Ledger`` here reads API objects into
 it: a pod (``sync_pod``), a Job of ours (``sync_job``), any holder read by a
 function (``sync``: an allocated ResourceClaim), and the whole cache (``rebuild``:
-pods and Jobs first, what runs wins, then committed placements, then the
-nominations of preemptors still waiting, ``book_nominations``). A holder that
-cannot be read is a problem to report, never an exception.
+pods and Jobs first, what runs wins, then committed placements,
+``book_placements``, then the nominations of preemptors still waiting,
+``book_nominations``). A holder that cannot be read is a problem to report, never
+an exception.
 
 Everything callers use of the ledger is importable from here.
 
@@ -141,14 +142,18 @@ class Ledger(DeviceLedger):
         node_devices: Mapping[str, Iterable[int]] | None = None,
         *,
         jobs: Iterable[Mapping[str, Any]] = (),
+        placements: bool = True,
         nominations: bool = True,
     ) -> tuple[Ledger, list[str]]:
         """A ledger from the cache: first every pod and every Job of ours that holds
         GPUs (what runs wins; an orphan known by its child labels, ``sync_pod``),
-        then the committed placements of workloads that still hold devices, then
-        (with ``nominations``) those placed by preemption, nominated again over the
-        holders they wait for (``book_nominations``; a caller that rebuilds more
-        holders first, the seed path's, passes False and calls it then).
+        then (with ``placements``) the committed placements of workloads that still
+        hold devices (``book_placements``), then (with ``nominations``) those placed
+        by preemption, nominated again over the holders they wait for
+        (``book_nominations``). A caller that has more holders to book (allocated
+        claims, the seed path's bound pods) passes False for both and calls them
+        after booking those: a status is a decision that may be stale (a write the
+        previous process never made), a holder is what runs.
 
         Returns the ledger and the problems found: unreadable pods (skipped, their
         request still counted where it can be read), placements that collide with
@@ -172,18 +177,34 @@ class Ledger(DeviceLedger):
                 problems.append(problem)
             if w is not None:
                 parsed.append(w)
-        for w in _by_age(parsed):
-            if not holds_devices(w) or w.status.nominated_over:
-                continue
-            try:
-                ledger.assume(w.key, w.status.placements, gpus_per_replica=w.spec.gpus,
-                              priority=w.spec.priority, committed=True, check_capacity=False,
-                              owner=booking_owner(w), uid=w.metadata.uid or "")
-            except LedgerConflict as e:
-                problems.append(f"{w.key}: placement not booked: {e}")
+        if placements:
+            problems += ledger.book_placements(parsed)
         if nominations:
             problems += ledger.book_nominations(parsed)
         return ledger, problems
+
+    def book_placements(
+        self, workloads: Iterable[GPUWorkload | Mapping[str, Any]],
+    ) -> list[str]:
+        """Books the committed placements (``status.placements``) of ``workloads``
+        that still hold devices and wait for nobody (a nomination is
+        ``book_nominations``'), oldest workload first, after every holder: one that
+        collides with another owner's holding is not booked (a problem; its
+        workload's own reconcile ends that attempt). Unreadable workloads are
+        reported by ``rebuild``, not here."""
+        problems: list[str] = []
+        parsed = [w for w in (_parse_workload(raw)[0] for raw in workloads) if w is not None]
+        for w in _by_age(parsed):
+            if not holds_devices(w) or w.status.nominated_over or \
+                    self.allocation(w.key) is not None:
+                continue
+            try:
+                self.assume(w.key, w.status.placements, gpus_per_replica=w.spec.gpus,
+                            priority=w.spec.priority, committed=True, check_capacity=False,
+                            owner=booking_owner(w), uid=w.metadata.uid or "")
+            except LedgerConflict as e:
+                problems.append(f"{w.key}: placement not booked: {e}")
+        return problems
 
     def book_nominations(
         self, workloads: Iterable[GPUWorkload | Mapping[str, Any]],
