@@ -61,12 +61,15 @@ from controllers.podbinding.controller import (
     PodBindingReconciler,
     setup_podbinding_controller,
 )
+from controllers.podbinding.group_metrics import GroupCounts
+from controllers.podbinding.owners import owner_lookup
 from controllers.queues.book import QueueBook
 from controllers.queues.status import setup_queues
 from controllers.shared.own_writes import OwnWrites
 from controllers.state_metrics import StateMetrics
 from controllers.status.pacing import Pacer
 from controllers.status.writer import StatusWriter
+from internal.metrics.domain import POD_GROUPS
 from internal.objects import object_key
 from runtime import Client, Controller, Manager, Request
 from runtime.events import EventRecorder
@@ -276,5 +279,8 @@ def setup_controllers(mgr: Manager, opts: ControllerOptions,
                               shared.claims)[1]
     binder = setup_podbinding_controller(mgr, shared.states, shared.own_writes,
                                          pod_binding)[1] if pod_binding is not None else None
+    if pod_binding is not None:
+        POD_GROUPS.set_source(GroupCounts(inf.pods.indexer, pod_binding.scheduler_name,
+                                          owner_lookup(mgr)))
     evictor = setup_evictor(mgr, shared) if opts.evict_conflicting_pods else None
     return Controllers(shared, ctrl, reconciler, claims, binder, evictor)

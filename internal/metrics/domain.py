@@ -155,6 +155,35 @@ class QueueCollector(Collector):
 
 QUEUES = QueueCollector()
 REGISTRY.register(QUEUES)
+
+
+class PodGroupCollector(Collector):
+    """Pod groups (other controllers' gangs the pod binding places whole) by state,
+    read from the live pods at scrape time (``controllers/podbinding/group_metrics.py``)."""
+
+    STATES = ("waiting", "placed", "refused")
+
+    def __init__(self) -> None:
+        self._counts: Callable[[], dict[str, int]] = dict
+
+    def set_source(self, counts: Callable[[], dict[str, int]]) -> None:
+        """``counts()``: state -> groups in it."""
+        self._counts = counts
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        counts = self._counts()
+        g = GaugeMetricFamily(
+            "gpu_orchestrator_pod_groups", "Pod groups by state: waiting (a member "
+            "missing or not yet bound; a group holds nothing until it is placed), placed "
+            "(every member bound), refused (its members disagree on the group, or its "
+            "size cannot be read).", labels=["state"])
+        for state in self.STATES:
+            g.add_metric([state], counts.get(state, 0))
+        yield g
+
+
+POD_GROUPS = PodGroupCollector()
+REGISTRY.register(POD_GROUPS)
 QUEUE_ADMISSION_WAIT = Histogram(
     "gpu_orchestrator_queue_admission_wait_seconds", "From a queued GPUWorkload's "
     "creationTimestamp to its admission by its GPUQueue (quota and devices found).",
