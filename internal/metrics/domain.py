@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
@@ -171,7 +172,11 @@ class PodGroupCollector(Collector):
         self._counts = counts
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        counts = self._counts()
+        try:
+            counts = self._counts()
+        except Exception:  # a pod it cannot read must not fail the whole scrape
+            logging.getLogger(__name__).exception("pod group gauge: source failed")
+            return
         g = GaugeMetricFamily(
             "gpu_orchestrator_pod_groups", "Pod groups by state: waiting (a member "
             "missing or not yet bound; a group holds nothing until it is placed), placed "
