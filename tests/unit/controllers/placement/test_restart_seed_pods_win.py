@@ -75,6 +75,11 @@ def test_a_bound_group_keeps_its_devices_against_a_stale_workload_status() -> No
     assert conflicts(env) == []
     assert env.state.seeds.seed_pod_keys(env.book, GROUP_KEY) == [f"{NS}/pair-0",
                                                                    f"{NS}/pair-1"]
+    # w5's reconcile ends its attempt: the devices stay the running members', not
+    # free for the next placement to give them a second time
+    env.state.forget("q/w5")
+    assert env.state.view().free_count(node) == 0
+    assert {env.state.view().holder(node, d) for d in devices} == {GROUP_KEY}
 
 
 def test_a_stale_status_waiting_to_start_is_not_booked_over_a_bound_group() -> None:
