@@ -4,7 +4,7 @@ kwok runs every pod bound to its nodes; a kubelet first admits it (``admission.p
 the pod count, requests against allocatable, nodeSelector and required node
 affinity, host ports, NoExecute taints, against the pods it admitted there before).
 This process does that step for kwok: it watches the nodes kwok manages and the pods
-bound to them, and for each new pod, in the order the API shows them:
+bound to them, and for each new pod, in the order the API shows them, decides:
 
 - **admitted**: annotates it ``testenv.gpu-orchestrator.dev/admitted: "true"``;
   kwok's ``pod-ready`` stage makes only such a pod Running (kwok-stages.yaml), so
@@ -15,20 +15,31 @@ bound to them, and for each new pod, in the order the API shows them:
   the kubelet does, and appends one JSON line to the ``--record`` file
   (``ControlPlane.admission_rejections`` reads it: a test counts rejections).
 
+A cluster has one kubelet per node, each admitting its own pods on its own. Here the
+decisions are made on the watch's thread, in order, a node's pods judged against
+those admitted there before; their writes (the PATCH, the Event) go out per node
+(``NodeWriters``): a node's in the order decided and one at a time, different
+nodes' at once, at most ``--workers`` (8) at a time.
+
 Guarantees:
 - A pod counts on its node from its admission until it is Succeeded or Failed
   (being deleted, it still runs and still counts), as the kubelet's active pods.
 - One decision per pod (by UID); a pod already admitted (the annotation, or Running)
-  when the admitter (re)lists is counted, never judged again.
+  when the admitter (re)lists is counted, never judged again. A write that fails
+  (neither done nor the pod gone) undoes its decision: the pod is judged again at
+  the next list, and meanwhile does not count.
 - A pod on a node it does not know yet waits for the node's event.
 - Talks to kube-apiserver only (127.0.0.1), as the admin; list, then watch, then
   list again after a watch ends or a request fails (kube-apiserver restarts).
+- Every thread stops on exit: SIGTERM drops the writes not sent yet and joins the
+  writers (a write in flight ends within its request's 10 s timeout).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import http.client
 import json
 import signal
@@ -37,7 +48,8 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,12 +111,80 @@ class Api:
             conn.close()
 
 
-class Admitter:
-    """The admission state (nodes, pods counted per node) and the two watch loops."""
+class NodeWriters:
+    """One queue of writes per node, drained by at most ``workers`` threads: a node's
+    writes in the order submitted and one at a time (its kubelet), different nodes'
+    at once; after each write its node goes to the back of the line. ``flush`` waits
+    until every write submitted is done; ``close`` drops the rest and joins every
+    thread. Its lock is a leaf: a write runs without it."""
 
-    def __init__(self, api: Api, record: Path) -> None:
+    def __init__(self, workers: int) -> None:
+        self._cond = threading.Condition()
+        self._queues: dict[str, deque[Callable[[], None]]] = {}  # node -> writes to do
+        self._ready: deque[str] = deque()  # nodes with writes and no thread on them
+        self._busy: set[str] = set()  # nodes a thread is writing for
+        self._closed = False
+        self._threads = [threading.Thread(target=self._work, daemon=True,
+                                          name=f"writer-{i}") for i in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, node: str, write: Callable[[], None]) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            queue = self._queues.setdefault(node, deque())
+            queue.append(write)
+            if len(queue) == 1 and node not in self._busy:
+                self._ready.append(node)
+                self._cond.notify()
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._ready or self._closed)
+                if self._closed:
+                    return
+                node = self._ready.popleft()
+                self._busy.add(node)
+                write = self._queues[node].popleft()
+            try:
+                write()
+            except Exception as exc:  # a writer outlives any one write
+                print(f"admitter: writing for {node}: {type(exc).__name__}: {exc}", flush=True)
+            with self._cond:
+                self._busy.discard(node)
+                if self._queues.get(node):
+                    self._ready.append(node)
+                    self._cond.notify()
+                else:
+                    self._queues.pop(node, None)
+                if not self._busy and not self._ready:
+                    self._cond.notify_all()  # flush
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """True once every write submitted is done; False after ``timeout``."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._busy and not self._ready, timeout)
+
+    def close(self, timeout: float = 15.0) -> None:
+        with self._cond:
+            self._closed = True
+            self._queues.clear()
+            self._ready.clear()
+            self._cond.notify_all()
+        for t in self._threads:
+            t.join(timeout)
+
+
+class Admitter:
+    """The admission state (nodes, pods counted per node), the two watch loops and
+    the writers of the decisions."""
+
+    def __init__(self, api: Api, record: Path, workers: int = 8) -> None:
         self.api = api
         self.record = record
+        self.writers = NodeWriters(workers)
         self.lock = threading.Lock()
         self.nodes: dict[str, dict] = {}  # kwok-managed nodes by name
         self.counted: dict[str, dict[str, Admitted]] = {}  # node -> uid -> what it takes
@@ -132,7 +212,6 @@ class Admitter:
         uid = str(meta.get("uid") or "")
         node = (pod.get("spec") or {}).get("nodeName")
         status = pod.get("status") or {}
-        verdict: Rejection | None = None
         with self.lock:
             if deleted or not node or status.get("phase") in FINISHED:
                 self._uncount(uid)
@@ -155,12 +234,34 @@ class Admitter:
             self.decided.add(uid)
             if verdict is None:
                 self._count(uid, node, pod)
-        if verdict is None:
-            self._admit(pod)
-        else:
-            self._reject(pod, node, verdict)
+            # submitted under the lock: the node's writes in the order of its decisions
+            self.writers.submit(node, functools.partial(self._write, pod, node, verdict))
 
-    def _admit(self, pod: dict) -> None:
+    def flush(self, timeout: float | None = None) -> bool:
+        """True once every decision made so far is written (tests)."""
+        return self.writers.flush(timeout)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.writers.close()
+
+    def _write(self, pod: dict, node: str, verdict: Rejection | None) -> None:
+        """A decision's writes, on a writer thread; if they fail, the decision is
+        undone (judged again at the next list)."""
+        try:
+            done = self._admit(pod) if verdict is None else self._reject(pod, node, verdict)
+        except Exception as exc:  # kube-apiserver restarting
+            print(f"admitter: writing {pod['metadata']['name']}: {type(exc).__name__}: "
+                  f"{exc}", flush=True)
+            done = False
+        if not done:
+            with self.lock:
+                uid = pod["metadata"]["uid"]
+                self.decided.discard(uid)
+                if verdict is None and self.where.get(uid) == node:
+                    self._uncount(uid)
+
+    def _admit(self, pod: dict) -> bool:
         meta = pod["metadata"]
         code, body = self.api.request(
             "PATCH", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
@@ -168,10 +269,10 @@ class Admitter:
         if code not in (200, 404, 409, 422):  # gone, or another pod of that name now
             print(f"admitter: annotating {meta['namespace']}/{meta['name']}: HTTP {code}: "
                   f"{body}", flush=True)
-            with self.lock:
-                self.decided.discard(meta["uid"])  # judged again at the next list
+            return False
+        return True
 
-    def _reject(self, pod: dict, node: str, why: Rejection) -> None:
+    def _reject(self, pod: dict, node: str, why: Rejection) -> bool:
         meta = pod["metadata"]
         ns, name = meta["namespace"], meta["name"]
         code, body = self.api.request(
@@ -182,9 +283,8 @@ class Admitter:
         if code != 200:
             if code not in (404, 409, 422):  # else gone, or another pod of that name now
                 print(f"admitter: failing {ns}/{name}: HTTP {code}: {body}", flush=True)
-                with self.lock:
-                    self.decided.discard(meta["uid"])
-            return
+                return False
+            return True
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         self.api.request("POST", f"/api/v1/namespaces/{ns}/events", {
             "apiVersion": "v1", "kind": "Event",
@@ -204,6 +304,7 @@ class Admitter:
                 out.write(json.dumps(line) + "\n")
         print(f"admitter: rejected {ns}/{name} on {node}: {why.reason}: {why.message}",
               flush=True)
+        return True
 
     # ----------------------------------------------------------------- nodes
 
@@ -260,7 +361,10 @@ class Admitter:
         pods_ready.wait()
         if ready_file is not None:
             ready_file.touch()
-        self.stop.wait()
+        try:
+            self.stop.wait()
+        finally:
+            self.close()
 
 
 def _kwok(node: dict) -> bool:
@@ -277,8 +381,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--key", required=True)
     p.add_argument("--record", type=Path, required=True, help="one JSON line per rejection")
     p.add_argument("--ready-file", type=Path)
+    p.add_argument("--workers", type=int, default=8,
+                   help="writes of different nodes at once (default 8)")
     a = p.parse_args(argv)
-    admitter = Admitter(Api(a.port, a.ca, a.cert, a.key), a.record)
+    admitter = Admitter(Api(a.port, a.ca, a.cert, a.key), a.record, a.workers)
 
     def _term(*_: object) -> None:
         admitter.stop.set()
