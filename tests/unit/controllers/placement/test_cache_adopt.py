@@ -284,6 +284,17 @@ def test_a_tried_workload_waits_for_capacity_until_it_is_booked() -> None:
     assert w.woken == []
 
 
+def test_a_waiting_workload_shown_placed_waits_no_more() -> None:
+    """Its event shows the placement a previous leader made: it is booked from it
+    and no longer woken for capacity."""
+    w = World()
+    w.state.set_workload(tried("a", gpusPerReplica=2))
+    w.state.set_workload(placed("a", [0, 1]))
+    assert w.state.booking("ns/a") is not None
+    w.state.capacity_freed()
+    assert w.woken == []
+
+
 def test_a_higher_never_tried_workload_goes_first_unless_it_is_the_asker() -> None:
     w = World()
     w.state.set_workload(fresh("low", 0))
