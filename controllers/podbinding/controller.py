@@ -75,6 +75,7 @@ from controllers.podbinding.mapwarning import MisplacedMaps
 from controllers.podbinding.owners import owner_lookup
 from controllers.podbinding.seedbook import (
     DEFAULT_SCHEDULER_NAME,
+    GROUP_SLOTS_ANNOTATION,
     Entry,
     SeedBook,
     devs_text,
@@ -183,7 +184,7 @@ class PodBindingReconciler:
         if pod_spec(pod).get("nodeName"):
             self._settled(key)
             self._adopt(state, key, pod)
-            return None
+            return self.groups.await_workers(pod, key)  # a leader's workers to come
         if pod_meta(pod).get("deletionTimestamp"):
             self._settled(key)
             self._release(state, key)
@@ -218,6 +219,8 @@ class PodBindingReconciler:
         if devices:
             # the API server copies a Binding's annotations onto the pod
             binding["metadata"]["annotations"] = {DEVICES_ANNOTATION: devs_text(devices)}
+            if entry.slots_note:  # a leader's: the slots its workers will take
+                binding["metadata"]["annotations"][GROUP_SLOTS_ANNOTATION] = entry.slots_note
         try:
             self.client.create_subresource("v1", "Pod", name, "binding", binding, namespace=ns)
         except (NotFound, Conflict) as exc:

@@ -58,17 +58,20 @@ def outside_queue(state: PlacementState, pod: JSON) -> str | None:
             "member (docs/podgroups.md)")
 
 
-def group_need(members: list[JSON]) -> Fraction:
-    """GPUs the unbound ``members`` will hold once placed: each as many as the
-    largest request among them, at least one named device (``plan_group``)."""
-    per = max(1, max((pod_gpu_request(p) for p in members), default=0))
-    return Fraction(per * len(members))
+def group_need(members: list[JSON], slots: int = 0, worker_gpus: int = 0) -> Fraction:
+    """GPUs the unbound ``members`` and ``slots`` reserved for members not made yet
+    (of ``worker_gpus`` each) will hold once placed: each as many as the largest
+    request among them, at least one named device (``plan_group``)."""
+    per = max(1, max((pod_gpu_request(p) for p in members), default=0),
+              worker_gpus if slots else 0)
+    return Fraction(per * (len(members) + slots))
 
 
-def group_quota_refusal(state: PlacementState, group: PodGroup, members: list[JSON]
-                        ) -> str | None:
-    """Why ``group``'s unbound ``members`` may not be placed by its namespace's
-    queue (the table above), or None. Call under the state's lock."""
+def group_quota_refusal(state: PlacementState, group: PodGroup, members: list[JSON],
+                        slots: int = 0) -> str | None:
+    """Why ``group``'s unbound ``members`` (and ``slots`` reserved for its members
+    not made yet, ``leaderfirst.py``) may not be placed by its namespace's queue
+    (the table above), or None. Call under the state's lock."""
     queues = state.queues
     if queues is None:
         return None
@@ -84,7 +87,7 @@ def group_quota_refusal(state: PlacementState, group: PodGroup, members: list[JS
     if q is None:
         return None  # dropped between the two reads: the next try sees it gone
     used, _ = state.queue_usage()
-    need = group_need(members)
+    need = group_need(members, slots, group.worker_gpus)
     created = min((str(pod_meta(p).get("creationTimestamp") or "") for p in members),
                   default="")
     me = Waiting(name, max((pod_priority(p) for p in members), default=0), created, need)

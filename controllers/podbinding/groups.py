@@ -5,7 +5,9 @@ one gang, on named devices, all or nothing (docs/podgroups.md).
 What a pod's group is (its key and size) is ``internal/scheduling/podgroups.py``'s
 to say; this module decides what the pod-binding reconciler does with it:
 
-- **Nothing is booked until every member exists.** A member whose group has fewer
+- **Nothing is booked until every member exists** (but a group placed at its
+  leader, ``leaderfirst.py``: once its leader exists, the members not made yet are
+  booked as reserved slots). A member whose group has fewer
   live members than its size waits (a ``WaitingForGroup`` Event on the member, once
   per count); a group still short after ``timeout`` is reported
   (``PodGroupIncomplete`` Warning, ``gpu_orchestrator_pod_group_timeouts_total``)
@@ -32,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import structlog
 
@@ -39,6 +42,7 @@ from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from api.v1alpha1.types import DeviceExposure, Placement, SchedulingStrategy, Topology
 from controllers.placement.state import PlacementState, PlacementView
 from controllers.podbinding.groupquota import group_quota_refusal
+from controllers.podbinding.leaderfirst import await_workers, missing_slots, slot_key, to_place
 from controllers.podbinding.seedbook import (
     Entry,
     SeedBook,
@@ -46,6 +50,7 @@ from controllers.podbinding.seedbook import (
     pod_meta,
     pod_priority,
     pod_spec,
+    slots_text,
 )
 from controllers.podbinding.seedplan import MAX_GPUS_PER_POD, pod_model
 from internal.metrics.domain import POD_GROUP_TIMEOUTS
@@ -85,8 +90,11 @@ def _order(members: Iterable[tuple[JSON, PodGroup]]) -> list[tuple[JSON, PodGrou
 
 
 def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, PodGroup]],
-               default_strategy: str) -> tuple[dict[str, Entry] | None, str]:
-    """Where the unbound members go, as one gang, or why nowhere: read from
+               default_strategy: str, reserve: list[int] | None = None
+               ) -> tuple[dict[str, Entry] | None, str]:
+    """Where the unbound members go, and the members of indices ``reserve`` not made
+    yet (``leaderfirst.py``: reserved slots, with the group's ``worker_gpus``), as
+    one gang, or why nowhere: read from
     ``view`` under the state's lock (``PlacementState.seeds.book_group``). A group always
     gets named devices: its members' ``CUDA_VISIBLE_DEVICES`` is a reference to the
     devices annotation the binding writes (internal/webhook/groupexposure.py), which
@@ -96,7 +104,9 @@ def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, P
     request none, to any node that takes named devices."""
     members = _order(unbound)
     first = members[0][0]
-    requested = max(pod_gpu_request(p) for p, _ in members)
+    reserve = reserve or []
+    requested = max([pod_gpu_request(p) for p, _ in members]
+                    + ([group.worker_gpus] if reserve else []))
     if requested > MAX_GPUS_PER_POD:
         return None, (f"a member requests {requested} nvidia.com/gpu, more than the "
                       f"{MAX_GPUS_PER_POD} one pod may have")
@@ -116,24 +126,36 @@ def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, P
     if model is None:
         return None, why
     model = model.model_copy(update={"spec": model.spec.model_copy(
-        update={"replicas": len(members), "topology": topology})})
+        update={"replicas": len(members) + len(reserve), "topology": topology})})
     decision = view.schedule(model)
     if not decision.ok:
         where = (f"; members asking nvidia.com/gpu go only to nodes labelled "
                  f"{DEVICE_AUTHORITY_LABEL}={NAMED}") if requested else ""
         return None, f"{decision.message}{where}"
-    return _entries(group, members, decision.placements, max(requested, 1)), ""
+    return _entries(group, members, reserve, decision.placements, max(requested, 1)), ""
 
 
-def _entries(group: PodGroup, members: list[tuple[JSON, PodGroup]],
+def _entries(group: PodGroup, members: list[tuple[JSON, PodGroup]], reserve: list[int],
              placements: list[Placement], gpus: int) -> dict[str, Entry]:
     key = group_ledger_key(group)
-    return {object_key(pod): Entry(key, Placement(index=p.index, node=p.node,
-                                                  devices=list(p.devices)),
-                                   gpus, priority=pod_priority(pod), uid=pod_uid(pod),
-                                   slot=g.index, generation=g.generation)
-            for (pod, g), p in zip(members, sorted(placements, key=lambda p: p.index),
-                                   strict=True)}
+    ordered = sorted(placements, key=lambda p: p.index)
+    priority = max(pod_priority(pod) for pod, _ in members)
+    out = {object_key(pod): Entry(key, Placement(index=p.index, node=p.node,
+                                                 devices=list(p.devices)),
+                                  gpus, priority=pod_priority(pod), uid=pod_uid(pod),
+                                  slot=g.index, generation=g.generation)
+           for (pod, g), p in zip(members, ordered[:len(members)], strict=True)}
+    reserved = [Entry(key, Placement(index=p.index, node=p.node, devices=list(p.devices)),
+                      gpus, priority=priority, slot=i, generation=group.generation,
+                      reserved=True)
+                for i, p in zip(reserve, ordered[len(members):], strict=True)]
+    if reserved:  # the leader's Binding writes them: a restart books them again
+        leader = next((k for (pod, g), k in zip(members, out, strict=True) if g.index == 0),
+                      None)
+        if leader is not None:
+            out[leader] = replace(out[leader], slots_note=slots_text(reserved))
+        out.update((slot_key(group, e.slot or 0), e) for e in reserved)
+    return out
 
 
 def take_slot(view: PlacementView, book: SeedBook, pod: JSON, group: PodGroup
@@ -149,6 +171,15 @@ def take_slot(view: PlacementView, book: SeedBook, pod: JSON, group: PodGroup
                      uid=pod_uid(pod), slot=v.slot, generation=v.generation, retaken=True), ""
 
 
+def _slot_waits(view: PlacementView, book: SeedBook, group: PodGroup) -> bool:
+    """Does a vacant slot of ``group`` wait for this member (its index, on a node
+    that is there), which ``take_slot`` gives it?"""
+    if group.index is None:
+        return False
+    v = book.vacancy(group_ledger_key(group), group.index, group.generation)
+    return v is not None and view.node(v.placement.node) is not None
+
+
 class GroupWaits:
     """When each incomplete group was first seen, and which have been reported as
     timed out (thread-safe: the reconciler's workers share it)."""
@@ -161,6 +192,7 @@ class GroupWaits:
         self._reported: set[str] = set()
         self._told: dict[str, int] = {}  # group -> the member count last told
         self._said: dict[str, str] = {}  # pod UID -> the refusal last said
+        self._late: set[str] = set()  # leaders' groups reported for workers not come
         self._lock = threading.Lock()
 
     def waiting(self, group: PodGroup, present: int) -> tuple[bool, bool, float]:
@@ -181,6 +213,14 @@ class GroupWaits:
             if self._said.get(uid) == message:
                 return False
             self._said[uid] = message
+            return True
+
+    def late_once(self, key: str) -> bool:
+        """True the first time ``key`` (a leader's group) is reported late."""
+        with self._lock:
+            if key in self._late:
+                return False
+            self._late.add(key)
             return True
 
     def placed(self, group: PodGroup) -> None:
@@ -225,6 +265,13 @@ class GroupPath:
         return replace(entry, ledger_key=group_ledger_key(group), slot=group.index,
                        generation=group.generation)
 
+    def await_workers(self, pod: JSON, key: str) -> Result | None:
+        """A bound pod: a leader whose reserved slots wait for workers is looked at
+        again until the group timeout after it is Ready, then reported
+        (``leaderfirst.await_workers``); None for any other."""
+        return await_workers(self.book, self.recognise, self.recorder, self.waits.late_once,
+                             self.waits.timeout, pod, key, datetime.now(UTC))
+
     def place(self, state: PlacementState, pod: JSON, key: str,
               group: PodGroup | GroupRefusal,
               bind: Callable[[PlacementState, JSON, str, Entry], Result | None],
@@ -260,32 +307,42 @@ class GroupPath:
         if refusal is not None:
             return self._refused(pod, refusal)
         present = len(bound) + len(unbound)
-        if present < group.size:
+        # a group placed at its leader: the members not made yet get reserved slots
+        reserve = missing_slots(group, [*bound, *unbound]) if present < group.size else []
+        if present < group.size and not reserve:
             return self._wait(pod, group, present)
         def plan(view: PlacementView) -> tuple[dict[str, Entry] | None, str]:
             # under the state's lock: another worker, reconciling another member of
             # this complete group, may have booked it since ``held`` was read (a
-            # second booking would move members already bound to the first)
+            # second booking would move members already bound to the first); or,
+            # placed at its leader, booked with a slot for this member
             mine = self.book.entry(key)
             if mine is not None and mine.ledger_key == ledger_key:
                 return None, _BOOKED
+            if _slot_waits(view, self.book, group):
+                return None, _BOOKED
             # its namespace's GPUQueue first, as a GPUWorkload gang's (groupquota.py)
-            over = group_quota_refusal(state, group, [p for p, _ in unbound])
+            over = group_quota_refusal(state, group, [p for p, _ in unbound],
+                                       slots=len(reserve))
             if over is not None:
                 return None, over
-            return plan_group(view, group, unbound, self.default_strategy)
+            return plan_group(view, group, unbound, self.default_strategy, reserve)
         entries, why = state.seeds.book_group(self.book, plan)
         if why is _BOOKED:
             held = self.book.entry(key)
-            return bind(state, pod, key, held) if held is not None else None
+            if held is None:  # a slot of its index to take: at once
+                return Result(requeue_after=0.0) if self.book.vacancy(
+                    ledger_key, group.index, group.generation) else None
+            return bind(state, pod, key, held)
         if entries is None:
-            return unschedulable(pod, key, f"pod group {group.key} ({len(unbound)} of "
-                                           f"{group.size} members to place): {why}")
+            return unschedulable(pod, key, f"pod group {group.key} "
+                                           f"({to_place(group, len(unbound), len(reserve))}): "
+                                           f"{why}")
         self.waits.placed(group)
-        log.info("group.booked", group=group.key, members=len(entries),
-                 nodes=sorted({e.placement.node for e in entries.values()}))
-        for other in entries:
-            if other != key:
+        log.info("group.booked", group=group.key, members=len(entries) - len(reserve),
+                 reserved=reserve, nodes=sorted({e.placement.node for e in entries.values()}))
+        for other, e in entries.items():
+            if other != key and not e.reserved:
                 o_ns, o_name = other.split("/", 1)
                 enqueue(Request(o_ns, o_name), 0.0)
         entry = entries.get(key)
@@ -330,8 +387,8 @@ class GroupPath:
         msg = (f"waiting for the members of pod group {group.key}: {present} of "
                f"{group.size} exist; no GPU is held until all do")
         if group.leader_first:
-            msg += (" (startupPolicy LeaderReady makes the workers only once the leader "
-                    "runs, so this group never completes: use LeaderCreated)")
+            msg += (" (startupPolicy LeaderReady: the group is placed whole once its "
+                    "leader exists, its workers' slots held for them)")
         if tell:
             self.recorder.normal(pod, "WaitingForGroup", msg)
         if late:

@@ -12,179 +12,42 @@ counted (the kubelet's device plugin picks its devices). These bookings have the
 pods' own priority (never above a GPUWorkload's maximum), so a higher-priority
 workload may preempt them.
 
-What a bound pod holds, after a restart too: its ``gpu.orchestrator.dev/devices``
-annotation, else the map line of its index, else its ``nvidia.com/gpu`` request.
-An annotation that cannot be read never makes a pod hold nothing.
+What a bound pod holds, after a restart too, is ``controllers.podbinding.seedentry``'s
+(``read_bound``, ``read_slots``); this module re-exports it for its callers.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Any
 
-from api.v1alpha1.keys import DEVICES_ANNOTATION, SCHEDULING_MAP_ANNOTATION
-from api.v1alpha1.types import MAX_PRIORITY, Placement
+from controllers.podbinding.seedentry import (
+    GROUP_SLOTS_ANNOTATION,
+    Entry,
+    bound_entry,
+    devs_text,
+    is_group_key,
+    is_seed_key,
+    owner_key,
+    pod_meta,
+    pod_priority,
+    pod_spec,
+    read_bound,
+    read_slots,
+    slots_text,
+    without_unknown,
+)
 from internal.objects import JSON, object_key
 from internal.scheduling.ledger import Ledger, LedgerConflict
-from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
-from internal.scheduling.podindex import pod_index
-from internal.scheduling.pods import (
-    BadPod,
-    is_controller_pod,
-    parse_devices,
-    pod_gpu_request,
-    pod_is_active,
-    pod_uid,
-)
+from internal.scheduling.pods import is_controller_pod, pod_is_active, pod_uid
 
 DEFAULT_SCHEDULER_NAME = "gpu-scheduler"
 
-
-def pod_priority(pod: JSON) -> int:
-    """A seed pod's priority in the ledger: its own ``spec.priority`` (set from its
-    PriorityClass), never above what a GPUWorkload may have, so a higher-priority
-    workload can preempt it like any other (and a tenant cannot make its pods
-    unpreemptible)."""
-    try:
-        return max(0, min(int(pod_spec(pod).get("priority") or 0), MAX_PRIORITY))
-    except (TypeError, ValueError):
-        return 0
-
-
-
-
-def pod_meta(pod: JSON) -> JSON:
-    return pod.get("metadata") or {}
-
-
-def pod_spec(pod: JSON) -> JSON:
-    return pod.get("spec") or {}
-
-
-def owner_key(pod: JSON) -> str:
-    """The ledger key of a seed-path pod: its controlling owner, else itself."""
-    meta = pod_meta(pod)
-    ns = meta.get("namespace") or "default"
-    for ref in meta.get("ownerReferences") or ():
-        if ref.get("controller"):
-            return f"{ref.get('kind')}:{ns}/{ref.get('name')}"
-    return f"Pod:{ns}/{meta.get('name') or ''}"
-
-
-def is_seed_key(key: str) -> bool:
-    """Is ``key`` a ledger key of this path (``Kind:ns/name``), not a GPUWorkload's
-    (``ns/name``; a namespace never contains ':')?"""
-    return ":" in key.partition("/")[0]
-
-
-def is_group_key(ledger_key: str) -> bool:
-    """Is ``ledger_key`` a pod group's booking (``PodGroup:<group key>``)?"""
-    return ledger_key.startswith("PodGroup:")
-
-
-def devs_text(devices: list[int] | tuple[int, ...]) -> str:
-    return ",".join(map(str, devices))
-
-
-# ------------------------------------------------------------------------ book
-
-
-@dataclass(slots=True)
-class Entry:
-    """What one pod holds: under ``ledger_key``, one placement."""
-
-    ledger_key: str
-    placement: Placement
-    gpus: int  # counted GPUs when the placement names no devices
-    #: the pod is bound, so its part of the owner's booking is committed (assumed
-    #: until then). Whether a Binding of ours is on its way while the cache shows
-    #: the pod unbound is ``OwnWrites``' to say, not this booking's
-    committed: bool = False
-    priority: int = 0
-    uid: str = ""  # the pod's: a pod created again under its name is another one
-    #: a pod group member's index in its group (the slot a replacement takes back),
-    #: and its owner's revision of the group (``PodGroup.generation``)
-    slot: int | None = None
-    generation: str = ""
-    #: taken back from a vacant slot: a failed bind leaves the slot vacant again
-    retaken: bool = False
-
-    @property
-    def counted(self) -> bool:
-        return not self.placement.devices
-
-
-def bound_entry(pod: JSON) -> Entry | None:
-    """What a bound pod holds (``read_bound`` without its problems)."""
-    return read_bound(pod)[0]
-
-
-def read_bound(pod: JSON) -> tuple[Entry | None, list[str]]:
-    """What a bound pod holds, as told by the pod, and what of it could not be read.
-
-    The devices annotation, else its map line (when it names the node the pod is on),
-    else its ``nvidia.com/gpu`` request, counted. None when it holds no GPU. A
-    malformed devices annotation or map is a problem (a plain sentence for the
-    user), never raised, and never makes the pod hold nothing: what can still be read
-    is held, and a pod that says nothing readable holds its request, at least one GPU
-    (what this scheduler gives a pod without a map), counted."""
-    node = pod_spec(pod).get("nodeName")
-    if not node:
-        return None, []
-    annotations = pod_meta(pod).get("annotations") or {}
-    index, _ = pod_index(pod)
-    problems: list[str] = []
-    try:
-        devices = parse_devices(annotations.get(DEVICES_ANNOTATION))
-    except BadPod as exc:
-        devices = None
-        problems.append(str(exc))
-    if devices is None and index is not None:
-        text = annotations.get(SCHEDULING_MAP_ANNOTATION)
-        if text is not None and text.strip():
-            try:
-                line = parse_scheduling_map(text).get(index)
-            except MapParseError as exc:
-                line = None
-                problems.append(f"annotation {SCHEDULING_MAP_ANNOTATION}: {exc}")
-            if line is not None and line.node == node:
-                devices = list(line.devices)
-    placement_index = index if index is not None else 0
-    if devices:
-        return Entry(owner_key(pod), Placement(index=placement_index, node=node,
-                                               devices=devices), len(devices), True,
-                     pod_priority(pod), pod_uid(pod)), problems
-    gpus = pod_gpu_request(pod)
-    if problems:
-        gpus = max(gpus, 1)
-    if gpus > 0:
-        return Entry(f"Pod:{object_key(pod)}", Placement(index=placement_index, node=node), gpus,
-                     True, pod_priority(pod), pod_uid(pod)), problems
-    return None, problems
-
-
-def without_unknown(pod: JSON, entry: Entry | None, known: frozenset[int] | None
-                    ) -> tuple[Entry | None, list[str]]:
-    """``entry`` less the devices its node does not have (``known``: every index of
-    the node, None while unknown), so a pod annotated ``"99"`` on a 4-GPU node holds
-    no phantom device 99: it holds what it names that exists, else one GPU, counted."""
-    if entry is None or known is None or entry.counted:
-        return entry, []
-    devs = entry.placement.devices
-    unknown = [d for d in devs if d not in known]
-    if not unknown:
-        return entry, []
-    node = entry.placement.node
-    problem = (f"annotation {DEVICES_ANNOTATION} names device(s) {devs_text(unknown)}, which "
-               f"{node} does not have (it has {devs_text(sorted(known))})")
-    kept = [d for d in devs if d in known]
-    if kept:
-        return replace(entry, placement=entry.placement.model_copy(
-            update={"devices": kept}), gpus=len(kept)), [problem]
-    return Entry(f"Pod:{object_key(pod)}", Placement(index=entry.placement.index, node=node),
-                 1, entry.committed, entry.priority), [problem]
+__all__ = ["DEFAULT_SCHEDULER_NAME", "GROUP_SLOTS_ANNOTATION", "Entry", "SeedBook",
+           "bound_entry", "devs_text", "is_group_key", "is_seed_key", "owner_key",
+           "pod_meta", "pod_priority", "pod_spec", "read_bound", "read_slots",
+           "slots_text", "without_unknown"]
 
 
 class SeedBook:
@@ -244,7 +107,27 @@ class SeedBook:
                 self.book(ledger, key, entry)
             except LedgerConflict as exc:
                 problems.append(f"pod {key}: {exc}")
+        for pod in pods:  # then the slots leaders hold for workers not bound yet
+            leader = self.pods.get(object_key(pod))
+            if leader is not None and self.owns(pod) and pod_is_active(pod):
+                problems += self._reserve(ledger, object_key(pod), read_slots(pod, leader))
         return problems
+
+    def _reserve(self, ledger: Ledger, key: str, slots: list[Entry]) -> list[str]:
+        """Books ``slots`` (a bound leader's, pod ``key``) as vacant slots of its key,
+        less those a bound pod now holds (its worker took it)."""
+        taken = {(e.placement.node, d) for e in self.pods.values() for d in e.placement.devices}
+        free = [e for e in slots
+                if not any((e.placement.node, d) in taken for d in e.placement.devices)]
+        if not free:
+            return []
+        lk = free[0].ledger_key
+        try:
+            self._rebook(ledger, lk, [*self._held(lk), *free])
+        except LedgerConflict as exc:
+            return [f"pod {key}: its workers' slots: {exc}"]
+        self._vacant.setdefault(lk, []).extend(free)
+        return []
 
     def wake(self) -> None:
         self.on_wake()
@@ -344,12 +227,17 @@ class SeedBook:
             raise ValueError(f"one ledger key per group, not {sorted(keys)}")
         ledger_key = keys.pop()
         # a new gang under the key: the slots its gone members left were not taken
-        # back (another generation, or a member without one), so they go
+        # back (another generation, or a member without one), so they go; the slots
+        # it reserves for members not made yet are its vacant slots
+        reserved = [e for e in entries.values() if e.reserved]
+        pods = {k: e for k, e in entries.items() if not e.reserved}
         others = [self.pods[k] for k in sorted(self._by_key.get(ledger_key, ()))
-                  if k not in entries]
+                  if k not in pods]
         self._rebook(ledger, ledger_key, [*others, *entries.values()])
         self._vacant.pop(ledger_key, None)
-        for key, entry in entries.items():
+        if reserved:
+            self._vacant[ledger_key] = reserved
+        for key, entry in pods.items():
             old = self.pods.get(key)
             if old is not None and old.ledger_key != ledger_key:
                 self.release(ledger, key)

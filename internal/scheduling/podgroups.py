@@ -31,6 +31,7 @@ from typing import Any
 from api.v1alpha1.keys import POD_GROUP_LABEL, POD_GROUP_SIZE_ANNOTATION
 from internal.objects import JSON
 from internal.scheduling.podindex import POD_INDEX_LABEL
+from internal.scheduling.pods import pod_gpu_request
 
 #: an owner by (apiVersion, kind, namespace, name), or None when it is not there
 OwnerLookup = Callable[[str, str, str, str], JSON | None]
@@ -75,7 +76,9 @@ class PodGroup:
     LeaderWorkerSet with ``startupPolicy: LeaderReady``). ``generation``: the
     owner's revision of the group where its key does not say it (a LeaderWorkerSet's
     template revision): a member of another generation never takes a slot that a
-    member of this one left."""
+    member of this one left. ``worker_gpus``: of a ``leader_first`` group, the
+    ``nvidia.com/gpu`` each worker of its owner's template asks (the workers do not
+    exist when the group is placed at its leader)."""
 
     key: str
     size: int
@@ -84,6 +87,7 @@ class PodGroup:
     index: int | None = None
     leader_first: bool = False
     generation: str = ""
+    worker_gpus: int = 0
 
 
 @dataclass(frozen=True)
@@ -246,7 +250,19 @@ def _leaderworkerset(ns: str, labels: Mapping[str, Any], annotations: Mapping[st
     worker = _count(labels.get(LWS_WORKER_INDEX_LABEL))
     return PodGroup(key, size, "leaderworkerset", f"annotation {LWS_SIZE_ANNOTATION}",
                     worker if worker is not None and worker < size else None, leader_first,
-                    str(labels.get(LWS_REVISION_LABEL) or ""))
+                    str(labels.get(LWS_REVISION_LABEL) or ""),
+                    _worker_gpus(spec) if leader_first else 0)
+
+
+def _worker_gpus(spec: Mapping[str, Any]) -> int:
+    """``nvidia.com/gpu`` of one pod of a LeaderWorkerSet's worker template."""
+    lwt = spec.get("leaderWorkerTemplate")
+    template = lwt.get("workerTemplate") if isinstance(lwt, Mapping) else None
+    pod = template if isinstance(template, Mapping) else {}
+    try:
+        return pod_gpu_request({"spec": pod.get("spec") or {}})
+    except (TypeError, ValueError, AttributeError):
+        return 0
 
 
 def _indexed_job(pod: JSON, ns: str, labels: Mapping[str, Any], owners: OwnerLookup | None
