@@ -14,6 +14,7 @@ from controllers.podbinding.seedbook import GROUP_SLOTS_ANNOTATION
 from internal.cli.holders import controller_holdings
 from internal.metrics.domain import POD_GROUP_TIMEOUTS
 from internal.scheduling.podgroups import pod_group
+from runtime.store import thaw
 from tests.unit.controllers.podbinding.test_pod_groups import GroupEnv, member
 from tests.unit.controllers.podbinding.test_podbinding import NS
 
@@ -187,8 +188,12 @@ def test_kubectl_gpu_nodes_shows_the_workers_slots_held() -> None:
     leader's annotation books its workers' slots there too."""
     env = LeaderEnv()
     slots = placed_leader(env)
-    h = controller_holdings(env.nodes, [], [], env.pods.list(), now=datetime.now(UTC),
+    leader = thaw(env.pods.get_by_name("serve-0", NS))  # made by its StatefulSet
+    leader["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                              "name": "serve", "uid": "sts", "controller": True}]
+    h = controller_holdings(env.nodes, [], [], [leader], now=datetime.now(UTC),
                             stale_after=60.0, driver="gpu.orchestrator.dev")
-    for node, devs in slots.values():
-        assert all(h.device_holders(node, int(d)) for d in devs.split(",")), (node, devs)
+    for i, (node, devs) in slots.items():
+        assert [h.device_holders(node, int(d)) for d in devs.split(",")] == \
+            [[f"{NS}/statefulset/serve[{i}]"]] * len(devs.split(",")), (node, devs)
     assert h.problems == []
