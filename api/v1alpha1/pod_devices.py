@@ -26,6 +26,10 @@ device env             label (Job mode; such Jobs are the manager's, below); or 
 Pod UPDATE that        never (the manager binds through ``pods/binding``, which this
 changes the            does not match); ``kubectl annotate --overwrite`` is refused
 annotation
+Pod CREATE or UPDATE   never: a pod group leader's ``gpu.orchestrator.dev/group-slots``
+that sets or changes   (the devices reserved for its workers) is written by the pod
+the group slots        binding's Binding alone, and booked again after a restart: a
+annotation             tenant who wrote it would reserve free devices
 Job CREATE whose       the manager creates it (a CronJob's Jobs are made by the
                        CronJob controller: refused too)
 template has the
@@ -49,6 +53,7 @@ from api.v1alpha1.keys import (
     DEVICES_ANNOTATION,
     DEVICES_FIELD_PATH,
     GROUP,
+    GROUP_SLOTS_ANNOTATION,
     SCHEDULING_MAP_ANNOTATION,
     WORKLOAD_UID_LABEL,
 )
@@ -86,8 +91,8 @@ def _env_free(spec: str) -> str:
     return " && ".join(parts)
 
 
-def _annotated(meta: str) -> str:
-    return f"(has({meta}.annotations) && '{DEVICES_ANNOTATION}' in {meta}.annotations)"
+def _annotated(meta: str, key: str = DEVICES_ANNOTATION) -> str:
+    return f"(has({meta}.annotations) && '{key}' in {meta}.annotations)"
 
 
 def _seed_pod() -> str:
@@ -119,6 +124,9 @@ def pod_devices() -> list[dict[str, Any]]:
     is_job = "request.resource.resource == 'jobs'"
     old_ann = f"oldObject.metadata.annotations['{DEVICES_ANNOTATION}']"
     new_ann = f"object.metadata.annotations['{DEVICES_ANNOTATION}']"
+    slots = GROUP_SLOTS_ANNOTATION
+    old_slots = f"oldObject.metadata.annotations['{slots}']"
+    new_slots = f"object.metadata.annotations['{slots}']"
     tpl = "object.spec.template"
     return [
         {"apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicy",
@@ -163,6 +171,19 @@ def pod_devices() -> list[dict[str, Any]]:
                      "message": (f"the {DEVICES_ANNOTATION} annotation of a pod cannot be "
                                  "added, changed or removed: it records the devices the pod "
                                  "was given when it was made"),
+                     "reason": "Forbidden",
+                 },
+                 {
+                     "expression": (
+                         f"!({is_pod}) || (request.operation == 'CREATE' ? "
+                         f"!{_annotated('object.metadata', slots)} : "
+                         f"({_annotated('object.metadata', slots)} == "
+                         f"{_annotated('oldObject.metadata', slots)} && "
+                         f"(!{_annotated('object.metadata', slots)} || "
+                         f"{new_slots} == {old_slots})))"),
+                     "message": (f"the {slots} annotation of a pod is written by the pod "
+                                 "binding alone (the devices reserved for a pod group's "
+                                 "workers): it cannot be set, changed or removed"),
                      "reason": "Forbidden",
                  },
                  {

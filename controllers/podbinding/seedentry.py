@@ -14,7 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from api.v1alpha1.keys import DEVICES_ANNOTATION, SCHEDULING_MAP_ANNOTATION
+from api.v1alpha1.keys import (
+    DEVICES_ANNOTATION,
+    GROUP_SLOTS_ANNOTATION,
+    SCHEDULING_MAP_ANNOTATION,
+)
 from api.v1alpha1.types import MAX_PRIORITY, Placement
 from internal.objects import JSON, object_key
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
@@ -23,7 +27,6 @@ from internal.scheduling.pods import BadPod, parse_devices, pod_gpu_request, pod
 
 #: on a group's leader placed before its workers exist: each worker index's slot
 #: (``<index>=<node>:<devices>;...``), written by its Binding as the devices
-GROUP_SLOTS_ANNOTATION = "gpu.orchestrator.dev/group-slots"
 
 
 def pod_priority(pod: JSON) -> int:

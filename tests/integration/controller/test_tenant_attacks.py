@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from api.v1alpha1.keys import DEVICES_ANNOTATION
+from api.v1alpha1.keys import DEVICES_ANNOTATION, GROUP_SLOTS_ANNOTATION
 from api.v1alpha1.priority_policies import MAX_PRIORITY_LABEL
 from api.v1alpha1.types import API_VERSION
 from hack.testenv import ControlPlane
@@ -161,6 +161,23 @@ def test_a_tenant_cannot_edit_a_pods_devices(
                            e["message"] for e in events_for(admin, namespace, name)),
                timeout=30, what="the edit reported")
     assert held() == [int(before)]
+
+
+def test_a_tenant_cannot_write_a_pods_group_slots(tenant: Client, admin: Client,
+                                                  namespace: str) -> None:
+    """A pod group leader's slots annotation reserves devices for its workers and is
+    booked again after a restart: a tenant who wrote it (on a pod it creates, or on
+    its bound leader) would reserve free GPUs."""
+    slots = {GROUP_SLOTS_ANNOTATION: "1=node1:0,1"}
+    with pytest.raises(errors.Forbidden, match=f"the {GROUP_SLOTS_ANNOTATION} annotation of "
+                                               "a pod is written by the pod binding alone"):
+        tenant.create(_bare_pod("slots", namespace, annotations=slots))
+    tenant.create(_bare_pod("plain", namespace))
+    with pytest.raises(errors.Forbidden, match=f"the {GROUP_SLOTS_ANNOTATION} annotation"):
+        tenant.patch("v1", "Pod", "plain", {"metadata": {"annotations": slots}},
+                     namespace=namespace)
+    assert GROUP_SLOTS_ANNOTATION not in (
+        admin.get("v1", "Pod", "plain", namespace)["metadata"].get("annotations") or {})
 
 
 # ------------------------------------------------------------ 3. bare pods
