@@ -21,13 +21,14 @@ from typing import Any
 
 import pytest
 
+from api.v1alpha1.types import GPUWorkload
 from runtime.store import thaw
 from tests.unit.controllers.fakes import NS, Env
 
 #: fails on the code of this commit; passes with the patch proposed beside it
 pytestmark = pytest.mark.xfail(
-    strict=True, reason="until the reconciler ends an adopted placement that conflicts, "
-    "with no child of its attempt left, without spending a retry")
+    strict=True, reason="until the reconciler ends an adopted placement that conflicts "
+    "without spending a retry (PlacementConflict is never the workload's failure)")
 
 RETRIES = {"maxRetries": 10, "backoffSeconds": 60}
 
@@ -124,3 +125,42 @@ def test_a_victim_named_by_a_running_preemptors_nomination_spends_no_retry() -> 
     restart_and_settle(env)
     assert env.status("high").get("nominatedOver") is None  # its pod runs: nothing waited for
     check_after_restart(env)
+
+
+def test_a_pod_of_the_previous_leader_landing_after_the_rebuild_spends_no_retry() -> None:
+    """The previous leader's create of ``w109``'s pod (its commit point) and its
+    status write were in flight when it stopped (an etcd pause: its lease lost, the
+    manager exits, the API server holds the requests); the new leader's rebuild saw
+    neither and booked ``w117`` on the devices; then both land. ``w109``'s attempt
+    ends (what was booked first keeps the devices), spending no retry; ``w117``
+    starts once ``w109``'s pod is gone; no device is held by two."""
+    env = Env()
+    env.workload("w109", gpusPerReplica=4, retryPolicy=RETRIES)
+    before = thaw(env.get("w109"))
+    env.client.lag = True  # the create is in flight: the caches do not show it
+    env.reconcile("w109")
+    landed = thaw(env.get("w109"))
+    assert landed["status"]["placements"] and ("Pod", "w109-0") in env.client.lagging
+    env.workloads.add(before)  # its status write in flight too
+    env.client.lag = False
+
+    env.restart()
+    env.workload("w117", gpusPerReplica=4, retryPolicy=RETRIES)
+    assert env.state.decide(GPUWorkload.model_validate(env.get("w117"))).ok
+    assert env.state.commit(f"{NS}/w117")  # its reconcile: committed, child not made yet
+    env.catch_up()  # the previous leader's pod lands
+    env.put_workload(landed)  # and its status write
+
+    env.settle("w109")
+    assert env.status("w109").get("retries", 0) == 0, env.warnings("w109")
+    assert env.condition("w109", "Scheduled")["reason"] == "PlacementConflict"
+    assert env.overlaps() == []
+    env.settle("w117")
+    assert env.pod("w117-0") is None  # waits for w109's pod to go
+    env.pod_gone("w109-0")
+    env.settle("w109")
+    env.settle("w117")
+    running(env, "w117")
+    assert env.overlaps() == []
+    assert env.status("w109").get("retries", 0) == 0
+    assert env.status("w117").get("retries", 0) == 0
