@@ -1,13 +1,16 @@
 """What ``gpu_orchestrator_pod_groups`` reads: the pod groups among the live pods of
 the pod binding's scheduler, by state (``internal/metrics/domain.py``'s
 ``POD_GROUPS``). A group is *placed* when each of its members is present and bound,
-*waiting* otherwise (members missing, or present and not yet bound), *refused* when
-a member's group cannot be read (sizes that disagree, an unreadable size)."""
+or bound to a slot its bound leader holds for it (a ``LeaderReady`` group's workers
+not made yet: ``gpu.orchestrator.dev/group-slots``), *waiting* otherwise (members
+missing, or present and not yet bound), *refused* when a member's group cannot be
+read (sizes that disagree, an unreadable size)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from api.v1alpha1.keys import GROUP_SLOTS_ANNOTATION
 from internal.objects import JSON
 from internal.scheduling.podgroups import GroupRefusal, OwnerLookup, PodGroup, pod_group
 from runtime.store import Indexer
@@ -36,10 +39,17 @@ def group_states(pods: Iterable[JSON], scheduler: str,
         if size.setdefault(g.key, g.size) != g.size:
             refused.add(g.key)  # its members disagree on its size
         present[g.key] = present.get(g.key, 0) + 1
-        bound[g.key] = bound.get(g.key, 0) + (1 if spec.get("nodeName") else 0)
+        held = 1 + _slots(meta) if spec.get("nodeName") else 0
+        bound[g.key] = bound.get(g.key, 0) + held
     placed = sum(1 for k in size if k not in refused and bound[k] >= size[k])
     return {"placed": placed, "waiting": len(set(size) - refused) - placed,
             "refused": len(refused)}
+
+
+def _slots(meta: JSON) -> int:
+    """How many workers' slots a bound leader's annotation holds (``1=n:2,3;2=n:0,1``)."""
+    text = str((meta.get("annotations") or {}).get(GROUP_SLOTS_ANNOTATION) or "")
+    return sum(1 for part in text.split(";") if "=" in part)
 
 
 class GroupCounts:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from api.v1alpha1.keys import GROUP_SLOTS_ANNOTATION
 from controllers.podbinding.group_metrics import group_states
 from internal.metrics.domain import POD_GROUPS
 from internal.scheduling.podgroups import (
@@ -37,6 +38,16 @@ def test_a_group_is_placed_only_when_every_member_is_bound() -> None:
     assert states([member("a", "a-0", node="n1"), member("a", "a-1")])["waiting"] == 1
     both = [member("a", "a-0", node="n1"), member("a", "a-1", node="n2")]
     assert states(both) == {"waiting": 0, "placed": 1, "refused": 0}
+
+
+def test_a_leader_holding_its_workers_slots_is_a_placed_group() -> None:
+    """A LeaderReady group: the leader is bound with its workers' devices reserved,
+    the workers are made only once it is Ready."""
+    leader = member("lws", "lws-0", size="3", node="n1")
+    leader["metadata"]["annotations"][GROUP_SLOTS_ANNOTATION] = "1=n1:2,3;2=n2:0,1"
+    assert states([leader]) == {"waiting": 0, "placed": 1, "refused": 0}
+    leader["metadata"]["annotations"][GROUP_SLOTS_ANNOTATION] = "1=n1:2,3"
+    assert states([leader])["waiting"] == 1  # one worker has no slot
 
 
 def test_members_that_disagree_on_the_size_make_a_refused_group() -> None:
