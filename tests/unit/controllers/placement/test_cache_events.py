@@ -11,14 +11,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import structlog
 
 from api.v1alpha1.types import DeviceExposure
 from controllers.placement.state import PlacementState
+from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
 from internal.scheduling.bounds import REFUSED_REASON
 from tests.unit.controllers.placement.test_cache_adopt import tried
-from tests.unit.controllers.placement.test_placement_state import gw
+from tests.unit.controllers.placement.test_placement_state import World, gw, pod
 from tests.unit.controllers.placement.test_placement_state_dra import state as dra_state
-from tests.unit.scheduling.helpers import dra_claim, gpunode, node
+from tests.unit.scheduling.helpers import dra_claim, dra_slice, gpunode, node
 
 
 @dataclass
@@ -177,3 +179,81 @@ def test_a_workload_deleted_with_only_its_key_known_releases_its_booking() -> No
     c.state.events.on_workload_deleted(Tombstone(None, key="ns/a"))
     assert c.state.booking("ns/a") is None
     assert c.woken == ["ns/waits"]
+
+
+# ------------------------------------------------------------- what is held less
+
+
+def test_a_pod_holding_fewer_gpus_wakes_the_waiting_the_same_pod_again_nobody() -> None:
+    c = Cluster().fill([node("node1")])
+    c.state.events.on_pod(pod("named", "node1", devices="0,1"))
+    c.state.events.on_pod(pod("counted", "node1", gpus=2))
+    assert c.woken == []
+    c.state.events.on_pod(pod("named", "node1", devices="0,1"))  # a resync
+    c.state.events.on_pod(pod("counted", "node1", gpus=2))
+    assert c.woken == []
+    c.state.events.on_pod(pod("counted", "node1", gpus=1))
+    assert c.woken == ["ns/waits"]
+
+
+def test_a_claim_delivered_again_wakes_nobody_one_holding_less_wakes_the_waiting() -> None:
+    woken: list[str] = []
+    s = dra_state(woken)
+    s.events.on_claim(dra_claim("k1", "node1", "gpu-0", "gpu-1"))
+    s.set_workload(tried("waits", gpusPerReplica=1))
+    woken.clear()
+    s.events.on_claim(dra_claim("k1", "node1", "gpu-0", "gpu-1"))  # a resync
+    assert woken == []
+    s.events.on_claim(dra_claim("k1", "node1", "gpu-1"))
+    assert woken == ["ns/waits"] and s.view().free_count("node1") == 1
+
+
+# ------------------------------------------------------------- what is reported
+
+
+def test_unreadable_and_clashing_pods_are_counted_and_said() -> None:
+    c = Cluster().fill([node("node1")])
+    bad, conflicts = BAD_OBJECTS.labels("Pod")._value.get(), \
+        DEVICE_CONFLICTS.labels("reported")._value.get()
+    with structlog.testing.capture_logs() as logs:
+        c.state.events.on_pod(pod("bad", "node1", devices="x"))
+        c.state.events.on_pod(pod("first", "node1", devices="1"))
+        c.state.events.on_pod(pod("second", "node1", devices="1"))
+    assert [(n, r) for n, r, _ in c.problems] == [("bad", "BadAnnotation"),
+                                                  ("second", "DeviceConflict")]
+    assert BAD_OBJECTS.labels("Pod")._value.get() == bad + 1
+    assert DEVICE_CONFLICTS.labels("reported")._value.get() == conflicts + 1
+    said = [e for e in logs if e["event"] == "ledger.pod.problem"]
+    assert [e["problem"] for e in said] == [m for _, _, m in c.problems]
+    assert all(e["log_level"] == "warning" for e in said)
+
+
+def test_a_claim_on_a_held_device_is_said_with_the_claim() -> None:
+    seen: list[tuple[str, str, str]] = []
+    s = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES, dra_driver="gpu.nvidia.com",
+                       on_problem=lambda o, r, m: seen.append((o["metadata"]["name"], r, m)))
+    s.rebuild(lambda: ([node("node1", 4)], [], [], []), lambda: ([dra_slice("node1", 2)], []))
+    s.events.on_claim(dra_claim("k1", "node1", "gpu-0"))
+    with structlog.testing.capture_logs() as logs:
+        s.events.on_claim(dra_claim("k2", "node1", "gpu-0"))
+    [(name, reason, message)] = seen
+    assert (name, reason) == ("c-k2", "DeviceConflict")
+    assert [(e["event"], e["problem"]) for e in logs] == [("ledger.claim.problem", message)]
+
+
+def test_a_refused_node_is_counted_and_logged_once() -> None:
+    c = Cluster(max_gpus_per_node=8).fill([node("node1")])
+    before = BAD_OBJECTS.labels("Node")._value.get()
+    with structlog.testing.capture_logs() as logs:
+        c.state.events.on_node(node("big", 16))
+        c.state.events.on_node(node("big", 16))
+    assert BAD_OBJECTS.labels("Node")._value.get() == before + 1
+    [(_, _, message)] = c.problems
+    assert [(e["event"], e["node"], e["message"]) for e in logs
+            if e["event"] == "node.refused"] == [("node.refused", "big", message)]
+
+
+def test_a_state_told_of_no_node_queue_takes_a_node_delete() -> None:
+    w = World()
+    w.state.events.on_node_deleted(node("node1"))
+    assert not w.state.has_node("node1")
