@@ -17,7 +17,7 @@ from api.v1alpha1.types import DeviceExposure
 from controllers.placement.state import PlacementState
 from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
 from internal.scheduling.bounds import REFUSED_REASON
-from tests.unit.controllers.placement.test_cache_adopt import tried
+from tests.unit.controllers.placement.test_cache_adopt import Book, tried
 from tests.unit.controllers.placement.test_placement_state import World, gw, pod
 from tests.unit.controllers.placement.test_placement_state_dra import state as dra_state
 from tests.unit.scheduling.helpers import dra_claim, dra_slice, gpunode, node
@@ -32,14 +32,14 @@ class Tombstone:
 
 
 class Cluster:
-    def __init__(self, max_gpus_per_node: int = 16) -> None:
+    def __init__(self, max_gpus_per_node: int = 16, books: tuple[Any, ...] = ()) -> None:
         self.woken: list[str] = []
         self.on_node: list[str] = []
         self.problems: list[tuple[str, str, str]] = []
         self.state = PlacementState(
             DeviceExposure.CUDA_VISIBLE_DEVICES, rng=random.Random(3),
             enqueue_waiting=self.woken.extend, enqueue_on_node=self.on_node.append,
-            max_gpus_per_node=max_gpus_per_node,
+            max_gpus_per_node=max_gpus_per_node, pod_books=books,
             on_problem=lambda o, r, m: self.problems.append((o["metadata"]["name"], r, m)))
 
     def fill(self, nodes: list[dict[str, Any]], gpunodes: list[dict[str, Any]] = ()
@@ -206,6 +206,36 @@ def test_a_claim_delivered_again_wakes_nobody_one_holding_less_wakes_the_waiting
     assert woken == []
     s.events.on_claim(dra_claim("k1", "node1", "gpu-1"))
     assert woken == ["ns/waits"] and s.view().free_count("node1") == 1
+
+
+# ------------------------------------------------------------- node fit
+
+
+class OwningBook(Book):
+    """A pod book that owns the pods named ``seeded-*``."""
+
+    def owns(self, pod: dict[str, Any]) -> bool:
+        return str(pod["metadata"]["name"]).startswith("seeded-")
+
+
+def cpu_pod(name: str) -> dict[str, Any]:
+    p = pod(name, "node1")
+    p["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "4"}}
+    return p
+
+
+@pytest.mark.parametrize("name", ["plain", "seeded-0"])
+def test_a_pods_requests_count_on_its_node_until_it_is_gone(name: str) -> None:
+    """Any pod's CPU counts (a pod book's too, whose GPUs its book holds)."""
+    n = node("node1")
+    n["status"]["allocatable"]["cpu"] = "4"
+    c = Cluster(books=(OwningBook(devices=()),)).fill([n])
+    w = gw("w", gpusPerReplica=1, template={"spec": {"containers": [
+        {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}})
+    c.state.events.on_pod(cpu_pod(name))
+    assert not c.state.decide(w).ok
+    c.state.events.on_pod_deleted(Tombstone(cpu_pod(name)))
+    assert c.state.decide(w).ok
 
 
 # ------------------------------------------------------------- what is reported
