@@ -103,6 +103,7 @@ NO_ROOM: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("a heartbeat", node("node1"), node("node1")),
     ("cordoned", node("node1"), node("node1", unschedulable=True)),
     ("not ready", node("node1"), node("node1", ready=False)),
+    ("not ready, relabelled", node("node1"), node("node1", ready=False, labels={"z": "b"})),
 ]
 
 
@@ -119,6 +120,12 @@ def test_a_gpunode_that_reports_more_healthy_devices_wakes_the_waiting() -> None
     c.state.events.on_gpunode(live(gpunode("node1", unhealthy=(2, 3))))  # the same report
     assert c.woken == []
     c.state.events.on_gpunode(live(gpunode("node1")))
+    assert c.woken == ["ns/waits"]
+
+
+def test_a_gpunode_reporting_bigger_devices_wakes_the_waiting() -> None:
+    c = Cluster().fill([node("node1")], [live(gpunode("node1", memory=40960))])
+    c.state.events.on_gpunode(live(gpunode("node1", memory=81920)))
     assert c.woken == ["ns/waits"]
 
 
@@ -161,7 +168,28 @@ def test_a_deleted_claim_gives_its_device_back_and_wakes_the_waiting() -> None:
     assert s.view().free_count("node1") == 2
 
 
+def test_a_slice_publishing_more_devices_wakes_the_waiting_and_its_delete_takes_them(
+) -> None:
+    woken: list[str] = []
+    s = dra_state(woken)
+    s.set_workload(tried("waits", gpusPerReplica=1))
+    woken.clear()
+    s.events.on_resourceslice(dra_slice("node1", 4))
+    assert woken == ["ns/waits"] and s.node_devices("node1") == {0, 1, 2, 3}
+    s.events.on_resourceslice_deleted(Tombstone(dra_slice("node1", 4)))
+    info = s.node_info("node1")
+    assert info is not None and not info.dra_driver  # its Node's allocatable counts
+
+
 # ------------------------------------------------------------- workloads
+
+
+def test_a_late_delete_of_an_older_workload_releases_nothing() -> None:
+    c = Cluster().fill([node("node1")])
+    assert c.state.decide(gw("a", uid="uid-new", gpusPerReplica=4)).ok
+    c.state.events.on_workload_deleted(
+        {"metadata": {"name": "a", "namespace": "ns", "uid": "uid-old"}})
+    assert c.state.booking("ns/a") is not None and c.woken == []
 
 
 def test_a_workload_deleted_from_a_tombstone_releases_its_booking() -> None:
@@ -256,6 +284,36 @@ def test_unreadable_and_clashing_pods_are_counted_and_said() -> None:
     said = [e for e in logs if e["event"] == "ledger.pod.problem"]
     assert [e["problem"] for e in said] == [m for _, _, m in c.problems]
     assert all(e["log_level"] == "warning" for e in said)
+
+
+def test_each_unreadable_pod_is_said_once_and_again_once_it_was_fixed_or_gone() -> None:
+    c = Cluster().fill([node("node1")])
+    c.state.events.on_pod(pod("a", "node1", devices="x"))
+    c.state.events.on_pod(pod("b", "node1", devices="y"))
+    c.state.events.on_pod(pod("a", "node1", devices="x"))  # a resync: said already
+    assert [n for n, _, _ in c.problems] == ["a", "b"]
+    c.state.events.on_pod(pod("a", "node1", devices="0"))  # fixed
+    c.state.events.on_pod(pod("a", "node1", devices="x"))
+    c.state.events.on_pod_deleted(Tombstone(pod("b", "node1", devices="y")))
+    c.state.events.on_pod(pod("b", "node1", devices="y"))
+    assert [n for n, _, _ in c.problems] == ["a", "b", "a", "b"]
+
+
+def test_a_deleted_job_from_a_tombstone_gives_its_devices_back() -> None:
+    ref = {"apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUWorkload",
+           "name": "w", "uid": "uid-w", "controller": True}
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "w-0", "namespace": "ns", "uid": "uid-job",
+                        "labels": {"gpu.orchestrator.dev/attempt": "1"},
+                        "ownerReferences": [ref]},
+           "spec": {"template": {"metadata": {"annotations": {
+               "gpu.orchestrator.dev/devices": "1,2"}},
+               "spec": {"nodeName": "node1", "containers": [{"name": "c"}]}}}}
+    c = Cluster().fill([node("node1")])
+    c.state.events.on_job(job)
+    assert c.state.view().free_count("node1") == 2
+    c.state.events.on_job_deleted(Tombstone(job))
+    assert c.state.view().free_count("node1") == 4 and c.woken == ["ns/waits"]
 
 
 def test_a_claim_on_a_held_device_is_said_with_the_claim() -> None:
