@@ -237,7 +237,8 @@ class GPUWorkloadReconciler:
         try:
             placements = self._placements(state, w, raw, booking)
         except EndAttempt as end:
-            return self.attempts.end_attempt(state, w, raw, status, end.reason, end.message)
+            return self.attempts.end_attempt(state, w, raw, status, end.reason, end.message,
+                                             spend=end.spend)
         check = self.options.check_children
         if placements is None and check is not None and (why := check(w, raw)) is not None:
             return _invalid_spec(raw, status, f"invalid spec: {why}")
@@ -256,9 +257,10 @@ class GPUWorkloadReconciler:
         if booking is None and not state.adopt(raw):
             # A committed placement this ledger did not hold (a write whose answer
             # was lost, a previous leader, a forged one) that collides with what runs
-            # now: what runs wins.
+            # now: what runs wins. Never the workload's failure (``CONFLICT``): no
+            # retry is spent.
             return self.attempts.end_attempt(state, w, raw, status, "PlacementConflict",
-                                             "its devices are held by another workload's pods")
+                                             CONFLICT, spend=False)
         return self.attempts.run_or_end(state, w, raw, status, placements)
 
     def _placements(self, state: PlacementState, w: GPUWorkload, raw: JSON,
@@ -277,8 +279,7 @@ class GPUWorkloadReconciler:
             if not state.adopt({**raw, "status": {**(raw.get("status") or {}),
                                                   "placements": [p.model_dump(by_alias=True)
                                                                  for p in adopted]}}):
-                raise EndAttempt("PlacementConflict",
-                                 "its devices are held by another workload's pods")
+                raise EndAttempt("PlacementConflict", CONFLICT, spend=False)
             return adopted
         return None
 
@@ -379,6 +380,15 @@ def _shape(placements: Any) -> list[tuple[int, str, tuple[int, ...]]]:
 
 def _describe(placements: Any) -> str:
     return "; ".join(f"{i}={n}:{','.join(map(str, d))}" for i, n, d in _shape(placements))
+
+
+#: a committed placement (a status, or a one-replica pod read back) that the ledger
+#: did not book and cannot: a write of a previous leader that died with it or landed
+#: after the new one's rebuild (a victim's Preempted, an ended attempt's cleared
+#: placements, a create in flight during an etcd pause), never the workload's
+#: failure, so it is placed again and spends no retry
+CONFLICT = ("its devices are held by another workload's pods; placed again, "
+            "no retry spent")
 
 
 def _invalid_spec(raw: JSON, status: StatusBuilder, message: str) -> Outcome:

@@ -111,11 +111,13 @@ class PlacementState(PlacementCache):
     def rebuild(self, read: Callable[[], Sources],
                 read_dra: Callable[[], DraSources] | None = None, *,
                 read_jobs: Callable[[], list[JSON]] | None = None) -> list[str]:
-        """The ledger from the caches: pods and our Jobs first, then committed
-        placements, claims, the pod books' pods, and last the nominations of
-        preemptors still waiting for their victims (``status.nominatedOver``), whose
-        preemption goes on: a victim whose eviction a previous run decided but
-        never told it is evicted again.
+        """The ledger from the caches: what holds first (pods and our Jobs,
+        allocated claims, the pod books' bound pods), then committed placements,
+        and last the nominations of preemptors still waiting for their victims
+        (``status.nominatedOver``), whose preemption goes on: a victim whose
+        eviction a previous run decided but never told it is evicted again. A
+        status is a decision that may be stale (its write died with the previous
+        process): a placement that collides with a holder is the one not booked.
 
         ``read`` lists the caches (``read_jobs`` the Jobs); it runs under the lock,
         so an event whose handler waits on the lock meanwhile is applied after the
@@ -130,11 +132,13 @@ class PlacementState(PlacementCache):
             slices, claims = read_dra() if read_dra is not None and self.slices else ([], [])
             for sl in slices:
                 self.slices.upsert(sl)  # type: ignore[union-attr]
-            ledger, problems = Ledger.rebuild(workloads, ours, jobs=jobs, nominations=False)
+            ledger, problems = Ledger.rebuild(workloads, ours, jobs=jobs, placements=False,
+                                              nominations=False)
             for c in claims:
                 problems += self._sync_claim(ledger, c)
             for book in self.pod_books:
                 problems += book.rebuild(ledger, pods)
+            problems += ledger.book_placements(workloads)
             problems += ledger.book_nominations(workloads)
             self._ledger = ledger
             self.generation += 1

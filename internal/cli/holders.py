@@ -8,11 +8,11 @@ objects, in the same order:
 1. pods that are not the seed path's, and our Jobs (``Ledger.rebuild``: a pod with
    an unreadable devices annotation holds its ``nvidia.com/gpu`` request, counted;
    what runs wins every conflict);
-2. committed placements of workloads still holding devices;
-3. every allocated ResourceClaim of the DRA driver (``claim_holding``), ours and
+2. every allocated ResourceClaim of the DRA driver (``claim_holding``), ours and
    anybody's, until its allocation is removed;
-4. the seed path's pods (``controllers.podbinding.seedbook.SeedBook``: the devices annotation,
+3. the seed path's pods (``controllers.podbinding.seedbook.SeedBook``: the devices annotation,
    else the map line, else the request, at least one GPU);
+4. committed placements of workloads still holding devices (``book_placements``);
 5. the nominations of preemptors still waiting for their victims.
 
 Node capacity comes from ``Snapshot.build`` over the stale-judged GPUNodes, merged
@@ -145,7 +145,8 @@ def controller_holdings(
     published = inventory_of(slices, driver)
     views = with_slices([gpunode_at(g, now, stale_after) for g in gpunodes], published)
     ours = [p for p in pods if not book.owns(p)]
-    ledger, problems = Ledger.rebuild(workloads, ours, jobs=jobs, nominations=False)
+    ledger, problems = Ledger.rebuild(workloads, ours, jobs=jobs, placements=False,
+                                      nominations=False)
     names: dict[str, str] = {pod_holder_key(pod_uid(p)): _pod_name(p) for p in ours}
     for job in jobs:
         names[JobHolding(str((job.get("metadata") or {}).get("uid") or object_key(job)),
@@ -159,6 +160,7 @@ def controller_holdings(
     # the book leaves an unreadable annotation to the pod's reconcile to report
     problems += [f"pod {object_key(p)}: {why}" for p in pods
                  if book.owns(p) and pod_is_active(p) for why in read_bound(p)[1]]
+    problems += ledger.book_placements(workloads)
     problems += ledger.book_nominations(workloads)
     snapshot = Snapshot.build(nodes, views, ledger)
     return Holdings(snapshot, ledger, published, names, problems)

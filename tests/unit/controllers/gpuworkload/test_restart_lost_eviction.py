@@ -19,16 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from api.v1alpha1.types import GPUWorkload
 from runtime.store import thaw
 from tests.unit.controllers.fakes import NS, Env
-
-#: fails on the code of this commit; passes with the patch proposed beside it
-pytestmark = pytest.mark.xfail(
-    strict=True, reason="until the reconciler ends an adopted placement that conflicts "
-    "without spending a retry (PlacementConflict is never the workload's failure)")
 
 RETRIES = {"maxRetries": 10, "backoffSeconds": 60}
 

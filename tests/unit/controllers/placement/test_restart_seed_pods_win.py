@@ -15,15 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from tests.unit.controllers.podbinding.test_pod_groups import GroupEnv, member
 from tests.unit.controllers.podbinding.test_podbinding import NS
-
-#: fails on the code of this commit; passes with the patch proposed beside it
-pytestmark = pytest.mark.xfail(
-    strict=True, reason="until PlacementState.rebuild books claims and the seed path's "
-    "pods before committed placements (Ledger.book_placements)")
 
 GROUP_KEY = f"PodGroup:{NS}/label:pair"
 
