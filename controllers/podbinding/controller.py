@@ -261,7 +261,8 @@ class PodBindingReconciler:
         cannot be read is reported (``_report_bad``); what the ledger already books for
         it on its node stays (surer than a guess from the rest of the pod)."""
         want, problems = read_bound(pod)
-        want = self.groups.regroup(pod, want)  # a group member holds under its group
+        # a group member holds under its group (still, when its group is unreadable)
+        want = self.groups.regroup(pod, want, self.book.entry(key))
         unknown: list[str] = []
         if want is not None:
             want, unknown = without_unknown(pod, want, state.node_devices(want.placement.node))

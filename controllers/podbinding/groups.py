@@ -47,6 +47,7 @@ from controllers.podbinding.seedbook import (
     Entry,
     SeedBook,
     devs_text,
+    is_group_key,
     pod_meta,
     pod_priority,
     pod_spec,
@@ -256,14 +257,27 @@ class GroupPath:
         self.waits = GroupWaits(timeout)
         book.regroup = self.regroup  # a rebuild books bound members under their group
 
-    def regroup(self, pod: JSON, entry: Entry | None) -> Entry | None:
+    def regroup(self, pod: JSON, entry: Entry | None,
+                held: Entry | None = None) -> Entry | None:
         """What a bound pod holds, under its group's ledger key when it is a group
-        member (so a preemption takes the whole group), else as read."""
+        member (so a preemption takes the whole group), else as read. A member whose
+        group cannot be recognised any more (its JobSet deleted, not cached yet, made
+        again) stays under the group key ``held`` (its booking now) names while it
+        holds what was booked for it: under its Job's key it would collide with its
+        own group's booking and be taken for an intruder."""
         group = self.recognise(pod) if entry is not None else None
-        if entry is None or not isinstance(group, PodGroup):
-            return entry
-        return replace(entry, ledger_key=group_ledger_key(group), slot=group.index,
-                       generation=group.generation)
+        if entry is None:
+            return None
+        if isinstance(group, PodGroup):
+            return replace(entry, ledger_key=group_ledger_key(group), slot=group.index,
+                           generation=group.generation)
+        if held is not None and is_group_key(held.ledger_key) \
+                and held.uid in ("", pod_uid(pod)) \
+                and (held.placement.node, held.placement.devices) == (
+                    entry.placement.node, entry.placement.devices):
+            return replace(entry, ledger_key=held.ledger_key, slot=held.slot,
+                           generation=held.generation)
+        return entry
 
     def await_workers(self, pod: JSON, key: str) -> Result | None:
         """A bound pod: a leader whose reserved slots wait for workers is looked at
