@@ -291,6 +291,7 @@ def test_each_unreadable_pod_is_said_once_and_again_once_it_was_fixed_or_gone() 
     c.state.events.on_pod(pod("a", "node1", devices="x"))
     c.state.events.on_pod(pod("b", "node1", devices="y"))
     c.state.events.on_pod(pod("a", "node1", devices="x"))  # a resync: said already
+    c.state.events.on_pod(pod("a", "node1", devices="x"))  # and another
     assert [n for n, _, _ in c.problems] == ["a", "b"]
     c.state.events.on_pod(pod("a", "node1", devices="0"))  # fixed
     c.state.events.on_pod(pod("a", "node1", devices="x"))
