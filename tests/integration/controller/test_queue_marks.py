@@ -101,7 +101,18 @@ def test_the_marks_follow_the_queues_and_hold_a_tenants_gpu_pods(
     _wait_marks(admin, namespace, ("true", b))
     admin.delete(API_VERSION, "GPUQueue", b)
     _wait_marks(admin, namespace, (None, None))
-    tenant.create(_gpu_pod(namespace), dry_run=True)
+    # the policy reads the Namespace from kube-apiserver's own cache, which may show
+    # the marks a moment longer than a GET does
+    eventually(lambda: _admitted(tenant, _gpu_pod(namespace)), timeout=15,
+               what="a GPU pod admitted once the namespace is unmarked")
+
+
+def _admitted(client: Client, obj: dict[str, Any]) -> bool:
+    try:
+        client.create(obj, dry_run=True)
+    except errors.Forbidden:
+        return False
+    return True
 
 
 def test_only_the_manager_writes_the_marks(controller: Running, admin: Client,
