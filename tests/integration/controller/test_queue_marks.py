@@ -85,34 +85,42 @@ def test_the_marks_follow_the_queues_and_hold_a_tenants_gpu_pods(
     _wait_marks(admin, namespace, ("true", a))
     print(f"namespace marked {time.monotonic() - t0:.2f}s after its GPUQueue's create",
           file=sys.stderr)
-    with pytest.raises(errors.Forbidden, match=f"namespace {namespace} is in GPUQueue {a}: a "
-                       "pod may not request nvidia.com/gpu here outside the queue"):
-        tenant.create(_gpu_pod(namespace), dry_run=True)
-    with pytest.raises(errors.Forbidden, match=f"GPUQueue elsewhere does not admit namespace "
-                       f"{namespace} \\(the GPUQueues that select it: {a}\\)"):
-        tenant.create(workload("w", namespace, gpusPerReplica=1, queueName="elsewhere"),
-                      dry_run=True)
+    # the policies read the Namespace from kube-apiserver's own cache, which may show
+    # the marks a moment after a watch does: each answer is waited for
+    _eventually_answers(tenant, _gpu_pod(namespace), f"namespace {namespace} is in GPUQueue "
+                        f"{a}: a pod may not request nvidia.com/gpu here outside the queue")
+    _eventually_answers(tenant, workload("w", namespace, gpusPerReplica=1,
+                                         queueName="elsewhere"),
+                        f"GPUQueue elsewhere does not admit namespace {namespace} "
+                        f"(the GPUQueues that select it: {a})")
     # b comes to select it too: both, by name
     admin.patch(API_VERSION, "GPUQueue", b, {"spec": {"namespaceSelector": _selector(namespace)}})
     _wait_marks(admin, namespace, ("true", f"{a},{b}"))
-    tenant.create(workload("w", namespace, gpusPerReplica=1, queueName=b), dry_run=True)
+    _eventually_answers(tenant, workload("w", namespace, gpusPerReplica=1, queueName=b), "")
     # a no longer does; then b is deleted: unmarked, a GPU pod is the tenant's again
     admin.patch(API_VERSION, "GPUQueue", a, {"spec": {"namespaceSelector": _selector("other")}})
     _wait_marks(admin, namespace, ("true", b))
     admin.delete(API_VERSION, "GPUQueue", b)
     _wait_marks(admin, namespace, (None, None))
-    # the policy reads the Namespace from kube-apiserver's own cache, which may show
-    # the marks a moment longer than a GET does
-    eventually(lambda: _admitted(tenant, _gpu_pod(namespace)), timeout=15,
-               what="a GPU pod admitted once the namespace is unmarked")
+    _eventually_answers(tenant, _gpu_pod(namespace), "")
 
 
-def _admitted(client: Client, obj: dict[str, Any]) -> bool:
+def _answer(client: Client, obj: dict[str, Any]) -> str:
+    """What a dry-run create of ``obj`` is told: "" when admitted, else the refusal."""
     try:
         client.create(obj, dry_run=True)
-    except errors.Forbidden:
-        return False
-    return True
+    except errors.Forbidden as exc:
+        return str(exc) or "Forbidden"
+    return ""
+
+
+def _eventually_answers(client: Client, obj: dict[str, Any], refusal: str) -> None:
+    """A dry-run create of ``obj`` comes to be refused with ``refusal`` in its
+    message ("": comes to be admitted)."""
+    def answered() -> bool:
+        got = _answer(client, obj)
+        return refusal in got if refusal else got == ""
+    eventually(answered, timeout=15, what=f"the answer {refusal or 'admitted'!r}")
 
 
 def test_only_the_manager_writes_the_marks(controller: Running, admin: Client,
