@@ -529,3 +529,13 @@ class Env:
 
     def normals(self, name: str) -> list[str]:
         return [r for n, t, r, _ in self.recorder.events if n == name and t == "Normal"]
+
+
+def running(env: Env, name: str) -> None:
+    """Workload ``name``'s Pending children are all Running, and it has seen so."""
+    for pod in env.pods.list():
+        if pod["metadata"]["name"].startswith(f"{name}-") and \
+                pod["status"]["phase"] == "Pending":
+            env.set_phase(pod["metadata"]["name"], "Running")
+    env.settle(name)
+    assert env.status(name)["phase"] == "Running", env.status(name)

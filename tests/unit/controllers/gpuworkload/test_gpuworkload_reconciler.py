@@ -13,7 +13,7 @@ import pytest
 from api.v1alpha1.keys import ATTEMPT_LABEL, CHILDREN_FINALIZER
 from runtime import ApiError
 from runtime.store import thaw
-from tests.unit.controllers.fakes import NS, Env, forbidden, internal, invalid
+from tests.unit.controllers.fakes import NS, Env, forbidden, internal, invalid, running
 
 FOUR = {0, 1, 2, 3}
 
@@ -21,15 +21,6 @@ FOUR = {0, 1, 2, 3}
 def owners(env: Env, node: str = "node1") -> dict[int, frozenset[str]]:
     return env.holders(node)
 
-
-def running(env: Env, name: str) -> None:
-    """The workload's children are all Running, and it has seen so."""
-    for pod in env.pods.list():
-        if pod["metadata"]["name"].startswith(f"{name}-") and \
-                pod["status"]["phase"] == "Pending":
-            env.set_phase(pod["metadata"]["name"], "Running")
-    env.settle(name)
-    assert env.status(name)["phase"] == "Running", env.status(name)
 
 
 # ------------------------------------------------------- a child cannot be made

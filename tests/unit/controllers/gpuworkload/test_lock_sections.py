@@ -11,7 +11,7 @@ node's UUIDs, the victims, the blockers, the nomination) and two per pod event."
 
 from __future__ import annotations
 
-from tests.unit.controllers.fakes import Env
+from tests.unit.controllers.fakes import Env, running
 from tests.unit.controllers.placement.test_placement_state import CountingLock
 
 
@@ -34,10 +34,7 @@ def test_a_reconcile_of_a_running_workload_enters_the_lock_twice() -> None:
     env = Env(gpus=4)
     env.workload("gang", replicas=2, gpusPerReplica=1)
     env.settle("gang")
-    for pod in env.pods.list():
-        env.set_phase(pod["metadata"]["name"], "Running")
-    env.settle("gang")
-    assert env.status("gang")["phase"] == "Running"
+    running(env, "gang")
     state = env.state
     counting = CountingLock(state._lock)
     state._lock = counting  # type: ignore[assignment]

@@ -21,18 +21,10 @@ from typing import Any
 
 from api.v1alpha1.types import GPUWorkload
 from runtime.store import thaw
-from tests.unit.controllers.fakes import NS, Env
+from tests.unit.controllers.fakes import NS, Env, running
 
 RETRIES = {"maxRetries": 10, "backoffSeconds": 60}
 
-
-def running(env: Env, name: str) -> None:
-    for pod in env.pods.list():
-        if pod["metadata"]["name"].startswith(f"{name}-") and \
-                pod["status"]["phase"] == "Pending":
-            env.set_phase(pod["metadata"]["name"], "Running")
-    env.settle(name)
-    assert env.status(name)["phase"] == "Running", env.status(name)
 
 
 def preempted_and_replaced(env: Env) -> tuple[dict[str, Any], dict[str, Any]]:

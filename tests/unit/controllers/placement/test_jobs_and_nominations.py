@@ -13,18 +13,10 @@ from __future__ import annotations
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION
 from runtime.store import thaw
-from tests.unit.controllers.fakes import NS, Env
+from tests.unit.controllers.fakes import NS, Env, running
 
 FOUR = {0, 1, 2, 3}
 
-
-def running(env: Env, name: str) -> None:
-    for pod in env.pods.list():
-        if pod["metadata"]["name"].startswith(f"{name}-") and \
-                pod["status"]["phase"] == "Pending":
-            env.set_phase(pod["metadata"]["name"], "Running")
-    env.settle(name)
-    assert env.status(name)["phase"] == "Running", env.status(name)
 
 
 def job_low(env: Env) -> None:
