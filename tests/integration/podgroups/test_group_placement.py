@@ -22,7 +22,6 @@ import pytest
 
 from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from api.v1alpha1.types import API_VERSION
-from hack.testenv import ControlPlane
 from internal.cli.main import main
 from runtime import Client, NotFound
 from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
@@ -36,10 +35,10 @@ from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
 from tests.integration.podgroups.controllers import (
     JOBSET,
     LWS,
-    PeerController,
     gpu_pod,
     jobset,
 )
+from tests.integration.podgroups.fixtures import peer_fixtures
 from tests.waiting import eventually
 
 DEVICES = "gpu.orchestrator.dev/devices"
@@ -49,20 +48,7 @@ TOPOLOGY = "gpu.orchestrator.dev/topology"
 ISLANDS = (frozenset({0, 2, 4, 6}), frozenset({1, 3, 5, 7}))
 
 
-@pytest.fixture(scope="module")
-def peers(installed: ControlPlane) -> Iterator[None]:  # noqa: F811
-    runs = [PeerController(installed, JOBSET).start(), PeerController(installed, LWS).start()]
-    yield
-    for run in runs:
-        run.stop()
-
-
-@pytest.fixture(scope="module")
-def binder(installed: ControlPlane, peers: None) -> Iterator[Running]:  # noqa: F811
-    """The manager with the pod binding, started once JobSets and LWSs are served."""
-    run = Running(installed, pod_binding=True).start()
-    yield run
-    run.stop()
+peers, binder = peer_fixtures(JOBSET, LWS)
 
 
 def named_nodes(group: NodeGroup, count: int, gpus: int = 4) -> list[str]:  # noqa: F811

@@ -10,14 +10,12 @@ that are never made: nothing ran, for good.)"""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 import pytest
 
 from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
-from hack.testenv import ControlPlane
 from internal.cli.main import main
 from runtime import Client
 from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
@@ -28,7 +26,8 @@ from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     group,
     installed,
 )
-from tests.integration.podgroups.controllers import LWS, PeerController, gpu_pod
+from tests.integration.podgroups.controllers import LWS, gpu_pod
+from tests.integration.podgroups.fixtures import peer_fixtures
 from tests.waiting import eventually
 
 DEVICES = "gpu.orchestrator.dev/devices"
@@ -37,18 +36,7 @@ NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
-@pytest.fixture(scope="module")
-def peers(installed: ControlPlane) -> Iterator[None]:  # noqa: F811
-    run = PeerController(installed, LWS).start()
-    yield
-    run.stop()
-
-
-@pytest.fixture(scope="module")
-def binder(installed: ControlPlane, peers: None) -> Iterator[Running]:  # noqa: F811
-    run = Running(installed, pod_binding=True).start()
-    yield run
-    run.stop()
+peers, binder = peer_fixtures(LWS)
 
 
 def leader_ready(name: str, group: NodeGroup) -> dict[str, Any]:  # noqa: F811

@@ -9,7 +9,6 @@ is gone, the big one runs."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +16,6 @@ import pytest
 from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from api.v1alpha1.queue_policies import JOB_CONTROLLER_USERS
 from api.v1alpha1.types import API_VERSION
-from hack.testenv import ControlPlane
 from internal.cli.main import main
 from runtime import Client, errors
 from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
@@ -30,25 +28,15 @@ from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     namespace_queue,
 )
 from tests.integration.controller.test_tenant_isolation import _sa_groups
-from tests.integration.podgroups.controllers import JOBSET, PeerController, gpu_pod, jobset
+from tests.integration.podgroups.controllers import JOBSET, gpu_pod, jobset
+from tests.integration.podgroups.fixtures import peer_fixtures
 from tests.waiting import eventually
 
 LABEL = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 
 
-@pytest.fixture(scope="module")
-def peers(installed: ControlPlane) -> Iterator[None]:  # noqa: F811
-    run = PeerController(installed, JOBSET).start()
-    yield
-    run.stop()
-
-
-@pytest.fixture(scope="module")
-def binder(installed: ControlPlane, peers: None) -> Iterator[Running]:  # noqa: F811
-    run = Running(installed, pod_binding=True).start()
-    yield run
-    run.stop()
+peers, binder = peer_fixtures(JOBSET)
 
 
 def on_nodes(js: dict[str, Any], group: NodeGroup) -> dict[str, Any]:  # noqa: F811
