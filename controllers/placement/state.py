@@ -381,11 +381,7 @@ class PlacementState(PlacementCache):
         is nothing, its booking is no longer a nomination (``nomination_done``)."""
         with self._lock:
             victims = self.evictions.unacknowledged(key)
-            blockers = self._ledger.blockers(key)
-            if blockers:
-                self.evictions.block(key)
-            else:
-                self.evictions.unblock(key)
+            blockers = self.blockers(key)  # re-entered: the same section
             a = self._ledger.allocation(key)
             nominated = bool(victims) or (a is not None and bool(a.overlap))
             if not victims and not blockers:
