@@ -74,8 +74,12 @@ def test_a_bound_pod_that_does_not_fit_is_rejected_in_the_kubelets_words(
                                 "didn't match Pod's node affinity/selector")
     events = wait_events(admin, namespace, "too-big", "OutOfcpu")
     assert any(e["source"].get("component") == "kubelet" for e in events)
-    assert sorted((r["name"], r["reason"]) for r in installed.admission_rejections(namespace)) \
-        == [("elsewhere", "NodeAffinity"), ("too-big", "OutOfcpu")]
+    # the admitter records a rejection after its status write and Event, and its
+    # nodes' writes go out concurrently: the record is waited for
+    eventually(lambda: sorted((r["name"], r["reason"])
+                              for r in installed.admission_rejections(namespace))
+               == [("elsewhere", "NodeAffinity"), ("too-big", "OutOfcpu")],
+               timeout=15, what="both rejections recorded")
 
 
 def test_a_pod_rejected_after_its_node_shrank_ends_the_attempt_and_the_next_goes_elsewhere(
