@@ -218,6 +218,13 @@ class SeedBook:
         else:
             self._vacant.pop(ledger_key, None)
 
+    def _drop_vacancies(self, ledger_key: str, generation: str) -> None:
+        left = [e for e in self._vacant.get(ledger_key, ()) if e.generation != generation]
+        if left:
+            self._vacant[ledger_key] = left
+        else:
+            self._vacant.pop(ledger_key, None)
+
     def book_all(self, ledger: Ledger, entries: dict[str, Entry]) -> None:
         """Book ``entries`` (pod key -> entry, one ledger key: a pod group's) in one
         step with what that key already holds; raises LedgerConflict, changing
@@ -271,6 +278,10 @@ class SeedBook:
             self._by_key.pop(lk, None)
             self._vacant.pop(lk, None)  # the last member: the group's booking goes
             self._preempted.discard(lk)
+        elif not any(self.pods[k].generation == entry.generation for k in keys):
+            # the last of its generation (a JobSet made again under its name): the
+            # slots it and the others of its generation left are nobody's now
+            self._drop_vacancies(lk, entry.generation)
         elif is_group_key(lk) and (entry.committed or entry.retaken) and not finished \
                 and lk not in self._preempted:
             self._vacant.setdefault(lk, []).append(entry)  # its slot, for its replacement

@@ -75,7 +75,7 @@ class PodGroup:
     member of index 0 is made alone and the others only once it is ready (a
     LeaderWorkerSet with ``startupPolicy: LeaderReady``). ``generation``: the
     owner's revision of the group where its key does not say it (a LeaderWorkerSet's
-    template revision): a member of another generation never takes a slot that a
+    template revision, a JobSet's uid): a member of another generation never takes a slot that a
     member of this one left. ``worker_gpus``: of a ``leader_first`` group, the
     ``nvidia.com/gpu`` each worker of its owner's template asks (the workers do not
     exist when the group is placed at its leader)."""
@@ -226,7 +226,8 @@ def _jobset(ns: str, labels: Mapping[str, Any], owners: OwnerLookup | None
     what = (f"JobSet {name} replicated job {rj_name}: replicas x pods per Job" if apart
             else f"JobSet {name}: sum of replicas x pods per Job")
     return PodGroup(key, checked, "jobset", what,
-                    index if index is not None and index < checked else None)
+                    index if index is not None and index < checked else None,
+                    generation=str(uid or ""))
 
 
 def _leaderworkerset(ns: str, labels: Mapping[str, Any], annotations: Mapping[str, Any],

@@ -108,11 +108,12 @@ TRAIN = jobset(jobs=[("launcher", 1, None, None), ("workers", 2, 4, 4)])
                                                        ("workers", 2, 4, 4)], depends=True)),
      PodGroup("team/jobset:train:0:launcher", 1, "jobset",
               "JobSet train replicated job launcher: replicas x pods per Job", 0)),
-    # the JobSet's UID on the pod matches: still the group
+    # the JobSet's UID on the pod matches: still the group, of that JobSet's generation
+    # (one made again under its name is another)
     (js_pod("launcher", 0, 0, extra={"jobset.sigs.k8s.io/jobset-uid": "js-uid"}),
      owners_of(TRAIN),
      PodGroup("team/jobset:train:0", 9, "jobset", "JobSet train: sum of replicas x pods per Job",
-              0)),
+              0, generation="js-uid")),
     # LeaderWorkerSet: a group per group index, size from the pod's annotation
     (pod({"leaderworkerset.sigs.k8s.io/name": "infer",
           "leaderworkerset.sigs.k8s.io/group-index": "1",
