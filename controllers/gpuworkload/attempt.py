@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -58,6 +58,7 @@ from runtime import Result
 
 if TYPE_CHECKING:
     from controllers.dra.claims import ClaimManager
+    from internal.scheduling.snapshot import NodeInfo
 
 log = structlog.get_logger("gpuworkload")
 
@@ -94,12 +95,15 @@ class AttemptRunner:
 
     def run_or_end(self, state: PlacementState, w: GPUWorkload, raw: JSON,
                    status: StatusBuilder, placements: list[Placement],
-                   out: Outcome | None = None, *, fresh: bool = False) -> Outcome:
+                   out: Outcome | None = None, *, fresh: bool = False,
+                   blocked: dict[str, list[str]] | None = None) -> Outcome:
         """Runs the attempt on ``placements``; ends it if it cannot go on. ``fresh``:
-        decided in this reconcile and not committed (its first pod commits it)."""
+        decided in this reconcile and not committed (its first pod commits it).
+        ``blocked``: what its devices waited for when it was booked in this
+        reconcile (``Decision.blocked``; None: ask the cache)."""
         out = out or Outcome(status)
         try:
-            return self._run(state, w, raw, out, placements, fresh)
+            return self._run(state, w, raw, out, placements, fresh, blocked)
         except EndAttempt as end:
             ended = self.end_attempt(state, w, raw, status, end.reason, end.message,
                                      spend=end.spend)
@@ -112,7 +116,8 @@ class AttemptRunner:
             raise
 
     def _run(self, state: PlacementState, w: GPUWorkload, raw: JSON, out: Outcome,
-             placements: list[Placement], fresh: bool) -> Outcome:
+             placements: list[Placement], fresh: bool,
+             blocked: dict[str, list[str]] | None = None) -> Outcome:
         key = w.key
         status = out.status
         meta = raw["metadata"]
@@ -135,7 +140,7 @@ class AttemptRunner:
         if changed:
             raise EndAttempt(SPEC_CHANGED_REASON, f"spec changed ({changed}); restarting "
                              f"onto a new placement", spend=False)
-        if self._wait_for_devices(state, key, placements, mine, out):
+        if self._wait_for_devices(state, key, placements, mine, out, blocked):
             return out
         status.nominated(None)  # nothing of the victims' is left on its devices
         if w.status.nominated_over and all(p.index in mine for p in placements):
@@ -158,31 +163,8 @@ class AttemptRunner:
         if claims is None:
             out.result = Result(requeue_after=0.5)  # an older claim of that name goes first
             return out
-        created_now = False
-        for p in placements:
-            if p.index in mine:
-                continue
-            if w.status.phase is Phase.RUNNING:
-                # Not the workload's failure: a user's delete, an eviction, a removed
-                # node. The gang restarts as a whole, and no retry is spent.
-                raise EndAttempt("ReplicaDeleted", f"replica {p.index} on {p.node} was "
-                                 f"deleted; the gang restarts", spend=False)
-            child = ch.build_child(w, raw, p, exposure,
-                                   lambda node, devices: uuids_of(nodes.get(node), devices),
-                                   attempt)
-            if p.index in claims:
-                assert self.claims is not None
-                child = self.claims.bind(child, claims[p.index])
-            existing = self.children.create(child, kind_word=kind, state=state)
-            if existing is None:
-                created_now = True
-                if fresh:
-                    state.commit(key)  # the bound pod is the commit point
-                    log.info("placement.committed", workload=key, node=p.node,
-                             devices=",".join(map(str, p.devices)))
-            else:
-                child = existing
-            mine[p.index] = child
+        created_now = self._create(state, w, raw, placements, mine, exposure, nodes, claims,
+                                   commit=fresh)
         if created_now and key not in self._bound_observed:
             self._bound_observed.add(key)
             created = parse_time(meta.get("creationTimestamp"))
@@ -203,6 +185,42 @@ class AttemptRunner:
         else:
             status.condition(READY, False, "Starting", message)
         return out
+
+    def _create(self, state: PlacementState, w: GPUWorkload, raw: JSON,
+                placements: list[Placement], mine: dict[int, JSON],
+                exposure: DeviceExposure, nodes: Mapping[str, NodeInfo],
+                claims: Mapping[int, Any], *, commit: bool) -> bool:
+        """Creates each replica's child that ``mine`` lacks (True: one was created
+        now). What was created holds its devices from the end of the creates, all in
+        one section, even when a create raised; with ``commit`` (its first bound
+        pod is the commit point) the booking is committed in that section."""
+        key, kind, held = w.key, child_kind(w), []
+        try:
+            for p in placements:
+                if p.index in mine:
+                    continue
+                if w.status.phase is Phase.RUNNING:
+                    # Not the workload's failure: a user's delete, an eviction, a
+                    # removed node. The gang restarts as a whole; no retry is spent.
+                    raise EndAttempt("ReplicaDeleted", f"replica {p.index} on {p.node} was "
+                                     f"deleted; the gang restarts", spend=False)
+                child = ch.build_child(
+                    w, raw, p, exposure,
+                    lambda node, devices: uuids_of(nodes.get(node), devices), w.status.retries)
+                if p.index in claims:
+                    assert self.claims is not None
+                    child = self.claims.bind(child, claims[p.index])
+                existing = self.children.create(child, kind_word=kind, held=held)
+                mine[p.index] = child if existing is None else existing
+        finally:
+            if held:
+                state.hold_created(held, commit=key if commit else None)
+                if commit:
+                    log.info("placement.committed", workload=key,
+                             placements=";".join(f"{p.index}={p.node}:"
+                                                 f"{','.join(map(str, p.devices))}"
+                                                 for p in placements))
+        return bool(held)
 
     def _rejected(self, placements: list[Placement], mine: Mapping[int, JSON],
                   status: StatusBuilder) -> None:
@@ -227,7 +245,8 @@ class AttemptRunner:
                              f"for {AVOID_SECONDS // 60}m")
 
     def _wait_for_devices(self, state: PlacementState, key: str, placements: list[Placement],
-                          mine: Mapping[int, JSON], out: Outcome) -> bool:
+                          mine: Mapping[int, JSON], out: Outcome,
+                          blocked: dict[str, list[str]] | None = None) -> bool:
         """Before a child is made on a device, every other holder of that device is
         gone (docs/architecture.md, invariants 2 and 3: devices, not workloads, are
         waited for): a preemptor's victims' pods and Jobs, whoever owns them now (an
@@ -235,6 +254,8 @@ class AttemptRunner:
         device after it was booked. True: wait (the condition says for what; a
         release of devices wakes it). Once every child exists nothing is waited for."""
         if all(p.index in mine for p in placements):
+            return False
+        if blocked == {}:  # booked in this reconcile, nothing on its devices then
             return False
         waits = state.children_wait(key)  # with nothing to wait for, its nomination ends
         victims, blockers, nominated = waits.victims, waits.blocking, waits.nominated

@@ -5,9 +5,11 @@ them back. Guarantees:
 
 - A child we created counts as there from the moment its create answers, before
   the informer shows it (``OwnWrites.created``): it is never created twice, it
-  holds its devices in the ledger at once (``PlacementState.hold_created``: a
-  preemptor must see it among its victims' holders; a Job's pod may come at any
-  moment), and asking the workload's children to go includes it.
+  holds its devices in the ledger once the reconcile's creates are done, all in
+  one section (``PlacementState.hold_created``: a preemptor must see it among its
+  victims' holders; a Job's pod may come at any moment; until then the workload's
+  booking, or the departing hold a preemption leaves, keeps its devices), and
+  asking the workload's children to go includes it.
 - AlreadyExists adopts our own child of that name and never another's
   (``ChildNameTaken``); a create the API refuses for good ends the attempt
   (``ChildCreateFailed``); anything else is raised for the queue to retry.
@@ -93,11 +95,13 @@ class ChildAPI:
         return [o for cache in (self.pods, self.jobs) for o in cache.by_index("owner-uid", uid)]
 
     def create(self, obj: dict[str, Any], *, kind_word: str,
-               state: PlacementState) -> JSON | None:
+               state: PlacementState | None = None,
+               held: list[JSON] | None = None) -> JSON | None:
         """Creates ``obj``: None when created now; the existing object when one of
         ours (this workload, this attempt) is already there. Anything else ends the
         attempt with a reason a user can act on. A Pod or Job created holds its
-        devices in ``state`` (the reconcile's one state) from then on."""
+        devices in ``state`` (the reconcile's one state) from then on, or, given
+        ``held``, is put there for the caller to hold with its others."""
         meta = obj["metadata"]
         try:
             # a retried create that already went through answers AlreadyExists: handled
@@ -110,7 +114,10 @@ class ChildAPI:
                     # (not when the informer already showed it: its event came first)
                     self.own_writes.created(meta["ownerReferences"][0]["uid"], created)
                 # it holds its devices from now on, before the cache shows it
-                state.hold_created(created)
+                if held is not None:
+                    held.append(dict(created))
+                elif state is not None:
+                    state.hold_created([dict(created)])
             return None
         except AlreadyExists:
             if obj.get("kind") in ("Pod", "Job"):

@@ -161,7 +161,8 @@ class Placer:
                     state.commit(key)  # nominated: reported, its pod created later
                 return self.attempts.run_or_end(state, w, raw, status,
                                                 list(decision.placements), out,
-                                                fresh=not preempting)
+                                                fresh=not preempting,
+                                                blocked=decision.blocked)
             try:
                 raw = self.write_status(raw, status.build(), precondition=True)
             except Exception:
@@ -176,7 +177,8 @@ class Placer:
             status.old = raw.get("status") or {}
             out.raw = raw
             return self.attempts.run_or_end(state, GPUWorkload.model_validate(raw), raw,
-                                            status, list(decision.placements), out)
+                                            status, list(decision.placements), out,
+                                            blocked=decision.blocked)
 
         if decision.outcome == INVALID_MAP:
             m.SCHEDULING_ATTEMPTS.labels(strategy, "invalid").inc()

@@ -195,9 +195,12 @@ class PlacementCache:
 
     def node_records(self, names: Iterable[str]) -> dict[str, NodeInfo]:
         """What the snapshot knows of each of ``names`` (one missing: no such node
-        now), in one section; a NodeInfo is replaced, never changed, on an event."""
-        with self._lock:
-            got = {n: self._snapshot.get(n) for n in names}
+        now). Read without the lock: a NodeInfo is replaced, never changed, on an
+        event, and a refill replaces the whole snapshot, so each record is one
+        moment's, as one read under the lock would be (the lock is let go before
+        the records are used either way)."""
+        snapshot = self._snapshot
+        got = {n: snapshot.get(n) for n in names}
         return {n: info for n, info in got.items() if info is not None}
 
     # ------------------------------------------------------------ readers
@@ -252,7 +255,12 @@ class PlacementCache:
                               ) -> str | None:
         """A never-tried workload of higher priority than ``key``'s, which ``key``
         lets go first (the priority gate), or None; ``current`` reads the cache
-        (``PendingSet.higher_fresh``)."""
+        (``PendingSet.higher_fresh``). When no never-tried workload has a higher
+        priority (nearly always) it is answered from ``PendingSet.top`` without
+        the lock, as if asked a moment earlier."""
+        top = self.pending.top
+        if top is None or top <= priority:
+            return None
         with self._lock:
             return self.pending.higher_fresh(key, priority, current)
 

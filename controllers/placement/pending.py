@@ -56,6 +56,9 @@ class PendingSet:
         self._fresh: dict[str, int] = {}  # key -> priority, never attempted
         self._prios: list[int] = []  # sorted priorities of _fresh (multiset)
         self.waiting: set[str] = set()  # attempted, unschedulable
+        #: the highest priority of a never-tried workload (None: none); an int
+        #: replaced whole on each change, so it may be read without the lock
+        self.top: int | None = None
 
     def update(self, obj: JSON) -> None:
         key = object_key(obj)
@@ -71,12 +74,14 @@ class PendingSet:
             return
         self._fresh[key] = prio
         bisect.insort(self._prios, prio)
+        self.top = self._prios[-1]
 
     def discard(self, key: str) -> None:
         self.waiting.discard(key)
         prio = self._fresh.pop(key, None)
         if prio is not None:
             del self._prios[bisect.bisect_left(self._prios, prio)]
+            self.top = self._prios[-1] if self._prios else None
 
     def higher_fresh(self, key: str, priority: int,
                      current: Callable[[str], JSON | None] | None = None) -> str | None:

@@ -166,14 +166,20 @@ class PlacementState(PlacementCache):
         self.events.report_refused()
         return problems
 
-    def hold_created(self, child: JSON) -> None:
-        """A child we just created (a Pod or a Job) holds its devices from now on,
-        before the informer shows it: recorded as its event will record it (events
-        are idempotent); a rebuild meanwhile books it from ``OwnWrites``."""
-        if child.get("kind") == "Job":
-            self.events.on_job(child)
-        else:
-            self.events.on_pod(child)
+    def hold_created(self, children: list[JSON], commit: str | None = None) -> bool:
+        """Children we just created (Pods or Jobs) hold their devices from now
+        on, before the informer shows them: recorded as their events will record
+        them (events are idempotent; a rebuild meanwhile books them from
+        ``OwnWrites``). With ``commit``, that workload's booking is committed in the
+        same section (its first bound pod is its commit point); False when there was
+        none to commit (as ``commit``). One section for a reconcile's children."""
+        with self._lock:  # re-entered by each event: the same section
+            for child in children:
+                if child.get("kind") == "Job":
+                    self.events.on_job(child)
+                else:
+                    self.events.on_pod(child)
+            return self.commit(commit) if commit is not None else True
 
     def apply_event(self, event: Callable[[], None],
                     on_lost: Callable[[BaseException], None]) -> None:
@@ -338,7 +344,7 @@ class PlacementState(PlacementCache):
             return Decision(UNSCHEDULABLE, decision.strategy, message=str(exc),
                             visited=decision.visited)
         self._reserve(w, decision)
-        self.evictions.unblock(w.key)
+        decision.blocked = self.blockers(w.key)  # re-entered: the same section
         return decision
 
     def _reserve(self, w: GPUWorkload, decision: Decision) -> None:

@@ -39,6 +39,9 @@ class Decision:
     queue: str | None = None  # the GPUQueue that admits it (None: in no queue)
     wait_reason: str = ""  # waiting in its queue: the Scheduled condition's reason
     evict_message: str = ""  # what a PREEMPT tells its victims (default: by priority)
+    #: set by the booking (``PlacementState.decide``) of a SCHEDULED decision, in its
+    #: section: node -> pods its devices still wait for (None: not booked, or a PREEMPT)
+    blocked: dict[str, list[str]] | None = None
 
     @property
     def ok(self) -> bool:

@@ -1,13 +1,16 @@
 """How often one placing reconcile enters the placement cache's lock (issue 33:
 the lock is taken for short steps, not across a reconcile's reads one by one).
 
-A 2-replica gang placed on one node, counted with a lock that counts its sections:
-the reconcile's own steps are its standing (``standing_of``), the priority gate,
-the booking (``decide``'s one locked step), the commit, its nodes' records, what its
-children wait for, and each created child's holding (``hold_created``); the rest are
-the informers' events of what it wrote (its pods, its status). It was 24 before:
-one section per question (a booking, an eviction, a departing hold, each node, each
-node's UUIDs, the victims, the blockers, the nomination) and two per pod event."""
+Counted with a lock that counts its sections. A placing reconcile's own steps are
+its standing (``standing_of``, the one read of the cache under the lock), the
+booking (``decide``'s one locked step, which also reads what its devices wait for),
+the commit, and its children's holdings (``hold_created``: every child it created,
+in one section; for one replica in Pod mode, whose bound pod is the commit point,
+that section commits too). The priority gate and its nodes' records are read
+without the lock. The rest are the informers' events of what it wrote (its pods,
+its status). A 2-replica gang took 24 sections two rounds ago (one per question:
+a booking, an eviction, a departing hold, each node, each node's UUIDs, the
+victims, the blockers, the nomination; two per pod event), 12 last round."""
 
 from __future__ import annotations
 
@@ -15,28 +18,45 @@ from tests.unit.controllers.fakes import Env, running
 from tests.unit.controllers.placement.test_placement_state import CountingLock
 
 
-def test_a_placing_reconcile_enters_the_cache_lock_a_dozen_times_not_two_dozen() -> None:
+def _counted(env: Env) -> CountingLock:
+    counting = CountingLock(env.state._lock)
+    env.state._lock = counting  # type: ignore[assignment]
+    return counting
+
+
+def test_a_placing_gang_enters_the_cache_lock_four_times_of_its_own() -> None:
     env = Env(gpus=4)
     env.workload("gang", replicas=2, gpusPerReplica=1)
-    state = env.state
-    counting = CountingLock(state._lock)
-    state._lock = counting  # type: ignore[assignment]
+    counting = _counted(env)
     env.reconcile("gang")
     assert env.status("gang")["phase"] == "Scheduled"
     assert len(env.client.of("create", "Pod")) == 2
-    # 8 of its own (standing, priority gate, booking, commit, node records, waits,
-    # 2 children's holdings) and 4 events (2 pods, 2 status writes)
-    assert counting.sections <= 12, counting.sections
+    # 4 of its own (standing, booking, commit, the children's holdings) and 4
+    # events (2 pods, 2 status writes)
+    assert counting.sections == 8, counting.sections
 
 
-def test_a_reconcile_of_a_running_workload_enters_the_lock_twice() -> None:
-    """Nothing to place: its standing, and its nodes' records (it was 7)."""
+def test_one_replica_is_booked_and_committed_in_three_sections_of_its_own() -> None:
+    """Its bound pod is its commit point: the pod's holding and the commit are one."""
+    env = Env(gpus=4)
+    env.workload("one", replicas=1, gpusPerReplica=1)
+    counting = _counted(env)
+    env.reconcile("one")
+    sections = counting.sections
+    assert env.status("one")["phase"] == "Scheduled"
+    assert env.state.is_committed("ns/one")
+    # standing, booking, holding + commit; and the informers' events of its pod and
+    # of its two writes of the workload
+    assert sections == 6, sections
+
+
+def test_a_reconcile_of_a_running_workload_enters_the_lock_once() -> None:
+    """Nothing to place: its standing only; its nodes' records are read without the
+    lock (it was 7 two rounds ago, 2 last round)."""
     env = Env(gpus=4)
     env.workload("gang", replicas=2, gpusPerReplica=1)
     env.settle("gang")
     running(env, "gang")
-    state = env.state
-    counting = CountingLock(state._lock)
-    state._lock = counting  # type: ignore[assignment]
+    counting = _counted(env)
     env.reconcile("gang")
-    assert counting.sections == 2, counting.sections
+    assert counting.sections == 1, counting.sections
