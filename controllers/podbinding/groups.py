@@ -42,7 +42,13 @@ from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from api.v1alpha1.types import DeviceExposure, Placement, SchedulingStrategy, Topology
 from controllers.placement.state import PlacementState, PlacementView
 from controllers.podbinding.groupquota import group_quota_refusal
-from controllers.podbinding.leaderfirst import await_workers, missing_slots, slot_key, to_place
+from controllers.podbinding.leaderfirst import (
+    await_workers,
+    missing_slots,
+    slot_key,
+    to_place,
+    waiting_note,
+)
 from controllers.podbinding.seedbook import (
     Entry,
     SeedBook,
@@ -400,9 +406,7 @@ class GroupPath:
         tell, late, waited = self.waits.waiting(group, present)
         msg = (f"waiting for the members of pod group {group.key}: {present} of "
                f"{group.size} exist; no GPU is held until all do")
-        if group.leader_first:
-            msg += (" (startupPolicy LeaderReady: the group is placed whole once its "
-                    "leader exists, its workers' slots held for them)")
+        msg += waiting_note(group)  # placed at its first members (leaderfirst.py)
         if tell:
             self.recorder.normal(pod, "WaitingForGroup", msg)
         if late:

@@ -1,30 +1,34 @@
-"""A group placed at its leader: a LeaderWorkerSet group under ``startupPolicy:
-LeaderReady``, whose workers the LWS controller makes only once the leader is Ready
-(``PodGroup.leader_first``; docs/podgroups.md, "LeaderWorkerSet and LeaderReady").
+"""A group placed before all its members exist, at the members its owner makes
+first (``PodGroup.first``; docs/podgroups.md, "LeaderWorkerSet and LeaderReady" and
+"JobSet InOrder and dependsOn"): a LeaderWorkerSet group under ``startupPolicy:
+LeaderReady``, whose workers the LWS controller makes only once the leader is Ready;
+a JobSet under ``startupPolicy: InOrder`` or ``dependsOn`` ``status: Ready``, whose
+later replicated jobs the JobSet controller makes only once the earlier ones are.
 
 Waiting for every member, as other groups do, would deadlock it. So, once its
-leader exists, the whole group is planned as one gang (``groups.plan_group``: every
-member's node and devices, under the same strategy, topology, GPUQueue and
-priority; the workers' GPUs read from the LWS's worker template) and booked under
+first members exist, the whole group is planned as one gang (``groups.plan_group``:
+every member's node and devices, under the same strategy, topology, GPUQueue and
+priority; the later members' GPUs read from their owner's template) and booked under
 the group's key: the members that exist as pods, the others as *reserved slots*
-(vacant slots of their worker index, ``SeedBook``'s). Only the leader is bound; its
-Binding writes the reserved slots beside its devices
+(vacant slots of their index, ``SeedBook``'s). The members that exist are bound; the
+Binding of member 0 writes the reserved slots beside its devices
 (``gpu.orchestrator.dev/group-slots``), so a restart and ``kubectl gpu nodes`` book
-them again from the API. Each worker, when made, takes the slot of its index
+them again from the API. Each later member, when made, takes the slot of its index
 (``groups.take_slot``), as a member made again does.
 
-| the leader's group                                  | what happens                        |
+| the group                                           | what happens                        |
 | --------------------------------------------------- | ----------------------------------- |
-| the leader does not exist (only workers)            | they wait, as any incomplete group  |
-| the leader exists; the whole group fits             | booked whole, the leader bound      |
-| it does not (room for the leader alone, a queue's   | nothing held; the leader's          |
-| quota)                                              | ``FailedScheduling`` says why       |
-| bound; workers not made within the group timeout    | ``PodGroupIncomplete`` Warning on   |
-| after the leader is Ready                           | the leader, the timeouts metric; the|
-|                                                     | slots stay held (``await_workers``) |
+| a member made first does not exist                  | they wait, as any incomplete group  |
+| every member made first exists; the whole group     | booked whole, those members bound   |
+| fits                                                |                                     |
+| it does not (room for the first members alone, a    | nothing held; each member's         |
+| queue's quota)                                      | ``FailedScheduling`` says why       |
+| member 0 bound; later members not made within the   | ``PodGroupIncomplete`` Warning on   |
+| group timeout after it is Ready                     | it, the timeouts metric; the slots  |
+|                                                     | stay held (``await_workers``)       |
 
 The slots are held, never free, until the group goes: they go with its last
-member (the leader, when no worker came), and a preemption takes the leader and
+member (member 0, when no later one came), and a preemption takes the members and
 the slots together.
 """
 
@@ -54,24 +58,43 @@ def slot_key(group: PodGroup, index: int) -> str:
 
 
 def missing_slots(group: PodGroup, members: list[tuple[JSON, PodGroup]]) -> list[int]:
-    """The member indices of a ``leader_first`` group to reserve now: those no live
-    member has, once its leader (index 0) exists; [] for any other group, or while
-    the leader does not exist."""
-    if not group.leader_first:
+    """The member indices of a group placed at its first members (``group.first``)
+    to reserve now: those no live member has, once every member made first exists;
+    [] for any other group, or while one made first does not exist."""
+    if not group.first:
         return []
     have = {g.index for _, g in members}
-    if 0 not in have:
+    if any(i not in have for start, stop in group.first for i in range(start, stop)):
         return []
     return [i for i in range(group.size) if i not in have]
 
 
+def later_ones(group: PodGroup) -> str:
+    """Who of ``group`` is made later, and why, in words."""
+    if group.leader_first:
+        return "workers made only once the leader is Ready (startupPolicy LeaderReady)"
+    return (f"members of replicated jobs made only once those before them are ready "
+            f"({group.staged_by})")
+
+
 def to_place(group: PodGroup, unbound: int, reserved: int) -> str:
-    """How a refusal counts the members it places (the whole group at its leader)."""
+    """How a refusal counts the members it places (the whole group at its first)."""
     if not reserved:
         return f"{unbound} of {group.size} members to place"
+    held_with = "it" if group.leader_first else "them"
     return (f"{unbound + reserved} of {group.size} members to place, {reserved} of them "
-            f"workers made only once the leader is Ready (startupPolicy LeaderReady), "
-            f"whose room is held with it")
+            f"{later_ones(group)}, whose room is held with {held_with}")
+
+
+def waiting_note(group: PodGroup) -> str:
+    """What a waiting member of a group placed at its first members adds, else ""."""
+    if group.leader_first:
+        return (" (startupPolicy LeaderReady: the group is placed whole once its "
+                "leader exists, its workers' slots held for them)")
+    if group.first:
+        return (f" ({group.staged_by}: the group is placed whole once the members "
+                f"made first exist, the later ones' slots held for them)")
+    return ""
 
 
 def ready_since(pod: JSON) -> datetime | None:
@@ -89,10 +112,11 @@ def ready_since(pod: JSON) -> datetime | None:
 def await_workers(book: SeedBook, recognise: Callable[[JSON], object], recorder: EventRecorder,
                   late_once: Callable[[str], bool], timeout: float, pod: JSON, key: str,
                   now: datetime) -> Result | None:
-    """A bound pod: when it is a leader whose reserved slots no worker has taken,
-    look again until the group timeout after it became Ready, then say so once
-    (``PodGroupIncomplete`` on the leader, ``gpu_orchestrator_pod_group_timeouts_total``).
-    The slots stay held: the LWS controller makes the workers once the leader is
+    """A bound pod: when it is member 0 of a group placed at its first members
+    (an LWS leader, a JobSet's first member) whose reserved slots no member has
+    taken, look again until the group timeout after it became Ready, then say so once
+    (``PodGroupIncomplete`` on it, ``gpu_orchestrator_pod_group_timeouts_total``).
+    The slots stay held: the owner makes the later members once the first are
     Ready, and remakes the whole group on a failure. None when there is nothing to
     watch."""
     held = book.entry(key)
@@ -102,7 +126,7 @@ def await_workers(book: SeedBook, recognise: Callable[[JSON], object], recorder:
     if not waiting:
         return None
     group = recognise(pod)
-    if not isinstance(group, PodGroup) or not group.leader_first or group.index != 0:
+    if not isinstance(group, PodGroup) or not group.first or group.index != 0:
         return None
     ready = ready_since(pod)
     if ready is None:
@@ -115,9 +139,10 @@ def await_workers(book: SeedBook, recognise: Callable[[JSON], object], recorder:
         log.warning("group.workers_late", group=group.key, leader=key, slots=waiting,
                     waited=round(waited, 1))
         name = pod_meta(pod).get("name")
+        who = ("worker", "leader") if group.leader_first else ("member", "member")
         recorder.warning(pod, "PodGroupIncomplete", (
-            f"pod group {group.key}: no worker has come for slot(s) "
-            f"{','.join(map(str, waiting))} {waited:.0f} s after leader {name} became Ready "
+            f"pod group {group.key}: no {who[0]} has come for slot(s) "
+            f"{','.join(map(str, waiting))} {waited:.0f} s after {who[1]} {name} became Ready "
             f"(more than {timeout:.0f} s); their devices stay held for them until the group "
             f"is deleted or made again"))
     return None

@@ -76,9 +76,13 @@ class PodGroup:
     LeaderWorkerSet with ``startupPolicy: LeaderReady``). ``generation``: the
     owner's revision of the group where its key does not say it (a LeaderWorkerSet's
     template revision, a JobSet's uid): a member of another generation never takes a slot that a
-    member of this one left. ``worker_gpus``: of a ``leader_first`` group, the
-    ``nvidia.com/gpu`` each worker of its owner's template asks (the workers do not
-    exist when the group is placed at its leader)."""
+    member of this one left. ``made_first``: the member indices (``[start, stop)``
+    ranges) its owner makes before the others, which it makes only once these are
+    ready (a JobSet's first replicated job under ``InOrder``, those without
+    ``dependsOn``), said in words by ``staged_by``; () for a group made at once.
+    ``worker_gpus``: of a group placed before all its members exist (``first``), the
+    ``nvidia.com/gpu`` each member not made yet asks, read from its owner's
+    template."""
 
     key: str
     size: int
@@ -88,6 +92,14 @@ class PodGroup:
     leader_first: bool = False
     generation: str = ""
     worker_gpus: int = 0
+    made_first: tuple[tuple[int, int], ...] = ()
+    staged_by: str = ""
+
+    @property
+    def first(self) -> tuple[tuple[int, int], ...]:
+        """The index ranges made first, once which the whole group is placed (its
+        leader under ``leader_first``); () when every member is made at once."""
+        return self.made_first or (((0, 1),) if self.leader_first else ())
 
 
 @dataclass(frozen=True)
@@ -193,14 +205,13 @@ def _jobset(ns: str, labels: Mapping[str, Any], owners: OwnerLookup | None
                             f"its size is unknown", key)
     spec = jobset.get("spec") if isinstance(jobset.get("spec"), Mapping) else {}
     jobs = [j for j in spec.get("replicatedJobs") or [] if isinstance(j, Mapping)]
-    startup = spec.get("startupPolicy") if isinstance(spec.get("startupPolicy"), Mapping) else {}
-    # InOrder (and dependsOn) make a replicated job's Jobs only once the one before
-    # is ready: its own group, else none could ever be complete before another runs.
-    apart = startup.get("startupPolicyOrder") == "InOrder" or any(
-        j.get("dependsOn") for j in jobs)
+    stages = _made_first(spec, jobs)
+    apart = stages is None  # one group per replicated job (a Complete dependency)
     rj_name = labels.get(JOBSET_REPLICATED_JOB_LABEL)
     offset, size, found = 0, 0, False
     index: int | None = None
+    first: list[tuple[int, int]] = []
+    later_gpus, staged = 0, False
     for job in jobs:
         replicas = _count(job.get("replicas", 1))
         replicas = 1 if replicas is None else replicas
@@ -213,6 +224,11 @@ def _jobset(ns: str, labels: Mapping[str, Any], owners: OwnerLookup | None
                 index = (0 if apart else offset) + job_index * per_job + within
             if apart:
                 key, size = f"{key}:{rj_name}", replicas * per_job
+        if stages is not None and job.get("name") in stages[0]:
+            first += [(offset, offset + replicas * per_job)] if replicas * per_job else []
+        elif stages is not None:
+            staged = True
+            later_gpus = max(later_gpus, _template_gpus(job.get("template")))
         offset += replicas * per_job
     if not found:
         return GroupRefusal("jobset", SIZE_UNREADABLE,
@@ -225,9 +241,30 @@ def _jobset(ns: str, labels: Mapping[str, Any], owners: OwnerLookup | None
         return checked
     what = (f"JobSet {name} replicated job {rj_name}: replicas x pods per Job" if apart
             else f"JobSet {name}: sum of replicas x pods per Job")
+    staged = staged and bool(first)
     return PodGroup(key, checked, "jobset", what,
                     index if index is not None and index < checked else None,
+                    worker_gpus=later_gpus if staged else 0,
+                    made_first=tuple(first) if staged else (),
+                    staged_by=stages[1] if staged and stages is not None else "",
                     generation=str(uid or ""))
+
+
+def _made_first(spec: Mapping[str, Any], jobs: list[Mapping[str, Any]]
+                ) -> tuple[frozenset[str], str] | None:
+    """The replicated jobs a JobSet makes first (every one, when it makes them
+    together) and, in words, what makes the others wait for them to be ready; None
+    when each replicated job is a group of its own: one made only once another has
+    *completed* (``dependsOn`` ``status: Complete``) runs after it, never beside it."""
+    startup = spec.get("startupPolicy") if isinstance(spec.get("startupPolicy"), Mapping) else {}
+    names = [str(j.get("name")) for j in jobs]
+    if startup.get("startupPolicyOrder") == "InOrder":
+        return frozenset(names[:1]), "startupPolicy InOrder"
+    deps = {str(j.get("name")): [d for d in j.get("dependsOn") or () if isinstance(d, Mapping)]
+            for j in jobs}
+    if any(d.get("status") != "Ready" for ds in deps.values() for d in ds):
+        return None
+    return frozenset(n for n in names if not deps[n]), "dependsOn status Ready"
 
 
 def _leaderworkerset(ns: str, labels: Mapping[str, Any], annotations: Mapping[str, Any],
@@ -258,7 +295,17 @@ def _leaderworkerset(ns: str, labels: Mapping[str, Any], annotations: Mapping[st
 def _worker_gpus(spec: Mapping[str, Any]) -> int:
     """``nvidia.com/gpu`` of one pod of a LeaderWorkerSet's worker template."""
     lwt = spec.get("leaderWorkerTemplate")
-    template = lwt.get("workerTemplate") if isinstance(lwt, Mapping) else None
+    return _pod_gpus(lwt.get("workerTemplate") if isinstance(lwt, Mapping) else None)
+
+
+def _template_gpus(job_template: Any) -> int:
+    """``nvidia.com/gpu`` of one pod of a JobSet replicated job's Job template."""
+    spec = job_template.get("spec") if isinstance(job_template, Mapping) else None
+    return _pod_gpus(spec.get("template") if isinstance(spec, Mapping) else None)
+
+
+def _pod_gpus(template: Any) -> int:
+    """``nvidia.com/gpu`` of one pod of a pod template (0 when unreadable)."""
     pod = template if isinstance(template, Mapping) else {}
     try:
         return pod_gpu_request({"spec": pod.get("spec") or {}})

@@ -44,12 +44,15 @@ def template(parallelism: int | None = None, completions: int | None = None) -> 
 
 
 def jobset(name: str = "train", jobs: list[tuple[str, int, int | None, int | None]] = (),
-           order: str | None = None, uid: str = "js-uid", depends: bool = False) -> dict:
+           order: str | None = None, uid: str = "js-uid", depends: bool | str = False) -> dict:
+    """``depends``: each replicated job after the first depends on the one before,
+    ``status: Ready`` (True) or the status given."""
     rjs = []
     for i, (rj, replicas, par, comp) in enumerate(jobs):
         entry = {"name": rj, "replicas": replicas, **template(par, comp)}
         if depends and i:
-            entry["dependsOn"] = [{"name": jobs[i - 1][0], "status": "Ready"}]
+            status = depends if isinstance(depends, str) else "Ready"
+            entry["dependsOn"] = [{"name": jobs[i - 1][0], "status": status}]
         rjs.append(entry)
     spec: dict[str, Any] = {"replicatedJobs": rjs}
     if order:
@@ -98,16 +101,27 @@ TRAIN = jobset(jobs=[("launcher", 1, None, None), ("workers", 2, 4, 4)])
     (js_pod("w", 0, 1), owners_of(jobset(jobs=[("w", 3, 8, 2)])),
      PodGroup("team/jobset:train:0", 6, "jobset", "JobSet train: sum of replicas x pods per Job",
               1)),
-    # InOrder: one group per replicated job, its own index from 0
+    # InOrder: one group of the whole JobSet, placed once the first replicated job's
+    # members exist (made_first), the workers' indices after the launcher's
     (js_pod("workers", 1, 0), owners_of(jobset(jobs=[("launcher", 1, None, None),
                                                       ("workers", 2, 4, 4)], order="InOrder")),
-     PodGroup("team/jobset:train:0:workers", 8, "jobset",
-              "JobSet train replicated job workers: replicas x pods per Job", 4)),
-    # dependsOn likewise
+     PodGroup("team/jobset:train:0", 9, "jobset", "JobSet train: sum of replicas x pods per Job",
+              1 + 4 + 0, made_first=((0, 1),), staged_by="startupPolicy InOrder")),
+    # dependsOn Ready likewise: made first are the replicated jobs without dependsOn
     (js_pod("launcher", 0, 0), owners_of(jobset(jobs=[("launcher", 1, None, None),
                                                        ("workers", 2, 4, 4)], depends=True)),
-     PodGroup("team/jobset:train:0:launcher", 1, "jobset",
-              "JobSet train replicated job launcher: replicas x pods per Job", 0)),
+     PodGroup("team/jobset:train:0", 9, "jobset", "JobSet train: sum of replicas x pods per Job",
+              0, made_first=((0, 1),), staged_by="dependsOn status Ready")),
+    # dependsOn Complete: the workers run after the launcher, never beside it: a group
+    # per replicated job, its own index from 0
+    (js_pod("workers", 1, 0), owners_of(jobset(jobs=[("launcher", 1, None, None),
+                                                      ("workers", 2, 4, 4)], depends="Complete")),
+     PodGroup("team/jobset:train:0:workers", 8, "jobset",
+              "JobSet train replicated job workers: replicas x pods per Job", 4)),
+    # InOrder of one replicated job: all made at once, nothing staged
+    (js_pod("w", 1, 1), owners_of(jobset(jobs=[("w", 2, 2, 2)], order="InOrder")),
+     PodGroup("team/jobset:train:0", 4, "jobset", "JobSet train: sum of replicas x pods per Job",
+              3)),
     # the JobSet's UID on the pod matches: still the group, of that JobSet's generation
     # (one made again under its name is another)
     (js_pod("launcher", 0, 0, extra={"jobset.sigs.k8s.io/jobset-uid": "js-uid"}),
@@ -254,3 +268,25 @@ def test_a_leaderworkerset_member_says_its_template_revision() -> None:
     g_old, g_new = pod_group(old), pod_group(new)
     assert isinstance(g_old, PodGroup) and isinstance(g_new, PodGroup)
     assert g_old.key == g_new.key and (g_old.generation, g_new.generation) == ("a1", "b2")
+
+
+def test_a_staged_jobset_says_which_members_come_first_and_what_the_later_ones_ask() -> None:
+    """dependsOn Ready on the second of three replicated jobs: the first and the third
+    are made at once (indices 0 and 3), the second's 2 members later; those later
+    members' GPUs come from their own Job template (4), the launcher asking none."""
+    js = jobset(jobs=[("launcher", 1, None, None), ("workers", 2, None, None),
+                      ("sidecar", 1, None, None)])
+    rjs = js["spec"]["replicatedJobs"]
+    rjs[1]["dependsOn"] = [{"name": "launcher", "status": "Ready"}]
+    rjs[1]["template"]["spec"]["template"]["spec"]["containers"] = [
+        {"name": "w", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]
+    got = pod_group(js_pod("sidecar", 0, 0), owners_of(js))
+    assert isinstance(got, PodGroup)
+    assert (got.key, got.size, got.index) == ("team/jobset:train:0", 4, 3)
+    assert (got.first, got.worker_gpus, got.staged_by) == (
+        ((0, 1), (3, 4)), 4, "dependsOn status Ready")
+
+
+def test_a_leader_first_group_is_made_first_at_its_leader() -> None:
+    assert PodGroup("k", 3, "leaderworkerset", "", 0, leader_first=True).first == ((0, 1),)
+    assert PodGroup("k", 3, "jobset", "", 0).first == ()

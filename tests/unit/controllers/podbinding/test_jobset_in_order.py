@@ -1,0 +1,120 @@
+"""A JobSet whose replicated jobs start in order (``startupPolicy: InOrder``, or
+``dependsOn`` ``status: Ready``) is one group placed whole once its first replicated
+job's members exist (controllers/podbinding/leaderfirst.py, groups.py): the
+launcher is bound holding the workers' devices as reserved slots, written on its
+Binding; each worker, made by the JobSet controller only once the launcher is
+ready, binds to the slot of its index; on room for fewer than the whole JobSet
+nothing is held and the launcher says why. (Before, the launcher was a group of
+its own: bound and run while its workers then waited for room, holding GPUs no
+training could use.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler
+from controllers.podbinding.seedbook import GROUP_SLOTS_ANNOTATION
+from internal.scheduling.podgroups import pod_group
+from tests.unit.controllers.podbinding.test_leader_first import ALL_FREE, LeaderEnv, slots_of
+from tests.unit.controllers.podbinding.test_pod_groups import member
+from tests.unit.controllers.podbinding.test_podbinding import NS
+
+KEY = f"PodGroup:{NS}/jobset:staged:0"
+LAUNCHER = "staged-launcher-0-0"
+
+
+def staged(gpus: int, how: str = "InOrder") -> dict[str, Any]:
+    """A launcher Job of 1 pod, then 2 worker Jobs of 2 pods, ``gpus`` each."""
+    def rj(name: str, replicas: int, pods: int) -> dict[str, Any]:
+        return {"name": name, "replicas": replicas, "template": {"spec": {
+            "parallelism": pods, "completions": pods, "completionMode": "Indexed",
+            "template": {"spec": {"containers": [{"name": "c", "resources": {
+                "limits": {"nvidia.com/gpu": str(gpus)}}}]}}}}}
+    jobs = [rj("launcher", 1, 1), rj("workers", 2, 2)]
+    spec: dict[str, Any] = {"replicatedJobs": jobs}
+    if how == "InOrder":
+        spec["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    else:
+        jobs[1]["dependsOn"] = [{"name": "launcher", "status": "Ready"}]
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "staged", "namespace": NS, "uid": "js"}, "spec": spec}
+
+
+def js_pod(rj: str, job: int, completion: int, gpus: int) -> dict[str, Any]:
+    name = f"staged-{rj}-{job}-{completion}"
+    p = member("x", 0, gpus=gpus)
+    p["metadata"]["name"], p["metadata"]["uid"] = name, f"uid-{name}"
+    p["metadata"]["annotations"] = {}
+    p["metadata"]["labels"] = {
+        "jobset.sigs.k8s.io/jobset-name": "staged",
+        "jobset.sigs.k8s.io/replicatedjob-name": rj,
+        "jobset.sigs.k8s.io/job-index": str(job),
+        "jobset.sigs.k8s.io/restart-attempt": "0",
+        "batch.kubernetes.io/job-completion-index": str(completion)}
+    return p
+
+
+class JobSetEnv(LeaderEnv):
+    """LeaderEnv whose pods' owner is the JobSet ``staged``, not an LWS."""
+
+    def __init__(self, the_jobset: dict[str, Any]) -> None:
+        self.the_jobset = the_jobset
+        super().__init__()
+
+    def reconciler(self, options: PodBindingOptions | None = None) -> PodBindingReconciler:
+        def owners(api: str, kind: str, ns: str, name: str) -> dict[str, Any] | None:
+            return self.the_jobset if (kind, name) == ("JobSet", "staged") else None
+        rec = PodBindingReconciler(self.client, self.recorder, self.pods, self.states,
+                                   self.book, PodBindingOptions(),
+                                   recognise=lambda p: pod_group(p, owners))
+        self.enqueued: list[str] = []
+        rec.enqueue_after = lambda req, delay: self.enqueued.append(req.name)
+        return rec
+
+
+def placed_launcher(env: JobSetEnv) -> dict[int, tuple[str, str]]:
+    env.add(js_pod("launcher", 0, 0, gpus=2))
+    env.reconcile(LAUNCHER)
+    launcher = env.show_binding(LAUNCHER)
+    env.reconcile(LAUNCHER)
+    return slots_of(launcher["metadata"]["annotations"][GROUP_SLOTS_ANNOTATION])
+
+
+@pytest.fixture(params=["InOrder", "dependsOn"])
+def env(request: pytest.FixtureRequest) -> JobSetEnv:
+    return JobSetEnv(staged(2, request.param))
+
+
+def test_the_launcher_alone_is_bound_holding_the_whole_jobsets_devices(env: JobSetEnv) -> None:
+    slots = placed_launcher(env)
+    assert list(env.bound()) == [LAUNCHER]
+    assert sorted(slots) == [1, 2, 3, 4]  # the workers' indices: 1 + job x 2 + completion
+    held = env.held()
+    assert sum(len(d) for d in held.values()) == 10  # 5 members x 2 GPUs
+    for node, devs in slots.values():
+        assert all(env.holder(node, int(d)) == KEY for d in devs.split(","))
+
+
+def test_each_worker_made_later_binds_to_the_slot_of_its_index(env: JobSetEnv) -> None:
+    slots = placed_launcher(env)
+    held = env.held()
+    for job, completion in ((1, 1), (0, 0), (1, 0), (0, 1)):
+        name = f"staged-workers-{job}-{completion}"
+        env.add(js_pod("workers", job, completion, gpus=2))
+        env.reconcile(name)
+        assert env.bound()[name] == slots[1 + job * 2 + completion], (name, slots)
+    assert env.held() == held  # nothing more, nothing elsewhere
+    assert env.book.vacancies(KEY) == []
+
+
+def test_on_room_for_the_launcher_alone_nothing_is_held_and_it_says_why() -> None:
+    e = JobSetEnv(staged(4))  # 5 members x 4 GPUs on 4 nodes x 4: no room for all
+    e.add(js_pod("launcher", 0, 0, gpus=4))
+    e.reconcile(LAUNCHER)
+    assert e.bound() == {} and e.held() == ALL_FREE
+    why = e.warnings(LAUNCHER)[0]
+    assert why.startswith(f"pod group {NS}/jobset:staged:0 (5 of 5 members to place, 4 of "
+                          "them members of replicated jobs made only once those before them "
+                          "are ready (startupPolicy InOrder)"), why
