@@ -155,6 +155,16 @@ events_dropped_total = Counter(
 )
 
 
+gc_pause_seconds = Histogram(
+    "python_gc_pause_seconds",
+    "Duration of each pass of the cyclic garbage collector, by generation: every thread "
+    "of the process stands still while it runs (runtime/gctune.py).",
+    ["generation"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+    registry=registry,
+)
+
+
 class _QueueGauges(Collector):
     """Computes depth / unfinished / longest-running gauges of live queues at scrape time."""
 

@@ -107,3 +107,36 @@ def test_only_a_manager_told_to_changes_the_collector(collector: list[int],
     else:
         assert gc.get_threshold() == (700, 10, 10)
         assert gc.get_freeze_count() == 0
+
+
+def _pauses(generation: str) -> tuple[float, float]:
+    """(passes, seconds) in ``python_gc_pause_seconds`` for ``generation``."""
+    from prometheus_client import REGISTRY
+    count = REGISTRY.get_sample_value("python_gc_pause_seconds_count",
+                                      {"generation": generation}) or 0.0
+    total = REGISTRY.get_sample_value("python_gc_pause_seconds_sum",
+                                      {"generation": generation}) or 0.0
+    return count, total
+
+
+def test_every_pass_is_timed_by_generation(collector: list[int]) -> None:
+    """A latency tail can be held against the collector's passes: each pass's pause
+    is in the metric under its generation, from ``tune()`` on."""
+    gctune.tune()
+    kept = _cache_events(2000)  # a heap worth walking
+    before = {g: _pauses(g) for g in ("0", "2")}
+    gc.collect(0)
+    gc.collect(2)
+    gc.collect(2)
+    assert len(kept) == 2000
+    assert _pauses("0")[0] == before["0"][0] + 1
+    assert _pauses("2")[0] == before["2"][0] + 2
+    assert _pauses("2")[1] > before["2"][1]
+
+
+def test_the_pass_timer_is_installed_once(collector: list[int]) -> None:
+    gctune.tune()
+    gctune.tune()
+    before = _pauses("1")[0]
+    gc.collect(1)
+    assert _pauses("1")[0] == before + 1
