@@ -161,6 +161,7 @@ class PodBindingReconciler:
         self._reported: dict[str, tuple[str, str]] = {}
         self.misplaced_maps = MisplacedMaps(client, recorder)
         book.on_wake = self._wake
+        self.groups.budgets = self.victims_budget_refusal  # a group's preemption
 
     # ------------------------------------------------------------------ entry
 
@@ -343,6 +344,26 @@ class PodBindingReconciler:
             self.recorder.warning(pod, "Preempted", message)
             asked += bool(self._evict(pod, key))
         return asked
+
+    def victims_budget_refusal(self, victims: list[str]) -> str | None:
+        """Why the PodDisruptionBudgets refuse evicting every pod of the seed-path
+        holders among ``victims`` (ledger keys: a group's, a StatefulSet's) at
+        once, or None: a preempting pod group asks before it books anything, so it
+        evicts all its victims or none (GPUWorkload victims delete their own
+        children, as for a GPUWorkload preemptor)."""
+        seeds = self.states.get().seeds
+        by_ns: dict[str, list[JSON]] = {}
+        for victim in victims:
+            for key in seeds.seed_pod_keys(self.book, victim):
+                ns, name = key.split("/", 1)
+                pod = self.pods.get_by_name(name, ns)
+                if pod is not None:
+                    by_ns.setdefault(ns, []).append(pod)
+        for ns, pods in sorted(by_ns.items()):
+            refusal = budget_refusal(self.client, ns, pods, "of the pods it would evict")
+            if refusal is not None:
+                return refusal
+        return None
 
     def _evict(self, pod: JSON, key: str) -> bool:
         """POSTs an Eviction for ``pod`` (by UID); True when it was accepted or the

@@ -36,10 +36,12 @@ def _matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> b
     return True
 
 
-def budget_refusal(client: Any, namespace: str, members: list[JSON]) -> str | None:
+def budget_refusal(client: Any, namespace: str, members: list[JSON],
+                   what: str = "member(s) of the group") -> str | None:
     """Why the budgets of ``namespace`` refuse evicting all of ``members`` at once
-    (None: they allow it). A budget that cannot be read refuses (its status is the
-    disruption controller's to write: until it is there, nothing is evicted)."""
+    (None: they allow it); ``what`` the members are, in the message. A budget that
+    cannot be read refuses (its status is the disruption controller's to write:
+    until it is there, nothing is evicted)."""
     try:
         budgets = client.list("policy/v1", "PodDisruptionBudget", namespace=namespace)["items"]
     except ApiError as exc:
@@ -54,5 +56,5 @@ def budget_refusal(client: Any, namespace: str, members: list[JSON]) -> str | No
         allowed = int((pdb.get("status") or {}).get("disruptionsAllowed") or 0)
         if allowed < len(covered):
             return (f"PodDisruptionBudget {namespace}/{meta.get('name')} allows {allowed} "
-                    f"disruption(s) and covers {len(covered)} member(s) of the group")
+                    f"disruption(s) and covers {len(covered)} {what}")
     return None

@@ -39,8 +39,17 @@ from datetime import UTC, datetime
 import structlog
 
 from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
-from api.v1alpha1.types import DeviceExposure, Placement, SchedulingStrategy, Topology
+from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement, SchedulingStrategy, Topology
+from controllers.placement.seeds import GroupPlan, Preemption
 from controllers.placement.state import PlacementState, PlacementView
+from controllers.podbinding.grouppreempt import (
+    admin_priority,
+    group_priority,
+    preempting_text,
+    refuses_preemption,
+    waiting_text,
+    was,
+)
 from controllers.podbinding.groupquota import group_quota_refusal
 from controllers.podbinding.leaderfirst import (
     await_workers,
@@ -63,6 +72,7 @@ from controllers.podbinding.seedplan import MAX_GPUS_PER_POD, pod_model
 from internal.metrics.domain import POD_GROUP_TIMEOUTS
 from internal.objects import JSON, object_key
 from internal.scheduling.authority import NAMED
+from internal.scheduling.outcome import UNSCHEDULABLE, Decision
 from internal.scheduling.podgroups import GroupRefusal, PodGroup, disagreement
 from internal.scheduling.pods import pod_gpu_request, pod_is_active, pod_uid
 from runtime import Request, Result
@@ -80,6 +90,8 @@ _BOOKED = "booked by another member's reconcile"
 #: how long a group may wait for its members before it is reported (the in-tree
 #: gang scheduling's default wait)
 DEFAULT_GROUP_TIMEOUT = 300.0
+#: seconds between a nominated group's looks at whether its victims are gone
+PREEMPTION_POLL = 1.0
 
 
 #: a pod's group (``podgroups.pod_group`` with the owners' caches), None when it is
@@ -97,12 +109,15 @@ def _order(members: Iterable[tuple[JSON, PodGroup]]) -> list[tuple[JSON, PodGrou
 
 
 def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, PodGroup]],
-               default_strategy: str, reserve: list[int] | None = None
-               ) -> tuple[dict[str, Entry] | None, str]:
+               default_strategy: str, reserve: list[int] | None = None,
+               schedule: Callable[[GPUWorkload], Decision] | None = None) -> GroupPlan:
     """Where the unbound members go, and the members of indices ``reserve`` not made
     yet (``leaderfirst.py``: reserved slots, with the group's ``worker_gpus``), as
-    one gang, or why nowhere: read from
-    ``view`` under the state's lock (``PlacementState.seeds.book_group``). A group always
+    one gang, or why nowhere, and whom it preempts to fit (``grouppreempt.py``: the
+    gang has its members' priority, and the ``priority`` strategy may name
+    victims): read from ``view`` under the state's lock
+    (``PlacementState.seeds.book_group``); ``schedule`` asks the scheduler (default
+    ``view.schedule``, which may preempt in any namespace). A group always
     gets named devices: its members' ``CUDA_VISIBLE_DEVICES`` is a reference to the
     devices annotation the binding writes (internal/webhook/groupexposure.py), which
     a counted placement would leave empty, hiding every GPU. Members that request
@@ -116,7 +131,7 @@ def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, P
                     + ([group.worker_gpus] if reserve else []))
     if requested > MAX_GPUS_PER_POD:
         return None, (f"a member requests {requested} nvidia.com/gpu, more than the "
-                      f"{MAX_GPUS_PER_POD} one pod may have")
+                      f"{MAX_GPUS_PER_POD} one pod may have"), None
     strategy = (pod_meta(first).get("annotations") or {}).get(STRATEGY_ANNOTATION) \
         or default_strategy
     if strategy == SchedulingStrategy.ANNOTATION_MAP.value:
@@ -126,20 +141,31 @@ def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, P
         topology = Topology(raw or Topology.NONE.value)
     except ValueError:
         return None, (f"annotation {TOPOLOGY_ANNOTATION} is {raw!r}, not one of "
-                      f"{', '.join(t.value for t in Topology)}")
+                      f"{', '.join(t.value for t in Topology)}"), None
     only = {DEVICE_AUTHORITY_LABEL: NAMED} if requested else None
     model, why = pod_model(first, max(requested, 1), strategy,
                            DeviceExposure.CUDA_VISIBLE_DEVICES, node_selector=True, only=only)
     if model is None:
-        return None, why
+        return None, why, None
+    priority = group_priority(p for p, _ in members)
     model = model.model_copy(update={"spec": model.spec.model_copy(
-        update={"replicas": len(members) + len(reserve), "topology": topology})})
-    decision = view.schedule(model)
-    if not decision.ok:
-        where = (f"; members asking nvidia.com/gpu go only to nodes labelled "
-                 f"{DEVICE_AUTHORITY_LABEL}={NAMED}") if requested else ""
-        return None, f"{decision.message}{where}"
-    return _entries(group, members, reserve, decision.placements, max(requested, 1)), ""
+        update={"replicas": len(members) + len(reserve), "topology": topology,
+                "priority": priority})})
+    decision = (schedule or view.schedule)(model)
+    where = (f"; members asking nvidia.com/gpu go only to nodes labelled "
+             f"{DEVICE_AUTHORITY_LABEL}={NAMED}") if requested else ""
+    preemption = Preemption.of(decision, group_ledger_key(group), priority)
+    never = refuses_preemption(p for p, _ in members) if preemption else None
+    if never is not None:
+        return None, (f"{was(decision)}{where}; pod {never} says preemptionPolicy Never: "
+                      f"the group preempts nobody"), None
+    if not decision.ok and preemption is None:
+        if strategy == SchedulingStrategy.PRIORITY.value and decision.outcome == UNSCHEDULABLE:
+            where += (f"; preempting every holder of lower priority than the group's "
+                      f"{priority} would not make room either")
+        return None, f"{decision.message}{where}", None
+    entries = _entries(group, members, reserve, decision.placements, max(requested, 1))
+    return entries, "", preemption
 
 
 def _entries(group: PodGroup, members: list[tuple[JSON, PodGroup]], reserve: list[int],
@@ -262,6 +288,9 @@ class GroupPath:
         self.default_strategy = default_strategy
         self.waits = GroupWaits(timeout)
         book.regroup = self.regroup  # a rebuild books bound members under their group
+        #: why the disruption budgets refuse evicting all of these seed-path
+        #: victims (ledger keys) at once, or None (set by the reconciler)
+        self.budgets: Callable[[list[str]], str | None] = lambda victims: None
 
     def regroup(self, pod: JSON, entry: Entry | None,
                 held: Entry | None = None) -> Entry | None:
@@ -305,7 +334,7 @@ class GroupPath:
         held = self.book.entry(key)
         ledger_key = group_ledger_key(group)
         if held is not None and held.ledger_key == ledger_key:
-            return bind(state, pod, key, held)  # booked with its group
+            return self._bind_when_free(state, pod, key, held, group, bind)
         if self.book.preempted(ledger_key):
             return unschedulable(pod, key, (
                 f"pod group {group.key} is being preempted: its members are asked to go, "
@@ -331,23 +360,38 @@ class GroupPath:
         reserve = missing_slots(group, [*bound, *unbound]) if present < group.size else []
         if present < group.size and not reserve:
             return self._wait(pod, group, present)
-        def plan(view: PlacementView) -> tuple[dict[str, Entry] | None, str]:
+        members = [p for p, _ in unbound]
+        across = admin_priority(members)
+        def plan(view: PlacementView) -> GroupPlan:
             # under the state's lock: another worker, reconciling another member of
             # this complete group, may have booked it since ``held`` was read (a
             # second booking would move members already bound to the first); or,
             # placed at its leader, booked with a slot for this member
             mine = self.book.entry(key)
             if mine is not None and mine.ledger_key == ledger_key:
-                return None, _BOOKED
+                return None, _BOOKED, None
             if _slot_waits(view, self.book, group):
-                return None, _BOOKED
+                return None, _BOOKED, None
             # its namespace's GPUQueue first, as a GPUWorkload gang's (groupquota.py)
-            over = group_quota_refusal(state, group, [p for p, _ in unbound],
-                                       slots=len(reserve))
+            over = group_quota_refusal(state, group, members, slots=len(reserve))
             if over is not None:
-                return None, over
-            return plan_group(view, group, unbound, self.default_strategy, reserve)
-        entries, why = state.seeds.book_group(self.book, plan)
+                return None, over, None
+            return plan_group(view, group, unbound, self.default_strategy, reserve,
+                              lambda m: state.seeds.schedule(m, across_namespaces=across))
+        entries, why, preemption = state.seeds.book_group(self.book, plan)
+        if entries is None and preemption is not None:
+            # its victims' budgets, asked outside the lock; then planned and booked
+            # again, only with victims they let go (the plan may have changed)
+            refusal = self.budgets(list(preemption.victims))
+            if refusal is not None:
+                return unschedulable(pod, key, (
+                    f"pod group {group.key} ({to_place(group, len(unbound), len(reserve))}): "
+                    f"preempting {', '.join(preemption.victims)} would make room, but "
+                    f"{refusal}: nothing is booked, nobody is evicted"))
+            entries, why, preemption = state.seeds.book_group(
+                self.book, plan, approved=frozenset(preemption.victims))
+            if entries is None and preemption is not None:
+                return Result(requeue_after=0.0)  # other victims now: asked again
         if why is _BOOKED:
             held = self.book.entry(key)
             if held is None:  # a slot of its index to take: at once
@@ -360,13 +404,35 @@ class GroupPath:
                                            f"{why}")
         self.waits.placed(group)
         log.info("group.booked", group=group.key, members=len(entries) - len(reserve),
-                 reserved=reserve, nodes=sorted({e.placement.node for e in entries.values()}))
+                 reserved=reserve, nodes=sorted({e.placement.node for e in entries.values()}),
+                 preempting=list(preemption.victims) if preemption else [])
+        if preemption is not None:
+            said = preempting_text(group.key, group_priority(members), preemption)
+            for member in members:
+                self.recorder.normal(member, "Preempting", said)
         for other, e in entries.items():
             if other != key and not e.reserved:
                 o_ns, o_name = other.split("/", 1)
                 enqueue(Request(o_ns, o_name), 0.0)
         entry = entries.get(key)
-        return bind(state, pod, key, entry) if entry is not None else None
+        return self._bind_when_free(state, pod, key, entry, group, bind) \
+            if entry is not None else None
+
+    def _bind_when_free(self, state: PlacementState, pod: JSON, key: str, entry: Entry,
+                        group: PodGroup,
+                        bind: Callable[[PlacementState, JSON, str, Entry], Result | None]
+                        ) -> Result | None:
+        """Member ``key`` booked with its group: bound, unless the group's booking is
+        a nomination whose victims still hold something of (or on) its devices;
+        then it waits for them (said once per wording), looked at again shortly."""
+        blockers = state.seeds.group_blockers(entry.ledger_key)
+        if not blockers:
+            return bind(state, pod, key, entry)
+        said = waiting_text(group.key, blockers)
+        if self.waits.tell_once(pod_uid(pod), said):
+            self.recorder.normal(pod, "WaitingForPreemption", said)
+            log.info("group.waits_for_victims", group=group.key, pod=key, blockers=blockers)
+        return Result(requeue_after=PREEMPTION_POLL)
 
     def _predecessor(self, pod: JSON, group: PodGroup) -> str | None:
         """The member of ``pod``'s index that it replaces, when that one still holds

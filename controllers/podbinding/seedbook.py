@@ -177,14 +177,22 @@ class SeedBook:
         return [*(self.pods[k] for k in sorted(self._by_key.get(ledger_key, ())) if k not in but),
                 *(e for e in self._vacant.get(ledger_key, ()) if e is not claimed)]
 
-    def _rebook(self, ledger: Ledger, ledger_key: str, entries: list[Entry]) -> None:
+    def _rebook(self, ledger: Ledger, ledger_key: str, entries: list[Entry],
+                overlap: tuple[str, ...] | None = None) -> None:
+        """Books ``entries`` as ``ledger_key``'s one allocation; ``overlap``: the
+        owners a preempting group's booking is nominated over (None: as it is now,
+        so a member booked or released meanwhile keeps the nomination)."""
         if not entries:
             ledger.forget(ledger_key)
             return
+        if overlap is None:
+            held = ledger.allocation(ledger_key)
+            overlap = tuple(held.overlap) if held is not None else ()
         ledger.assume(ledger_key, [e.placement for e in entries],
                       gpus_per_replica=max(e.gpus for e in entries),
                       priority=max(e.priority for e in entries),
-                      committed=all(e.committed for e in entries), check_capacity=False)
+                      committed=all(e.committed for e in entries), check_capacity=False,
+                      overlap=overlap)
 
     def book(self, ledger: Ledger, key: str, entry: Entry) -> None:
         """Book ``entry`` for pod ``key`` with the other pods of its owner (raises
@@ -225,10 +233,12 @@ class SeedBook:
         else:
             self._vacant.pop(ledger_key, None)
 
-    def book_all(self, ledger: Ledger, entries: dict[str, Entry]) -> None:
+    def book_all(self, ledger: Ledger, entries: dict[str, Entry],
+                 overlap: tuple[str, ...] = ()) -> None:
         """Book ``entries`` (pod key -> entry, one ledger key: a pod group's) in one
-        step with what that key already holds; raises LedgerConflict, changing
-        nothing, when a device is held by another key."""
+        step with what that key already holds, nominated over the owners
+        ``overlap`` (a preemption's victims; none: a plan that fits); raises
+        LedgerConflict, changing nothing, when a device is held by another key."""
         keys = {e.ledger_key for e in entries.values()}
         if len(keys) != 1:
             raise ValueError(f"one ledger key per group, not {sorted(keys)}")
@@ -240,7 +250,7 @@ class SeedBook:
         pods = {k: e for k, e in entries.items() if not e.reserved}
         others = [self.pods[k] for k in sorted(self._by_key.get(ledger_key, ()))
                   if k not in pods]
-        self._rebook(ledger, ledger_key, [*others, *entries.values()])
+        self._rebook(ledger, ledger_key, [*others, *entries.values()], tuple(overlap))
         self._vacant.pop(ledger_key, None)
         if reserved:
             self._vacant[ledger_key] = reserved

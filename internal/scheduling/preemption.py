@@ -42,12 +42,14 @@ def plan_preemption(
 
     Only workloads of strictly lower priority are candidates (foreign pods never
     are), and, unless ``across_namespaces`` (a priority an admin controls), only
-    those of the workload's own namespace. Victims are added lowest priority first
+    those of the workload's own namespace: the namespace of its key, so a pod
+    group's model (keyed ``Pod:<ns>/<name>``, controllers/podbinding/groups.py)
+    is held to its members' namespace too. Victims are added lowest priority first
     until the gang fits, then any victim not needed is dropped again (highest
     priority first). Returns (victims or None, nominated placements, nodes visited).
     """
     prio = workload.spec.priority
-    ns = workload.metadata.namespace or "default"
+    ns = booking_namespace(workload.key)
     candidates = sorted(
         (a for a in ledger.bookings() if a.key != workload.key and a.priority < prio
          and (across_namespaces or booking_namespace(a.key) == ns)),
