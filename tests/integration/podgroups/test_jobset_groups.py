@@ -1,27 +1,38 @@
 """A JobSet's pods, made by the real JobSet and Job controllers, are one pod group
 (internal/scheduling/podgroups.py, docs/podgroups.md), read from the live pods and
-the live JobSet: one group of the whole JobSet per restart attempt, or one per
-replicated job under InOrder."""
+the live JobSet: one group of the whole JobSet per restart attempt. Under InOrder it
+is placed by the manager's pod binding once the first replicated job's members
+exist, the later ones' devices held as slots they take when made."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
 
 import pytest
 
+from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from hack.testenv import ControlPlane
 from internal.scheduling.podgroups import PodGroup, pod_group
 from runtime import Client, errors
+from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
+    NodeGroup,
+    Running,
+    events_for,
+    group,
+    installed,
+)
 from tests.integration.podgroups.conftest import REF
-from tests.integration.podgroups.controllers import JOBSET, PeerController, jobset
+from tests.integration.podgroups.controllers import JOBSET, jobset
+from tests.integration.podgroups.fixtures import peer_fixtures
 from tests.waiting import eventually
 
+DEVICES = "gpu.orchestrator.dev/devices"
+SLOTS = "gpu.orchestrator.dev/group-slots"
+NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
-@pytest.fixture(scope="module")
-def controller(cluster: ControlPlane) -> Iterator[PeerController]:
-    run = PeerController(cluster, JOBSET).start()
-    yield run
-    run.stop()
+
+peers, binder = peer_fixtures(JOBSET)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +57,7 @@ def members(admin: Client, namespace: str, want: int) -> list[PodGroup]:
 
 
 def test_a_jobsets_pods_are_one_group_of_its_size(
-        controller: PeerController, admin: Client, namespace: str) -> None:
+        peers: None, admin: Client, namespace: str) -> None:
     """4 pods x 4 GPUs as the issue's user ran it: a launcher Job of 1 pod and 3 worker
     Jobs of 1 pod: 4 members of one group, indices 0..3."""
     admin.create(jobset("train", [("launcher", 1, 1), ("workers", 3, 1)]), namespace=namespace)
@@ -57,26 +68,27 @@ def test_a_jobsets_pods_are_one_group_of_its_size(
 
 
 def test_jobs_of_several_pods_count_each_pod(
-        controller: PeerController, admin: Client, namespace: str) -> None:
+        peers: None, admin: Client, namespace: str) -> None:
     admin.create(jobset("ring", [("workers", 2, 3)]), namespace=namespace)
     groups = members(admin, namespace, 6)
     assert {(g.key, g.size) for g in groups} == {(f"{namespace}/jobset:ring:0", 6)}
     assert sorted(g.index for g in groups) == list(range(6))
 
 
-def test_in_order_each_replicated_job_is_a_group_of_its_own(
-        controller: PeerController, admin: Client, namespace: str) -> None:
+def test_in_order_the_whole_jobset_is_one_group_made_first_at_its_launcher(
+        peers: None, admin: Client, namespace: str) -> None:
     """InOrder: the workers' Jobs are made only once the launcher is ready, which
-    nothing runs here; a group of the whole JobSet could never be complete."""
+    nothing runs here: the launcher alone exists, a member of the whole JobSet's
+    group (1 + 2 x 2), the one made first."""
     admin.create(jobset("staged", [("launcher", 1, 1), ("workers", 2, 2)], order="InOrder"),
                  namespace=namespace)
     groups = members(admin, namespace, 1)
-    assert [(g.key, g.size, g.index) for g in groups] == [
-        (f"{namespace}/jobset:staged:0:launcher", 1, 0)]
+    assert [(g.key, g.size, g.index, g.first) for g in groups] == [
+        (f"{namespace}/jobset:staged:0", 5, 0, ((0, 1),))]
 
 
 def test_every_member_reads_its_devices_from_the_binding(
-        controller: PeerController, exposure: None, admin: Client, namespace: str) -> None:
+        peers: None, exposure: None, admin: Client, namespace: str) -> None:
     """The job controller's pods pass JobSet's pod webhook, ours and the pod-devices
     policy: each GPU container's CUDA_VISIBLE_DEVICES is the devices annotation's,
     which the Binding of its group's placement writes."""
@@ -85,3 +97,83 @@ def test_every_member_reads_its_devices_from_the_binding(
     pods = admin.list("v1", "Pod", namespace=namespace)["items"]
     assert [[e for e in p["spec"]["containers"][0]["env"] if e["name"] == REF["name"]]
             for p in pods] == [[REF]] * 3
+
+
+def staged(name: str, group: NodeGroup) -> dict[str, Any]:  # noqa: F811
+    """A launcher Job of 1 pod, then (InOrder) 2 worker Jobs of 2 pods, 4 GPUs each,
+    on the test's own nodes."""
+    js = jobset(name, [("launcher", 1, 1), ("workers", 2, 2)], order="InOrder")
+    for rj in js["spec"]["replicatedJobs"]:
+        pod = rj["template"]["spec"]["template"]["spec"]
+        pod["nodeSelector"] = dict(group.selector)
+        pod["terminationGracePeriodSeconds"] = 0
+    return js
+
+
+def live(admin: Client, ns: str, name: str) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in admin.list("v1", "Pod", namespace=ns)["items"]
+            if (p["metadata"].get("labels") or {}).get(NAME_LABEL) == name
+            and not p["metadata"].get("deletionTimestamp")}
+
+
+def when(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_an_in_order_jobset_is_placed_whole_at_its_launcher_and_workers_take_their_slots(
+        binder: Running, admin: Client, namespace: str, group: NodeGroup) -> None:  # noqa: F811
+    """Room for the whole JobSet (5 members x 4 GPUs on 5 nodes x 4): the launcher is
+    bound first, holding the 4 workers' devices as slots written on its Binding; the
+    workers, made by the JobSet controller only once the launcher is ready, each land
+    on the slot of its index (1 + job index x 2 + completion index)."""
+    binder.wait_nodes(group.add(5, 4, labels={DEVICE_AUTHORITY_LABEL: "named"}))
+    admin.create(staged("staged", group), namespace=namespace)
+
+    def all_bound() -> dict[str, dict[str, Any]] | None:
+        pods = live(admin, namespace, "staged")
+        return pods if len(pods) == 5 and all(p["spec"].get("nodeName")
+                                              for p in pods.values()) else None
+    pods = eventually(all_bound, timeout=150, what="the launcher and its 4 workers bound")
+    (launcher,) = [p for p in pods.values()
+                   if p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"]
+                   == "launcher"]
+    slots = {}
+    for part in launcher["metadata"]["annotations"][SLOTS].split(";"):
+        index, _, where = part.partition("=")
+        node, _, devs = where.partition(":")
+        slots[int(index)] = (node, devs)
+    assert sorted(slots) == [1, 2, 3, 4], slots
+    for name, p in pods.items():
+        labels = p["metadata"]["labels"]
+        if p is launcher:
+            continue
+        assert when(p["metadata"]["creationTimestamp"]) >= when(
+            launcher["metadata"]["creationTimestamp"]), name
+        index = 1 + int(labels["jobset.sigs.k8s.io/job-index"]) * 2 + int(
+            labels["batch.kubernetes.io/job-completion-index"])
+        assert (p["spec"]["nodeName"], p["metadata"]["annotations"][DEVICES]) == \
+            slots[index], (name, slots)
+    held = [(p["spec"]["nodeName"], d) for p in pods.values()
+            for d in p["metadata"]["annotations"][DEVICES].split(",")]
+    assert len(held) == 20 and len(set(held)) == 20, held  # every member's devices distinct
+
+
+def test_an_in_order_jobset_on_room_for_the_launcher_alone_holds_nothing_and_says_why(
+        binder: Running, admin: Client, namespace: str, group: NodeGroup) -> None:  # noqa: F811
+    """Room for 1 member of 5: nothing is bound, so the JobSet controller never makes
+    the workers, and the launcher's FailedScheduling names the whole group. (Before,
+    the launcher was a group of its own: it ran, holding 4 GPUs, while its workers
+    waited for room.)"""
+    binder.wait_nodes(group.add(1, 4, labels={DEVICE_AUTHORITY_LABEL: "named"}))
+    admin.create(staged("big", group), namespace=namespace)
+
+    def said() -> str | None:
+        for name in live(admin, namespace, "big"):
+            for e in events_for(admin, namespace, name):
+                if e["reason"] == "FailedScheduling" and "pod group" in e["message"]:
+                    return str(e["message"])
+        return None
+    why = eventually(said, timeout=120, what="the launcher's FailedScheduling naming its group")
+    assert f"pod group {namespace}/jobset:big:0 (5 of 5 members to place, 4 of them" in why, why
+    pods = live(admin, namespace, "big")
+    assert len(pods) == 1 and not any(p["spec"].get("nodeName") for p in pods.values()), pods
