@@ -6,7 +6,10 @@ by ``peers.sh`` from their Go modules into the control-plane cache.
 
 Never built by ``make testenv`` or ``make test``: a caller that needs a peer asks for
 it (``make peers`` builds them all). ``TESTENV_PEERS_DIR`` points at a folder that
-holds ``<name>-<version>.<os>-<arch>`` entries already built (the cache otherwise).
+holds ``<name>-<version>.<os>-<arch>`` entries already built (the cache otherwise;
+of several entries of one peer, the one built last: Trainer's entry of our build
+around its module, ``trainer-v2.0.0+<hash>``, sorts before an older
+``trainer-v2.0.0`` of the module's own manager).
 """
 
 from __future__ import annotations
@@ -51,9 +54,9 @@ def peer(name: str) -> Peer:
         raise ValueError(f"unknown peer {name!r}: one of {', '.join(NAMES)}")
     override = os.environ.get("TESTENV_PEERS_DIR")
     if override:
-        found = sorted(Path(override).glob(f"{name}-v*"))
+        found = list(Path(override).glob(f"{name}-v*"))
         if found:
-            return Peer(name, found[-1])
+            return Peer(name, max(found, key=lambda p: p.stat().st_mtime))
     out = subprocess.run(["bash", str(HERE / "peers.sh"), name], check=True,
                          stdout=subprocess.PIPE, text=True)
     line = out.stdout.strip().splitlines()[-1]

@@ -1,6 +1,6 @@
-"""The real JobSet (v0.12.0) and LeaderWorkerSet (v0.9.0) controllers, built by
-``hack/testenv/peers.sh`` from their Go modules into the control-plane cache, on the
-local control plane for a test module:
+"""The real JobSet (v0.12.0), LeaderWorkerSet (v0.9.0) and Kubeflow Trainer (v2.0.0)
+controllers, built by ``hack/testenv/peers.sh`` from their Go modules into the
+control-plane cache, on the local control plane for a test module:
 
 - their CRDs as their modules ship them; their webhooks (the modules' webhook
   manifests) each pointed at ``https://127.0.0.1:<port><path>`` with a serving
@@ -9,7 +9,9 @@ local control plane for a test module:
   refused);
 - ``internalCertManagement`` off (it would make certificates for a Service name
   kube-apiserver cannot reach here), no leader election, metrics off, health and
-  webhook on 127.0.0.1;
+  webhook on 127.0.0.1; Trainer v2.0.0 reads no Configuration: the same by flags of
+  our build of its manager (hack/testenv/trainer/main.go: no certificate rotator,
+  ``--webhook-host``, ``--cert-dir``);
 - stopped by its own PID, its webhook configurations and CRDs removed, at the end.
 """
 
@@ -19,6 +21,7 @@ import base64
 import shutil
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -34,7 +37,7 @@ CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 @dataclass(frozen=True)
 class Kind:
     peer: str          # its name for peers.sh
-    config_api: str    # its Configuration's apiVersion
+    config_api: str    # its Configuration's apiVersion ("": none, flags only)
     pod_label: str     # the label its pods carry (its pod hooks select on it)
     args: tuple[str, ...] = ()
 
@@ -42,6 +45,9 @@ class Kind:
 JOBSET = Kind("jobset", "config.jobset.x-k8s.io/v1alpha1", "jobset.sigs.k8s.io/jobset-name")
 LWS = Kind("lws", "config.lws.x-k8s.io/v1alpha1", "leaderworkerset.sigs.k8s.io/name",
            ("--leader-elect=false",))
+#: its pods are its JobSet's (it has no pod hooks); start it after JOBSET, whose CRD
+#: it watches
+TRAINER = Kind("trainer", "", "jobset.sigs.k8s.io/jobset-name")
 
 
 class PeerController:
@@ -96,6 +102,19 @@ class PeerController:
         self.installed = [f"{d['kind'].lower()}/{d['metadata']['name']}" for d in docs]
         eventually(self._established, timeout=60, what=f"{self.kind.peer}'s CRDs Established")
         health = free_port()
+        self.process = Process(self.kind.peer, [
+            str(self.peer.binary), *self._settings(certs, health),
+            f"--kubeconfig={self.cp.kubeconfig}", *self.kind.args],
+            self.dir / f"{self.kind.peer}.log")
+        self.process.start()
+        self.process.wait_ready(lambda: self.cp._http("GET", health, "/readyz")[0] == 200, 120)
+        return self
+
+    def _settings(self, certs: Path, health: int) -> list[str]:
+        if not self.kind.config_api:
+            return ["--webhook-host=127.0.0.1", f"--webhook-server-port={self.webhook_port}",
+                    f"--cert-dir={certs}", f"--health-probe-bind-address=127.0.0.1:{health}",
+                    "--metrics-bind-address=0"]
         config = self.dir / "config.yaml"
         config.write_text(yaml.safe_dump({
             "apiVersion": self.kind.config_api, "kind": "Configuration",
@@ -105,12 +124,7 @@ class PeerController:
                         "certDir": str(certs)},
             "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
             "metrics": {"bindAddress": "0"}}))
-        self.process = Process(self.kind.peer, [
-            str(self.peer.binary), f"--config={config}", f"--kubeconfig={self.cp.kubeconfig}",
-            *self.kind.args], self.dir / f"{self.kind.peer}.log")
-        self.process.start()
-        self.process.wait_ready(lambda: self.cp._http("GET", health, "/readyz")[0] == 200, 120)
-        return self
+        return [f"--config={config}"]
 
     def stop(self) -> None:
         if self.process is not None:
