@@ -15,9 +15,16 @@ source              the pod carries                              size from
 ``job``             a controlling Indexed Job (owner lookup)     parallelism == completions
 =================== ============================================ ============================
 
-and returns a :class:`PodGroup`, ``None`` (in no group: placed as one pod), or a
-:class:`GroupRefusal` (the pod says it is in a group whose size cannot be read; the
-caller records the refusal's ``reason`` as an Event and places nothing of it).
+A JobSet is one group per restart attempt; under ``InOrder`` or ``dependsOn``
+``status: Ready`` its later replicated jobs are made only once the earlier ones are
+ready, so the group says which members are made first (``PodGroup.first``), at
+which it is placed whole; with a ``status: Complete`` dependency (run one after the
+other) it is one group per replicated job.
+
+:func:`pod_group` returns a :class:`PodGroup`, ``None`` (in no group: placed as one
+pod), or a :class:`GroupRefusal` (the pod says it is in a group whose size cannot be
+read; the caller records the refusal's ``reason`` as an Event and places nothing of
+it).
 :func:`disagreement` refuses a group whose members say different sizes.
 """
 
