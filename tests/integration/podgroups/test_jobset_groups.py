@@ -99,10 +99,13 @@ def test_every_member_reads_its_devices_from_the_binding(
             for p in pods] == [[REF]] * 3
 
 
-def staged(name: str, group: NodeGroup) -> dict[str, Any]:  # noqa: F811
-    """A launcher Job of 1 pod, then (InOrder) 2 worker Jobs of 2 pods, 4 GPUs each,
-    on the test's own nodes."""
-    js = jobset(name, [("launcher", 1, 1), ("workers", 2, 2)], order="InOrder")
+def staged(name: str, group: NodeGroup, how: str = "InOrder") -> dict[str, Any]:  # noqa: F811
+    """A launcher Job of 1 pod, then (InOrder, or dependsOn the launcher Ready) 2
+    worker Jobs of 2 pods, 4 GPUs each, on the test's own nodes."""
+    js = jobset(name, [("launcher", 1, 1), ("workers", 2, 2)],
+                order="InOrder" if how == "InOrder" else None)
+    if how == "dependsOn":
+        js["spec"]["replicatedJobs"][1]["dependsOn"] = [{"name": "launcher", "status": "Ready"}]
     for rj in js["spec"]["replicatedJobs"]:
         pod = rj["template"]["spec"]["template"]["spec"]
         pod["nodeSelector"] = dict(group.selector)
@@ -120,14 +123,17 @@ def when(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+@pytest.mark.parametrize("how", ["InOrder", "dependsOn"])
 def test_an_in_order_jobset_is_placed_whole_at_its_launcher_and_workers_take_their_slots(
-        binder: Running, admin: Client, namespace: str, group: NodeGroup) -> None:  # noqa: F811
+        binder: Running, admin: Client, namespace: str, group: NodeGroup,  # noqa: F811
+        how: str) -> None:
     """Room for the whole JobSet (5 members x 4 GPUs on 5 nodes x 4): the launcher is
     bound first, holding the 4 workers' devices as slots written on its Binding; the
     workers, made by the JobSet controller only once the launcher is ready, each land
-    on the slot of its index (1 + job index x 2 + completion index)."""
+    on the slot of its index (1 + job index x 2 + completion index). The same under
+    dependsOn the launcher, status Ready."""
     binder.wait_nodes(group.add(5, 4, labels={DEVICE_AUTHORITY_LABEL: "named"}))
-    admin.create(staged("staged", group), namespace=namespace)
+    admin.create(staged("staged", group, how), namespace=namespace)
 
     def all_bound() -> dict[str, dict[str, Any]] | None:
         pods = live(admin, namespace, "staged")
