@@ -33,6 +33,7 @@ import structlog
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
 from controllers.placement.cache import PlacementCache, booking_copy
+from controllers.placement.decider import Decider
 from controllers.placement.door import PlacementView
 from controllers.placement.event_gate import EventGate
 from controllers.placement.events import CacheEvents
@@ -43,7 +44,7 @@ from controllers.placement.refill import DraSources, Sources, carry, in_flight, 
 from controllers.placement.seeds import SeedDoor
 from controllers.placement.standing import Standing, Waits
 from controllers.shared.own_writes import OwnWrites
-from internal.metrics.domain import BAD_OBJECTS, STALE_DECISIONS
+from internal.metrics.domain import BAD_OBJECTS
 from internal.objects import JSON
 from internal.scheduling.bounds import MAX_GPUS_PER_NODE
 from internal.scheduling.framework import PREEMPT, UNSCHEDULABLE, Decision
@@ -64,8 +65,6 @@ log = structlog.get_logger("placement")
 
 T = TypeVar("T")
 
-#: passes outside the lock tried for one decision before it is made under the lock
-STALE_TRIES = 3
 
 
 class PlacementState(PlacementCache):
@@ -100,6 +99,8 @@ class PlacementState(PlacementCache):
         self.events = CacheEvents(self, on_problem, enqueue_on_node)
         #: the seed path's door (controllers/podbinding): plans booked in its book
         self.seeds = SeedDoor(self)
+        #: the scheduler's cycle over this cache: a pass, then ``assume_decision``
+        self.decider = Decider(self)
         self._gate = EventGate(self._lock)
         #: a PriorityClass's value by name (None: no such class), from the cache
         self._class_value = priority_class_value or (lambda name: None)
@@ -216,6 +217,12 @@ class PlacementState(PlacementCache):
 
     # ------------------------------------------------------------- placing
 
+    def decide(self, w: GPUWorkload) -> Decision:
+        """Schedule ``w`` and, if it fits, book it (assumed, uncommitted): the
+        scheduler's cycle, a pass outside the lock then ``assume_decision`` (``Decider``).
+        """
+        return self.decider.decide(w)
+
     def admin_priority(self, w: GPUWorkload) -> bool:
         """Does ``w``'s priority come from an admin: a PriorityClass that exists with
         exactly that value? Only then may it preempt workloads of other namespaces (a
@@ -223,57 +230,37 @@ class PlacementState(PlacementCache):
         name = w.spec.priority_class_name
         return bool(name) and self._class_value(str(name)) == w.spec.priority
 
-    def decide(self, w: GPUWorkload) -> Decision:
-        """Schedule ``w`` and, if it fits, book it in the ledger (assumed, uncommitted).
+    # ----------------------------------------- the scheduler's side (``Decider``)
 
-        The scheduling pass (queue admission, filters, strategies, preemption and
-        reclaim plans) runs outside the lock on the cache as it stands, marked first
-        (``stamps.Mark``); the booking (``_assume``) is the one locked step, and
-        refuses a decision whose nodes, or for a queue's decision whose holders,
-        changed after the mark. A refused decision is made again on the new state,
-        at most ``STALE_TRIES`` times; then it is made under the lock, so a
-        workload always gets one. A decision that books nothing is kept when
-        nothing changed while it was made (no lock taken)."""
-        across = self.admin_priority(w)
-        for _ in range(STALE_TRIES):
-            sched = self.scheduler
-            mark = sched.ledger.stamps.mark()
-            try:
-                decision = self._pass(sched, w, across)
-            except Exception:
-                with self._lock:  # a writer half-way through its change ends it first
-                    stale = self._ledger.stamps.changed_since(mark)
-                if not stale:
-                    raise
-            else:
-                if decision.ok or decision.outcome == PREEMPT:
-                    try:
-                        return self._assume(w, decision, mark)
-                    except StaleDecision:
-                        pass
-                elif self._unchanged(mark):
-                    return decision
-            STALE_DECISIONS.labels("retried").inc()
-        STALE_DECISIONS.labels("locked").inc()
+    def mark_pass(self) -> tuple[Scheduler, Mark]:
+        """The scheduler and where the cache stands (``stamps.Mark``), read without
+        the lock, for a pass made outside it."""
+        sched = self.scheduler
+        return sched, sched.ledger.stamps.mark()
+
+    def changed_since(self, mark: Mark) -> bool:
+        """Has anything changed since ``mark``? Under the lock, so a writer half-way
+        through its change ends it first."""
         with self._lock:
-            sched = self.scheduler
-            return self._assume(w, self._pass(sched, w, across), sched.ledger.stamps.mark())
+            return self._ledger.stamps.changed_since(mark)
 
-    def _unchanged(self, mark: Mark) -> bool:
+    def unchanged(self, mark: Mark) -> bool:
         """Has nothing changed since ``mark``? Asked without the lock unless a
         section is in progress (a writer stamps at the end of its change)."""
         if self._lock.busy:
-            with self._lock:
-                return not self._ledger.stamps.changed_since(mark)
+            return not self.changed_since(mark)
         return not self._ledger.stamps.changed_since(mark)
 
-    def _pass(self, sched: Scheduler, w: GPUWorkload, across: bool) -> Decision:
-        """One scheduling pass for ``w`` on ``sched``'s snapshot and ledger: books
-        nothing (the queues' gate keeps its waiting lines)."""
-        return (self.queues.gate(w, sched.ledger, sched, across) if self.queues
-                else sched.schedule(w, across_namespaces=across))
+    def assume_locked(self, w: GPUWorkload,
+                      plan: Callable[[Scheduler], Decision]) -> Decision:
+        """The last resort of a decision refused as stale again and again: ``plan``
+        (a pass, which changes nothing) made under the lock, then booked in the same
+        section, so it cannot be stale."""
+        with self._lock:
+            sched, mark = self.mark_pass()
+            return self.assume_decision(w, plan(sched), mark)
 
-    def _assume(self, w: GPUWorkload, decision: Decision, mark: Mark) -> Decision:
+    def assume_decision(self, w: GPUWorkload, decision: Decision, mark: Mark) -> Decision:
         """Books ``decision`` for ``w`` unless it is stale (raises ``StaleDecision``:
         a node it books or takes victims on, or for a queue's decision any holder,
         changed after ``mark``, or the cache was filled again).

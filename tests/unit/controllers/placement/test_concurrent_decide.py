@@ -2,7 +2,7 @@
 passes run outside the lock and interleave with every change (the interpreter is
 made to switch threads every microsecond), and still no device is booked for two
 owners, no decision fails on another's change, and every workload that fits is
-placed. What the stale-decision check (``state._assume``) is for."""
+placed. What the stale-decision check (``state.assume_decision``) is for."""
 
 from __future__ import annotations
 

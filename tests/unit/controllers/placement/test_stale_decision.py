@@ -2,7 +2,7 @@
 a decision whose nodes changed while it was made (a pod arrived on its devices, the
 cache was filled again) is made again on the new state instead of being refused,
 the last try is made under the lock, and a decision that books nothing takes no
-lock at all (controllers/placement/state.py ``decide``, internal/scheduling/stamps.py).
+lock at all (controllers/placement/decider.py ``Decider.decide``, internal/scheduling/stamps.py).
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from controllers.placement.state import STALE_TRIES, PlacementState
+from controllers.placement.decider import STALE_TRIES
+from controllers.placement.state import PlacementState
 from internal.metrics.domain import STALE_DECISIONS
 from internal.scheduling.framework import Decision
 from tests.unit.controllers.placement.test_placement_state import (

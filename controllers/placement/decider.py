@@ -1,0 +1,74 @@
+"""The scheduler's cycle over the placement cache: a pass outside the lock, then
+one locked step (docs/architecture.md, "The scheduling pass runs outside the
+lock"). It is the cache's client, as kube-scheduler's scheduling cycle is its
+cache's: it reads where the cache stands (``PlacementState.mark_pass``), runs queue
+admission, filters, strategies, preemption and reclaim plans on the cache as it
+stands (changing nothing), and hands the decision to ``PlacementState.assume_decision``,
+which books it or refuses it as stale (``StaleDecision``).
+
+Guarantees:
+
+- A refused decision is made again on the new state, at most ``STALE_TRIES``
+  times (``gpu_orchestrator_stale_decisions_total{action="retried"}``); then it is
+  made under the lock (``assume_locked``, ``action="locked"``), so a workload
+  always gets a decision.
+- A decision that books nothing (Unschedulable, waiting for quota) is kept without
+  the lock when nothing changed while it was made (``unchanged``); else it is made
+  again.
+- A pass that raises on inputs that changed under it is made again; on unchanged
+  inputs the exception is a bug and is raised.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from api.v1alpha1.types import GPUWorkload
+from internal.metrics.domain import STALE_DECISIONS
+from internal.scheduling.framework import PREEMPT, Decision
+from internal.scheduling.scheduler import Scheduler
+from internal.scheduling.stamps import StaleDecision
+
+if TYPE_CHECKING:
+    from controllers.placement.state import PlacementState
+
+#: passes outside the lock tried for one decision before it is made under the lock
+STALE_TRIES = 3
+
+
+class Decider:
+    """Decides for one workload at a time per caller; any number of callers at once."""
+
+    def __init__(self, cache: PlacementState) -> None:
+        self._cache = cache
+
+    def decide(self, w: GPUWorkload) -> Decision:
+        """Schedule ``w`` and, if it fits, book it in the ledger (assumed,
+        uncommitted); see the module's guarantees."""
+        cache = self._cache
+        across = cache.admin_priority(w)
+        for _ in range(STALE_TRIES):
+            sched, mark = cache.mark_pass()
+            try:
+                decision = self.one_pass(sched, w, across)
+            except Exception:
+                if not cache.changed_since(mark):
+                    raise
+            else:
+                if decision.ok or decision.outcome == PREEMPT:
+                    try:
+                        return cache.assume_decision(w, decision, mark)
+                    except StaleDecision:
+                        pass
+                elif cache.unchanged(mark):
+                    return decision
+            STALE_DECISIONS.labels("retried").inc()
+        STALE_DECISIONS.labels("locked").inc()
+        return cache.assume_locked(w, lambda sched: self.one_pass(sched, w, across))
+
+    def one_pass(self, sched: Scheduler, w: GPUWorkload, across: bool) -> Decision:
+        """One scheduling pass for ``w`` on ``sched``'s snapshot and ledger: books
+        nothing (the queues' gate keeps its waiting lines)."""
+        queues = self._cache.queues
+        return (queues.gate(w, sched.ledger, sched, across) if queues
+                else sched.schedule(w, across_namespaces=across))
