@@ -1,0 +1,123 @@
+"""Where a pod group goes (docs/podgroups.md, "How a group is placed"): its unbound
+members (and the slots of members not made yet) planned as one GPUWorkload gang by
+the shared scheduler, with its members' priority, so that the ``priority`` strategy
+may name victims (``grouppreempt.py``). Pure: it reads a read-only
+``PlacementView`` under the state's lock (``PlacementState.seeds.book_group``, which
+books what it returns) and returns each member's ``Entry``, or why the group cannot
+go anywhere, in the words of its members' ``FailedScheduling`` Events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
+from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement, SchedulingStrategy, Topology
+from controllers.placement.seeds import GroupPlan, Preemption
+from controllers.placement.state import PlacementView
+from controllers.podbinding.grouppreempt import group_priority, refuses_preemption, was
+from controllers.podbinding.leaderfirst import slot_key
+from controllers.podbinding.seedbook import Entry, pod_meta, pod_priority, slots_text
+from controllers.podbinding.seedplan import MAX_GPUS_PER_POD, pod_model
+from internal.objects import JSON, object_key
+from internal.scheduling.authority import NAMED
+from internal.scheduling.outcome import UNSCHEDULABLE, Decision
+from internal.scheduling.podgroups import PodGroup
+from internal.scheduling.pods import pod_gpu_request, pod_uid
+
+#: a group's own choice of strategy (else the pod binding's default)
+STRATEGY_ANNOTATION = "gpu.orchestrator.dev/strategy"
+#: a group's NVLink requirement for each member's devices (a GPUWorkload's topology)
+TOPOLOGY_ANNOTATION = "gpu.orchestrator.dev/topology"
+
+def group_ledger_key(group: PodGroup) -> str:
+    return f"PodGroup:{group.key}"
+
+
+def _order(members: Iterable[tuple[JSON, PodGroup]]) -> list[tuple[JSON, PodGroup]]:
+    return sorted(members, key=lambda m: (m[1].index if m[1].index is not None else 1 << 30,
+                                          object_key(m[0])))
+
+
+def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, PodGroup]],
+               default_strategy: str, reserve: list[int] | None = None,
+               schedule: Callable[[GPUWorkload], Decision] | None = None) -> GroupPlan:
+    """Where the unbound members go, and the members of indices ``reserve`` not made
+    yet (``leaderfirst.py``: reserved slots, with the group's ``worker_gpus``), as
+    one gang, or why nowhere, and whom it preempts to fit (``grouppreempt.py``: the
+    gang has its members' priority, and the ``priority`` strategy may name
+    victims): read from ``view`` under the state's lock
+    (``PlacementState.seeds.book_group``); ``schedule`` asks the scheduler (default
+    ``view.schedule``, which may preempt in any namespace). A group always
+    gets named devices: its members' ``CUDA_VISIBLE_DEVICES`` is a reference to the
+    devices annotation the binding writes (internal/webhook/groupexposure.py), which
+    a counted placement would leave empty, hiding every GPU. Members that request
+    ``nvidia.com/gpu`` go only to named nodes (one authority per node: where the
+    device plugin picks devices, ours could be others than its); members that
+    request none, to any node that takes named devices."""
+    members = _order(unbound)
+    first = members[0][0]
+    reserve = reserve or []
+    requested = max([pod_gpu_request(p) for p, _ in members]
+                    + ([group.worker_gpus] if reserve else []))
+    if requested > MAX_GPUS_PER_POD:
+        return None, (f"a member requests {requested} nvidia.com/gpu, more than the "
+                      f"{MAX_GPUS_PER_POD} one pod may have"), None
+    strategy = (pod_meta(first).get("annotations") or {}).get(STRATEGY_ANNOTATION) \
+        or default_strategy
+    if strategy == SchedulingStrategy.ANNOTATION_MAP.value:
+        strategy = SchedulingStrategy.LEAST_LOADED.value
+    raw = (pod_meta(first).get("annotations") or {}).get(TOPOLOGY_ANNOTATION)
+    try:
+        topology = Topology(raw or Topology.NONE.value)
+    except ValueError:
+        return None, (f"annotation {TOPOLOGY_ANNOTATION} is {raw!r}, not one of "
+                      f"{', '.join(t.value for t in Topology)}"), None
+    only = {DEVICE_AUTHORITY_LABEL: NAMED} if requested else None
+    model, why = pod_model(first, max(requested, 1), strategy,
+                           DeviceExposure.CUDA_VISIBLE_DEVICES, node_selector=True, only=only)
+    if model is None:
+        return None, why, None
+    priority = group_priority(p for p, _ in members)
+    model = model.model_copy(update={"spec": model.spec.model_copy(
+        update={"replicas": len(members) + len(reserve), "topology": topology,
+                "priority": priority})})
+    decision = (schedule or view.schedule)(model)
+    where = (f"; members asking nvidia.com/gpu go only to nodes labelled "
+             f"{DEVICE_AUTHORITY_LABEL}={NAMED}") if requested else ""
+    preemption = Preemption.of(decision, group_ledger_key(group), priority)
+    never = refuses_preemption(p for p, _ in members) if preemption else None
+    if never is not None:
+        return None, (f"{was(decision)}{where}; pod {never} says preemptionPolicy Never: "
+                      f"the group preempts nobody"), None
+    if not decision.ok and preemption is None:
+        if strategy == SchedulingStrategy.PRIORITY.value and decision.outcome == UNSCHEDULABLE:
+            where += (f"; preempting every holder of lower priority than the group's "
+                      f"{priority} would not make room either")
+        return None, f"{decision.message}{where}", None
+    entries = _entries(group, members, reserve, decision.placements, max(requested, 1))
+    return entries, "", preemption
+
+
+def _entries(group: PodGroup, members: list[tuple[JSON, PodGroup]], reserve: list[int],
+             placements: list[Placement], gpus: int) -> dict[str, Entry]:
+    key = group_ledger_key(group)
+    ordered = sorted(placements, key=lambda p: p.index)
+    priority = max(pod_priority(pod) for pod, _ in members)
+    out = {object_key(pod): Entry(key, Placement(index=p.index, node=p.node,
+                                                 devices=list(p.devices)),
+                                  gpus, priority=pod_priority(pod), uid=pod_uid(pod),
+                                  slot=g.index, generation=g.generation)
+           for (pod, g), p in zip(members, ordered[:len(members)], strict=True)}
+    reserved = [Entry(key, Placement(index=p.index, node=p.node, devices=list(p.devices)),
+                      gpus, priority=priority, slot=i, generation=group.generation,
+                      reserved=True)
+                for i, p in zip(reserve, ordered[len(members):], strict=True)]
+    if reserved:  # the leader's Binding writes them: a restart books them again
+        leader = next((k for (pod, g), k in zip(members, out, strict=True) if g.index == 0),
+                      None)
+        if leader is not None:
+            out[leader] = replace(out[leader], slots_note=slots_text(reserved))
+        out.update((slot_key(group, e.slot or 0), e) for e in reserved)
+    return out
