@@ -1,30 +1,103 @@
-"""What ``gpu_orchestrator_pod_groups`` reads: the pod groups among the live pods of
-the pod binding's scheduler, by state (``internal/metrics/domain.py``'s
-``POD_GROUPS``). A group is *placed* when each of its members is present and bound,
-or bound to a slot its bound leader holds for it (a ``LeaderReady`` group's workers
-not made yet: ``gpu.orchestrator.dev/group-slots``), *waiting* otherwise (members
-missing, or present and not yet bound), *refused* when a member's group cannot be
-read (sizes that disagree, an unreadable size)."""
+"""The pod groups among the live pods of the pod binding's scheduler, and the state
+of each: what ``kubectl gpu groups`` shows (internal/cli/cmd_groups.py) and what
+``gpu_orchestrator_pod_groups`` counts (``internal/metrics/domain.py``'s
+``POD_GROUPS``), read by the same code so the two never disagree.
+
+==================  ==========================================================  =======
+state               the group's live members                                    gauge
+==================  ==========================================================  =======
+Refused             a member's group cannot be read (an unreadable size), or    refused
+                    its members disagree on the size
+Placed              every member present and bound                              placed
+Reserved            fewer bound than its size, the others' slots held by a      placed
+                    bound leader (``gpu.orchestrator.dev/group-slots``: a
+                    ``LeaderReady`` group whose workers are made once the
+                    leader is Ready), so the whole group is placed
+WaitingForMembers   fewer present than its size, no slots held for the others   waiting
+Unschedulable       all present, none bound                                     waiting
+Partial             all present, some bound (a moment, while they bind)         waiting
+==================  ==========================================================  =======
+
+Finished and terminating pods are no members.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
-from api.v1alpha1.keys import GROUP_SLOTS_ANNOTATION
+from controllers.podbinding.seedentry import bound_entry, read_slots
 from internal.objects import JSON
 from internal.scheduling.podgroups import GroupRefusal, OwnerLookup, PodGroup, pod_group
 from runtime.store import Indexer
 
+Recognise = Callable[[JSON], PodGroup | GroupRefusal | None]
 
-def group_states(pods: Iterable[JSON], scheduler: str,
-                 recognise: Callable[[JSON], PodGroup | GroupRefusal | None]
-                 ) -> dict[str, int]:
-    """state -> how many groups are in it, among ``pods`` (finished and terminating
-    pods are no members)."""
-    size: dict[str, int] = {}
-    present: dict[str, int] = {}
-    bound: dict[str, int] = {}
-    refused: set[str] = set()
+#: the gauge's state of each group state (any other: waiting)
+GAUGE = {"Placed": "placed", "Reserved": "placed", "Refused": "refused"}
+
+
+@dataclass
+class SeenGroup:
+    """One group as its live members show it."""
+
+    key: str
+    source: str
+    #: (member, its index in the group or None)
+    members: list[tuple[JSON, int | None]] = field(default_factory=list)
+    sizes: set[int] = field(default_factory=set)
+    refused: str | None = None  # why it cannot be formed
+
+    @property
+    def pods(self) -> list[JSON]:
+        return [p for p, _ in self.members]
+
+    @property
+    def size(self) -> int | None:
+        return max(self.sizes) if self.sizes else None
+
+    @property
+    def bound(self) -> int:
+        return sum(1 for p in self.pods if _on_node(p))
+
+    @property
+    def running(self) -> int:
+        return sum(1 for p in self.pods if (p.get("status") or {}).get("phase") == "Running")
+
+    @property
+    def reserved(self) -> int:
+        """The slots a bound leader holds for members not bound yet (read as the
+        controller books them again after a restart: ``seedentry.read_slots``)."""
+        slots: set[int | None] = set()
+        for p in self.pods:
+            entry = bound_entry(p) if _on_node(p) else None
+            if entry is not None:
+                slots |= {e.slot for e in read_slots(p, entry)}
+        return len(slots - {i for p, i in self.members if _on_node(p)})
+
+    @property
+    def state(self) -> str:
+        size = self.size
+        if self.refused or len(self.sizes) > 1 or size is None:
+            return "Refused"
+        bound = self.bound
+        if bound >= size:
+            return "Placed"
+        if bound and bound + self.reserved >= size:
+            return "Reserved"
+        if len(self.members) < size:
+            return "WaitingForMembers"
+        return "Partial" if bound else "Unschedulable"
+
+
+def _on_node(pod: JSON) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+def live_groups(pods: Iterable[JSON], scheduler: str, recognise: Recognise) -> list[SeenGroup]:
+    """The groups among ``pods`` of ``scheduler`` (sorted by key); a member whose
+    group cannot be read and has no key is a group of its own (``?<ns>/<pod>``)."""
+    found: dict[str, SeenGroup] = {}
     for p in pods:
         meta, spec = p.get("metadata") or {}, p.get("spec") or {}
         if spec.get("schedulerName") != scheduler or meta.get("deletionTimestamp") or \
@@ -33,23 +106,24 @@ def group_states(pods: Iterable[JSON], scheduler: str,
         g = recognise(p)
         if g is None:
             continue
+        key = g.key if isinstance(g, PodGroup) else (
+            g.key or f"?{meta.get('namespace')}/{meta.get('name')}")
+        row = found.setdefault(key, SeenGroup(key, g.source))
         if isinstance(g, GroupRefusal):
-            refused.add(g.key or f"?{meta.get('namespace')}/{meta.get('name')}")
-            continue
-        if size.setdefault(g.key, g.size) != g.size:
-            refused.add(g.key)  # its members disagree on its size
-        present[g.key] = present.get(g.key, 0) + 1
-        held = 1 + _slots(meta) if spec.get("nodeName") else 0
-        bound[g.key] = bound.get(g.key, 0) + held
-    placed = sum(1 for k in size if k not in refused and bound[k] >= size[k])
-    return {"placed": placed, "waiting": len(set(size) - refused) - placed,
-            "refused": len(refused)}
+            row.members.append((p, None))
+            row.refused = g.message
+        else:
+            row.members.append((p, g.index))
+            row.sizes.add(g.size)
+    return sorted(found.values(), key=lambda r: r.key)
 
 
-def _slots(meta: JSON) -> int:
-    """How many workers' slots a bound leader's annotation holds (``1=n:2,3;2=n:0,1``)."""
-    text = str((meta.get("annotations") or {}).get(GROUP_SLOTS_ANNOTATION) or "")
-    return sum(1 for part in text.split(";") if "=" in part)
+def group_states(pods: Iterable[JSON], scheduler: str, recognise: Recognise) -> dict[str, int]:
+    """The gauge's state -> how many groups are in it, among ``pods``."""
+    counts = {"placed": 0, "waiting": 0, "refused": 0}
+    for g in live_groups(pods, scheduler, recognise):
+        counts[GAUGE.get(g.state, "waiting")] += 1
+    return counts
 
 
 class GroupCounts:

@@ -8,17 +8,21 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from controllers.podbinding.group_metrics import GAUGE, SeenGroup, live_groups
 from internal.cli import validate
 from internal.cli.kube import Kube
 from internal.cli.output import Printer
 from internal.objects import JSON
-from internal.scheduling.podgroups import GroupRefusal, PodGroup, pod_group
+from internal.scheduling.podgroups import pod_group
 
 HELP = "pod groups of other controllers' pods: members present, bound, running, why not"
 #: the Events that say why a group waits or was not placed, most telling first
 REASONS = ("FailedScheduling", "PodGroupIncomplete", "PodGroupSizesDisagree",
            "PodGroupSizeUnreadable", "WaitingForGroup")
 SCHEDULER = "gpu-scheduler"
+#: the states the gauge counts as placed (Placed, and Reserved: a leader holding
+#: its workers' slots)
+PLACED = frozenset(state for state, gauge in GAUGE.items() if gauge == "placed")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,56 +57,33 @@ def _why(kube: Kube, members: list[JSON]) -> str:
     return f"{reason}: {message}"
 
 
-def groups(kube: Kube, scheduler: str) -> list[dict[str, Any]]:
-    """Each group among the live pods of ``scheduler`` (its members, size, state)."""
+def groups(kube: Kube, scheduler: str) -> list[SeenGroup]:
+    """Each group among the live pods of ``scheduler`` (its members, size, state),
+    as the controller's gauge counts them."""
     owners = _owners(kube)
-    found: dict[str, dict[str, Any]] = {}
-    for p in kube.pods(None if kube.all_namespaces else kube.namespace):
-        if (p.get("spec") or {}).get("schedulerName") != scheduler or \
-                (p.get("metadata") or {}).get("deletionTimestamp") or \
-                (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        g = pod_group(p, owners)
-        if g is None:
-            continue
-        key = g.key if isinstance(g, PodGroup) else (g.key or f"?{p['metadata']['name']}")
-        row = found.setdefault(key, {"key": key, "members": [], "sizes": set(),
-                                     "source": g.source, "refused": None})
-        row["members"].append(p)
-        if isinstance(g, GroupRefusal):
-            row["refused"] = g.message
-        else:
-            row["sizes"].add(g.size)
-    return sorted(found.values(), key=lambda r: r["key"])
+    return live_groups(kube.pods(None if kube.all_namespaces else kube.namespace), scheduler,
+                       lambda p: pod_group(p, owners))
 
 
-def _state(row: dict[str, Any]) -> tuple[str, int, int]:
-    members = row["members"]
-    bound = sum(1 for p in members if (p.get("spec") or {}).get("nodeName"))
-    running = sum(1 for p in members if (p.get("status") or {}).get("phase") == "Running")
-    size = max(row["sizes"]) if row["sizes"] else 0
-    if row["refused"] or len(row["sizes"]) > 1:
-        state = "Refused"
-    elif size and bound >= size:
-        state = "Placed"
-    elif len(members) < size:
-        state = "WaitingForMembers"
-    else:
-        state = "Unschedulable" if not bound else "Partial"
-    return state, bound, running
+def _note(g: SeenGroup, state: str) -> str:
+    """What the row says besides its state: a Reserved group's held slots."""
+    if state != "Reserved":
+        return ""
+    return (f"{g.bound} bound, {g.reserved} slot(s) reserved for the members its "
+            f"controller makes later")
 
 
 def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
     rows = groups(kube, args.scheduler_name)
     if args.name:
-        rows = [r for r in rows if r["key"].split("/", 1)[-1] in args.name
-                or r["key"].rsplit(":", 1)[0].split(":", 1)[-1] in args.name]
+        rows = [r for r in rows if r.key.split("/", 1)[-1] in args.name
+                or r.key.rsplit(":", 1)[0].split(":", 1)[-1] in args.name]
     if out.structured:
         out.data({"apiVersion": "v1", "kind": "List", "items": [{
-            "group": r["key"], "source": r["source"],
-            "members": [p["metadata"]["name"] for p in r["members"]],
-            "size": max(r["sizes"]) if r["sizes"] else None,
-            "state": _state(r)[0], "why": _why(kube, r["members"])} for r in rows]})
+            "group": r.key, "source": r.source,
+            "members": [p["metadata"]["name"] for p in r.pods],
+            "size": r.size, "state": r.state, "bound": r.bound, "running": r.running,
+            "reserved": r.reserved, "why": _why(kube, r.pods)} for r in rows]})
         return 0
     if not rows:
         where = "any namespace" if kube.all_namespaces else f"namespace {kube.namespace}"
@@ -110,12 +91,14 @@ def run(args: argparse.Namespace, kube: Kube, out: Printer) -> int:
         return 0
     table, styles = [], []
     for r in rows:
-        state, bound, running = _state(r)
-        size = "/".join(str(s) for s in sorted(r["sizes"])) or "?"
-        why = "" if state == "Placed" else _why(kube, r["members"]) or (r["refused"] or "")
-        table.append([r["key"], r["source"], f"{len(r['members'])}/{size}", bound, running,
+        state = r.state
+        size = "/".join(str(s) for s in sorted(r.sizes)) or "?"
+        why = _note(r, state) if state in PLACED else \
+            _why(kube, r.pods) or (r.refused or "")
+        table.append([r.key, r.source, f"{len(r.members)}/{size}", r.bound, r.running,
                       state, why[:160]])
-        styles.append({"Placed": "green", "Refused": "red"}.get(state, "yellow"))
+        styles.append("green" if state in PLACED else
+                      "red" if state == "Refused" else "yellow")
     out.table(["group", "source", "members", "bound", "running", "state", "why"], table,
               styles=styles)
     return 0

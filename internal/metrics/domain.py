@@ -180,7 +180,8 @@ class PodGroupCollector(Collector):
         g = GaugeMetricFamily(
             "gpu_orchestrator_pod_groups", "Pod groups by state: waiting (a member "
             "missing or not yet bound; a group holds nothing until it is placed), placed "
-            "(every member bound), refused (its members disagree on the group, or its "
+            "(every member bound, or bound with the slots its leader holds for the members "
+            "made later), refused (its members disagree on the group, or its "
             "size cannot be read).", labels=["state"])
         for state in self.STATES:
             g.add_metric([state], counts.get(state, 0))

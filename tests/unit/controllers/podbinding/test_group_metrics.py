@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.v1alpha1.keys import GROUP_SLOTS_ANNOTATION
+from api.v1alpha1.keys import DEVICES_ANNOTATION, GROUP_SLOTS_ANNOTATION
 from controllers.podbinding.group_metrics import group_states
 from internal.metrics.domain import POD_GROUPS
 from internal.scheduling.podgroups import (
@@ -44,6 +44,7 @@ def test_a_leader_holding_its_workers_slots_is_a_placed_group() -> None:
     """A LeaderReady group: the leader is bound with its workers' devices reserved,
     the workers are made only once it is Ready."""
     leader = member("lws", "lws-0", size="3", node="n1")
+    leader["metadata"]["annotations"][DEVICES_ANNOTATION] = "0,1"
     leader["metadata"]["annotations"][GROUP_SLOTS_ANNOTATION] = "1=n1:2,3;2=n2:0,1"
     assert states([leader]) == {"waiting": 0, "placed": 1, "refused": 0}
     leader["metadata"]["annotations"][GROUP_SLOTS_ANNOTATION] = "1=n1:2,3"
