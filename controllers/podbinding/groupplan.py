@@ -91,6 +91,11 @@ def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, P
     if never is not None:
         return None, (f"{was(decision)}{where}; pod {never} says preemptionPolicy Never: "
                       f"the group preempts nobody"), None
+    if preemption is not None and group_ledger_key(group) in preemption.victims:
+        # its own key's older members (another generation, of lower priority): the
+        # new gang would be booked over them, under the same key; it waits instead
+        return None, (f"{was(decision)}{where}; the room is its own earlier members', "
+                      f"under the same group key: waiting for them to go"), None
     if not decision.ok and preemption is None:
         if strategy == SchedulingStrategy.PRIORITY.value and decision.outcome == UNSCHEDULABLE:
             where += (f"; preempting every holder of lower priority than the group's "

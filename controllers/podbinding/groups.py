@@ -63,7 +63,7 @@ from controllers.podbinding.seedbook import (
     pod_priority,
     pod_spec,
 )
-from internal.metrics.domain import POD_GROUP_TIMEOUTS
+from internal.metrics.domain import POD_GROUP_TIMEOUTS, PREEMPTIONS
 from internal.objects import JSON, object_key
 from internal.scheduling.podgroups import GroupRefusal, PodGroup, disagreement
 from internal.scheduling.pods import pod_is_active, pod_uid
@@ -303,6 +303,7 @@ class GroupPath:
                  reserved=reserve, nodes=sorted({e.placement.node for e in entries.values()}),
                  preempting=list(preemption.victims) if preemption else [])
         if preemption is not None:
+            PREEMPTIONS.inc(len(preemption.victims))
             said = preempting_text(group.key, group_priority(members), preemption)
             for member in members:
                 self.recorder.normal(member, "Preempting", said)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from prometheus_client import REGISTRY
+
 from tests.unit.controllers.podbinding.test_pod_groups import GroupEnv, member
 from tests.unit.controllers.podbinding.test_podbinding import NS, EvictingClient
 
@@ -70,7 +72,9 @@ def evicting(env: GroupEnv, *names: str) -> dict[str, str | None]:
 def test_a_higher_priority_group_takes_exactly_the_victims_it_needs_and_binds_once_they_go(
 ) -> None:
     env = full([low(f"w{n}", f"node{n}") for n in range(1, 5)])
+    before = REGISTRY.get_sample_value("gpu_orchestrator_preemptions_total") or 0
     place(env, "urgent")
+    assert REGISTRY.get_sample_value("gpu_orchestrator_preemptions_total") == before + 2
     told = evicting(env, "w1", "w2", "w3", "w4")
     victims = sorted(n for n, m in told.items() if m)
     assert len(victims) == 2, told  # 2 members x 4 GPUs: two nodes, no more
