@@ -245,7 +245,7 @@ class GroupPath:
             if slot is not None:
                 log.info("group.slot_taken", group=group.key, pod=key, slot=slot.slot,
                          node=slot.placement.node, devices=devs_text(slot.placement.devices))
-                return bind(state, pod, key, slot)
+                return self._bind_when_free(state, pod, key, slot, group, bind)
         ns = pod_meta(pod).get("namespace") or "default"
         bound, unbound = live_members(self.pods.list_namespace(ns), self.recognise, group)
         refusal = disagreement(g for _, g in [*bound, *unbound])
@@ -293,7 +293,7 @@ class GroupPath:
             if held is None:  # a slot of its index to take: at once
                 return Result(requeue_after=0.0) if self.book.vacancy(
                     ledger_key, group.index, group.generation) else None
-            return bind(state, pod, key, held)
+            return self._bind_when_free(state, pod, key, held, group, bind)
         if entries is None:
             return unschedulable(pod, key, f"pod group {group.key} "
                                            f"({to_place(group, len(unbound), len(reserve))}): "

@@ -179,3 +179,25 @@ def test_a_budget_that_keeps_the_lower_group_books_nothing_and_evicts_nobody() -
     why = env.warnings("urgent-1")[-1]
     assert "PodDisruptionBudget ns/keep allows 1 disruption(s)" in why.replace(NS, "ns"), why
     assert "nothing is booked, nobody is evicted" in why
+
+
+def test_a_member_that_finds_its_group_booked_under_the_lock_still_waits_for_the_victims(
+) -> None:
+    """Two members reconciled at once: the second read no booking of its own before
+    the first booked the group (a nomination), and finds it under the lock; it
+    waits for the victims as the first does, never binds beside them."""
+    env = full([low(f"w{n}", f"node{n}") for n in range(1, 5)])
+    for i in range(2):
+        env.add(high("urgent", i))
+    env.reconcile("urgent-0")  # books the group, nominated over two workloads
+    assert env.book.entry(f"{NS}/urgent-1") is not None and env.bound() == {}
+    entry, early = env.book.entry, [2]
+
+    def read_before_the_booking(key: str) -> Any:
+        if key == f"{NS}/urgent-1" and early[0]:
+            early[0] -= 1  # its reads before the lock: before the other member booked
+            return None
+        return entry(key)
+    env.book.entry = read_before_the_booking  # type: ignore[method-assign]
+    env.reconcile("urgent-1")
+    assert early[0] == 0 and env.bound() == {}, env.bound()
