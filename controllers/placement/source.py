@@ -18,6 +18,11 @@ them when it is made. Guarantees:
   ``get()``; handlers and metrics read it and never build one.
 - The pod books (the seed path's ``SeedBook``) are registered before the first
   build (``add_pod_book``); every state is built with all of them.
+- Nothing here waits for a cache: the first ``get()`` is a reconcile's, and the
+  manager starts its controllers only once every informer made at setup has synced,
+  the pod groups' owners (Jobs, JobSets, LeaderWorkerSets) too, so the first fill
+  books each bound group member under its group's key
+  (tests/integration/podgroups/test_group_keys.py).
 """
 
 from __future__ import annotations
