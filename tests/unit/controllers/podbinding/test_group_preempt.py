@@ -10,6 +10,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
+from tests.unit.controllers.placement.test_placement_state import gw
 from tests.unit.controllers.podbinding.test_pod_groups import GroupEnv, member
 from tests.unit.controllers.podbinding.test_podbinding import NS, EvictingClient
 
@@ -89,8 +90,14 @@ def test_a_higher_priority_group_takes_exactly_the_victims_it_needs_and_binds_on
     assert len(said) == 2 and all(f"{NS}/{v}" in said[0] for v in victims), said
     waiting = [m for n, _, r, m in env.recorder.events if r == "WaitingForPreemption"]
     assert waiting and "departing:" in waiting[0], waiting
-    # a lower-priority workload placed meanwhile never gets the nominated devices
-    assert env.holder(sorted(nodes)[0], 0) is not None
+    # a workload placed meanwhile never gets the nominated devices: one that waits
+    # for room waits, one of the group's priority preempts a low workload elsewhere
+    waits = env.state.decide(gw("next", gpusPerReplica=4))
+    assert not waits.ok and not waits.victims, (waits.outcome, waits.placements)
+    other = env.state.decide(gw("other", gpusPerReplica=4, priority=100,
+                                schedulingStrategy="priority"))
+    assert {p.node for p in other.placements}.isdisjoint(nodes), other.placements
+    assert f"PodGroup:{NS}/label:urgent" not in other.victims, other.victims
     for v in victims:  # each victim's reconcile took in its eviction, its pods gone
         env.state.evicted(f"{NS}/{v}")
         env.state.departed(f"{NS}/{v}")
