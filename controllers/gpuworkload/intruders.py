@@ -18,7 +18,11 @@ holders share a GPU, e.g. kube-scheduler placed it beside our children, or it wa
 forced there by ``spec.nodeName``), with a ``DeviceConflict`` Warning Event (the
 placement state's handler has said so already) and
 ``gpu_orchestrator_device_conflicts_total{action="evicted"}`` (``evict_failed``
-when the Eviction is refused, a PodDisruptionBudget).
+when the Eviction is refused, a PodDisruptionBudget). A pod is asked to go as soon as
+it is seen, usually before it runs: kube-apiserver evicts a Pending pod whatever its
+PodDisruptionBudget says (no disruption yet); a budget holds a running one, found
+there by the sweep (e.g. after a manager's restart), and a refused pod is asked again
+on its next update.
 
 Not evicted: pods of a GPUWorkload (``is_controller_pod``), pods a pod book owns
 (the seed path), pods outside the manager's ``--namespaces``, pods that only
@@ -45,6 +49,15 @@ long-lived worker, one entry per UID (latest object wins), which asks the ledger
 (``over_commits``, ``booked_child``: they take the placement lock, which no watch's
 thread may wait on) and sends the Event and the eviction. Before, every pod event woke
 the handler's own thread, and every eviction started a thread of its own.
+
+The placement state's handler of the same event may not have reached the ledger when
+the worker asks (its event gate defers it while a scheduling pass holds the lock,
+controllers/placement/event_gate.py): the ledger then holds nothing for the pod
+(``over_commits`` None), which is not "no over-commit", so the worker asks again
+``RECHECK_AFTER`` later, from its own wait (no thread), up to ``RECHECKS`` times, then
+leaves the pod to its next event or the sweep. Before, it took the pod's verdict for
+"" and dropped it: an over-committing pod waited for its next update (the kubelet's,
+once it ran) or the sweep.
 """
 
 from __future__ import annotations
@@ -77,6 +90,11 @@ OVERCOMMIT_REASON = "DeviceConflict"
 #: how often every pod is looked at again (``sweep``): those already there when the
 #: ledger became ready (a manager's start) had their events before it
 SWEEP_PERIOD = 10.0
+#: a pod the ledger has not booked yet (its event still on its way to the placement
+#: state) is asked again this many seconds later, up to ``RECHECKS`` times; after
+#: that its next event or the sweep asks
+RECHECK_AFTER = 0.25
+RECHECKS = 12
 #: seconds an eviction may take, retries included (a refusal is asked again later)
 EVICT_DEADLINE = 5.0
 ORPHANED = "Orphaned"
@@ -93,11 +111,11 @@ def names_devices_itself(pod: JSON, owned: Callable[[JSON], bool]) -> bool:
     return not is_controller_pod(pod) and not owned(pod)
 
 
-def over_commits(state: PlacementState | None, pod: JSON) -> str:
-    """Why ``state``'s ledger says ``pod`` over-commits its node ("": it does not,
-    or no state ready)."""
+def over_commits(state: PlacementState | None, pod: JSON) -> str | None:
+    """Why ``state``'s ledger says ``pod`` over-commits its node ("": it does not;
+    None: it has not booked the pod, or no state is ready)."""
     held = state.ledger_read("pod")(pod_uid(pod)) if state is not None else None
-    return held.overcommit if held is not None else ""
+    return held.overcommit if held is not None else None
 
 
 def evictable(pod: JSON, owned: Callable[[JSON], bool]) -> bool:
@@ -122,19 +140,24 @@ class IntruderEvictor:
     def __init__(self, client: Any, recorder: Any, owned: Callable[[JSON], bool],
                  active: Callable[[], bool], namespaces: frozenset[str] = frozenset(),
                  booked_child: Callable[[JSON], str] = lambda pod: "",
-                 over_commits: Callable[[JSON], str] = lambda pod: "") -> None:
+                 over_commits: Callable[[JSON], str | None] = lambda pod: "") -> None:
         self.client, self.recorder = client, recorder
         self.owned, self.active, self.namespaces = owned, active, namespaces
         #: the workload attempt whose pod the ledger booked this pod as ("": none)
         self.booked_child = booked_child
-        #: why the ledger says this pod over-commits its node ("": it does not)
+        #: why the ledger says this pod over-commits its node ("": it does not;
+        #: None: the ledger has not booked it yet, asked again in ``RECHECK_AFTER``)
         self.over_commits = over_commits
         self._asked: set[str] = set()
         #: UIDs whose eviction failed: asked again on their next update, not by a sweep
         self._refused: set[str] = set()
         self._lock = threading.Lock()
-        #: UID -> (the latest pod object, asked on an update), for the worker, in order
-        self._queue: dict[str, tuple[JSON, bool]] = {}
+        #: UID -> (the latest pod object, asked on an update, rechecks so far), for
+        #: the worker, in order
+        self._queue: dict[str, tuple[JSON, bool, int]] = {}
+        #: UID -> (when, pod, asked on an update, rechecks so far): to ask again, the
+        #: ledger had not booked the pod
+        self._later: dict[str, tuple[float, JSON, bool, int]] = {}
         self._wake = threading.Condition(self._lock)
         self._worker: threading.Thread | None = None
         self._stopped = False
@@ -185,7 +208,8 @@ class IntruderEvictor:
             if self._stopped or uid in self._asked or (not again and uid in self._refused):
                 return
             queued = self._queue.pop(uid, None)
-            self._queue[uid] = (pod, again or (queued is not None and queued[1]))
+            self._later.pop(uid, None)  # this newer object is asked instead
+            self._queue[uid] = (pod, again or (queued is not None and queued[1]), 0)
             if self._worker is None:
                 self._worker = threading.Thread(target=self._work, daemon=True,
                                                 name="intruder-evictor")
@@ -194,21 +218,45 @@ class IntruderEvictor:
 
     def _work(self) -> None:
         """The one worker: the ledger's verdict, then the Event and the eviction, one
-        pod at a time (an eviction is bounded by ``EVICT_DEADLINE``)."""
+        pod at a time (an eviction is bounded by ``EVICT_DEADLINE``); a recheck is
+        queued when it is due."""
         while True:
             with self._lock:
-                while not self._queue and not self._stopped:
-                    self._wake.wait()
+                while not self._due() and not self._stopped:
+                    self._wake.wait(self._until_next())
                 if not self._queue:
                     return
                 uid = next(iter(self._queue))
-                pod, again = self._queue.pop(uid)
+                pod, again, rechecks = self._queue.pop(uid)
             try:
-                self._look(pod, again)
+                self._look(pod, again, rechecks)
             except Exception:  # one pod's failure stops neither the worker nor the rest
                 log.exception("pod.intruder.look_failed", pod=object_key(pod))
 
-    def _look(self, pod: JSON, again: bool) -> None:
+    def _due(self) -> bool:
+        """Under ``_lock``: queues the rechecks that are due (a pod queued since is
+        asked as it is now instead); whether anything is queued."""
+        now = time.monotonic()
+        for uid, (when, pod, again, rechecks) in list(self._later.items()):
+            if when <= now:
+                del self._later[uid]
+                self._queue.setdefault(uid, (pod, again, rechecks))
+        return bool(self._queue)
+
+    def _until_next(self) -> float | None:
+        """Under ``_lock``: seconds until the next recheck is due (None: none)."""
+        if not self._later:
+            return None
+        return max(0.0, min(when for when, *_ in self._later.values()) - time.monotonic())
+
+    def _recheck(self, uid: str, pod: JSON, again: bool, rechecks: int) -> None:
+        """The ledger has not booked ``pod`` yet: asked again in ``RECHECK_AFTER``,
+        up to ``RECHECKS`` times (then its next event, or the sweep)."""
+        with self._lock:
+            if not self._stopped and rechecks < RECHECKS and uid not in self._queue:
+                self._later[uid] = (time.monotonic() + RECHECK_AFTER, pod, again, rechecks + 1)
+
+    def _look(self, pod: JSON, again: bool, rechecks: int = 0) -> None:
         meta = pod.get("metadata") or {}
         ns, uid = meta.get("namespace") or "default", str(meta.get("uid") or "")
         if not self.active() or (self.namespaces and ns not in self.namespaces):
@@ -216,6 +264,9 @@ class IntruderEvictor:
         forged = names_devices_itself(pod, self.owned)
         over = "" if forged or not evictable(pod, self.owned) or not pod_gpu_request(pod) \
             else self.over_commits(pod)
+        if over is None:  # its event has not reached the ledger yet: asked again
+            self._recheck(uid, pod, again, rechecks)
+            return
         if over and self.booked_child(pod):  # an orphan of ours: kept, as above
             over = ""
         if not forged and not over:
@@ -236,6 +287,7 @@ class IntruderEvictor:
             self._asked.discard(uid)
             self._refused.discard(uid)
             self._queue.pop(uid, None)
+            self._later.pop(uid, None)
 
     def _keep_orphan(self, pod: JSON) -> None:
         meta = pod.get("metadata") or {}

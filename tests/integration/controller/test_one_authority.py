@@ -4,9 +4,9 @@ the device plugin picks its devices, and the ledger names devices for ours.
 
 - A named node (label ``gpu.orchestrator.dev/device-authority=named`` and its
   ``NoSchedule`` taint): our workload runs there, kube-scheduler's GPU pods never do;
-- a pod forced there by ``spec.nodeName`` over-commits it: reported on the pod, shown
-  by ``kubectl gpu nodes`` (``ALLOCATED 8 of 4``) and evicted through the Eviction API
-  once its PodDisruptionBudget allows;
+- a pod forced there by ``spec.nodeName`` over-commits it: reported on the pod and
+  evicted through the Eviction API; a running one is evicted once its
+  PodDisruptionBudget allows;
 - a counted node: the ledger never names devices there;
 - a namespace labelled ``gpu.orchestrator.dev/scheduler=gpu-scheduler``: a plain GPU
   pod is routed to gpu-scheduler by the webhook and bound with exact devices."""
@@ -124,42 +124,76 @@ def test_kube_scheduler_never_places_gpu_pods_where_our_workload_holds_the_devic
                for i in range(3) if not bound[i])
 
 
-def test_a_pod_forced_onto_a_named_node_is_reported_and_evicted_once_its_pdb_allows(
+def gone(admin: Client, ns: str, name: str) -> bool:
+    try:
+        return bool(admin.get("v1", "Pod", name, ns)["metadata"].get("deletionTimestamp"))
+    except NotFound:
+        return True
+
+
+def test_a_pod_forced_onto_a_named_node_is_reported_and_evicted(
         manager: Running, admin: Client, cluster: ControlPlane, namespace: str,
         group: NodeGroup, capsys: pytest.CaptureFixture[str]) -> None:
+    """Beside a running manager: reported, and evicted as soon as it is seen (most
+    likely still Pending: kube-apiserver evicts a Pending pod whatever a
+    PodDisruptionBudget says, so a budget is the next test's). Terminating, it holds
+    its GPUs for its grace period (the local kubelet keeps it up to 10 s), and
+    ``kubectl gpu nodes`` shows the over-commit."""
     (node,) = named_nodes(manager, admin, group, 1)
     admin.create(workload("ours", namespace, gpusPerReplica=4,
                           nodeSelector=group.selector))
     wait_phase(admin, namespace, "ours", "Running", timeout=60)
-    admin.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-                  "metadata": {"name": "keep", "namespace": namespace},
-                  "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "forced"}}}})
-    failed = DEVICE_CONFLICTS.labels("evict_failed")._value.get()
-    admin.create(gpu_pod("forced", namespace, 4, node=node, labels={"app": "forced"}))
-    events = wait_events(admin, namespace, "forced", "DeviceConflict", "EvictionFailed",
-                         timeout=60)
-    conflict = next(e["message"] for e in events if e["reason"] == "DeviceConflict")
-    assert f"{node}: over-committed: 8 GPUs held on its 4 devices" in conflict, conflict
-    assert f"{namespace}/ours" in conflict
-    assert DEVICE_CONFLICTS.labels("evict_failed")._value.get() > failed
+    evicted = DEVICE_CONFLICTS.labels("evicted")._value.get()
+    forced = gpu_pod("forced", namespace, 4, node=node)
+    forced["spec"]["terminationGracePeriodSeconds"] = 30
+    admin.create(forced)
+    eventually(lambda: admin.get("v1", "Pod", "forced", namespace)["metadata"]
+               .get("deletionTimestamp"), timeout=60, what="the forced pod evicted")
     out = gpu_nodes(cluster, node, capsys)
     assert "8 of 4" in out and f"{node}: ALLOCATED 8 of 4" in out, out
     assert " free " not in out, out
+    conflict = next(e["message"] for e in wait_events(admin, namespace, "forced",
+                                                        "DeviceConflict")
+                    if "evicting the pod" in e["message"])
+    assert f"{node}: over-committed: 8 GPUs held on its 4 devices" in conflict, conflict
+    assert f"{namespace}/ours" in conflict
+    eventually(lambda: DEVICE_CONFLICTS.labels("evicted")._value.get() > evicted,
+               timeout=10, what="the eviction counted")
+    assert pods_of(admin, namespace, "ours")[0]["status"]["phase"] == "Running"
+
+
+def test_a_running_intruder_is_evicted_once_its_pdb_allows(
+        manager: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+    """A pod that gave itself devices while the manager was down, running when the
+    manager's sweep finds it: its PodDisruptionBudget refuses the eviction
+    (``EvictionFailed``), and once the budget is gone its next update is asked
+    again. (Beside a running manager a pod is usually still Pending when its
+    eviction comes, and kube-apiserver evicts a Pending pod whatever its budget
+    says: before, the test above waited for this refusal, and failed when the
+    eviction came first.)"""
+    (node,) = named_nodes(manager, admin, group, 1)
+    admin.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                  "metadata": {"name": "keep", "namespace": namespace},
+                  "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "forced"}}}})
+    manager.stop()
+    try:
+        pod = gpu_pod("forged", namespace, 0, node=node, labels={"app": "forced"})
+        pod["metadata"]["annotations"] = {DEVICES_ANNOTATION: "0,1"}
+        admin.create(pod)
+        eventually(lambda: (admin.get("v1", "Pod", "forged", namespace).get("status") or {})
+                   .get("phase") == "Running", timeout=60, what="the pod running")
+    finally:
+        manager.start()
+    events = wait_events(admin, namespace, "forged", "UnauthorizedDevices", "EvictionFailed",
+                         timeout=60)
+    refused = next(e["message"] for e in events if e["reason"] == "EvictionFailed")
+    assert "disruption budget" in refused, refused
     # the PodDisruptionBudget goes: its next update is asked again, and it goes
     admin.delete("policy/v1", "PodDisruptionBudget", "keep", namespace=namespace)
-    evicted = DEVICE_CONFLICTS.labels("evicted")._value.get()
-    admin.patch("v1", "Pod", "forced", {"metadata": {"labels": {"touched": "1"}}},
+    admin.patch("v1", "Pod", "forged", {"metadata": {"labels": {"touched": "1"}}},
                 namespace=namespace)
-
-    def gone() -> bool:
-        try:
-            return bool(admin.get("v1", "Pod", "forced", namespace)["metadata"].get(
-                "deletionTimestamp"))
-        except NotFound:
-            return True
-    eventually(gone, timeout=60, what="the forced pod evicted")
-    assert DEVICE_CONFLICTS.labels("evicted")._value.get() > evicted
-    assert pods_of(admin, namespace, "ours")[0]["status"]["phase"] == "Running"
+    eventually(lambda: gone(admin, namespace, "forged"), timeout=60,
+               what="the pod evicted")
 
 
 def test_on_a_counted_node_the_ledger_never_names_devices(
