@@ -77,8 +77,8 @@ func main() {
 	// upstream's default: no HTTP/2 (the Stream Cancellation and Rapid Reset CVEs)
 	tlsOpts := []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme: scheme,
-		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		Scheme:  scheme,
+		Client:  client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		Metrics: metricsserver.Options{BindAddress: metricsAddr, TLSOpts: tlsOpts},
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host:    webhookHost,
