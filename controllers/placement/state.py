@@ -133,8 +133,12 @@ class PlacementState(PlacementCache):
             slices, claims = read_dra() if read_dra is not None and self.slices else ([], [])
             for sl in slices:
                 self.slices.upsert(sl)  # type: ignore[union-attr]
+            # the nodes first: a pod over-committing its node is found so as it is booked
+            snapshot = Snapshot.build(nodes, self._nodes.reset(gpunodes), None,
+                                      self.max_gpus_per_node)
+            snapshot.attach(fresh := Ledger())
             ledger, problems = Ledger.rebuild(workloads, ours, jobs=jobs, placements=False,
-                                              nominations=False)
+                                              nominations=False, into=fresh)
             for c in claims:
                 problems += self._sync_claim(ledger, c)
             for book in self.pod_books:
@@ -144,8 +148,7 @@ class PlacementState(PlacementCache):
             self._ledger = ledger
             self.generation += 1
             self.evictions = Evictions()
-            self._snapshot = Snapshot.build(nodes, self._nodes.reset(gpunodes), ledger,
-                                            self.max_gpus_per_node)
+            self._snapshot = snapshot
             self._snapshot.usage = NodeUsage(pods)
             problems += carry(ledger, carried)  # once the ledger knows the nodes
             self.scheduler = Scheduler(self._snapshot, ledger, rng=self.rng,

@@ -145,8 +145,10 @@ def controller_holdings(
     published = inventory_of(slices, driver)
     views = with_slices([gpunode_at(g, now, stale_after) for g in gpunodes], published)
     ours = [p for p in pods if not book.owns(p)]
+    snapshot = Snapshot.build(nodes, views)  # the nodes first, as the controller's
+    snapshot.attach(fresh := Ledger())
     ledger, problems = Ledger.rebuild(workloads, ours, jobs=jobs, placements=False,
-                                      nominations=False)
+                                      nominations=False, into=fresh)
     names: dict[str, str] = {pod_holder_key(pod_uid(p)): _pod_name(p) for p in ours}
     for job in jobs:
         names[JobHolding(str((job.get("metadata") or {}).get("uid") or object_key(job)),
@@ -162,7 +164,6 @@ def controller_holdings(
                  if book.owns(p) and pod_is_active(p) for why in read_bound(p)[1]]
     problems += ledger.book_placements(workloads)
     problems += ledger.book_nominations(workloads)
-    snapshot = Snapshot.build(nodes, views, ledger)
     return Holdings(snapshot, ledger, published, names, problems)
 
 

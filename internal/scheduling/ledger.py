@@ -144,6 +144,7 @@ class Ledger(DeviceLedger):
         jobs: Iterable[Mapping[str, Any]] = (),
         placements: bool = True,
         nominations: bool = True,
+        into: Ledger | None = None,
     ) -> tuple[Ledger, list[str]]:
         """A ledger from the cache: first every pod and every Job of ours that holds
         GPUs (what runs wins; an orphan known by its child labels, ``sync_pod``),
@@ -155,12 +156,16 @@ class Ledger(DeviceLedger):
         after booking those: a status is a decision that may be stale (a write the
         previous process never made), a holder is what runs.
 
+        ``into``: an empty ledger that already knows its nodes (``Snapshot.attach``):
+        a pod that takes its node past its devices is then found over-committing as
+        it is booked, as its event would find it (with no node known, no pod is).
+
         Returns the ledger and the problems found: unreadable pods (skipped, their
         request still counted where it can be read), placements that collide with
         running pods or an earlier placement (not booked: their workload's own
         reconcile ends that attempt). Never raises on a bad object.
         """
-        ledger = cls()
+        ledger = into if into is not None else cls()
         for node, devs in (node_devices or {}).items():
             ledger.set_node_devices(node, devs)
         problems: list[str] = []

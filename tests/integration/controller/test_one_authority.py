@@ -14,6 +14,7 @@ the device plugin picks its devices, and the ledger names devices for ours.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,41 @@ def test_a_running_intruder_is_evicted_once_its_pdb_allows(
                 namespace=namespace)
     eventually(lambda: gone(admin, namespace, "forged"), timeout=60,
                what="the pod evicted")
+
+
+def test_a_pod_forced_while_the_manager_was_down_is_found_over_committing(
+        manager: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
+    """A pod forced beside our running workload while the manager was down: the
+    manager's rebuild finds it over-committing its node (it came last) and evicts it
+    once its PodDisruptionBudget allows. Before, the rebuild booked pods before it
+    knew any node's devices, so no pod was ever found over-committing after a
+    restart, and this one ran on our devices unreported."""
+    (node,) = named_nodes(manager, admin, group, 1)
+    admin.create(workload("ours", namespace, gpusPerReplica=4, nodeSelector=group.selector))
+    wait_phase(admin, namespace, "ours", "Running", timeout=60)
+    admin.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                  "metadata": {"name": "keep", "namespace": namespace},
+                  "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "forced"}}}})
+    ours = pods_of(admin, namespace, "ours")[0]["metadata"]["creationTimestamp"]
+    manager.stop()
+    try:
+        # a second later than our pod: the rebuild knows which came last
+        eventually(lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) > ours,
+                   timeout=5, what="a second after our pod")
+        admin.create(gpu_pod("forced", namespace, 4, node=node, labels={"app": "forced"}))
+        eventually(lambda: (admin.get("v1", "Pod", "forced", namespace).get("status") or {})
+                   .get("phase") == "Running", timeout=60, what="the forced pod running")
+    finally:
+        manager.start()
+    events = wait_events(admin, namespace, "forced", "DeviceConflict", "EvictionFailed",
+                         timeout=60)
+    conflict = next(e["message"] for e in events if e["reason"] == "DeviceConflict")
+    assert f"{node}: over-committed: 8 GPUs held on its 4 devices" in conflict, conflict
+    admin.delete("policy/v1", "PodDisruptionBudget", "keep", namespace=namespace)
+    admin.patch("v1", "Pod", "forced", {"metadata": {"labels": {"touched": "1"}}},
+                namespace=namespace)
+    eventually(lambda: gone(admin, namespace, "forced"), timeout=60, what="the pod evicted")
+    assert pods_of(admin, namespace, "ours")[0]["status"]["phase"] == "Running"
 
 
 def test_on_a_counted_node_the_ledger_never_names_devices(
