@@ -72,7 +72,7 @@ from controllers.podbinding.groupevict import budget_refusal
 from controllers.podbinding.groupquota import outside_queue
 from controllers.podbinding.groups import DEFAULT_GROUP_TIMEOUT, GroupPath, Recognise
 from controllers.podbinding.mapwarning import MisplacedMaps
-from controllers.podbinding.owners import owner_lookup
+from controllers.podbinding.owners import owner_lookup, requeue_members
 from controllers.podbinding.seedbook import (
     DEFAULT_SCHEDULER_NAME,
     GROUP_SLOTS_ANNOTATION,
@@ -456,5 +456,7 @@ def setup_podbinding_controller(mgr: Manager, states: PlacementStateSource,
             .complete(only_in(opts.namespaces, reconciler)))
     reconciler.enqueue_after = ctrl.queue.add_after
     book.on_evict = reconciler.evict_holder
+    # an owner kind served after the start: its pods are read again once it is watched
+    owners.when_served(requeue_members(pods.indexer, book.owns, ctrl.queue.add))
     return ctrl, reconciler
 
