@@ -33,7 +33,6 @@ readiness check until it synced (a list, usually well under a second).
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 import weakref
@@ -100,7 +99,7 @@ class OwnerCaches:
         self._lock = threading.Lock()
         self._poked = threading.Event()
         self._stopped = threading.Event()
-        self._last_look = -math.inf
+        self._last_look = clock()  # the look below, at setup
         self._thread: threading.Thread | None = None
         for api_version, kind in OWNERS:
             # at setup an error other than 404 says served: the informer retries,
