@@ -26,6 +26,7 @@ from controllers.gpuworkload.options import Options
 from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
 from controllers.gpuworkload.template_check import ChildDryRun
 from controllers.placement.source import PlacementStateSource
+from controllers.shared.echoes import OwnEchoes
 from internal.objects import JSON
 from internal.scheduling.resourceslices import DRA_API_VERSION
 from runtime import Builder, Controller, Manager, Request
@@ -62,7 +63,8 @@ def setup_gpuworkload_controller(mgr: Manager, shared: Shared
         reconciler.reconcile, inf.workloads.indexer, opts.default_exposure, shared.dra_why,
         shared.recorder, writer.submit if writer is not None else status_submitter(mgr.client),
         shared.own_writes.view, has_children=_Children((inf.pods.indexer, inf.jobs.indexer)))
-    ctrl = _builder(mgr, shared.dra is not None, inf.jobs.indexer).with_options(
+    ctrl = _builder(mgr, shared.dra is not None, inf.jobs.indexer,
+                    OwnEchoes(shared.own_writes)).with_options(
         max_concurrent_reconciles=opts.workers).complete(only_in(opts.namespaces, gated))
     shared.workload_queue.controller.set(ctrl)
     if backstop is not None:
@@ -78,11 +80,12 @@ def _options(mgr: Manager, shared: Shared) -> Options:
                    if opts.dry_run_children else None)
 
 
-def _builder(mgr: Manager, dra: bool, jobs: Indexer) -> Builder:
+def _builder(mgr: Manager, dra: bool, jobs: Indexer, echoes: OwnEchoes) -> Builder:
     builder = (Builder(mgr).named("gpuworkload")
-               .for_(API_VERSION, "GPUWorkload")
-               .owns("v1", "Pod")
-               .owns("batch/v1", "Job")
+               # our own writes coming back wake nobody (controllers/shared/echoes.py)
+               .for_(API_VERSION, "GPUWorkload", echoes)
+               .owns("v1", "Pod", echoes)
+               .owns("batch/v1", "Job", echoes)
                # a Job child's pod: its workload's phase is read from it
                .watches("v1", "Pod", workload_of_job_pod(jobs, API_VERSION, "GPUWorkload")))
     # an edited claim is seen

@@ -52,6 +52,20 @@ TTL = 60.0
 _marks = itertools.count(1)  # one per write on its way, unique across instances
 
 
+def _stored(value: Any) -> Any:
+    """``value`` as a merge patch leaves it stored: null fields dropped."""
+    if isinstance(value, dict):
+        return {k: _stored(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_stored(v) for v in value]
+    return value
+
+
+def _meta_but_version(obj: JSON) -> dict[str, Any]:
+    return {k: v for k, v in (obj.get("metadata") or {}).items()
+            if k not in ("resourceVersion", "managedFields")}
+
+
 def _uid(obj: Any) -> str:
     raw = getattr(obj, "obj", obj) or {}  # a delete tombstone carries the object
     if not isinstance(raw, Mapping):
@@ -69,6 +83,7 @@ class _Writes:
     status_mark: int | None = None  # the write that carries it
     status_rv: int = 0  # where it landed (0: not yet)
     finalizer: bool = False  # our finalizer landed on it
+    finalizer_rv: int = 0  # where our finalizer's patch landed (0: not known)
 
 
 class OwnWrites:
@@ -80,6 +95,9 @@ class OwnWrites:
         self._children: dict[str, dict[str, tuple[JSON, float]]] = {}
         self._owner_of: dict[str, str] = {}  # child UID -> owner UID
         self._bindings: set[str] = set()  # pod UIDs our Binding landed for
+        #: child UID -> resourceVersion: the informer showed the child exactly as its
+        #: create answered (``created_echo`` asks once); 0: asked before it showed it
+        self._echoes: dict[str, int] = {}
 
     # ------------------------------------------------------------------ informers
 
@@ -90,7 +108,7 @@ class OwnWrites:
             return
         raw = getattr(obj, "obj", obj)
         with self._lock:
-            self._child_seen(uid)
+            self._child_seen(uid, raw)
             if (raw.get("spec") or {}).get("nodeName"):
                 self._bindings.discard(uid)
             w = self._writes.get(uid)
@@ -108,6 +126,7 @@ class OwnWrites:
         """Object ``uid`` is gone: its writes, bindings and children's records go."""
         with self._lock:
             self._child_seen(uid)
+            self._echoes.pop(uid, None)
             self._writes.pop(uid, None)
             self._bindings.discard(uid)
             for child in self._children.pop(uid, {}):
@@ -144,16 +163,66 @@ class OwnWrites:
         for uid in [u for u, (_, t) in kids.items() if now - t > self.ttl]:
             del kids[uid]
             self._owner_of.pop(uid, None)
+            self._echoes.pop(uid, None)
         if not kids:
             del self._children[owner_uid]
 
-    def _child_seen(self, uid: str) -> None:
+    def _child_seen(self, uid: str, raw: JSON | None = None) -> None:
         owner = self._owner_of.pop(uid, None)
         kids = self._children.get(owner) if owner is not None else None
         if kids is not None:
-            kids.pop(uid, None)
+            made = kids.pop(uid, None)
+            rv = resource_version(raw) if raw is not None else 0
+            asked = self._echoes.pop(uid, None) == 0  # its handler asked first
+            if not asked and made is not None and rv and rv == resource_version(made[0]):
+                self._echoes[uid] = rv
             if not kids:
                 del self._children[owner]  # type: ignore[arg-type]
+
+    # ---------------------------------------------------------------- echoes
+
+    def created_echo(self, obj: JSON) -> bool:
+        """Is ``obj`` (an informer's add) a child we created, exactly as its create
+        answered? Its owner's reconcile that made it knew all of it. Asked once per
+        child (whether the informer told this object or its handler first)."""
+        uid, rv = _uid(obj), resource_version(obj)
+        with self._lock:
+            seen = self._echoes.pop(uid, None)
+            if seen is not None:
+                return seen == rv
+            owner = self._owner_of.get(uid)
+            made = self._children.get(owner, {}).get(uid) if owner is not None else None
+            if made is None:
+                return False
+            self._echoes[uid] = 0  # asked: the informer's sight of it records nothing
+            return bool(rv) and resource_version(made[0]) == rv
+
+    def write_echo(self, old: JSON, new: JSON) -> bool:
+        """Is the update ``old`` -> ``new`` our own write of the object landing, and
+        nothing else: ``new`` is where that write (or our finalizer's patch) landed,
+        or shows the very status we asked for (its answer not taken in yet), and
+        only its status and our finalizer differ from ``old`` (not its spec, labels,
+        annotations, other finalizers or deletion)? The reconcile that wrote it
+        knew all of it."""
+        rv = resource_version(new)
+        with self._lock:
+            w = self._writes.get(_uid(new))
+            if not rv or w is None:
+                return False
+            # the version our write landed at, or (its answer not taken in yet) the
+            # status we asked for, as the API stores it (no null fields)
+            asked = w.status is not None and _stored(w.status) == new.get("status")
+            if rv not in (w.landed, w.finalizer_rv) and not asked:
+                return False
+            ours = w.finalizer
+        if old.get("spec") != new.get("spec"):
+            return False
+        before, after = _meta_but_version(old), _meta_but_version(new)
+        if ours:  # our finalizer landing (the status writer adds it) is ours too
+            had, has = before.pop("finalizers", None) or [], after.pop("finalizers", None) or []
+            if has[:len(had)] != had or len(has) > len(had) + 1:
+                return False
+        return before == after
 
     # ---------------------------------------------------------- writes of an object
 
@@ -242,12 +311,14 @@ class OwnWrites:
             w.status = w.status_mark = None
         return w.status is None
 
-    def finalized(self, obj: JSON) -> None:
-        """Our finalizer landed on ``obj`` (this UID); the cache may not show it yet."""
+    def finalized(self, obj: JSON, rv: int = 0) -> None:
+        """Our finalizer landed on ``obj`` (this UID), at resourceVersion ``rv`` when
+        known; the cache may not show it yet."""
         uid = _uid(obj)
         if uid:
             with self._lock:
-                self._writes.setdefault(uid, _Writes()).finalizer = True
+                w = self._writes.setdefault(uid, _Writes())
+                w.finalizer, w.finalizer_rv = True, rv or w.finalizer_rv
 
     def finalizer_added(self, uid: str) -> bool:
         """Did our finalizer land on object ``uid``? (Until the object is forgotten.)"""

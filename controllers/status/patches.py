@@ -19,7 +19,7 @@ from typing import Any
 from api.v1alpha1.keys import CHILDREN_FINALIZER
 from api.v1alpha1.types import API_VERSION
 from controllers.status.builder import add_finalizer_patch
-from internal.objects import JSON
+from internal.objects import JSON, resource_version
 from runtime import Conflict, Invalid, NotFound
 
 
@@ -54,17 +54,19 @@ def patch_status(client: Any, namespace: str, name: str, uid: str,
         raise
 
 
-def add_finalizer(client: Any, obj: JSON, *, retry: bool = True) -> bool:
+def add_finalizer(client: Any, obj: JSON, *, retry: bool = True,
+                  landed: list[int] | None = None) -> bool:
     """Adds our finalizer to ``obj`` unless it is there or the object is being
     deleted. True: done (or the object is gone, or another one now); False: try
-    again (a conflict with a newer copy)."""
+    again (a conflict with a newer copy). ``landed`` gets the resourceVersion our
+    patch landed at, when it was sent."""
     meta = obj["metadata"]
     if CHILDREN_FINALIZER in (meta.get("finalizers") or ()) or meta.get("deletionTimestamp"):
         return True
     try:
-        client.patch(API_VERSION, "GPUWorkload", meta["name"],
-                     add_finalizer_patch(meta, CHILDREN_FINALIZER),
-                     namespace=meta["namespace"], patch_type="merge")
+        written = client.patch(API_VERSION, "GPUWorkload", meta["name"],
+                               add_finalizer_patch(meta, CHILDREN_FINALIZER),
+                               namespace=meta["namespace"], patch_type="merge")
     except NotFound:
         return True
     except Conflict:
@@ -77,5 +79,7 @@ def add_finalizer(client: Any, obj: JSON, *, retry: bool = True) -> bool:
             return True
         if fresh["metadata"].get("uid") != meta["uid"]:
             return True
-        return add_finalizer(client, fresh, retry=False)
+        return add_finalizer(client, fresh, retry=False, landed=landed)
+    if landed is not None and isinstance(written, dict):
+        landed.append(resource_version(written))
     return True

@@ -397,12 +397,13 @@ class StatusWriter:
     def _add_finalizer(self, obj: JSON) -> bool:
         """Adds our finalizer (``patches.add_finalizer``) and remembers it,
         unless the workload was forgotten meanwhile. False: try again."""
-        if not add_finalizer(self.client, obj):
+        landed: list[int] = []
+        if not add_finalizer(self.client, obj, landed=landed):
             return False
         key = object_key(obj)
         with self._cv:
             if key not in self._gone:  # forgotten meanwhile: nothing of it is kept
-                self.own_writes.finalized(obj)
+                self.own_writes.finalized(obj, landed[0] if landed else 0)
         return True
 
 
