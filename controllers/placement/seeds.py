@@ -7,7 +7,7 @@ cache's lock and ledger, and nothing outside this package does.
 
 A pod group may preempt (docs/podgroups.md): its plan then names victims
 (``Preemption``), and ``book_group`` books it as ``decide`` books a GPUWorkload's
-preemption (``PlacementState._assume``), in the same section: the group's booking
+preemption (``PlacementState.assume_decision``), in the same section: the group's booking
 nominated over the victims' owners, each GPUWorkload victim's booking released and
 held on to (``Ledger.depart``) until its own reconcile takes in its eviction and
 finds its children gone, each seed-path victim (another group, a StatefulSet's
