@@ -56,13 +56,10 @@ from controllers.options import ControllerOptions
 from controllers.placement.pod_book import PodBook
 from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
-from controllers.podbinding.controller import (
-    PodBindingOptions,
-    PodBindingReconciler,
-    setup_podbinding_controller,
-)
+from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler
 from controllers.podbinding.group_metrics import GroupCounts
 from controllers.podbinding.owners import owner_lookup
+from controllers.podbinding.setup import setup_podbinding_controller
 from controllers.queues.book import QueueBook
 from controllers.queues.status import setup_queues
 from controllers.shared.own_writes import OwnWrites

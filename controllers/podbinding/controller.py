@@ -65,14 +65,12 @@ import structlog
 
 from api.v1alpha1.keys import DEVICES_ANNOTATION
 from api.v1alpha1.types import SchedulingStrategy
-from controllers.gpuworkload.setup import only_in
 from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
 from controllers.podbinding.groupevict import budget_refusal
 from controllers.podbinding.groupquota import outside_queue
 from controllers.podbinding.groups import DEFAULT_GROUP_TIMEOUT, GroupPath, Recognise
 from controllers.podbinding.mapwarning import MisplacedMaps
-from controllers.podbinding.owners import owner_lookup, requeue_members
 from controllers.podbinding.seedbook import (
     DEFAULT_SCHEDULER_NAME,
     GROUP_SLOTS_ANNOTATION,
@@ -89,15 +87,13 @@ from controllers.podbinding.seedplan import plan
 from controllers.shared.own_writes import OwnWrites
 from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
 from internal.objects import JSON
-from internal.scheduling.podgroups import pod_group
 from internal.scheduling.pods import (
     pod_is_active,
     pod_uid,
 )
-from runtime import Builder, Conflict, Controller, Manager, NotFound, Request, Result
+from runtime import Conflict, NotFound, Request, Result
 from runtime.errors import ApiError
 from runtime.events import EventRecorder
-from runtime.predicates import Funcs, UpdateEvent
 from runtime.store import Indexer
 
 log = structlog.get_logger("podbinding")
@@ -411,52 +407,3 @@ class PodBindingReconciler:
         for k, wait in due.items():
             ns, name = k.split("/", 1)
             self.enqueue_after(Request(ns, name), max(0.0, wait))
-
-
-# ------------------------------------------------------------------- wiring
-
-
-def pod_predicate(book: SeedBook) -> Funcs:
-    """This scheduler's pods: every event while unbound; once bound, only binding,
-    finishing and deletion."""
-
-    def update(e: UpdateEvent) -> bool:
-        if not book.owns(e.new):
-            return False
-        new_spec, old_spec = pod_spec(e.new), pod_spec(e.old)
-        if not new_spec.get("nodeName") or new_spec.get("nodeName") != old_spec.get("nodeName"):
-            return True
-        if pod_is_active(e.old) != pod_is_active(e.new):
-            return True
-        return pod_meta(e.old).get("deletionTimestamp") != pod_meta(e.new).get("deletionTimestamp")
-
-    return Funcs(create=lambda e: book.owns(e.obj), update=update,
-                 delete=lambda e: book.owns(e.obj), generic=lambda e: book.owns(e.obj))
-
-
-def setup_podbinding_controller(mgr: Manager, states: PlacementStateSource,
-                                own_writes: OwnWrites, opts: PodBindingOptions | None = None
-                                ) -> tuple[Controller, PodBindingReconciler]:
-    """Adds the pod-binding controller on the shared Pod informer, booking in the
-    manager's one placement state (``states``, the GPUWorkload reconciler's) and
-    recording its Bindings in the controller's ``own_writes``. Call before the
-    manager starts: its book is registered with the source before the state is
-    built (``add_pod_book`` refuses after)."""
-    opts = opts or PodBindingOptions()
-    pods = mgr.informer_for("v1", "Pod")
-    book = SeedBook(opts.scheduler_name)
-    states.add_pod_book(book)
-    owners = owner_lookup(mgr)
-    reconciler = PodBindingReconciler(mgr.client, mgr.event_recorder(opts.scheduler_name),
-                                      pods.indexer, states, book, opts, own_writes,
-                                      recognise=lambda pod: pod_group(pod, owners))
-    ctrl = (Builder(mgr).named("podbinding")
-            .for_("v1", "Pod", pod_predicate(book))
-            .with_options(max_concurrent_reconciles=opts.workers)
-            .complete(only_in(opts.namespaces, reconciler)))
-    reconciler.enqueue_after = ctrl.queue.add_after
-    book.on_evict = reconciler.evict_holder
-    # an owner kind served after the start: its pods are read again once it is watched
-    owners.when_served(requeue_members(pods.indexer, book.owns, ctrl.queue.add))
-    return ctrl, reconciler
-

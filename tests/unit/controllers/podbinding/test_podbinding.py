@@ -13,8 +13,9 @@ import pytest
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
 from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
-from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler, pod_predicate
+from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler
 from controllers.podbinding.seedbook import SeedBook, bound_entry, owner_key, read_bound
+from controllers.podbinding.setup import pod_predicate
 from runtime import ApiError, Conflict, NotFound, Request
 from runtime.predicates import UpdateEvent
 from runtime.store import Indexer
