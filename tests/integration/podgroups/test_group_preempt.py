@@ -194,3 +194,43 @@ def test_a_jobset_preempting_a_lower_jobset_evicts_every_member_of_it(
     assert {p["metadata"]["annotations"].get(DEVICES) for p in placed} <= {"0,1", "2,3"}
     left = {p["metadata"]["uid"] for p in bound(pods_of(admin, namespace, "low"))}
     assert not left & {p["metadata"]["uid"] for p in lower}  # no old member still bound
+
+
+def test_a_budget_over_the_lower_jobset_keeps_it_whole_and_the_higher_one_books_nothing(
+        binder: Running, admin: Client, namespace: str, group: NodeGroup,  # noqa: F811
+        classes: dict[int, str]) -> None:
+    """The same two JobSets, a PodDisruptionBudget allowing 1 disruption over the
+    lower one's 4 pods: evicting them all would break it, so nobody is evicted, the
+    higher JobSet holds nothing and says why; once the budget goes, it preempts."""
+    group.add(2, 4, labels={DEVICE_AUTHORITY_LABEL: "named"})
+    admin.create(gang("kept", group, [("launcher", 1, 2), ("workers", 1, 2)], 2),
+                 namespace=namespace)
+    lower = all_bound(admin, namespace, "kept", 4)
+    admin.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                  "metadata": {"name": "kept"},
+                  "spec": {"minAvailable": 3, "selector": {"matchLabels": {
+                      NAME_LABEL: "kept"}}}}, namespace=namespace)
+    eventually(lambda: (admin.get("policy/v1", "PodDisruptionBudget", "kept", namespace)
+                        .get("status") or {}).get("disruptionsAllowed") == 1, timeout=60,
+               what="the budget allows 1 disruption")
+    admin.create(gang("high", group, [("workers", 1, 2)], 2, classes[100]),
+                 namespace=namespace)
+    pods = eventually(lambda: (lambda ps: ps if len(ps) == 2 else None)(
+        pods_of(admin, namespace, "high")), timeout=90, what="the JobSet's 2 pods made")
+
+    def said() -> str | None:
+        for p in pods:
+            for e in events_for(admin, namespace, p["metadata"]["name"]):
+                if e["reason"] == "FailedScheduling" and "PodDisruptionBudget" in e["message"]:
+                    return str(e["message"])
+        return None
+    why = eventually(said, timeout=60, what="a FailedScheduling Event naming the budget")
+    assert f"PodDisruptionBudget {namespace}/kept allows 1 disruption(s)" in why, why
+    assert "nothing is booked, nobody is evicted" in why, why
+    assert bound(pods_of(admin, namespace, "high")) == []
+    assert {p["metadata"]["uid"] for p in bound(pods_of(admin, namespace, "kept"))} == \
+        {p["metadata"]["uid"] for p in lower}
+    assert not any(e["reason"] == "Preempted" for p in lower
+                   for e in events_for(admin, namespace, p["metadata"]["name"]))
+    admin.delete("policy/v1", "PodDisruptionBudget", "kept", namespace)
+    all_bound(admin, namespace, "high", 2)  # the budget gone: it preempts, whole
