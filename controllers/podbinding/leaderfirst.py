@@ -6,7 +6,7 @@ a JobSet under ``startupPolicy: InOrder`` or ``dependsOn`` ``status: Ready``, wh
 later replicated jobs the JobSet controller makes only once the earlier ones are.
 
 Waiting for every member, as other groups do, would deadlock it. So, once its
-first members exist, the whole group is planned as one gang (``groups.plan_group``:
+first members exist, the whole group is planned as one gang (``groupplan.plan_group``:
 every member's node and devices, under the same strategy, topology, GPUQueue and
 priority; the later members' GPUs read from their owner's template) and booked under
 the group's key: the members that exist as pods, the others as *reserved slots*
