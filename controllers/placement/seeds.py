@@ -21,6 +21,7 @@ forget its booking; the victims' departing holdings keep it waiting instead."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 from typing import TYPE_CHECKING, NamedTuple
 
 from api.v1alpha1.types import GPUWorkload
@@ -42,6 +43,8 @@ class Preemption(NamedTuple):
     victims: tuple[str, ...]
     overlap: tuple[str, ...]
     message: str
+    #: a reclaim's decision message (``queues/outcomes.reclaiming``), else ""
+    reclaim: str = ""
 
     @classmethod
     def of(cls, decision: Decision, ledger_key: str, priority: int) -> Preemption | None:
@@ -50,6 +53,9 @@ class Preemption(NamedTuple):
         other decision."""
         if decision.outcome != PREEMPT:
             return None
+        if decision.evict_message:  # a reclaim of its queue's quota: told so
+            return cls(tuple(decision.victims), tuple(decision.overlap),
+                       decision.evict_message, decision.message)
         return cls(tuple(decision.victims), tuple(decision.overlap),
                    preempted_message(ledger_key, priority))
 
@@ -138,6 +144,18 @@ class SeedDoor:
         st = self._state
         with st._lock:
             return st.scheduler.schedule(w, across_namespaces=across_namespaces)
+
+    def reclaim(self, w: GPUWorkload, key: str, queue: str, need: Fraction) -> Decision | None:
+        """A pod group's reclaim of ``need`` GPUs of ``queue``'s quota from its
+        cohort's borrowers, ``w`` its gang booked as ``key`` (``QueueBook.reclaim``,
+        the gate's own plan): a ``PREEMPT`` decision naming them, or None."""
+        st = self._state
+        with st._lock:
+            q = st.queues.quotas().get(queue) if st.queues is not None else None
+            if q is None:
+                return None
+            decision = st.scheduler.schedule(w, across_namespaces=False)
+            return st.queues.reclaim(w, key, q, need, st._ledger, st.scheduler, decision)
 
     def group_blockers(self, ledger_key: str) -> dict[str, list[str]]:
         """node -> what a nominated group still waits for on (or of) its devices:

@@ -60,7 +60,10 @@ def was(decision: Decision) -> str:
 
 
 def preempting_text(group: str, priority: int, preemption: Preemption) -> str:
-    """The members' ``Preempting`` Event."""
+    """The members' ``Preempting`` Event (a reclaim says its queue's numbers)."""
+    if preemption.reclaim:
+        return (f"pod group {group} (priority {priority}): {preemption.reclaim}; its "
+                f"members are bound once they are gone from its devices")
     return (f"pod group {group} (priority {priority}) preempts lower-priority "
             f"{', '.join(preemption.victims)} to place; its members are bound once "
             f"they are gone from its devices")

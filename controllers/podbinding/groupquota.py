@@ -14,13 +14,25 @@ booked between the check and the booking.
 | ahead of it (priority, then creation) fits now    |                                    |
 | the group's GPUs fit the queue's quota (its       | None: planned on the devices       |
 | nominal, and what its cohort lends)               |                                    |
+| they do not, and a reclaim from the cohort's      | None: planned as a reclaim         |
+| borrowers makes room (below)                      | (``plan_in_queue``)                |
 | they do not                                       | why, with the queue's numbers      |
+
+A group refused by its quota alone (the last row) **reclaims** as a GPUWorkload
+gang does (docs/queues.md, reclaim; ``plan_in_queue``): when its queue would be
+within its nominal with the group admitted and cohort peers borrow it, the same
+planner (``QueueBook.reclaim``, ``internal/scheduling/reclaim.py``) names the
+borrowers to evict under the queue's ``reclaimWithinCohort`` (Any, LowerPriority
+than the group's priority, Never), and the group is booked as a nomination over
+them (``PlacementState.seeds.book_group``), its members bound once their pods are
+gone. Nothing to take: it waits with the quota's numbers, as a workload does.
 
 A group takes its namespace's first queue (by name): its pods name none. It
 holds no place in its queue's line (the line is of GPUWorkloads): a group over
-quota stalls no workload behind it. It neither preempts nor reclaims for quota.
-Its booking (``PodGroup:<ns>/...``) counts against the same queue once placed
-(``queue_usage.namespace_of``).
+quota stalls no workload behind it. It does not preempt within its queue for
+quota (a priority preemption takes only its own queue's holders, by the
+``priority`` strategy, ``grouppreempt.py``). Its booking (``PodGroup:<ns>/...``)
+counts against the same queue once placed (``queue_usage.namespace_of``).
 
 ``outside_queue``: a pod of no group that requests ``nvidia.com/gpu`` in a queue's
 namespace is not placed one by one (the queue-gpu-pods policy admits such a pod
@@ -31,11 +43,16 @@ otherwise hold GPUs its queue never admitted).
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import NamedTuple
 
-from controllers.placement.state import PlacementState
+from api.v1alpha1.types import GPUWorkload
+from controllers.placement.seeds import GroupPlan
+from controllers.placement.state import PlacementState, PlacementView
+from controllers.podbinding.groupplan import group_ledger_key, plan_group
 from controllers.podbinding.seedbook import pod_meta, pod_priority
 from internal.objects import JSON
 from internal.scheduling.admission import Waiting
+from internal.scheduling.outcome import UNSCHEDULABLE, Decision
 from internal.scheduling.podgroups import PodGroup
 from internal.scheduling.pods import pod_gpu_request
 
@@ -67,8 +84,17 @@ def group_need(members: list[JSON], slots: int = 0, worker_gpus: int = 0) -> Fra
     return Fraction(per * (len(members) + slots))
 
 
+class QuotaRefusal(NamedTuple):
+    """Why a group's queue refuses it; ``queue`` and ``need`` when its quota alone
+    does (a reclaim may then make room), else ""."""
+
+    why: str
+    queue: str = ""
+    need: Fraction = Fraction(0)
+
+
 def group_quota_refusal(state: PlacementState, group: PodGroup, members: list[JSON],
-                        slots: int = 0) -> str | None:
+                        slots: int = 0) -> QuotaRefusal | None:
     """Why ``group``'s unbound ``members`` (and ``slots`` reserved for its members
     not made yet, ``leaderfirst.py``) may not be placed by its namespace's queue
     (the table above), or None. Call under the state's lock."""
@@ -79,8 +105,8 @@ def group_quota_refusal(state: PlacementState, group: PodGroup, members: list[JS
     name = next(iter(queues.selecting(ns)), None)
     if name is None:
         if queues.require_queue:
-            return (f"no GPUQueue selects namespace {ns}; this manager admits only "
-                    "workloads in a queue (--require-queue)")
+            return QuotaRefusal(f"no GPUQueue selects namespace {ns}; this manager admits "
+                                "only workloads in a queue (--require-queue)")
         return None
     quotas = queues.quotas()
     q = quotas.get(name)
@@ -93,5 +119,38 @@ def group_quota_refusal(state: PlacementState, group: PodGroup, members: list[JS
     me = Waiting(name, max((pod_priority(p) for p in members), default=0), created, need)
     ahead = queues.manager.ahead(f"PodGroup:{group.key}", me, q, quotas, used)
     if ahead is not None:
-        return ahead
-    return quotas.check(q, need, used)
+        return QuotaRefusal(ahead)
+    why = quotas.check(q, need, used)
+    return None if why is None else QuotaRefusal(why, name, need)
+
+
+def plan_in_queue(state: PlacementState, view: PlacementView, group: PodGroup,
+                  unbound: list[tuple[JSON, PodGroup]], default_strategy: str,
+                  reserve: list[int], across: bool) -> GroupPlan:
+    """``plan_group`` held to the group's queue (the module's table): as planned
+    when the quota admits it; a reclaim from its cohort's borrowers when its
+    quota alone refuses it and the reclaim planner finds victims; else why not.
+    Call under the state's lock (``book_group``'s plan)."""
+    members = [p for p, _ in unbound]
+    over = group_quota_refusal(state, group, members, slots=len(reserve))
+    if over is None:
+        return plan_group(view, group, unbound, default_strategy, reserve,
+                          lambda m: state.seeds.schedule(m, across_namespaces=across))
+    if not over.queue:
+        return None, over.why, None
+    taken: list[Decision] = []
+
+    def reclaim(m: GPUWorkload) -> Decision:
+        d = state.seeds.reclaim(m, group_ledger_key(group), over.queue, over.need)
+        if d is None:
+            strategy = m.spec.scheduling_strategy
+            return Decision(UNSCHEDULABLE, strategy.value if strategy else "leastLoaded",
+                            message=over.why)
+        taken.append(d)
+        return d
+
+    entries, why, preemption = plan_group(view, group, unbound, default_strategy, reserve,
+                                          reclaim)
+    if entries is None:  # nothing to take; or its members may not preempt (why)
+        return None, why if taken else over.why, None
+    return entries, why, preemption

@@ -40,14 +40,14 @@ import structlog
 
 from controllers.placement.seeds import GroupPlan
 from controllers.placement.state import PlacementState, PlacementView
-from controllers.podbinding.groupplan import group_ledger_key, plan_group
+from controllers.podbinding.groupplan import group_ledger_key
 from controllers.podbinding.grouppreempt import (
     admin_priority,
     group_priority,
     preempting_text,
     waiting_text,
 )
-from controllers.podbinding.groupquota import group_quota_refusal
+from controllers.podbinding.groupquota import plan_in_queue
 from controllers.podbinding.leaderfirst import (
     await_workers,
     missing_slots,
@@ -269,11 +269,8 @@ class GroupPath:
             if _slot_waits(view, self.book, group):
                 return None, _BOOKED, None
             # its namespace's GPUQueue first, as a GPUWorkload gang's (groupquota.py)
-            over = group_quota_refusal(state, group, members, slots=len(reserve))
-            if over is not None:
-                return None, over, None
-            return plan_group(view, group, unbound, self.default_strategy, reserve,
-                              lambda m: state.seeds.schedule(m, across_namespaces=across))
+            return plan_in_queue(state, view, group, unbound, self.default_strategy,
+                                 reserve, across)
         entries, why, preemption = state.seeds.book_group(self.book, plan)
         if entries is None and preemption is not None:
             # its victims' budgets, asked outside the lock; then planned and booked

@@ -50,7 +50,7 @@ from internal.scheduling.admission import Waiting, preempted, quota_refusal, set
 from internal.scheduling.framework import PREEMPT, Decision
 from internal.scheduling.ledger import DEPARTING, Allocation, Ledger, is_departing
 from internal.scheduling.queue_usage import OwnerUse, UsageIndex, namespace_of, placements_held
-from internal.scheduling.quota import Candidate, Quotas
+from internal.scheduling.quota import Candidate, Queue, Quotas
 from internal.scheduling.reclaim import plan_reclaim
 from internal.scheduling.scheduler import Scheduler
 from internal.scheduling.sharefloor import DEFAULT_FLOORS, ShareFloors
@@ -212,19 +212,31 @@ class QueueBook:
         if why is None and placed:
             self._admitted(w, name)
             return decision
-        plan = plan_reclaim(w, scheduler.snapshot, ledger, scheduler.strategy(decision.strategy),
-                            decision.counted, quotas, q, need,
-                            self._settled(used, owners, ledger),
-                            self._candidates(w, ledger, owners))
-        if plan is not None:
+        taken = self.reclaim(w, w.key, q, need, ledger, scheduler, decision)
+        if taken is not None:
             self._admitted(w, name)
-            return reclaiming(decision, w.key, q, need, *plan)
+            return taken
         if why is None:
             self.manager.settle(w.key)  # refused for capacity, not quota: stalls nobody
             return decision
         self.manager.wait(w.key, me)
         return wait(decision.strategy, name, WAITING_FOR_QUOTA,
                     why + note + self._others_hint(w, name))
+
+    def reclaim(self, w: GPUWorkload, key: str, q: Queue, need: Fraction, ledger: Ledger,
+                scheduler: Scheduler, decision: Decision) -> Decision | None:
+        """``decision`` (the scheduler's for ``w``) made a reclaim into ``q`` of
+        ``need`` GPUs for ``key`` (``internal/scheduling/reclaim.py``), or None when
+        nothing may or need be taken. The gate's, and a pod group's (``w`` its gang,
+        ``key`` its booking's, ``controllers/podbinding/groupquota.py``). Call under
+        the placement state's lock."""
+        quotas = self.quotas()
+        used, owners = self.usage(ledger)
+        plan = plan_reclaim(w, scheduler.snapshot, ledger, scheduler.strategy(decision.strategy),
+                            decision.counted, quotas, q, need,
+                            self._settled(used, owners, ledger),
+                            self._candidates(w, ledger, owners))
+        return None if plan is None else reclaiming(decision, key, q, need, *plan)
 
     def _others_hint(self, w: GPUWorkload, queue: str) -> str:
         """For a workload that took its namespace's default queue: the other queues
