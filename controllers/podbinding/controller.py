@@ -170,6 +170,7 @@ class PodBindingReconciler:
                 self.book.finished(key)  # a group member done: its slot goes with it
             self._settled(key)
             self._release(state, key)
+            self.groups.forget(state, key)  # its group's place in a queue's line
             with self._waiting.lock:
                 self._reported.pop(key, None)
             return None
@@ -185,6 +186,7 @@ class PodBindingReconciler:
         if pod_meta(pod).get("deletionTimestamp"):
             self._settled(key)
             self._release(state, key)
+            self.groups.forget(state, key)
             return None
         if self.own_writes.binding_on_its_way(pod):
             return None  # bound by us; the cache has not seen it yet

@@ -27,9 +27,16 @@ than the group's priority, Never), and the group is booked as a nomination over
 them (``PlacementState.seeds.book_group``), its members bound once their pods are
 gone. Nothing to take: it waits with the quota's numbers, as a workload does.
 
+**Its place in the line**: a group refused for quota (nothing to reclaim) takes
+its place in its queue's waiting line (``QueueManager.wait_group``), BestEffortFIFO
+as a workload's: by its priority (its members' highest), then its oldest member's
+creation; a later workload of the queue waits behind it while it fits the quota
+(``admission.queued_behind``), and it behind an earlier one. It leaves the line
+when it is admitted, refused for devices only, or a member of it is gone
+(``forget``).
+
 A group takes its namespace's first queue (by name): its pods name none. It
-holds no place in its queue's line (the line is of GPUWorkloads): a group over
-quota stalls no workload behind it. It does not preempt within its queue for
+does not preempt within its queue for
 quota (a priority preemption takes only its own queue's holders, by the
 ``priority`` strategy, ``grouppreempt.py``). Its booking (``PodGroup:<ns>/...``)
 counts against the same queue once placed (``queue_usage.namespace_of``).
@@ -91,6 +98,8 @@ class QuotaRefusal(NamedTuple):
     why: str
     queue: str = ""
     need: Fraction = Fraction(0)
+    #: its place in its queue's line (``QueueManager.wait_group``)
+    waiting: Waiting | None = None
 
 
 def group_quota_refusal(state: PlacementState, group: PodGroup, members: list[JSON],
@@ -121,7 +130,7 @@ def group_quota_refusal(state: PlacementState, group: PodGroup, members: list[JS
     if ahead is not None:
         return QuotaRefusal(ahead)
     why = quotas.check(q, need, used)
-    return None if why is None else QuotaRefusal(why, name, need)
+    return None if why is None else QuotaRefusal(why, name, need, me)
 
 
 def plan_in_queue(state: PlacementState, view: PlacementView, group: PodGroup,
@@ -133,7 +142,10 @@ def plan_in_queue(state: PlacementState, view: PlacementView, group: PodGroup,
     Call under the state's lock (``book_group``'s plan)."""
     members = [p for p, _ in unbound]
     over = group_quota_refusal(state, group, members, slots=len(reserve))
+    key = group_ledger_key(group)
     if over is None:
+        if state.queues is not None:  # admitted, or in no queue: it waits in no line
+            state.queues.manager.settle(key)
         return plan_group(view, group, unbound, default_strategy, reserve,
                           lambda m: state.seeds.schedule(m, across_namespaces=across))
     if not over.queue:
@@ -141,7 +153,7 @@ def plan_in_queue(state: PlacementState, view: PlacementView, group: PodGroup,
     taken: list[Decision] = []
 
     def reclaim(m: GPUWorkload) -> Decision:
-        d = state.seeds.reclaim(m, group_ledger_key(group), over.queue, over.need)
+        d = state.seeds.reclaim(m, key, over.queue, over.need)
         if d is None:
             strategy = m.spec.scheduling_strategy
             return Decision(UNSCHEDULABLE, strategy.value if strategy else "leastLoaded",
@@ -152,5 +164,16 @@ def plan_in_queue(state: PlacementState, view: PlacementView, group: PodGroup,
     entries, why, preemption = plan_group(view, group, unbound, default_strategy, reserve,
                                           reclaim)
     if entries is None:  # nothing to take; or its members may not preempt (why)
+        if over.waiting is not None and state.queues is not None:
+            state.queues.manager.wait_group(key, over.waiting)  # its place in the line
         return None, why if taken else over.why, None
+    if state.queues is not None:  # admitted by its reclaim
+        state.queues.manager.settle(key)
     return entries, why, preemption
+
+
+def forget(state: PlacementState, group_key: str) -> None:
+    """A member of the group booked as ``group_key`` is gone: the group, incomplete,
+    holds no place in its queue's line (taken again when it is refused again)."""
+    if state.queues is not None:
+        state.queues.manager.settle(group_key)

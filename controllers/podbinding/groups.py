@@ -47,7 +47,7 @@ from controllers.podbinding.grouppreempt import (
     preempting_text,
     waiting_text,
 )
-from controllers.podbinding.groupquota import plan_in_queue
+from controllers.podbinding.groupquota import forget, plan_in_queue
 from controllers.podbinding.leaderfirst import (
     await_workers,
     missing_slots,
@@ -183,6 +183,9 @@ class GroupPath:
         self.book, self.pods, self.recorder = book, pods, recorder
         self.default_strategy = default_strategy
         self.waits = GroupWaits(timeout)
+        #: unbound member -> its group's ledger key, while it may wait in a queue's
+        #: line (``groupquota.forget`` once it is gone)
+        self._lined: dict[str, str] = {}
         book.regroup = self.regroup  # a rebuild books bound members under their group
         #: why the disruption budgets refuse evicting all of these seed-path
         #: victims (ledger keys) at once, or None (set by the reconciler)
@@ -257,6 +260,8 @@ class GroupPath:
         if present < group.size and not reserve:
             return self._wait(pod, group, present)
         members = [p for p, _ in unbound]
+        if state.queues is not None:
+            self._lined.update((object_key(p), ledger_key) for p in members)
         across = admin_priority(members)
         def plan(view: PlacementView) -> GroupPlan:
             # under the state's lock: another worker, reconciling another member of
@@ -311,6 +316,13 @@ class GroupPath:
         entry = entries.get(key)
         return self._bind_when_free(state, pod, key, entry, group, bind) \
             if entry is not None else None
+
+    def forget(self, state: PlacementState, key: str) -> None:
+        """Pod ``key`` is gone or being deleted: its group, incomplete, leaves its
+        queue's waiting line (``groupquota.forget``)."""
+        group_key = self._lined.pop(key, None)
+        if group_key is not None:
+            forget(state, group_key)
 
     def _bind_when_free(self, state: PlacementState, pod: JSON, key: str, entry: Entry,
                         group: PodGroup,

@@ -20,7 +20,7 @@ inline: memory only, under one leaf lock), it holds
 
 Guarantees: nothing here lists an informer or calls out while the lock is held;
 what it holds is bounded by what the caches hold (a workload the cache does not hold
-never takes a place in a line).
+never takes a place in a line; a pod group's place goes with its first member gone).
 """
 
 from __future__ import annotations
@@ -257,6 +257,16 @@ class QueueManager:
             t = self._workloads.get(key)
             if t is None or not t.live:
                 return
+            self._waiting[key] = entry
+            bisect.insort(self._lines.setdefault(entry.queue, []), (entry.order(key), entry))
+
+    def wait_group(self, key: str, entry: Waiting) -> None:
+        """Pod group ``key`` (``PodGroup:<ns>/...``, no GPUWorkload) was refused for
+        quota: its place in ``entry.queue``'s line, as a workload's. The pod binding
+        takes it out (``settle``) once the group is admitted, refused for devices
+        only, or a member of it is gone (``controllers/podbinding/groupquota.py``)."""
+        with self._lock:
+            self._unwait(key)
             self._waiting[key] = entry
             bisect.insort(self._lines.setdefault(entry.queue, []), (entry.order(key), entry))
 
