@@ -87,7 +87,45 @@ class PeerController:
                 return False
         return True
 
+    def _instances(self, crd: dict[str, Any]) -> str:
+        """The path listing every object of ``crd``'s kind (its storage version)."""
+        spec = crd["spec"]
+        version = next(v["name"] for v in spec["versions"] if v.get("storage"))
+        return f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"
+
+    def _release_instances(self) -> None:
+        """Every object of our CRDs that a finalizer keeps (an ``orphan`` finalizer
+        the garbage collector has not processed yet, a peer's own finalizer with the
+        peer stopped) lets go, so that a deleted CRD goes, whatever the garbage
+        collector's pace in a long session."""
+        for crd in self.crds:
+            code, body = self.cp.api("GET", self._instances(crd))
+            if code != 200:
+                continue
+            for item in body.get("items") or ():
+                meta = item.get("metadata") or {}
+                if not meta.get("finalizers"):
+                    continue
+                ns = f"/namespaces/{meta['namespace']}" if meta.get("namespace") else ""
+                base = self._instances(crd).rsplit("/", 1)
+                self.cp.api("PATCH", f"{base[0]}{ns}/{base[1]}/{meta['name']}",
+                            {"metadata": {"finalizers": None}},
+                            content_type="application/merge-patch+json")
+
+    def _terminating_gone(self) -> bool:
+        """No CRD of ours is still being deleted (a previous module's)."""
+        for crd in self.crds:
+            code, body = self.cp.api("GET", f"{CRDS}/{crd['metadata']['name']}")
+            if code == 200 and (body.get("metadata") or {}).get("deletionTimestamp"):
+                self._release_instances()
+                return False
+        return True
+
     def start(self) -> PeerController:
+        # a previous module's CRDs, deleted at its end, go first: a CRD being deleted
+        # still says Established, and refuses every create of its kind
+        eventually(self._terminating_gone, timeout=120, interval=1.0,
+                   what=f"{self.kind.peer}'s previous CRDs deleted")
         self.dir.mkdir(parents=True)
         certs = self.dir / "serving-certs"
         certs.mkdir()
@@ -132,6 +170,7 @@ class PeerController:
             self.process = None
         for obj in reversed(self.installed):
             self.cp.kubectl("delete", "--ignore-not-found", "--wait=false", obj, check=False)
+        self._release_instances()
 
 
 def gpu_pod(gpus: int = 4) -> dict[str, Any]:

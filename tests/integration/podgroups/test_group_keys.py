@@ -100,7 +100,7 @@ def test_a_jobset_made_again_under_its_name_leaves_none_of_the_old_devices_held(
     admin.delete(JOBSET_API, "JobSet", "js", namespace, propagation_policy="Orphan")
     for i in range(2):
         job = f"js-workers-{i}"
-        eventually(lambda job=job: orphaned(admin, namespace, job), timeout=30,
+        eventually(lambda job=job: orphaned(admin, namespace, job), timeout=120,
                    what=f"Job {job} orphaned")
         admin.delete("batch/v1", "Job", job, namespace, propagation_policy="Orphan")
 
