@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +163,36 @@ def test_a_pod_forced_onto_a_named_node_is_reported_and_evicted(
     assert pods_of(admin, namespace, "ours")[0]["status"]["phase"] == "Running"
 
 
+def keep_forced(admin: Client, namespace: str) -> None:
+    """A PodDisruptionBudget that lets no pod labelled ``app: forced`` go."""
+    admin.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                  "metadata": {"name": "keep", "namespace": namespace},
+                  "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "forced"}}}})
+
+
+def running_while_down(manager: Running, admin: Client, pod: dict[str, Any],
+                       before: Callable[[], None] = lambda: None) -> None:
+    """``pod`` created (after ``before``) and Running while the manager is stopped."""
+    meta = pod["metadata"]
+    manager.stop()
+    try:
+        before()
+        admin.create(pod)
+        eventually(lambda: (admin.get("v1", "Pod", meta["name"], meta["namespace"])
+                            .get("status") or {}).get("phase") == "Running",
+                   timeout=60, what=f"{meta['name']} running")
+    finally:
+        manager.start()
+
+
+def budget_goes(admin: Client, namespace: str, name: str) -> None:
+    """The budget is deleted: the pod's next update is asked again, and it goes."""
+    admin.delete("policy/v1", "PodDisruptionBudget", "keep", namespace=namespace)
+    admin.patch("v1", "Pod", name, {"metadata": {"labels": {"touched": "1"}}},
+                namespace=namespace)
+    eventually(lambda: gone(admin, namespace, name), timeout=60, what="the pod evicted")
+
+
 def test_a_running_intruder_is_evicted_once_its_pdb_allows(
         manager: Running, admin: Client, namespace: str, group: NodeGroup) -> None:
     """A pod that gave itself devices while the manager was down, running when the
@@ -173,28 +203,15 @@ def test_a_running_intruder_is_evicted_once_its_pdb_allows(
     says: before, the test above waited for this refusal, and failed when the
     eviction came first.)"""
     (node,) = named_nodes(manager, admin, group, 1)
-    admin.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-                  "metadata": {"name": "keep", "namespace": namespace},
-                  "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "forced"}}}})
-    manager.stop()
-    try:
-        pod = gpu_pod("forged", namespace, 0, node=node, labels={"app": "forced"})
-        pod["metadata"]["annotations"] = {DEVICES_ANNOTATION: "0,1"}
-        admin.create(pod)
-        eventually(lambda: (admin.get("v1", "Pod", "forged", namespace).get("status") or {})
-                   .get("phase") == "Running", timeout=60, what="the pod running")
-    finally:
-        manager.start()
+    keep_forced(admin, namespace)
+    pod = gpu_pod("forged", namespace, 0, node=node, labels={"app": "forced"})
+    pod["metadata"]["annotations"] = {DEVICES_ANNOTATION: "0,1"}
+    running_while_down(manager, admin, pod)
     events = wait_events(admin, namespace, "forged", "UnauthorizedDevices", "EvictionFailed",
                          timeout=60)
     refused = next(e["message"] for e in events if e["reason"] == "EvictionFailed")
     assert "disruption budget" in refused, refused
-    # the PodDisruptionBudget goes: its next update is asked again, and it goes
-    admin.delete("policy/v1", "PodDisruptionBudget", "keep", namespace=namespace)
-    admin.patch("v1", "Pod", "forged", {"metadata": {"labels": {"touched": "1"}}},
-                namespace=namespace)
-    eventually(lambda: gone(admin, namespace, "forged"), timeout=60,
-               what="the pod evicted")
+    budget_goes(admin, namespace, "forged")
 
 
 def test_a_pod_forced_while_the_manager_was_down_is_found_over_committing(
@@ -207,28 +224,19 @@ def test_a_pod_forced_while_the_manager_was_down_is_found_over_committing(
     (node,) = named_nodes(manager, admin, group, 1)
     admin.create(workload("ours", namespace, gpusPerReplica=4, nodeSelector=group.selector))
     wait_phase(admin, namespace, "ours", "Running", timeout=60)
-    admin.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-                  "metadata": {"name": "keep", "namespace": namespace},
-                  "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "forced"}}}})
+    keep_forced(admin, namespace)
     ours = pods_of(admin, namespace, "ours")[0]["metadata"]["creationTimestamp"]
-    manager.stop()
-    try:
-        # a second later than our pod: the rebuild knows which came last
-        eventually(lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) > ours,
-                   timeout=5, what="a second after our pod")
-        admin.create(gpu_pod("forced", namespace, 4, node=node, labels={"app": "forced"}))
-        eventually(lambda: (admin.get("v1", "Pod", "forced", namespace).get("status") or {})
-                   .get("phase") == "Running", timeout=60, what="the forced pod running")
-    finally:
-        manager.start()
+    # a second later than our pod: the rebuild knows which came last
+    running_while_down(manager, admin, gpu_pod("forced", namespace, 4, node=node,
+                                                labels={"app": "forced"}),
+                       before=lambda: eventually(
+                           lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) > ours,
+                           timeout=5, what="a second after our pod"))
     events = wait_events(admin, namespace, "forced", "DeviceConflict", "EvictionFailed",
                          timeout=60)
     conflict = next(e["message"] for e in events if e["reason"] == "DeviceConflict")
     assert f"{node}: over-committed: 8 GPUs held on its 4 devices" in conflict, conflict
-    admin.delete("policy/v1", "PodDisruptionBudget", "keep", namespace=namespace)
-    admin.patch("v1", "Pod", "forced", {"metadata": {"labels": {"touched": "1"}}},
-                namespace=namespace)
-    eventually(lambda: gone(admin, namespace, "forced"), timeout=60, what="the pod evicted")
+    budget_goes(admin, namespace, "forced")
     assert pods_of(admin, namespace, "ours")[0]["status"]["phase"] == "Running"
 
 
