@@ -1,5 +1,7 @@
-"""What the pod-group tests share: our webhook and the pod-devices policy, for the
-tests that look at the members' CUDA_VISIBLE_DEVICES."""
+"""The pod-group tests' own fixtures: ``admin`` (for the modules that do not import
+the controller tests' one, which installs our CRDs first), and our webhook with the
+pod-devices policy, for the tests that look at the members' CUDA_VISIBLE_DEVICES.
+Their helpers are in fixtures.py."""
 
 from __future__ import annotations
 
@@ -10,12 +12,18 @@ import pytest
 
 from api.v1alpha1.keys import DEVICES_FIELD_PATH
 from hack.testenv import ControlPlane
+from runtime import Client
 from tests.integration.podgroups.controllers import gpu_pod
 from tests.integration.webhook.helpers import pod_devices_policy, running_webhook
 from tests.waiting import eventually
 
 REF = {"name": "CUDA_VISIBLE_DEVICES",
        "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": DEVICES_FIELD_PATH}}}
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: ControlPlane) -> Client:
+    return Client.from_kubeconfig(str(cluster.kubeconfig))
 
 
 @pytest.fixture(scope="module")

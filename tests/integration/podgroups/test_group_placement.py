@@ -10,7 +10,6 @@ members select them."""
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from collections import Counter
@@ -20,15 +19,12 @@ from typing import Any
 
 import pytest
 
-from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from api.v1alpha1.types import API_VERSION
-from internal.cli.main import main
 from runtime import Client, NotFound
 from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     NodeGroup,
     Running,
     admin,
-    events_for,
     group,
     installed,
 )
@@ -38,7 +34,18 @@ from tests.integration.podgroups.controllers import (
     gpu_pod,
     jobset,
 )
-from tests.integration.podgroups.fixtures import peer_fixtures
+from tests.integration.podgroups.fixtures import (
+    JOBSET_NAME,
+    LWS_NAME,
+    bound,
+    members,
+    named_nodes,
+    nodes_shown,
+    on_nodes,
+    peer_fixtures,
+    pinned,
+    told,
+)
 from tests.waiting import eventually
 
 DEVICES = "gpu.orchestrator.dev/devices"
@@ -49,10 +56,6 @@ ISLANDS = (frozenset({0, 2, 4, 6}), frozenset({1, 3, 5, 7}))
 
 
 peers, binder = peer_fixtures(JOBSET, LWS)
-
-
-def named_nodes(group: NodeGroup, count: int, gpus: int = 4) -> list[str]:  # noqa: F811
-    return group.add(count, gpus, labels={DEVICE_AUTHORITY_LABEL: "named"})
 
 
 def _island_devices(node: str) -> list[dict[str, Any]]:
@@ -95,24 +98,12 @@ def nvlink_islands(admin: Client, nodes: list[str]) -> Iterator[None]:  # noqa: 
 
 def lws(name: str, group: NodeGroup, topology: str) -> dict[str, Any]:  # noqa: F811
     """2 LWS groups of a leader and a worker, 4 GPUs each, asking ``topology``."""
-    pod = gpu_pod(4)
+    pod = pinned(gpu_pod(4), group)
     pod["metadata"] = {"annotations": {TOPOLOGY: topology}}
-    pod["spec"]["nodeSelector"] = dict(group.selector)
-    pod["spec"]["terminationGracePeriodSeconds"] = 0
     return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
             "metadata": {"name": name},
             "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2,
                                                              "workerTemplate": pod}}}
-
-
-def labelled(admin: Client, ns: str, label: str, name: str) -> list[dict[str, Any]]:  # noqa: F811
-    return [p for p in admin.list("v1", "Pod", namespace=ns)["items"]
-            if (p["metadata"].get("labels") or {}).get(label) == name
-            and not p["metadata"].get("deletionTimestamp")]
-
-
-def bound(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [p for p in pods if p["spec"].get("nodeName")]
 
 
 @pytest.mark.parametrize("topology", ["Required", "Preferred"])
@@ -128,9 +119,8 @@ def test_each_lws_group_lands_on_nvlink_local_devices(
             binder.sees(node, lambda i: i.topology_known and len(i.usable) == 8,
                         "8 devices in NVLink islands")
         admin.create(lws("infer", group, topology), namespace=namespace)
-        label = "leaderworkerset.sigs.k8s.io/name"
         placed = eventually(lambda: (lambda ps: ps if len(bound(ps)) == 4 else None)(
-            labelled(admin, namespace, label, "infer")), timeout=120,
+            members(admin, namespace, "infer", LWS_NAME)), timeout=120,
             what="the LeaderWorkerSet's 4 pods bound")
         got = {p["metadata"]["name"]: (p["spec"]["nodeName"],
                                        p["metadata"]["annotations"].get(DEVICES))
@@ -152,47 +142,33 @@ def test_two_racing_jobsets_on_room_for_one_one_runs_the_other_holds_nothing(
     one runs, the other has no pod bound and no device held (``kubectl gpu nodes``),
     its members say why, and it runs once the first is deleted."""
     named_nodes(group, 4)
-    label = "jobset.sigs.k8s.io/jobset-name"
     for name in ("red", "blue"):
-        js = jobset(name, [("launcher", 1, 1), ("workers", 3, 1)])
-        for rj in js["spec"]["replicatedJobs"]:
-            pod = rj["template"]["spec"]["template"]["spec"]
-            pod["nodeSelector"] = dict(group.selector)
-            pod["terminationGracePeriodSeconds"] = 0
-        admin.create(js, namespace=namespace)
+        admin.create(on_nodes(jobset(name, [("launcher", 1, 1), ("workers", 3, 1)]), group),
+                     namespace=namespace)
 
     def settled() -> tuple[str, str] | None:
-        counts = {n: len(bound(labelled(admin, namespace, label, n))) for n in ("red", "blue")}
+        counts = {n: len(bound(members(admin, namespace, n))) for n in ("red", "blue")}
         if sorted(counts.values()) != [0, 4]:
             return None
         ran = max(counts, key=counts.__getitem__)
         return ran, ("blue" if ran == "red" else "red")
     ran, waits = eventually(settled, timeout=120, what="one JobSet bound whole, the other not")
-    waiting = labelled(admin, namespace, label, waits)
+    waiting = members(admin, namespace, waits)
     assert len(waiting) == 4  # every member exists; none is bound
-
-    def said() -> str | None:
-        for p in waiting:
-            for e in events_for(admin, namespace, p["metadata"]["name"]):
-                if e["reason"] == "FailedScheduling" and "pod group" in e["message"]:
-                    return str(e["message"])
-        return None
-    why = eventually(said, timeout=60, what="a FailedScheduling Event naming the pod group")
+    why = eventually(lambda: told(admin, namespace, waiting, "FailedScheduling", "pod group"),
+                     timeout=60, what="a FailedScheduling Event naming the pod group")
     assert f"jobset:{waits}:0" in why and "4 of 4 members to place" in why, why
     # what the user sees: every device of the nodes held by the one that runs
-    assert main(["nodes", "-o", "json", "--kubeconfig",
-                 str(binder.cluster.kubeconfig)]) == 0
-    shown = [n for n in json.loads(capsys.readouterr().out)["nodes"]
-             if n["name"] in group.names]
+    shown = nodes_shown(binder.cluster.kubeconfig, capsys, group.names)
     holders = [str(d.get("holder")) for n in shown for d in n["devices"]]
     assert len(holders) == 16, shown
     # each device names the Job of its member (<ns>/job/<jobset>-<replicated job>-<i>)
     assert not [h for h in holders if h.startswith(f"{namespace}/job/{waits}-")], holders
     assert all(h.startswith(f"{namespace}/job/{ran}-") for h in holders), holders
-    assert bound(labelled(admin, namespace, label, waits)) == []
+    assert bound(members(admin, namespace, waits)) == []
     admin.delete("jobset.x-k8s.io/v1alpha2", "JobSet", ran, namespace,
                  propagation_policy="Foreground")
-    eventually(lambda: len(bound(labelled(admin, namespace, label, waits))) == 4, timeout=120,
+    eventually(lambda: len(bound(members(admin, namespace, waits))) == 4, timeout=120,
                what=f"JobSet {waits} placed whole once {ran} is deleted")
 
 
@@ -203,32 +179,26 @@ def test_groups_waiting_when_the_manager_starts_never_share_a_device(
     third holds nothing, and no device is given to two members. (Found by the group
     churn: groups made just after a kill -9 were placed onto one another's devices.)"""
     named_nodes(group, 4)
-    label = "jobset.sigs.k8s.io/jobset-name"
     binder.stop()
     try:
         for name in ("a", "b", "c"):
-            js = jobset(name, [("workers", 2, 2)])  # 2 Jobs x 2 pods
-            for rj in js["spec"]["replicatedJobs"]:
-                pod = rj["template"]["spec"]["template"]["spec"]
-                pod["nodeSelector"] = dict(group.selector)
-                pod["terminationGracePeriodSeconds"] = 0
-                pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
-            admin.create(js, namespace=namespace)
-        eventually(lambda: sum(len(labelled(admin, namespace, label, n)) for n in "abc") == 12,
+            admin.create(on_nodes(jobset(name, [("workers", 2, 2)]), group, 2),  # 2 Jobs x 2 pods
+                         namespace=namespace)
+        eventually(lambda: sum(len(members(admin, namespace, n)) for n in "abc") == 12,
                    timeout=90, what="the three JobSets' 12 pods made")
     finally:
         binder.start()
 
     def placed() -> list[dict[str, Any]] | None:
-        pods = [p for n in "abc" for p in bound(labelled(admin, namespace, label, n))]
+        pods = [p for n in "abc" for p in bound(members(admin, namespace, n))]
         return pods if len(pods) >= 8 else None
     eventually(placed, timeout=90, what="two JobSets bound")
     time.sleep(5)  # anything more the manager would bind
-    pods = [p for n in "abc" for p in bound(labelled(admin, namespace, label, n))]
+    pods = [p for n in "abc" for p in bound(members(admin, namespace, n))]
     held = Counter((p["spec"]["nodeName"], d) for p in pods
                    for d in p["metadata"]["annotations"][DEVICES].split(","))
     assert [k for k, n in held.items() if n > 1] == [], sorted(
         (p["spec"]["nodeName"], p["metadata"]["annotations"][DEVICES], p["metadata"]["name"])
         for p in pods)
-    per_set = Counter(p["metadata"]["labels"][label] for p in pods)
+    per_set = Counter(p["metadata"]["labels"][JOBSET_NAME] for p in pods)
     assert sorted(per_set.values()) == [4, 4], per_set
