@@ -17,24 +17,28 @@ from typing import Any
 
 import pytest
 
-from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from runtime import Client, NotFound, errors
 from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     NodeGroup,
     Running,
     admin,
-    events_for,
     group,
     installed,
 )
 from tests.integration.podgroups.conftest import REF
 from tests.integration.podgroups.controllers import JOBSET, TRAINER
-from tests.integration.podgroups.fixtures import peer_fixtures
+from tests.integration.podgroups.fixtures import (
+    bound,
+    found,
+    members,
+    named_nodes,
+    peer_fixtures,
+    told,
+)
 from tests.waiting import eventually
 
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
 DEVICES = "gpu.orchestrator.dev/devices"
-JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 
 # JobSet first: Trainer watches the JobSets it makes, so their kind must be served
 peers, binder = peer_fixtures(JOBSET, TRAINER)
@@ -67,29 +71,11 @@ def runtime(binder: Running, admin: Client, group: NodeGroup) -> Iterator[str]: 
                timeout=60, what=f"ClusterTrainingRuntime {name} deleted")
 
 
-def found(admin: Client, api: str, kind: str, name: str,  # noqa: F811
-          namespace: str | None = None) -> dict[str, Any] | None:
-    try:
-        return dict(admin.get(api, kind, name, namespace))
-    except NotFound:
-        return None
-
-
 def trainjob(name: str, runtime: str, nodes: int, gpus: int) -> dict[str, Any]:
     return {"apiVersion": TRAINER_API, "kind": "TrainJob", "metadata": {"name": name},
             "spec": {"runtimeRef": {"name": runtime}, "trainer": {
                 "numNodes": nodes,
                 "resourcesPerNode": {"limits": {"nvidia.com/gpu": str(gpus)}}}}}
-
-
-def members(admin: Client, namespace: str, name: str) -> list[dict[str, Any]]:  # noqa: F811
-    return [p for p in admin.list("v1", "Pod", namespace=namespace)["items"]
-            if (p["metadata"].get("labels") or {}).get(JOBSET_NAME) == name
-            and not p["metadata"].get("deletionTimestamp")]
-
-
-def bound(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [p for p in pods if p["spec"].get("nodeName")]
 
 
 def test_a_trainjob_is_one_group_placed_whole_on_exact_devices(
@@ -99,7 +85,7 @@ def test_a_trainjob_is_one_group_placed_whole_on_exact_devices(
     hold 12 GPUs): the JobSet Trainer made has 4 members, none bound, each told why
     with its group's key; once a 4th node comes, all 4 are bound, one per node, each
     with its 4 devices in its annotation and CUDA_VISIBLE_DEVICES read from it."""
-    nodes = binder.wait_nodes(group.add(3, 4, labels={DEVICE_AUTHORITY_LABEL: "named"}))
+    nodes = binder.wait_nodes(named_nodes(group, 3))
     admin.create(trainjob("llm", runtime, nodes=4, gpus=4), namespace=namespace)
     js = eventually(lambda: found(admin, "jobset.x-k8s.io/v1alpha2", "JobSet", "llm", namespace),
                     timeout=60, what="the JobSet Trainer makes of the TrainJob")
@@ -107,18 +93,12 @@ def test_a_trainjob_is_one_group_placed_whole_on_exact_devices(
         ("TrainJob", "llm")]
     waiting = eventually(lambda: (lambda ps: ps if len(ps) == 4 else None)(
         members(admin, namespace, "llm")), timeout=90, what="the TrainJob's 4 pods made")
-
-    def said() -> str | None:
-        for p in waiting:
-            for e in events_for(admin, namespace, p["metadata"]["name"]):
-                if e["reason"] == "FailedScheduling" and "pod group" in e["message"]:
-                    return str(e["message"])
-        return None
-    why = eventually(said, timeout=60, what="a FailedScheduling Event naming the pod group")
+    why = eventually(lambda: told(admin, namespace, waiting, "FailedScheduling", "pod group"),
+                     timeout=60, what="a FailedScheduling Event naming the pod group")
     assert f"{namespace}/jobset:llm:0" in why and "4 of 4 members to place" in why, why
     assert bound(members(admin, namespace, "llm")) == []
 
-    nodes += binder.wait_nodes(group.add(1, 4, labels={DEVICE_AUTHORITY_LABEL: "named"}))
+    nodes += binder.wait_nodes(named_nodes(group, 1))
     placed = eventually(lambda: (lambda ps: ps if len(ps) == 4 else None)(
         bound(members(admin, namespace, "llm"))), timeout=120,
         what="the TrainJob's 4 pods bound once a 4th node comes")
