@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from controllers.placement.state import PlacementState
 from controllers.setup import StateFactory
 from internal.cli.main import main
@@ -30,10 +29,16 @@ from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     installed,
 )
 from tests.integration.podgroups.controllers import JOBSET, jobset
-from tests.integration.podgroups.fixtures import peer_fixtures
+from tests.integration.podgroups.fixtures import (
+    bound,
+    members,
+    named_nodes,
+    nodes_shown,
+    on_nodes,
+    peer_fixtures,
+)
 from tests.waiting import eventually
 
-NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 DEVICES = "gpu.orchestrator.dev/devices"
@@ -43,28 +48,13 @@ peers, binder = peer_fixtures(JOBSET)
 
 def two_by_four(name: str, group: NodeGroup) -> dict[str, Any]:  # noqa: F811
     """A JobSet of 2 Jobs of one 4-GPU pod on ``group``'s nodes."""
-    js = jobset(name, [("workers", 2, 1)])
-    for rj in js["spec"]["replicatedJobs"]:
-        template = rj["template"]["spec"]["template"]
-        template["spec"]["nodeSelector"] = dict(group.selector)
-        template["spec"]["terminationGracePeriodSeconds"] = 0
-    return js
-
-
-def pods_of(admin: Client, ns: str, name: str) -> list[dict[str, Any]]:  # noqa: F811
-    return [p for p in admin.list("v1", "Pod", namespace=ns)["items"]
-            if (p["metadata"].get("labels") or {}).get(NAME_LABEL) == name]
-
-
-def bound(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [p for p in pods if p["spec"].get("nodeName")
-            and not p["metadata"].get("deletionTimestamp")]
+    return on_nodes(jobset(name, [("workers", 2, 1)]), group)
 
 
 def two_bound(admin: Client, ns: str, name: str, what: str,  # noqa: F811
               uid_not: str | None = None) -> list[dict[str, Any]]:
     def found() -> list[dict[str, Any]] | None:
-        ps = [p for p in bound(pods_of(admin, ns, name))
+        ps = [p for p in bound(members(admin, ns, name))
               if p["metadata"]["labels"][UID_LABEL] != uid_not]
         return ps if len(ps) == 2 else None
     return eventually(found, timeout=120, what=what)
@@ -78,9 +68,7 @@ def orphaned(admin: Client, ns: str, job: str) -> bool:  # noqa: F811
 def held_devices(capsys: pytest.CaptureFixture[str], binder: Running,
                  group: NodeGroup) -> dict[tuple[str, int], str]:  # noqa: F811
     """(node, device) -> holder, as ``kubectl gpu nodes`` shows the group's nodes."""
-    capsys.readouterr()
-    assert main(["nodes", "-o", "json", "--kubeconfig", str(binder.cluster.kubeconfig)]) == 0
-    shown = [n for n in json.loads(capsys.readouterr().out)["nodes"] if n["name"] in group.names]
+    shown = nodes_shown(binder.cluster.kubeconfig, capsys, group.names)
     return {(n["name"], d["index"]): str(d["holder"]) for n in shown for d in n["devices"]
             if d.get("holder")}
 
@@ -93,7 +81,7 @@ def test_a_jobset_made_again_under_its_name_leaves_none_of_the_old_devices_held(
     gone, their 8 GPUs are free: a second 2 x 4-GPU JobSet runs there (before, they
     stayed held, unused, until the new JobSet's last member went, and the second
     waited)."""
-    group.add(4, 4, labels={DEVICE_AUTHORITY_LABEL: "named"})
+    named_nodes(group, 4)
     admin.create(two_by_four("js", group), namespace=namespace)
     old = two_bound(admin, namespace, "js", "the JobSet's 2 pods bound")
     old_uid = old[0]["metadata"]["labels"][UID_LABEL]
@@ -113,18 +101,18 @@ def test_a_jobset_made_again_under_its_name_leaves_none_of_the_old_devices_held(
     eventually(made_again, timeout=30, what="the JobSet made again under its name")
     new = two_bound(admin, namespace, "js", "the new JobSet's 2 pods bound", uid_not=old_uid)
     names = {p["metadata"]["name"] for p in old}
-    still = [p for p in bound(pods_of(admin, namespace, "js")) if p["metadata"]["name"] in names]
+    still = [p for p in bound(members(admin, namespace, "js")) if p["metadata"]["name"] in names]
     assert len(still) == 2, still  # the new group was placed beside the old members
     new_nodes = {p["spec"]["nodeName"] for p in new}
     assert new_nodes.isdisjoint({p["spec"]["nodeName"] for p in old})
     for name in names:
         admin.delete("v1", "Pod", name, namespace)
-    eventually(lambda: not [p for p in pods_of(admin, namespace, "js")
+    eventually(lambda: not [p for p in members(admin, namespace, "js", terminating=True)
                             if p["metadata"]["name"] in names],
                timeout=60, what="the old members gone")
     admin.create(two_by_four("other", group), namespace=namespace)
     other = eventually(lambda: (lambda ps: ps if len(ps) == 2 else None)(
-        bound(pods_of(admin, namespace, "other"))), timeout=60,
+        bound(members(admin, namespace, "other"))), timeout=60,
         what="a second JobSet bound on the old members' devices")
     assert {p["spec"]["nodeName"] for p in other}.isdisjoint(new_nodes)
     held = held_devices(capsys, binder, group)
@@ -138,10 +126,10 @@ def test_after_a_restart_every_member_is_held_under_its_groups_key(
     filled from the caches before any placement, holds both members' devices under
     the group's key (``PodGroup:<ns>/jobset:js:0``), not under their Jobs', and
     ``kubectl gpu groups`` shows the group placed."""
-    group.add(2, 4, labels={DEVICE_AUTHORITY_LABEL: "named"})
+    named_nodes(group, 2)
     admin.create(two_by_four("js", group), namespace=namespace)
     pods = eventually(lambda: (lambda ps: ps if len(ps) == 2 else None)(
-        bound(pods_of(admin, namespace, "js"))), timeout=120, what="the JobSet's 2 pods bound")
+        bound(members(admin, namespace, "js"))), timeout=120, what="the JobSet's 2 pods bound")
     devices = [(p["spec"]["nodeName"], int(d)) for p in pods
                for d in p["metadata"]["annotations"][DEVICES].split(",")]
     first: list[dict[tuple[str, int], str | None]] = []

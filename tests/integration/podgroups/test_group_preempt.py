@@ -16,8 +16,6 @@ from typing import Any
 
 import pytest
 
-from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
-from hack.testenv import ControlPlane
 from runtime import Client
 from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     NodeGroup,
@@ -31,19 +29,21 @@ from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     workload,
 )
 from tests.integration.podgroups.controllers import JOBSET, jobset
-from tests.integration.podgroups.fixtures import peer_fixtures
+from tests.integration.podgroups.fixtures import (
+    JOBSET_NAME,
+    bound,
+    members,
+    named_nodes,
+    on_nodes,
+    peer_fixtures,
+    told,
+)
 from tests.waiting import eventually
 
 DEVICES = "gpu.orchestrator.dev/devices"
 STRATEGY = "gpu.orchestrator.dev/strategy"
-NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 peers, binder = peer_fixtures(JOBSET)
-
-
-@pytest.fixture(scope="module")
-def admin(cluster: ControlPlane) -> Client:
-    return Client.from_kubeconfig(str(cluster.kubeconfig))
 
 
 @pytest.fixture
@@ -62,32 +62,13 @@ def gang(name: str, nodes: NodeGroup, jobs: list[tuple[str, int, int]], gpus: in
          priority_class: str | None = None) -> dict[str, Any]:
     """A JobSet of ``jobs`` whose pods ask ``gpus`` GPUs each on ``nodes``, with the
     ``priority`` strategy and ``priority_class`` (None: priority 0, the default)."""
-    js = jobset(name, jobs)
-    for rj in js["spec"]["replicatedJobs"]:
-        tpl = rj["template"]["spec"]["template"]
-        tpl.setdefault("metadata", {}).setdefault("annotations", {})[STRATEGY] = "priority"
-        spec = tpl["spec"]
-        spec["nodeSelector"] = dict(nodes.selector)
-        spec["terminationGracePeriodSeconds"] = 0
-        spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(gpus)
-        if priority_class:
-            spec["priorityClassName"] = priority_class
-    return js
-
-
-def pods_of(admin: Client, ns: str, name: str) -> list[dict[str, Any]]:
-    return [p for p in admin.list("v1", "Pod", namespace=ns)["items"]
-            if (p["metadata"].get("labels") or {}).get(NAME_LABEL) == name
-            and not p["metadata"].get("deletionTimestamp")]
-
-
-def bound(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [p for p in pods if p["spec"].get("nodeName")]
+    return on_nodes(jobset(name, jobs), nodes, gpus, annotations={STRATEGY: "priority"},
+                    priority_class=priority_class)
 
 
 def all_bound(admin: Client, ns: str, name: str, count: int) -> list[dict[str, Any]]:
     return eventually(lambda: (lambda ps: ps if len(bound(ps)) == count else None)(
-        pods_of(admin, ns, name)), timeout=120, what=f"the JobSet {name}'s {count} pods bound")
+        members(admin, ns, name)), timeout=120, what=f"the JobSet {name}'s {count} pods bound")
 
 
 def fill(admin: Client, ns: str, nodes: NodeGroup, count: int, priority: int = 0,
@@ -122,7 +103,7 @@ def test_a_high_priority_jobset_evicts_exactly_the_workloads_it_needs_and_binds_
     """3 nodes x 4 GPUs held by 3 priority-0 GPUWorkloads; a JobSet of 2 pods x 4
     GPUs of priority 100: 2 workloads are preempted (not 3), and both pods are bound
     on the nodes they held, each on all 4 devices."""
-    group.add(3, 4, labels={DEVICE_AUTHORITY_LABEL: "named"})
+    named_nodes(group, 3)
     held = fill(admin, namespace, group, 3)
     admin.create(gang("urgent", group, [("workers", 1, 2)], 4, classes[100]),
                  namespace=namespace)
@@ -150,22 +131,16 @@ def test_a_jobset_of_no_higher_priority_evicts_nothing_and_says_why(
         classes: dict[int, str]) -> None:
     """The room held by GPUWorkloads of priority 100; a JobSet of priority 10: nobody
     is preempted, no pod bound, and each member says why."""
-    group.add(2, 4, labels={DEVICE_AUTHORITY_LABEL: "named"})
+    named_nodes(group, 2)
     held = fill(admin, namespace, group, 2, priority=100, priority_class=classes[100])
     admin.create(gang("late", group, [("workers", 1, 2)], 4, classes[10]),
                  namespace=namespace)
     pods = eventually(lambda: (lambda ps: ps if len(ps) == 2 else None)(
-        pods_of(admin, namespace, "late")), timeout=90, what="the JobSet's 2 pods made")
-
-    def said() -> str | None:
-        for p in pods:
-            for e in events_for(admin, namespace, p["metadata"]["name"]):
-                if e["reason"] == "FailedScheduling" and "pod group" in e["message"]:
-                    return str(e["message"])
-        return None
-    why = eventually(said, timeout=60, what="a FailedScheduling Event naming the pod group")
+        members(admin, namespace, "late")), timeout=90, what="the JobSet's 2 pods made")
+    why = eventually(lambda: told(admin, namespace, pods, "FailedScheduling", "pod group"),
+                     timeout=60, what="a FailedScheduling Event naming the pod group")
     assert "lower priority than the group's 10 would not make room either" in why, why
-    assert bound(pods_of(admin, namespace, "late")) == []
+    assert bound(members(admin, namespace, "late")) == []
     assert preempted(admin, namespace, sorted(held)) == []
     for name in held:
         delete_workload(admin, namespace, name)
@@ -177,7 +152,7 @@ def test_a_jobset_preempting_a_lower_jobset_evicts_every_member_of_it(
     """A priority-0 JobSet of 4 pods x 2 GPUs fills 2 nodes; a priority-100 JobSet of
     2 pods x 2 GPUs needs half of it: all 4 members of the lower one are asked to go
     (never the 2 that would have made room), and the higher one is bound."""
-    group.add(2, 4, labels={DEVICE_AUTHORITY_LABEL: "named"})
+    named_nodes(group, 2)
     admin.create(gang("low", group, [("launcher", 1, 2), ("workers", 1, 2)], 2),
                  namespace=namespace)
     lower = all_bound(admin, namespace, "low", 4)
@@ -192,7 +167,7 @@ def test_a_jobset_preempting_a_lower_jobset_evicts_every_member_of_it(
     eventually(evicted, timeout=90, what="a Preempted Event on every member of the lower group")
     placed = all_bound(admin, namespace, "high", 2)
     assert {p["metadata"]["annotations"].get(DEVICES) for p in placed} <= {"0,1", "2,3"}
-    left = {p["metadata"]["uid"] for p in bound(pods_of(admin, namespace, "low"))}
+    left = {p["metadata"]["uid"] for p in bound(members(admin, namespace, "low"))}
     assert not left & {p["metadata"]["uid"] for p in lower}  # no old member still bound
 
 
@@ -202,33 +177,28 @@ def test_a_budget_over_the_lower_jobset_keeps_it_whole_and_the_higher_one_books_
     """The same two JobSets, a PodDisruptionBudget allowing 1 disruption over the
     lower one's 4 pods: evicting them all would break it, so nobody is evicted, the
     higher JobSet holds nothing and says why; once the budget goes, it preempts."""
-    group.add(2, 4, labels={DEVICE_AUTHORITY_LABEL: "named"})
+    named_nodes(group, 2)
     admin.create(gang("kept", group, [("launcher", 1, 2), ("workers", 1, 2)], 2),
                  namespace=namespace)
     lower = all_bound(admin, namespace, "kept", 4)
     admin.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
                   "metadata": {"name": "kept"},
                   "spec": {"minAvailable": 3, "selector": {"matchLabels": {
-                      NAME_LABEL: "kept"}}}}, namespace=namespace)
+                      JOBSET_NAME: "kept"}}}}, namespace=namespace)
     eventually(lambda: (admin.get("policy/v1", "PodDisruptionBudget", "kept", namespace)
                         .get("status") or {}).get("disruptionsAllowed") == 1, timeout=60,
                what="the budget allows 1 disruption")
     admin.create(gang("high", group, [("workers", 1, 2)], 2, classes[100]),
                  namespace=namespace)
     pods = eventually(lambda: (lambda ps: ps if len(ps) == 2 else None)(
-        pods_of(admin, namespace, "high")), timeout=90, what="the JobSet's 2 pods made")
-
-    def said() -> str | None:
-        for p in pods:
-            for e in events_for(admin, namespace, p["metadata"]["name"]):
-                if e["reason"] == "FailedScheduling" and "PodDisruptionBudget" in e["message"]:
-                    return str(e["message"])
-        return None
-    why = eventually(said, timeout=60, what="a FailedScheduling Event naming the budget")
+        members(admin, namespace, "high")), timeout=90, what="the JobSet's 2 pods made")
+    why = eventually(lambda: told(admin, namespace, pods, "FailedScheduling",
+                                  "PodDisruptionBudget"),
+                     timeout=60, what="a FailedScheduling Event naming the budget")
     assert f"PodDisruptionBudget {namespace}/kept allows 1 disruption(s)" in why, why
     assert "nothing is booked, nobody is evicted" in why, why
-    assert bound(pods_of(admin, namespace, "high")) == []
-    assert {p["metadata"]["uid"] for p in bound(pods_of(admin, namespace, "kept"))} == \
+    assert bound(members(admin, namespace, "high")) == []
+    assert {p["metadata"]["uid"] for p in bound(members(admin, namespace, "kept"))} == \
         {p["metadata"]["uid"] for p in lower}
     assert not any(e["reason"] == "Preempted" for p in lower
                    for e in events_for(admin, namespace, p["metadata"]["name"]))
