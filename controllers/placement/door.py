@@ -44,10 +44,10 @@ DOOR: dict[str, frozenset[str]] = {
 
 class PlacementView:
     """A read-only view of the state's nodes and holders, as a kube-scheduler plugin
-    gets a snapshot: what a seed pod's plan (``PlacementState.seeds.book_seed``) and the
-    tests read. Every question takes the state's lock (re-entrant: a plan already
-    runs under it), and always asks the state's current ledger (a rebuild replaces
-    it)."""
+    gets a snapshot: what the tests and a seed plan's last, locked try read
+    (``PlacementState.seeds.book_seed``; its passes outside the lock read a
+    ``seeds.PassView``). Every question takes the state's lock (re-entrant), and
+    always asks the state's current ledger (a rebuild replaces it)."""
 
     READS = LEDGER_READS
 

@@ -1,7 +1,13 @@
 """The seed path's door to the placement cache (``PlacementState.seeds``): a seed
 pod's or a pod group's plan made on a read-only view (``PlacementView``) and booked
-in the pod binding's book, each in one section of the cache's lock, so nothing is
-booked between the plan and its booking; and the book's bindings and releases.
+in the pod binding's book; and the book's bindings and releases.
+
+A plan is a scheduling pass like a GPUWorkload's (``decider.py``): made outside the
+cache's lock on the cache as it stands (``PassView``), then booked in one locked
+section unless what it read of the nodes it books, or of its victims, changed
+meanwhile (``_stale``); a stale plan is made again, at most ``STALE_TRIES`` times,
+then under the lock. So no plan holds the lock while it walks the nodes, and
+nothing is booked that its plan did not see.
 It is the cache's seed side, as ``events`` is its informers' side: it touches the
 cache's lock and ledger, and nothing outside this package does.
 
@@ -20,19 +26,27 @@ forget its booking; the victims' departing holdings keep it waiting instead."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from fractions import Fraction
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from api.v1alpha1.types import GPUWorkload
+from controllers.placement.decider import STALE_TRIES
 from controllers.placement.door import PlacementView
 from controllers.placement.evictions import preempted_message
+from internal.metrics.domain import STALE_DECISIONS
 from internal.scheduling.framework import PREEMPT, Decision
 from internal.scheduling.ledger import LedgerConflict
+from internal.scheduling.scheduler import Scheduler
+from internal.scheduling.search import check_exact
+from internal.scheduling.snapshot import NodeInfo
+from internal.scheduling.stamps import Mark
 
 if TYPE_CHECKING:
     from controllers.placement.state import PlacementState
     from controllers.podbinding.seedbook import Entry, SeedBook
+
+_Plan = TypeVar("_Plan", bound=tuple)
 
 
 class Preemption(NamedTuple):
@@ -64,21 +78,106 @@ class Preemption(NamedTuple):
 GroupPlan = tuple["dict[str, Entry] | None", str, "Preemption | None"]
 
 
+class PassView(PlacementView):
+    """The view a plan made outside the lock reads: the same questions as
+    ``PlacementView``'s, asked of the scheduler's snapshot and ledger as they stand
+    when the pass began (``PlacementState.mark_pass``), without the lock, as a
+    GPUWorkload's pass reads them. What changed under it is the stale check's to
+    find before anything is booked."""
+
+    def __init__(self, state: PlacementState, sched: Scheduler) -> None:
+        super().__init__(state)
+        self._sched = sched
+
+    def node(self, name: str) -> NodeInfo | None:
+        return self._sched.snapshot.get(name)
+
+    def schedule(self, w: GPUWorkload) -> Decision:
+        return self._sched.schedule(w)
+
+    def check_exact(self, w: GPUWorkload, owner: str, node: str,
+                    devices: tuple[int, ...]) -> str | None:
+        return check_exact(w, self._sched.snapshot, self._sched.ledger, owner, node, devices)
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self.READS:
+            raise AttributeError(f"the placement view reads the ledger only; {name!r} "
+                                 "is not one of its questions")
+        return getattr(self._sched.ledger, name)
+
+
 class SeedDoor:
-    """The seed path's bookings in a ``PlacementState``; every method one section."""
+    """The seed path's bookings in a ``PlacementState``: a plan outside the lock
+    then one locked section to book it (the module's docstring); every other
+    method one section."""
 
     def __init__(self, state: PlacementState) -> None:
         self._state = state
+
+    def _pass_then_book(self, plan: Callable[[PlacementView], _Plan],
+                        touched: Callable[[_Plan], tuple[Iterable[str], Iterable[str]] | None],
+                        book: Callable[[_Plan], _Plan]) -> _Plan:
+        """``plan`` made outside the lock, then ``book`` of what it planned in one
+        section unless it is stale; ``touched`` names what a plan would book (its
+        nodes, its victims), None when it books nothing (then it is kept if nothing
+        at all changed while it was made, as ``Decider`` keeps an Unschedulable).
+        The last try plans under the lock too."""
+        st = self._state
+        for _ in range(STALE_TRIES):
+            sched, mark = st.mark_pass()
+            try:
+                planned = plan(PassView(st, sched))
+            except Exception:
+                if not st.changed_since(mark):
+                    raise
+            else:
+                what = touched(planned)
+                if what is None:
+                    if st.unchanged(mark):
+                        return book(planned)
+                else:
+                    with st._lock:
+                        if not self._stale(*what, mark):
+                            return book(planned)
+            STALE_DECISIONS.labels("retried").inc()
+        STALE_DECISIONS.labels("locked").inc()
+        with st._lock:
+            return book(plan(st.view()))
+
+    def _stale(self, nodes: Iterable[str], victims: Iterable[str], mark: Mark) -> bool:
+        """Under the lock: did what a plan made after ``mark`` read change: the
+        cache filled again, a node it books or takes victims on, a victim gone, or
+        (queues served) any holder a queue's usage counts?"""
+        st = self._state
+        stamps = st._ledger.stamps
+        if mark.of is not stamps:
+            return True
+        touched = set(nodes)
+        for v in victims:
+            a = st._ledger.allocation(v)
+            if a is None:
+                return True
+            touched.update(a.nodes)
+        if stamps.changed(mark, sorted(touched)):
+            return True
+        return st.queues is not None and stamps.holds != mark.holds
 
     def book_seed(self, book: SeedBook, key: str,
                   plan: Callable[[PlacementView], tuple[Entry | None, str]]
                   ) -> tuple[Entry | None, str]:
         """Plans seed pod ``key`` on a read-only view and books the plan in ``book``,
-        both under the lock, so nothing is booked between the two. Seed pods take
-        whole GPUs. Returns (the booked entry, "") or (None, why not)."""
+        so that nothing is booked between the two that the plan did not see (the
+        module's docstring). Seed pods take whole GPUs. Returns (the booked entry,
+        "") or (None, why not)."""
         st = self._state
-        with st._lock:
-            entry, why = plan(st.view())
+
+        def touched(planned: tuple[Entry | None, str]
+                    ) -> tuple[Iterable[str], Iterable[str]] | None:
+            entry = planned[0]
+            return None if entry is None else ((entry.placement.node,), ())
+
+        def booked(planned: tuple[Entry | None, str]) -> tuple[Entry | None, str]:
+            entry, why = planned
             if entry is None:
                 return None, why
             try:
@@ -88,10 +187,14 @@ class SeedDoor:
                 return None, str(exc)
             return entry, ""
 
+        return self._pass_then_book(plan, touched, booked)
+
     def book_group(self, book: SeedBook, plan: Callable[[PlacementView], GroupPlan],
                    approved: frozenset[str] = frozenset()) -> GroupPlan:
         """Plans a pod group on a read-only view and books every member's entry in
-        ``book`` in one step, both under the lock: the whole group or nothing.
+        ``book`` in one step: the whole group or nothing, and nothing booked
+        between the plan and its booking that the plan did not see (the module's
+        docstring).
 
         A plan that preempts is booked only when each of its victims is in
         ``approved`` (the caller checked, outside the lock, that their disruption
@@ -109,8 +212,17 @@ class SeedDoor:
         st = self._state
         workloads: list[str] = []  # GPUWorkload victims: their reconcile is told
         booked: list[str] = []  # seed-path victims: their book asks their pods to go
-        with st._lock:
-            entries, why, preemption = plan(st.view())
+
+        def touched(planned: GroupPlan) -> tuple[Iterable[str], Iterable[str]] | None:
+            entries, _, preemption = planned
+            if entries is None or (preemption is not None
+                                   and not set(preemption.victims) <= approved):
+                return None
+            return ({e.placement.node for e in entries.values()},
+                    preemption.victims if preemption is not None else ())
+
+        def book_it(planned: GroupPlan) -> GroupPlan:
+            entries, why, preemption = planned
             if entries is None:
                 return None, why, None
             if preemption is not None and not set(preemption.victims) <= approved:
@@ -132,11 +244,14 @@ class SeedDoor:
                 key = next(iter(entries.values())).ledger_key
                 st.evictions.evict(key, workloads, preemption.message)
                 st.evictions.stop_waiting(key)  # never a GPUWorkload's wait (above)
+            return entries, "", preemption
+
+        entries, why, preemption = self._pass_then_book(plan, touched, book_it)
         if workloads:
             st._enqueue_waiting(workloads)
         for v in booked:
             next(b for b in st.pod_books if b.owns_key(v)).evict(v, preemption.message)
-        return entries, "", preemption
+        return entries, why, preemption
 
     def schedule(self, w: GPUWorkload, *, across_namespaces: bool) -> Decision:
         """Where ``w`` would go now, booking nothing; a preemption it plans takes

@@ -14,7 +14,8 @@ The cache's one lock (re-entrant) guards all of it (see ``cache`` for the
 parts it owns). Every public method here takes the lock for what it reads and
 changes and calls out (the queue, the pod books) only after releasing it;
 ``decide`` books a preemption under it in one go. The seed path books through
-``book_seed`` and its kin, planning on a read-only ``PlacementView``.
+``book_seed`` and its kin, planning outside the lock on a read-only view and
+booking in one section unless the plan is stale (``seeds.py``), as ``decide`` does.
 
 Every pod event goes to the ledger (``Ledger.sync_pod``): pods are the holders, so
 a device comes back only when the last pod holding it is deleted or finishes, and

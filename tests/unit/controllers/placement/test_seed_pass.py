@@ -1,0 +1,92 @@
+"""A seed pod's or a pod group's plan is a scheduling pass like a GPUWorkload's
+(``controllers/placement/seeds.py``): made outside the placement cache's lock, then
+booked in one section unless a node it books changed meanwhile, in which case it is
+made again on the new state (no server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controllers.placement.seeds import SeedDoor
+from internal.metrics.domain import STALE_DECISIONS
+from tests.unit.controllers.podbinding.test_pod_groups import GroupEnv, member
+from tests.unit.controllers.podbinding.test_podbinding import NS, Env, pod
+
+
+def watch_plans(monkeypatch: pytest.MonkeyPatch, env: Env, method: str,
+                during: Any = None) -> list[bool]:
+    """Wraps every plan ``method`` (``book_seed`` or ``book_group``) is handed:
+    records whether the cache's lock was held while it ran, and runs ``during``
+    (what happens in the cluster while the pass is made) after the first one."""
+    held: list[bool] = []
+    door = env.state.seeds
+    original = getattr(SeedDoor, method)
+
+    def spy(self: SeedDoor, book: Any, *args: Any, **kw: Any) -> Any:
+        plan = args[-1] if method == "book_seed" else args[0]
+
+        def watched(view: Any) -> Any:
+            held.append(env.state._lock.busy)
+            planned = plan(view)
+            if during is not None and len(held) == 1:
+                during(planned)
+            return planned
+        if method == "book_seed":
+            return original(self, book, args[0], watched, **kw)
+        return original(self, book, watched, *args[1:], **kw)
+
+    monkeypatch.setattr(door, method, spy.__get__(door))
+    return held
+
+
+def stale_count() -> float:
+    return STALE_DECISIONS.labels("retried")._value.get()
+
+
+def test_a_seed_pods_plan_runs_outside_the_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = Env()
+    env.add(pod("plain-0", map_text=None, owner=None))
+    held = watch_plans(monkeypatch, env, "book_seed")
+    env.reconcile("plain-0")
+    assert held == [False]  # no other reconcile or event waited on this pass
+    node_name, devs = env.bound()["plain-0"]
+    assert env.holder(node_name, int(devs)) == f"Pod:{NS}/plain-0"
+
+
+def intruder(node_name: str) -> dict[str, Any]:
+    """A pod another scheduler bound onto all four devices of ``node_name``."""
+    return pod("intruder", map_text=None, owner=None, node_name=node_name, gpus=4,
+               phase="Running", scheduler="default-scheduler",
+               annotations={"gpu.orchestrator.dev/devices": "0,1,2,3"})
+
+
+def test_a_group_planned_onto_a_node_taken_meanwhile_is_planned_again_elsewhere(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the group's pass ran, a pod of another scheduler came to one of the
+    nodes it planned: the plan is not booked over it (which the ledger would
+    refuse, leaving the group unbound this round) but made again around it."""
+    env = GroupEnv()
+    taken: list[str] = []
+
+    def arrives(planned: Any) -> None:
+        entries = planned[0]
+        assert entries is not None
+        taken.append(next(iter(entries.values())).placement.node)
+        p = intruder(taken[0])
+        env.add(p)
+        env.state.events.on_pod(p)
+
+    held = watch_plans(monkeypatch, env, "book_group", arrives)
+    before = stale_count()
+    env.add(member("pair", 0, size=2, gpus=4))
+    env.add(member("pair", 1, size=2, gpus=4))
+    env.reconcile("pair-1")
+    assert held[:2] == [False, False]  # planned outside the lock, twice
+    assert stale_count() == before + 1
+    env.reconcile("pair-0")
+    bound = env.bound()
+    assert sorted(bound) == ["pair-0", "pair-1"]
+    assert taken[0] not in {n for n, _ in bound.values()}
+    assert {env.holder(taken[0], d) for d in range(4)} == {f"{NS}/intruder"}
