@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from api.v1alpha1.types import API_VERSION
 from hack.testenv import ControlPlane
 from runtime import Client
@@ -24,7 +23,6 @@ from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     NodeGroup,
     Running,
     admin,
-    events_for,
     get_workload,
     group,
     installed,
@@ -32,10 +30,16 @@ from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
 )
 from tests.integration.controller.queue_teams import Teams
 from tests.integration.podgroups.controllers import JOBSET, jobset
-from tests.integration.podgroups.fixtures import peer_fixtures
+from tests.integration.podgroups.fixtures import (
+    bound,
+    members,
+    named_nodes,
+    on_nodes,
+    peer_fixtures,
+)
+from tests.integration.podgroups.fixtures import told as said
 from tests.waiting import eventually
 
-LABEL = "jobset.sigs.k8s.io/jobset-name"
 DEVICES = "gpu.orchestrator.dev/devices"
 
 peers, binder = peer_fixtures(JOBSET)
@@ -50,32 +54,7 @@ def teams(installed: ControlPlane, admin: Client) -> Iterator[Teams]:  # noqa: F
 
 def gang(name: str, nodes: NodeGroup) -> dict[str, Any]:
     """A JobSet of 2 pods x 2 GPUs on ``nodes``."""
-    js = jobset(name, [("workers", 1, 2)])
-    for rj in js["spec"]["replicatedJobs"]:
-        spec = rj["template"]["spec"]["template"]["spec"]
-        spec["nodeSelector"] = dict(nodes.selector)
-        spec["terminationGracePeriodSeconds"] = 0
-        spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
-    return js
-
-
-def members(admin: Client, ns: str, name: str) -> list[dict[str, Any]]:  # noqa: F811
-    return [p for p in admin.list("v1", "Pod", namespace=ns)["items"]
-            if (p["metadata"].get("labels") or {}).get(LABEL) == name
-            and not p["metadata"].get("deletionTimestamp")]
-
-
-def bound(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [p for p in pods if p["spec"].get("nodeName")]
-
-
-def said(admin: Client, ns: str, pods: list[dict[str, Any]], reason: str,  # noqa: F811
-         text: str) -> str | None:
-    for p in pods:
-        for e in events_for(admin, ns, p["metadata"]["name"]):
-            if e["reason"] == reason and text in e["message"]:
-                return str(e["message"])
-    return None
+    return on_nodes(jobset(name, [("workers", 1, 2)]), nodes, 2)
 
 
 def borrow_all(teams: Teams, nodes: NodeGroup) -> dict[str, str]:
@@ -91,7 +70,7 @@ def borrow_all(teams: Teams, nodes: NodeGroup) -> dict[str, str]:
 
 def test_a_jobset_within_its_nominal_reclaims_from_the_borrowing_queue(
         binder: Running, admin: Client, teams: Teams, group: NodeGroup) -> None:  # noqa: F811
-    group.add(2, 4, labels={DEVICE_AUTHORITY_LABEL: "named"})
+    named_nodes(group, 2)
     held = borrow_all(teams, group)
     a, b = teams.ns["a"], teams.ns["b"]
     admin.create(gang("train", group), namespace=a)
@@ -114,7 +93,7 @@ def test_a_jobset_within_its_nominal_reclaims_from_the_borrowing_queue(
 
 def test_a_jobset_whose_queue_never_reclaims_waits_and_says_why(
         binder: Running, admin: Client, teams: Teams, group: NodeGroup) -> None:  # noqa: F811
-    group.add(2, 4, labels={DEVICE_AUTHORITY_LABEL: "named"})
+    named_nodes(group, 2)
     admin.patch(API_VERSION, "GPUQueue", teams.queue["a"],
                 {"spec": {"preemption": {"reclaimWithinCohort": "Never"}}})
     borrow_all(teams, group)

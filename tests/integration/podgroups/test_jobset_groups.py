@@ -6,54 +6,43 @@ exist, the later ones' devices held as slots they take when made."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import pytest
 
-from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
-from hack.testenv import ControlPlane
-from internal.scheduling.podgroups import PodGroup, pod_group
-from runtime import Client, errors
+from internal.scheduling.podgroups import PodGroup
+from runtime import Client
 from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     NodeGroup,
     Running,
-    events_for,
     group,
     installed,
 )
 from tests.integration.podgroups.conftest import REF
 from tests.integration.podgroups.controllers import JOBSET, jobset
-from tests.integration.podgroups.fixtures import peer_fixtures
+from tests.integration.podgroups.fixtures import (
+    groups_of,
+    members,
+    named,
+    named_nodes,
+    on_nodes,
+    peer_fixtures,
+    slots_of,
+    told,
+    when,
+)
 from tests.waiting import eventually
 
 DEVICES = "gpu.orchestrator.dev/devices"
 SLOTS = "gpu.orchestrator.dev/group-slots"
-NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 
 peers, binder = peer_fixtures(JOBSET)
 
 
-@pytest.fixture(scope="module")
-def admin(cluster: ControlPlane) -> Client:
-    return Client.from_kubeconfig(str(cluster.kubeconfig))
-
-
-def members(admin: Client, namespace: str, want: int) -> list[PodGroup]:
-    """Every pod of ``namespace`` once there are ``want``, through the live owners."""
-    def owners(api: str, kind: str, ns: str, name: str) -> dict | None:
-        try:
-            return dict(admin.get(api, kind, name, ns))
-        except errors.NotFound:
-            return None
-
-    pods = eventually(lambda: (lambda items: items if len(items) == want else None)(
-        admin.list("v1", "Pod", namespace=namespace)["items"]),
-        timeout=90, what=f"{want} pods made by the JobSet and Job controllers")
-    groups = [pod_group(p, owners) for p in pods]
-    assert all(isinstance(g, PodGroup) for g in groups), groups
-    return groups  # type: ignore[return-value]
+def pod_groups(admin: Client, namespace: str, want: int) -> list[PodGroup]:
+    """The group of every pod of ``namespace`` once there are ``want``."""
+    return [g for _, g in groups_of(admin, namespace, want, "the JobSet and Job controllers")]
 
 
 def test_a_jobsets_pods_are_one_group_of_its_size(
@@ -61,7 +50,7 @@ def test_a_jobsets_pods_are_one_group_of_its_size(
     """4 pods x 4 GPUs as the issue's user ran it: a launcher Job of 1 pod and 3 worker
     Jobs of 1 pod: 4 members of one group, indices 0..3."""
     admin.create(jobset("train", [("launcher", 1, 1), ("workers", 3, 1)]), namespace=namespace)
-    groups = members(admin, namespace, 4)
+    groups = pod_groups(admin, namespace, 4)
     assert {g.key for g in groups} == {f"{namespace}/jobset:train:0"}
     assert {g.size for g in groups} == {4}
     assert sorted(g.index for g in groups) == [0, 1, 2, 3]
@@ -70,7 +59,7 @@ def test_a_jobsets_pods_are_one_group_of_its_size(
 def test_jobs_of_several_pods_count_each_pod(
         peers: None, admin: Client, namespace: str) -> None:
     admin.create(jobset("ring", [("workers", 2, 3)]), namespace=namespace)
-    groups = members(admin, namespace, 6)
+    groups = pod_groups(admin, namespace, 6)
     assert {(g.key, g.size) for g in groups} == {(f"{namespace}/jobset:ring:0", 6)}
     assert sorted(g.index for g in groups) == list(range(6))
 
@@ -82,7 +71,7 @@ def test_in_order_the_whole_jobset_is_one_group_made_first_at_its_launcher(
     group (1 + 2 x 2), the one made first."""
     admin.create(jobset("staged", [("launcher", 1, 1), ("workers", 2, 2)], order="InOrder"),
                  namespace=namespace)
-    groups = members(admin, namespace, 1)
+    groups = pod_groups(admin, namespace, 1)
     assert [(g.key, g.size, g.index, g.first) for g in groups] == [
         (f"{namespace}/jobset:staged:0", 5, 0, ((0, 1),))]
 
@@ -93,7 +82,7 @@ def test_every_member_reads_its_devices_from_the_binding(
     policy: each GPU container's CUDA_VISIBLE_DEVICES is the devices annotation's,
     which the Binding of its group's placement writes."""
     admin.create(jobset("seen", [("launcher", 1, 1), ("workers", 1, 2)]), namespace=namespace)
-    members(admin, namespace, 3)
+    pod_groups(admin, namespace, 3)
     pods = admin.list("v1", "Pod", namespace=namespace)["items"]
     assert [[e for e in p["spec"]["containers"][0]["env"] if e["name"] == REF["name"]]
             for p in pods] == [[REF]] * 3
@@ -106,21 +95,11 @@ def staged(name: str, group: NodeGroup, how: str = "InOrder") -> dict[str, Any]:
                 order="InOrder" if how == "InOrder" else None)
     if how == "dependsOn":
         js["spec"]["replicatedJobs"][1]["dependsOn"] = [{"name": "launcher", "status": "Ready"}]
-    for rj in js["spec"]["replicatedJobs"]:
-        pod = rj["template"]["spec"]["template"]["spec"]
-        pod["nodeSelector"] = dict(group.selector)
-        pod["terminationGracePeriodSeconds"] = 0
-    return js
+    return on_nodes(js, group)
 
 
 def live(admin: Client, ns: str, name: str) -> dict[str, dict[str, Any]]:
-    return {p["metadata"]["name"]: p for p in admin.list("v1", "Pod", namespace=ns)["items"]
-            if (p["metadata"].get("labels") or {}).get(NAME_LABEL) == name
-            and not p["metadata"].get("deletionTimestamp")}
-
-
-def when(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return named(members(admin, ns, name))
 
 
 @pytest.mark.parametrize("how", ["InOrder", "dependsOn"])
@@ -132,7 +111,7 @@ def test_an_in_order_jobset_is_placed_whole_at_its_launcher_and_workers_take_the
     workers, made by the JobSet controller only once the launcher is ready, each land
     on the slot of its index (1 + job index x 2 + completion index). The same under
     dependsOn the launcher, status Ready."""
-    binder.wait_nodes(group.add(5, 4, labels={DEVICE_AUTHORITY_LABEL: "named"}))
+    binder.wait_nodes(named_nodes(group, 5))
     admin.create(staged("staged", group, how), namespace=namespace)
 
     def all_bound() -> dict[str, dict[str, Any]] | None:
@@ -143,11 +122,7 @@ def test_an_in_order_jobset_is_placed_whole_at_its_launcher_and_workers_take_the
     (launcher,) = [p for p in pods.values()
                    if p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"]
                    == "launcher"]
-    slots = {}
-    for part in launcher["metadata"]["annotations"][SLOTS].split(";"):
-        index, _, where = part.partition("=")
-        node, _, devs = where.partition(":")
-        slots[int(index)] = (node, devs)
+    slots = slots_of(launcher["metadata"]["annotations"][SLOTS])
     assert sorted(slots) == [1, 2, 3, 4], slots
     for name, p in pods.items():
         labels = p["metadata"]["labels"]
@@ -170,16 +145,11 @@ def test_an_in_order_jobset_on_room_for_the_launcher_alone_holds_nothing_and_say
     the workers, and the launcher's FailedScheduling names the whole group. (Before,
     the launcher was a group of its own: it ran, holding 4 GPUs, while its workers
     waited for room.)"""
-    binder.wait_nodes(group.add(1, 4, labels={DEVICE_AUTHORITY_LABEL: "named"}))
+    binder.wait_nodes(named_nodes(group, 1))
     admin.create(staged("big", group), namespace=namespace)
-
-    def said() -> str | None:
-        for name in live(admin, namespace, "big"):
-            for e in events_for(admin, namespace, name):
-                if e["reason"] == "FailedScheduling" and "pod group" in e["message"]:
-                    return str(e["message"])
-        return None
-    why = eventually(said, timeout=120, what="the launcher's FailedScheduling naming its group")
+    why = eventually(lambda: told(admin, namespace, live(admin, namespace, "big"),
+                                  "FailedScheduling", "pod group"),
+                     timeout=120, what="the launcher's FailedScheduling naming its group")
     assert f"pod group {namespace}/jobset:big:0 (5 of 5 members to place, 4 of them" in why, why
     pods = live(admin, namespace, "big")
     assert len(pods) == 1 and not any(p["spec"].get("nodeName") for p in pods.values()), pods

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import pytest
 
 from hack.testenv import ControlPlane
-from internal.scheduling.podgroups import PodGroup, pod_group
-from runtime import Client, errors
+from internal.scheduling.podgroups import PodGroup
+from runtime import Client
 from tests.integration.podgroups.conftest import REF
 from tests.integration.podgroups.controllers import LWS, PeerController, leaderworkerset
-from tests.waiting import eventually
+from tests.integration.podgroups.fixtures import groups_of
 
 
 @pytest.fixture(scope="module")
@@ -23,24 +23,8 @@ def controller(cluster: ControlPlane) -> Iterator[PeerController]:
     run.stop()
 
 
-@pytest.fixture(scope="module")
-def admin(cluster: ControlPlane) -> Client:
-    return Client.from_kubeconfig(str(cluster.kubeconfig))
-
-
 def members(admin: Client, namespace: str, want: int) -> list[tuple[str, PodGroup]]:
-    def owners(api: str, kind: str, ns: str, name: str) -> dict | None:
-        try:
-            return dict(admin.get(api, kind, name, ns))
-        except errors.NotFound:
-            return None
-
-    pods = eventually(lambda: (lambda items: items if len(items) == want else None)(
-        admin.list("v1", "Pod", namespace=namespace)["items"]),
-        timeout=90, what=f"{want} pods made by the LWS and StatefulSet controllers")
-    out = [(p["metadata"]["name"], pod_group(p, owners)) for p in pods]
-    assert all(isinstance(g, PodGroup) for _, g in out), out
-    return sorted(out)  # type: ignore[arg-type]
+    return groups_of(admin, namespace, want, "the LWS and StatefulSet controllers")
 
 
 def test_each_lws_group_is_a_pod_group_of_its_size(
