@@ -11,7 +11,7 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from tests.unit.controllers.placement.test_placement_state import gw
-from tests.unit.controllers.podbinding.test_pod_groups import GroupEnv, member
+from tests.unit.controllers.podbinding.fixtures import GroupEnv, member
 from tests.unit.controllers.podbinding.test_podbinding import NS, EvictingClient
 
 STRATEGY = "gpu.orchestrator.dev/strategy"
@@ -142,18 +142,8 @@ def test_without_an_admins_priority_a_group_takes_nobody_of_another_namespace() 
 
 def bound_low_group(env: GroupEnv) -> None:
     """A group of 4 members x 4 GPUs, priority 0, bound on every node."""
-    for i in range(4):
-        env.add(member("low", i))
-    for i in range(4):
-        env.reconcile(f"low-{i}")
-    for name in list(env.enqueued):
-        env.reconcile(name)
-    for b in env.client.bindings:  # the API server's part: nodeName, the annotation
-        p = env.pods.get_by_name(b["metadata"]["name"], NS)
-        env.pods.add({**p, "spec": {**p["spec"], "nodeName": b["target"]["name"]},
-                      "metadata": {**p["metadata"], "annotations": {
-                          **p["metadata"]["annotations"], **b["metadata"]["annotations"]}},
-                      "status": {"phase": "Running"}})
+    env.place("low", 4)
+    env.show_bindings()  # the API server's part: nodeName, the annotation
     assert len(env.bound()) == 4
     env.client.bindings.clear()
 

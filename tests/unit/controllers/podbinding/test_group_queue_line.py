@@ -21,17 +21,12 @@ def later_workload(name: str, gpus: int = 4) -> GPUWorkload:
         "spec": {"gpusPerReplica": gpus}})
 
 
-def free(env: QueuedEnv, name: str) -> None:
-    env.pods.delete(f"{NS}/{name}")
-    env.reconcile(name)
-
-
 def test_a_later_workload_waits_behind_a_group_that_fits_the_freed_quota() -> None:
     env = QueuedEnv(queue("team", 8))
     env.place("small", 1)  # 4 of 8
     env.place("big", 2)  # 8 more: refused for quota, in the line
     assert env.bound_of("big") == []
-    free(env, "small-0")  # the quota frees: the group fits now
+    env.gone("small-0")  # the quota frees: the group fits now
     d = env.state.decide(later_workload("eval"))
     assert (d.wait_reason, d.message) == (
         QUEUED, f"waiting behind {BIG} in queue team (priority, then creation time)"), d.message
@@ -50,5 +45,5 @@ def test_a_group_that_does_not_fit_stalls_nobody_and_leaves_the_line_with_a_memb
     env.place("big", 2)
     d = env.state.decide(later_workload("eval"))  # 4 + 4: fits; the group does not
     assert d.ok, d.message
-    free(env, "big-0")  # a member gone: the group is incomplete
+    env.gone("big-0")  # a member gone: the group is incomplete
     assert env.queues.manager.line("team") == []

@@ -12,7 +12,7 @@ from api.v1alpha1.types import DeviceExposure
 from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
 from controllers.queues.book import QueueBook
-from tests.unit.controllers.podbinding.test_pod_groups import GroupEnv, member
+from tests.unit.controllers.podbinding.fixtures import GroupEnv, member
 from tests.unit.controllers.podbinding.test_podbinding import NS
 from tests.unit.controllers.queues.evented import EventedIndexer
 
@@ -44,15 +44,6 @@ class QueuedEnv(GroupEnv):
 
     def used(self) -> dict[str, float]:
         return {q: float(f) for q, f in self.state.queue_usage()[0].items()}
-
-    def place(self, group: str, size: int, gpus: int = 4) -> None:
-        for i in range(size):
-            self.add(member(group, i, size=size, gpus=gpus))
-        for i in range(size):
-            self.reconcile(f"{group}-{i}")
-        for name in list(self.enqueued):
-            self.reconcile(name)
-        self.enqueued.clear()
 
     def bound_of(self, group: str) -> list[str]:
         return sorted(n for n in self.bound() if n.startswith(f"{group}-"))

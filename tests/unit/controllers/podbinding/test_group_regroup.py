@@ -10,17 +10,8 @@ from typing import Any
 
 import pytest
 
-from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler
-from internal.scheduling.podgroups import (
-    JOB_COMPLETION_INDEX_LABEL,
-    JOBSET_JOB_INDEX_LABEL,
-    JOBSET_NAME_LABEL,
-    JOBSET_REPLICATED_JOB_LABEL,
-    JOBSET_RESTART_LABEL,
-    JOBSET_UID_LABEL,
-    pod_group,
-)
-from tests.unit.controllers.podbinding.test_pod_groups import GroupEnv, member
+from controllers.podbinding.controller import PodBindingOptions
+from tests.unit.controllers.podbinding.fixtures import OwnedEnv, jobset_member, jobset_of
 from tests.unit.controllers.podbinding.test_podbinding import NS, EvictingClient
 
 KEY = f"PodGroup:{NS}/jobset:js2:0"
@@ -29,43 +20,21 @@ NAMES = [f"js2-workers-{j}-{i}" for j in range(2) for i in range(2)]
 
 def jobset(uid: str = "uid-js2") -> dict[str, Any]:
     """Two Jobs of two pods each: one group of four."""
-    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-            "metadata": {"name": "js2", "namespace": NS, "uid": uid},
-            "spec": {"replicatedJobs": [{"name": "workers", "replicas": 2, "template": {
-                "spec": {"parallelism": 2, "completions": 2}}}]}}
+    return jobset_of("js2", uid, replicas=2, pods=2)
 
 
 def jobset_pod(job: int, index: int) -> dict[str, Any]:
-    p = member("x", 0, gpus=4)
-    name = f"js2-workers-{job}-{index}"
-    p["metadata"].update(name=name, uid=f"uid-{name}", annotations={}, labels={
-        JOBSET_NAME_LABEL: "js2", JOBSET_UID_LABEL: "uid-js2", JOBSET_RESTART_LABEL: "0",
-        JOBSET_REPLICATED_JOB_LABEL: "workers", JOBSET_JOB_INDEX_LABEL: str(job),
-        JOB_COMPLETION_INDEX_LABEL: str(index)})
-    p["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job",
-                                         "name": f"js2-workers-{job}", "uid": f"job-{job}",
-                                         "controller": True}]
-    return p
+    return jobset_member("js2", "workers", job, index, uid="uid-js2", job_uid=f"job-{job}")
 
 
-class JobSetEnv(GroupEnv):
-    """GroupEnv whose owner lookup serves the JobSet ``js2`` while it is there."""
+class JobSetEnv(OwnedEnv):
+    """OwnedEnv serving the JobSet ``js2`` while it is there."""
 
     def __init__(self) -> None:
-        self.the_jobset: dict[str, Any] | None = jobset()
-        super().__init__()
+        super().__init__("JobSet", "js2", jobset(),
+                         options=PodBindingOptions(evict_conflicting_pods=True))
         self.client = EvictingClient()
-        self.rec = self.reconciler(PodBindingOptions(evict_conflicting_pods=True))
-
-    def reconciler(self, options: PodBindingOptions | None = None) -> PodBindingReconciler:
-        def owners(api: str, kind: str, ns: str, name: str) -> dict[str, Any] | None:
-            return self.the_jobset if (kind, name) == ("JobSet", "js2") else None
-        rec = PodBindingReconciler(self.client, self.recorder, self.pods, self.states,
-                                   self.book, options or PodBindingOptions(),
-                                   recognise=lambda p: pod_group(p, owners))
-        self.enqueued = []
-        rec.enqueue_after = lambda req, delay: self.enqueued.append(req.name)
-        return rec
+        self.rec = self.reconciler()
 
     def place_and_run(self) -> None:
         """Every member placed with its group, bound, and running (as the API server
@@ -75,19 +44,9 @@ class JobSetEnv(GroupEnv):
                 self.add(jobset_pod(j, i))
         for name in NAMES:
             self.reconcile(name)
-        for b in self.client.bindings:
-            p = self.pods.get_by_name(b["metadata"]["name"], NS)
-            self.pods.add({**p, "spec": {**p["spec"], "nodeName": b["target"]["name"]},
-                           "status": {"phase": "Running"},
-                           "metadata": {**p["metadata"], "annotations": {
-                               **p["metadata"]["annotations"], **b["metadata"]["annotations"]}}})
+        self.show_bindings()
         for name in NAMES:
             self.reconcile(name)
-
-    def terminating(self, name: str) -> None:
-        p = self.pods.get_by_name(name, NS)
-        self.pods.add({**p, "metadata": {**p["metadata"],
-                                         "deletionTimestamp": "2026-01-01T00:00:00Z"}})
 
 
 @pytest.mark.parametrize("jobset_now", ["deleted", "unreadable", "made again"])
@@ -97,7 +56,7 @@ def test_a_member_whose_jobset_cannot_be_read_keeps_its_groups_booking(jobset_no
     assert sorted(env.bound()) == sorted(NAMES)
     assert env.held() == {f"node{n}": {0, 1, 2, 3} for n in range(1, 5)}
     assert env.state.seeds.seed_pod_keys(env.book, KEY) == [f"{NS}/{n}" for n in NAMES]
-    env.the_jobset = None if jobset_now != "made again" else jobset(uid="uid-js2-new")
+    env.owner = None if jobset_now != "made again" else jobset(uid="uid-js2-new")
     for name in NAMES:
         if jobset_now == "deleted":  # its Jobs and pods go, in the background
             env.terminating(name)
@@ -112,7 +71,7 @@ def test_a_member_whose_jobset_cannot_be_read_keeps_its_groups_booking(jobset_no
 def test_the_booking_goes_with_the_last_member_once_its_jobset_is_gone() -> None:
     env = JobSetEnv()
     env.place_and_run()
-    env.the_jobset = None
+    env.owner = None
     for name in NAMES:
         env.terminating(name)
         env.reconcile(name)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.controllers.podbinding.test_pod_groups import GroupEnv, member
+from tests.unit.controllers.podbinding.fixtures import GroupEnv, bound_as, lws_member, member
 from tests.unit.controllers.podbinding.test_podbinding import NS
 
 INDEX = "batch.kubernetes.io/job-completion-index"
@@ -41,23 +41,15 @@ def show_bindings(env: GroupEnv) -> None:
         p = env.pods.get_by_name(b["metadata"]["name"], NS)
         if p is None or p["spec"].get("nodeName"):
             continue
-        env.pods.add({**p, "spec": {**p["spec"], "nodeName": b["target"]["name"]},
-                      "status": {"phase": "Running"},
-                      "metadata": {**p["metadata"], "annotations": {
-                          **p["metadata"]["annotations"], **b["metadata"]["annotations"]}}})
+        env.pods.add(bound_as(p, b, {"phase": "Running"}))
         env.reconcile(b["metadata"]["name"])
-
-
-def gone(env: GroupEnv, name: str) -> None:
-    env.pods.delete(f"{NS}/{name}")
-    env.reconcile(name)
 
 
 def test_a_member_made_again_binds_to_the_slot_its_predecessor_left() -> None:
     env = GroupEnv()
     before = placed(env)
     held = env.held()
-    gone(env, "train-1")
+    env.gone("train-1")
     assert env.held() == held  # its slot stays booked while the others run
     env.client.bindings.clear()
     env.add(indexed("train-1-again", 1))
@@ -84,7 +76,7 @@ def test_the_last_member_gone_releases_the_group_and_its_slots() -> None:
     env = GroupEnv()
     placed(env)
     for i in range(3):
-        gone(env, f"train-{i}")
+        env.gone(f"train-{i}")
     assert env.held() == {f"node{n}": set() for n in range(1, 5)}
     assert env.state.view().allocation(KEY) is None
 
@@ -104,7 +96,7 @@ def test_a_preempted_group_keeps_no_slot() -> None:
     placed(env)
     env.book.on_evict = lambda key, message: 3  # its 3 members asked to go
     env.book.evict(KEY, "preempted by ns/urgent (priority 100) to make room")
-    gone(env, "train-1")
+    env.gone("train-1")
     env.client.bindings.clear()
     env.add(indexed("train-1-again", 1))
     env.reconcile("train-1-again")
@@ -112,16 +104,8 @@ def test_a_preempted_group_keeps_no_slot() -> None:
     assert "is being preempted" in env.warnings("train-1-again")[0]
 
 
-def lws_member(name: str, worker: int, revision: str) -> dict[str, Any]:
-    p = member("x", worker, size=2, gpus=2)
-    p["metadata"]["name"], p["metadata"]["uid"] = name, f"uid-{name}"
-    p["metadata"]["labels"] = {
-        "leaderworkerset.sigs.k8s.io/name": "infer",
-        "leaderworkerset.sigs.k8s.io/group-index": "0",
-        "leaderworkerset.sigs.k8s.io/worker-index": str(worker),
-        "leaderworkerset.sigs.k8s.io/template-revision-hash": revision}
-    p["metadata"]["annotations"] = {"leaderworkerset.sigs.k8s.io/size": "2"}
-    return p
+def infer_member(name: str, worker: int, revision: str) -> dict[str, Any]:
+    return lws_member("infer", name, worker, size=2, gpus=2, revision=revision)
 
 
 def test_a_member_of_another_revision_does_not_take_the_old_ones_slot() -> None:
@@ -129,18 +113,18 @@ def test_a_member_of_another_revision_does_not_take_the_old_ones_slot() -> None:
     revision's vacant slot is not the new member's, and goes when the group is booked
     again."""
     env = GroupEnv()
-    env.add(lws_member("infer-0", 0, "a1"))
-    env.add(lws_member("infer-0-1", 1, "a1"))
+    env.add(infer_member("infer-0", 0, "a1"))
+    env.add(infer_member("infer-0-1", 1, "a1"))
     env.reconcile("infer-0-1")
     for name in list(env.enqueued):
         env.reconcile(name)
     show_bindings(env)
     old = env.bound()["infer-0-1"]
-    gone(env, "infer-0-1")
+    env.gone("infer-0-1")
     key = f"PodGroup:{NS}/leaderworkerset:infer:0"
     assert [v.placement.node for v in env.book.vacancies(key)] == [old[0]]
     env.client.bindings.clear()
-    env.add(lws_member("infer-0-1-new", 1, "b2"))
+    env.add(infer_member("infer-0-1-new", 1, "b2"))
     env.reconcile("infer-0-1-new")
     assert env.book.vacancies(key) == []  # booked again as a gang: the old slot went
     assert env.bound()["infer-0-1-new"] != old
@@ -158,7 +142,7 @@ def test_a_member_made_again_while_its_predecessor_terminates_waits_for_its_slot
     env.add(indexed("train-1-again", 1))
     env.reconcile("train-1-again")
     assert env.bound() == {}  # not on node4, free as it is
-    gone(env, "train-1")
+    env.gone("train-1")
     env.reconcile("train-1-again")
     assert env.bound() == {"train-1-again": before["train-1"]}
 
@@ -167,7 +151,7 @@ def test_a_failed_bind_of_a_member_made_again_leaves_its_slot_vacant() -> None:
     env = GroupEnv()
     before = placed(env)
     held = env.held()
-    gone(env, "train-1")
+    env.gone("train-1")
     env.client.bindings.clear()
     env.add(indexed("train-1-again", 1))
     env.client.fail = RuntimeError("the API server is away")

@@ -14,11 +14,7 @@ from typing import Any
 
 import pytest
 
-from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler
-from controllers.podbinding.seedbook import GROUP_SLOTS_ANNOTATION
-from internal.scheduling.podgroups import pod_group
-from tests.unit.controllers.podbinding.test_leader_first import ALL_FREE, LeaderEnv, slots_of
-from tests.unit.controllers.podbinding.test_pod_groups import member
+from tests.unit.controllers.podbinding.fixtures import ALL_FREE, OwnedEnv, jobset_member
 from tests.unit.controllers.podbinding.test_podbinding import NS
 
 KEY = f"PodGroup:{NS}/jobset:staged:0"
@@ -43,43 +39,18 @@ def staged(gpus: int, how: str = "InOrder") -> dict[str, Any]:
 
 
 def js_pod(rj: str, job: int, completion: int, gpus: int) -> dict[str, Any]:
-    name = f"staged-{rj}-{job}-{completion}"
-    p = member("x", 0, gpus=gpus)
-    p["metadata"]["name"], p["metadata"]["uid"] = name, f"uid-{name}"
-    p["metadata"]["annotations"] = {}
-    p["metadata"]["labels"] = {
-        "jobset.sigs.k8s.io/jobset-name": "staged",
-        "jobset.sigs.k8s.io/replicatedjob-name": rj,
-        "jobset.sigs.k8s.io/job-index": str(job),
-        "jobset.sigs.k8s.io/restart-attempt": "0",
-        "batch.kubernetes.io/job-completion-index": str(completion)}
-    return p
+    return jobset_member("staged", rj, job, completion, gpus=gpus)
 
 
-class JobSetEnv(LeaderEnv):
-    """LeaderEnv whose pods' owner is the JobSet ``staged``, not an LWS."""
+class JobSetEnv(OwnedEnv):
+    """OwnedEnv serving the JobSet ``staged``."""
 
     def __init__(self, the_jobset: dict[str, Any]) -> None:
-        self.the_jobset = the_jobset
-        super().__init__()
-
-    def reconciler(self, options: PodBindingOptions | None = None) -> PodBindingReconciler:
-        def owners(api: str, kind: str, ns: str, name: str) -> dict[str, Any] | None:
-            return self.the_jobset if (kind, name) == ("JobSet", "staged") else None
-        rec = PodBindingReconciler(self.client, self.recorder, self.pods, self.states,
-                                   self.book, PodBindingOptions(),
-                                   recognise=lambda p: pod_group(p, owners))
-        self.enqueued: list[str] = []
-        rec.enqueue_after = lambda req, delay: self.enqueued.append(req.name)
-        return rec
+        super().__init__("JobSet", "staged", the_jobset)
 
 
 def placed_launcher(env: JobSetEnv) -> dict[int, tuple[str, str]]:
-    env.add(js_pod("launcher", 0, 0, gpus=2))
-    env.reconcile(LAUNCHER)
-    launcher = env.show_binding(LAUNCHER)
-    env.reconcile(LAUNCHER)
-    return slots_of(launcher["metadata"]["annotations"][GROUP_SLOTS_ANNOTATION])
+    return env.placed_first(js_pod("launcher", 0, 0, gpus=2))
 
 
 @pytest.fixture(params=["InOrder", "dependsOn"])

@@ -9,17 +9,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler
-from controllers.podbinding.seedbook import GROUP_SLOTS_ANNOTATION
+from controllers.podbinding.controller import PodBindingOptions
 from internal.cli.holders import controller_holdings
 from internal.metrics.domain import POD_GROUP_TIMEOUTS
-from internal.scheduling.podgroups import pod_group
 from runtime.store import thaw
-from tests.unit.controllers.podbinding.test_pod_groups import GroupEnv, member
+from tests.unit.controllers.podbinding.fixtures import ALL_FREE, OwnedEnv, lws_member, member
 from tests.unit.controllers.podbinding.test_podbinding import NS
 
 KEY = f"PodGroup:{NS}/leaderworkerset:serve:0"
-ALL_FREE = {f"node{n}": set() for n in range(1, 5)}
 
 
 def lws(gpus: int = 4, startup: str = "LeaderReady") -> dict[str, Any]:
@@ -31,67 +28,22 @@ def lws(gpus: int = 4, startup: str = "LeaderReady") -> dict[str, Any]:
 
 
 def lws_pod(worker: int, gpus: int = 4) -> dict[str, Any]:
-    name = "serve-0" if worker == 0 else f"serve-0-{worker}"
-    p = member("x", worker, size=3, gpus=gpus)
-    p["metadata"]["name"], p["metadata"]["uid"] = name, f"uid-{name}"
-    p["metadata"]["labels"] = {
-        "leaderworkerset.sigs.k8s.io/name": "serve",
-        "leaderworkerset.sigs.k8s.io/group-index": "0",
-        "leaderworkerset.sigs.k8s.io/worker-index": str(worker),
-        "leaderworkerset.sigs.k8s.io/template-revision-hash": "r1"}
-    p["metadata"]["annotations"] = {"leaderworkerset.sigs.k8s.io/size": "3"}
-    return p
+    return lws_member("serve", "serve-0" if worker == 0 else f"serve-0-{worker}", worker,
+                      size=3, gpus=gpus)
 
 
-class LeaderEnv(GroupEnv):
-    """GroupEnv whose pods' owners include the LeaderWorkerSet ``serve``."""
+class LeaderEnv(OwnedEnv):
+    """OwnedEnv serving the LeaderWorkerSet ``serve``, its groups timing out after
+    ``timeout`` seconds."""
 
     def __init__(self, *args: Any, the_lws: dict[str, Any] | None = None,
                  timeout: float = 300.0, **kw: Any) -> None:
-        self.the_lws = the_lws if the_lws is not None else lws()
-        self.timeout = timeout
-        super().__init__(*args, **kw)
-
-    def reconciler(self, options: PodBindingOptions | None = None) -> PodBindingReconciler:
-        def owners(api: str, kind: str, ns: str, name: str) -> dict[str, Any] | None:
-            return self.the_lws if (kind, name) == ("LeaderWorkerSet", "serve") else None
-        rec = PodBindingReconciler(self.client, self.recorder, self.pods, self.states,
-                                   self.book, PodBindingOptions(group_timeout=self.timeout),
-                                   recognise=lambda p: pod_group(p, owners))
-        self.enqueued: list[str] = []
-        rec.enqueue_after = lambda req, delay: self.enqueued.append(req.name)
-        return rec
-
-    def show_binding(self, name: str, ready: datetime | None = None) -> dict[str, Any]:
-        """The cache shows pod ``name`` bound as its Binding said (Ready since ``ready``)."""
-        b = next(b for b in self.client.bindings if b["metadata"]["name"] == name)
-        p = self.pods.get_by_name(name, NS)
-        status: dict[str, Any] = {"phase": "Running"}
-        if ready is not None:
-            status["conditions"] = [{"type": "Ready", "status": "True",
-                                     "lastTransitionTime": ready.strftime("%Y-%m-%dT%H:%M:%SZ")}]
-        shown = {**p, "spec": {**p["spec"], "nodeName": b["target"]["name"]}, "status": status,
-                 "metadata": {**p["metadata"], "annotations": {
-                     **p["metadata"]["annotations"], **b["metadata"]["annotations"]}}}
-        self.pods.add(shown)
-        return shown
-
-
-def slots_of(text: str) -> dict[int, tuple[str, str]]:
-    out = {}
-    for part in text.split(";"):
-        i, _, where = part.partition("=")
-        node, _, devs = where.partition(":")
-        out[int(i)] = (node, devs)
-    return out
+        super().__init__("LeaderWorkerSet", "serve", the_lws if the_lws is not None else lws(),
+                         *args, options=PodBindingOptions(group_timeout=timeout), **kw)
 
 
 def placed_leader(env: LeaderEnv, ready: datetime | None = None) -> dict[int, tuple[str, str]]:
-    env.add(lws_pod(0))
-    env.reconcile("serve-0")
-    leader = env.show_binding("serve-0", ready)
-    env.reconcile("serve-0")
-    return slots_of(leader["metadata"]["annotations"][GROUP_SLOTS_ANNOTATION])
+    return env.placed_first(lws_pod(0), ready)
 
 
 def test_the_leader_alone_is_bound_holding_every_members_devices() -> None:

@@ -5,54 +5,10 @@ two groups can never split the capacity between them."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
-from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler
-from internal.scheduling.podgroups import pod_group
+from controllers.podbinding.controller import PodBindingOptions
 from runtime import Request
+from tests.unit.controllers.podbinding.fixtures import GroupEnv, member
 from tests.unit.controllers.podbinding.test_podbinding import NS, Env, pod
-
-GROUP = "gpu.orchestrator.dev/pod-group"
-SIZE = "gpu.orchestrator.dev/pod-group-size"
-
-
-def recognise(p: dict[str, Any]) -> Any:
-    """The explicit label and size annotation (no owners to look up here)."""
-    return pod_group(p)
-
-
-def member(group: str, i: int, size: int = 4, gpus: int = 4) -> dict[str, Any]:
-    p = pod(f"{group}-{i}", map_text=None, owner=None, annotations={SIZE: str(size)})
-    p["metadata"]["labels"] = {GROUP: group}
-    p["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
-    return p
-
-
-class GroupEnv(Env):
-    """node1..node4 of 4 GPUs, each named (the ledger picks devices there: members
-    asking nvidia.com/gpu get exact devices, one authority per node)."""
-
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        for n in self.nodes:
-            n["metadata"].setdefault("labels", {})[DEVICE_AUTHORITY_LABEL] = "named"
-
-    def reconciler(self, options: PodBindingOptions | None = None) -> PodBindingReconciler:
-        rec = PodBindingReconciler(self.client, self.recorder, self.pods, self.states,
-                                   self.book, options or PodBindingOptions(),
-                                   recognise=recognise)
-        self.enqueued: list[str] = []
-        rec.enqueue_after = lambda req, delay: self.enqueued.append(req.name)
-        return rec
-
-    def held(self) -> dict[str, set[int]]:
-        """node -> devices held by anybody."""
-        return {f"node{n}": {d for d in range(4) if self.holder(f"node{n}", d)}
-                for n in range(1, 5)}
-
-    def reasons(self, name: str, reason: str) -> list[str]:
-        return [m for n, _, r, m in self.recorder.events if n == name and r == reason]
 
 
 def test_a_group_holds_nothing_until_every_member_exists_then_all_are_bound() -> None:
@@ -134,12 +90,7 @@ def test_a_bound_group_holds_under_its_group_key_after_a_restart() -> None:
         env.add(member("pair", i, size=2))
     env.reconcile("pair-1")
     env.reconcile("pair-0")
-    for b in env.client.bindings:  # the API server sets nodeName and the annotation
-        p = env.pods.get_by_name(b["metadata"]["name"], NS)
-        p = {**p, "spec": {**p["spec"], "nodeName": b["target"]["name"]},
-             "metadata": {**p["metadata"], "annotations": {
-                 **p["metadata"]["annotations"], **b["metadata"]["annotations"]}}}
-        env.pods.add(p)
+    env.show_bindings(running=False)  # the API server sets nodeName and the annotation
     env.rebuild()
     assert env.state.seeds.seed_pod_keys(env.book, f"PodGroup:{NS}/label:pair") == [
         f"{NS}/pair-0", f"{NS}/pair-1"]
