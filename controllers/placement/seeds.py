@@ -255,22 +255,23 @@ class SeedDoor:
 
     def schedule(self, w: GPUWorkload, *, across_namespaces: bool) -> Decision:
         """Where ``w`` would go now, booking nothing; a preemption it plans takes
-        victims of other namespaces only ``across_namespaces``."""
-        st = self._state
-        with st._lock:
-            return st.scheduler.schedule(w, across_namespaces=across_namespaces)
+        victims of other namespaces only ``across_namespaces``. Part of a plan's
+        pass: asked without the lock, of the cache as it stands (what it read is
+        checked when the plan is booked, ``_stale``)."""
+        return self._state.scheduler.schedule(w, across_namespaces=across_namespaces)
 
     def reclaim(self, w: GPUWorkload, key: str, queue: str, need: Fraction) -> Decision | None:
         """A pod group's reclaim of ``need`` GPUs of ``queue``'s quota from its
         cohort's borrowers, ``w`` its gang booked as ``key`` (``QueueBook.reclaim``,
-        the gate's own plan): a ``PREEMPT`` decision naming them, or None."""
+        the gate's own plan): a ``PREEMPT`` decision naming them, or None. Part of a
+        plan's pass, without the lock, as ``schedule``."""
         st = self._state
-        with st._lock:
-            q = st.queues.quotas().get(queue) if st.queues is not None else None
-            if q is None:
-                return None
-            decision = st.scheduler.schedule(w, across_namespaces=False)
-            return st.queues.reclaim(w, key, q, need, st._ledger, st.scheduler, decision)
+        q = st.queues.quotas().get(queue) if st.queues is not None else None
+        if q is None:
+            return None
+        sched = st.scheduler
+        decision = sched.schedule(w, across_namespaces=False)
+        return st.queues.reclaim(w, key, q, need, sched.ledger, sched, decision)
 
     def group_blockers(self, ledger_key: str) -> dict[str, list[str]]:
         """node -> what a nominated group still waits for on (or of) its devices:

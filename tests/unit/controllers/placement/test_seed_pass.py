@@ -11,6 +11,7 @@ import pytest
 
 from controllers.placement.seeds import SeedDoor
 from internal.metrics.domain import STALE_DECISIONS
+from internal.scheduling.scheduler import Scheduler
 from tests.unit.controllers.podbinding.test_pod_groups import GroupEnv, member
 from tests.unit.controllers.podbinding.test_podbinding import NS, Env, pod
 
@@ -79,11 +80,19 @@ def test_a_group_planned_onto_a_node_taken_meanwhile_is_planned_again_elsewhere(
         env.state.events.on_pod(p)
 
     held = watch_plans(monkeypatch, env, "book_group", arrives)
+    walks: list[bool] = []  # was the lock held while a member's nodes were walked?
+    schedule = Scheduler.schedule
+
+    def walked(self: Scheduler, *args: Any, **kw: Any) -> Any:
+        walks.append(env.state._lock.busy)
+        return schedule(self, *args, **kw)
+    monkeypatch.setattr(Scheduler, "schedule", walked)
     before = stale_count()
     env.add(member("pair", 0, size=2, gpus=4))
     env.add(member("pair", 1, size=2, gpus=4))
     env.reconcile("pair-1")
     assert held[:2] == [False, False]  # planned outside the lock, twice
+    assert walks and not any(walks)  # and no node walk of it held the lock
     assert stale_count() == before + 1
     env.reconcile("pair-0")
     bound = env.bound()
