@@ -10,8 +10,9 @@ Guarantees of :meth:`Client.request`:
 * every attempt first waits for this client's own token bucket (QPS/burst); clients made
   for different purposes (the controllers, Events, the leader Lease) never share one;
 * failures are retried as :mod:`runtime.retry` says (429 and ``Retry-After`` always,
-  5xx and broken connections only for idempotent requests), a bounded number of times,
-  never past the caller's ``deadline``;
+  except a PodDisruptionBudget's refusal of an eviction; 5xx and broken connections
+  only for idempotent requests), a bounded number of times, never past the caller's
+  ``deadline``;
 * with a ``write_guard`` (the manager's leader fence), no create, update, patch or
   delete leaves this process unless the guard allows it at that moment;
 * a body that is not JSON, or a watch line cut short, is an ``ApiError`` carrying the

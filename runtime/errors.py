@@ -77,8 +77,28 @@ class Invalid(ApiError):
         return list(self.details.get("causes") or [])
 
 
+#: the Status cause kube-apiserver gives when a PodDisruptionBudget refuses an eviction
+DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
+
+
 class TooManyRequests(ApiError):
-    """429: the server (priority and fairness, max-inflight) refused; see ``retry_after``."""
+    """429: the server (priority and fairness, max-inflight) refused, see
+    ``retry_after``; or a PodDisruptionBudget refused an eviction, see
+    ``disruption_budget`` (the same status, with a ``DisruptionBudget`` cause)."""
+
+    @property
+    def disruption_budget(self) -> str | None:
+        """What the budget said ("The disruption budget NAME needs 1 healthy pods and
+        has 1 currently"), when a PodDisruptionBudget refused; None for throttling."""
+        for cause in self.details.get("causes") or ():
+            # a StatusCause's type is its "reason" field on the wire
+            if isinstance(cause, dict) and cause.get("reason") == DISRUPTION_BUDGET_CAUSE:
+                return str(cause.get("message") or "") or "a PodDisruptionBudget refused"
+        return None
+
+    def __str__(self) -> str:
+        budget = self.disruption_budget
+        return f"{super().__str__()} {budget}" if budget else super().__str__()
 
 
 class NotLeader(ApiError):

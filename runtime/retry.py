@@ -7,6 +7,7 @@ failure                            GET/HEAD/PUT/DELETE,   POST (create), JSON pa
                                    merge/apply patch
 =================================  =====================  ==============================
 429 Too Many Requests              retried                retried (never processed)
+429 from a PodDisruptionBudget     raised                 raised
 connection refused / not sent      retried                retried (never sent)
 500/502/503/504, reset, timeout,   retried                raised, unless the caller says
 broken or non-JSON response                               the call is idempotent (a create
@@ -17,6 +18,10 @@ any other status                   raised                 raised
 * A PUT carries ``metadata.resourceVersion``, so a PUT repeated after a lost answer gets
   409 Conflict instead of writing twice; a DELETE repeated gets 404. Both are errors the
   callers already handle.
+* A 429 with a ``DisruptionBudget`` cause is not throttling: a budget refused an
+  eviction, an answer the caller acts on (an Event, the pod asked again later).
+  Retried, it came back after every backoff (about 2 s), and a budget not counted yet
+  (``Retry-After: 10``) held a call without a deadline 10 s a time.
 * ``Retry-After`` (header, or ``details.retryAfterSeconds`` of the Status body) is
   honoured, capped at :attr:`RetryPolicy.max_retry_after`; otherwise the wait is
   tenacity's exponential backoff with full jitter between ``base`` and ``cap``.
@@ -78,7 +83,7 @@ def retryable(err: BaseException, method: str, is_idempotent: bool) -> bool:
     if not isinstance(err, errors.ApiError) or isinstance(err, errors.NotLeader):
         return False
     if err.status == 429:
-        return True
+        return not (isinstance(err, errors.TooManyRequests) and err.disruption_budget)
     if err.status == 0:
         return is_idempotent or err.reason in NOT_SENT_REASONS
     if err.status in SERVER_ERRORS:

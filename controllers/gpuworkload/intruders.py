@@ -321,8 +321,8 @@ class IntruderEvictor:
                     "metadata": {"name": name, "namespace": ns},
                     "deleteOptions": {"preconditions": {"uid": meta.get("uid")}}}
         try:
-            # a PodDisruptionBudget's refusal (429) is answered at once: asked again on
-            # the pod's next update, not retried here for tens of seconds
+            # a PodDisruptionBudget's refusal (429, not retried by runtime.retry) is said
+            # at once, naming the budget: asked again on the pod's next update
             self.client.create_subresource("v1", "Pod", name, "eviction", eviction,
                                            namespace=ns, deadline=time.monotonic() + EVICT_DEADLINE)
         except NotFound:

@@ -47,6 +47,31 @@ def test_retryable(error: errors.ApiError, method: str, expected: bool) -> None:
     assert retryable(error, method, idempotent(method, None)) is expected
 
 
+def refused_by_budget(retry_after: int = 0) -> errors.ApiError:
+    """kube-apiserver's answer to an eviction a PodDisruptionBudget refuses."""
+    says = "The disruption budget keep needs 1 healthy pods and has 1 currently"
+    details: dict = {"causes": [{"reason": "DisruptionBudget", "message": says}]}
+    if retry_after:
+        details["retryAfterSeconds"] = retry_after
+    return errors.from_status(429, {
+        "code": 429, "reason": "TooManyRequests", "details": details,
+        "message": "Cannot evict pod as it would violate the pod's disruption budget."})
+
+
+def test_a_budget_refusal_is_raised_while_throttling_is_retried() -> None:
+    """A 429 carrying a DisruptionBudget cause is an answer, with a Retry-After or
+    without; the same status from priority and fairness is throttling."""
+    throttled = errors.from_status(429, {"code": 429, "reason": "TooManyRequests",
+                                         "message": "Too many requests, please try again later.",
+                                         "details": {"retryAfterSeconds": 1}})
+    assert retryable(throttled, "POST", False)
+    for refused in (refused_by_budget(), refused_by_budget(retry_after=10)):
+        assert isinstance(refused, errors.TooManyRequests)
+        assert not retryable(refused, "POST", False)
+        assert "The disruption budget keep needs 1 healthy pods" in str(refused)
+    assert throttled.disruption_budget is None  # type: ignore[attr-defined]
+
+
 def test_retry_after_header_and_status_details() -> None:
     assert parse_retry_after("3") == 3.0
     when = datetime.now(UTC) + timedelta(seconds=30)
