@@ -104,8 +104,10 @@ class ChildAPI:
         ``held``, is put there for the caller to hold with its others."""
         meta = obj["metadata"]
         try:
-            # a retried create that already went through answers AlreadyExists: handled
-            created = self.client.create(obj, handles_already_exists=True)
+            # a retried create that already went through answers AlreadyExists: handled;
+            # the watch may bring the child before this answer (``OwnEchoes``)
+            with self.own_writes.creating(meta["ownerReferences"][0]["uid"], obj):
+                created = self.client.create(obj, handles_already_exists=True)
             if obj.get("kind") in ("Pod", "Job") and isinstance(created, Mapping):
                 m.CHILD_CREATES.labels("created").inc()
                 seen = self._cache(obj["kind"]).get_by_name(meta["name"], meta["namespace"])

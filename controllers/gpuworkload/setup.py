@@ -26,6 +26,7 @@ from controllers.gpuworkload.options import Options
 from controllers.gpuworkload.reconciler import GPUWorkloadReconciler
 from controllers.gpuworkload.template_check import ChildDryRun
 from controllers.placement.source import PlacementStateSource
+from controllers.shared.child_news import ChildNews
 from controllers.shared.echoes import OwnEchoes
 from internal.objects import JSON
 from internal.scheduling.resourceslices import DRA_API_VERSION
@@ -82,12 +83,15 @@ def _options(mgr: Manager, shared: Shared) -> Options:
 
 def _builder(mgr: Manager, dra: bool, jobs: Indexer, echoes: OwnEchoes) -> Builder:
     builder = (Builder(mgr).named("gpuworkload")
-               # our own writes coming back wake nobody (controllers/shared/echoes.py)
+               # our own writes coming back wake nobody (controllers/shared/echoes.py),
+               # nor a child's update that changes nothing a reconcile reads of it
+               # (controllers/shared/child_news.py)
                .for_(API_VERSION, "GPUWorkload", echoes)
-               .owns("v1", "Pod", echoes)
-               .owns("batch/v1", "Job", echoes)
+               .owns("v1", "Pod", echoes, ChildNews())
+               .owns("batch/v1", "Job", echoes, ChildNews())
                # a Job child's pod: its workload's phase is read from it
-               .watches("v1", "Pod", workload_of_job_pod(jobs, API_VERSION, "GPUWorkload")))
+               .watches("v1", "Pod", workload_of_job_pod(jobs, API_VERSION, "GPUWorkload"),
+                        ChildNews()))
     # an edited claim is seen
     return builder.owns(DRA_API_VERSION, "ResourceClaim") if dra else builder
 

@@ -11,7 +11,10 @@ are remembered here, each until the informer shows it:
   from the moment its create answers (``children(owner_uid)``), so it is never
   created twice and asking the workload's children to go includes it. It ends at
   any informer event of that UID, when its owner is forgotten, or after ``ttl``
-  seconds (a child created and deleted between two lists is never seen).
+  seconds (a child created and deleted between two lists is never seen). Before
+  that, while its create is on its way (``creating``, by namespace and name: no
+  UID yet), the manifest sent is kept (``on_its_way``): the watch may bring the
+  child before its create's answer is taken in.
 - **Writes of an object** (status writes, a gang's commit, our finalizer):
   ``writing(obj, status)`` marks a write on its way before it is sent and returns
   its mark; ``wrote(obj, mark)`` records where it landed. While a write is on its
@@ -24,7 +27,8 @@ are remembered here, each until the informer shows it:
   ``view(raw)`` is the cached copy with the status we last asked for, until the
   cache shows the write that carried it. Our finalizer, added by the status writer
   (``finalized``), counts as on the object (``finalizer_added``) until the object is
-  forgotten: a reconcile asks for it once.
+  forgotten: a reconcile asks for it once; while its patch is on its way
+  (``finalizing``) the watch may bring it first (``write_echo``).
 - **Seed bindings** (``bound``): a pod we bound counts as bound
   (``binding_on_its_way``) until the informer shows it on a node or deleted (it
   was in the cache when we bound it, so a relist that misses it deletes it).
@@ -37,13 +41,15 @@ hold their own locks (the placement state's) when they ask.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from api.v1alpha1.keys import CHILDREN_FINALIZER
 from internal.objects import JSON, resource_version
 
 #: how long a created child is assumed without the informer showing it
@@ -84,6 +90,7 @@ class _Writes:
     status_rv: int = 0  # where it landed (0: not yet)
     finalizer: bool = False  # our finalizer landed on it
     finalizer_rv: int = 0  # where our finalizer's patch landed (0: not known)
+    finalizing: bool = False  # our finalizer's patch is on its way
 
 
 class OwnWrites:
@@ -98,6 +105,8 @@ class OwnWrites:
         #: child UID -> resourceVersion: the informer showed the child exactly as its
         #: create answered (``created_echo`` asks once); 0: asked before it showed it
         self._echoes: dict[str, int] = {}
+        #: (namespace, name) -> (owner UID, the manifest sent): creates on their way
+        self._sending: dict[tuple[str, str], tuple[str, JSON]] = {}
 
     # ------------------------------------------------------------------ informers
 
@@ -133,6 +142,32 @@ class OwnWrites:
                 self._owner_of.pop(child, None)
 
     # ------------------------------------------------------------------ children
+
+    @contextlib.contextmanager
+    def creating(self, owner_uid: str, obj: JSON) -> Iterator[None]:
+        """The create of ``obj`` (a child of ``owner_uid``) is on its way while the
+        block runs (it sends the create, and calls ``created`` once it answers)."""
+        meta = obj.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        with self._lock:
+            self._sending[key] = (owner_uid, obj)
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._sending.get(key, (None, None))[1] is obj:
+                    del self._sending[key]
+
+    def on_its_way(self, obj: JSON) -> JSON | None:
+        """The manifest of a create on its way of ``obj``'s namespace and name, sent
+        for ``obj``'s controller owner (None: none)."""
+        meta = obj.get("metadata") or {}
+        owner = next((r.get("uid") for r in meta.get("ownerReferences") or ()
+                      if r.get("controller")), None)
+        with self._lock:
+            sent = self._sending.get((str(meta.get("namespace") or ""),
+                                      str(meta.get("name") or "")))
+        return sent[1] if sent is not None and owner and sent[0] == owner else None
 
     def created(self, owner_uid: str, obj: JSON) -> None:
         uid = _uid(obj)
@@ -212,9 +247,10 @@ class OwnWrites:
             # the version our write landed at, or (its answer not taken in yet) the
             # status we asked for, as the API stores it (no null fields)
             asked = w.status is not None and _stored(w.status) == new.get("status")
-            if rv not in (w.landed, w.finalizer_rv) and not asked:
+            landed = rv in (w.landed, w.finalizer_rv) or asked
+            if not landed and not w.finalizing:
                 return False
-            ours = w.finalizer
+            ours = w.finalizer or w.finalizing
         if old.get("spec") != new.get("spec"):
             return False
         before, after = _meta_but_version(old), _meta_but_version(new)
@@ -222,6 +258,9 @@ class OwnWrites:
             had, has = before.pop("finalizers", None) or [], after.pop("finalizers", None) or []
             if has[:len(had)] != had or len(has) > len(had) + 1:
                 return False
+            if not landed:  # our finalizer's patch, its answer not taken in yet
+                return has == [*had, CHILDREN_FINALIZER] and \
+                    old.get("status") == new.get("status") and before == after
         return before == after
 
     # ---------------------------------------------------------- writes of an object
@@ -310,6 +349,23 @@ class OwnWrites:
                 resource_version(raw) >= w.status_rv:
             w.status = w.status_mark = None
         return w.status is None
+
+    @contextlib.contextmanager
+    def finalizing(self, obj: JSON) -> Iterator[None]:
+        """Our finalizer's patch of ``obj`` is on its way while the block runs (it
+        sends the patch, and calls ``finalized`` once it lands)."""
+        uid = _uid(obj)
+        with self._lock:
+            self._writes.setdefault(uid, _Writes()).finalizing = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                w = self._writes.get(uid)
+                if w is not None:
+                    w.finalizing = False
+                    if w == _Writes():  # nothing else of ours: no record left behind
+                        del self._writes[uid]
 
     def finalized(self, obj: JSON, rv: int = 0) -> None:
         """Our finalizer landed on ``obj`` (this UID), at resourceVersion ``rv`` when

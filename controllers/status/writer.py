@@ -398,12 +398,14 @@ class StatusWriter:
         """Adds our finalizer (``patches.add_finalizer``) and remembers it,
         unless the workload was forgotten meanwhile. False: try again."""
         landed: list[int] = []
-        if not add_finalizer(self.client, obj, landed=landed):
-            return False
-        key = object_key(obj)
-        with self._cv:
-            if key not in self._gone:  # forgotten meanwhile: nothing of it is kept
-                self.own_writes.finalized(obj, landed[0] if landed else 0)
+        # on its way until it landed: the watch may bring it first (``OwnEchoes``)
+        with self.own_writes.finalizing(obj):
+            if not add_finalizer(self.client, obj, landed=landed):
+                return False
+            key = object_key(obj)
+            with self._cv:
+                if key not in self._gone:  # forgotten meanwhile: nothing of it is kept
+                    self.own_writes.finalized(obj, landed[0] if landed else 0)
         return True
 
 

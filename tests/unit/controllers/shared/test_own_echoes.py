@@ -125,3 +125,75 @@ def test_nothing_is_kept_of_a_deleted_child() -> None:
     own.observed(child(10))
     own.deleted(child(10))
     assert OwnEchoes(own).create(CreateEvent(child(10)))
+
+
+def manifest() -> dict[str, Any]:
+    """The child as the reconcile sends it: no uid, no resourceVersion, no status."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "w-0", "namespace": "ns",
+                         "ownerReferences": [{"uid": "w-uid", "controller": True}]},
+            "spec": {"nodeName": "node1"}}
+
+
+def as_created(rv: int, **changes: Any) -> dict[str, Any]:
+    obj = copy.deepcopy(manifest())
+    obj["metadata"].update(uid="pod-1", resourceVersion=str(rv))
+    obj["status"] = {"phase": "Pending", **changes}
+    return obj
+
+
+def test_the_add_of_a_child_before_its_create_answered_wakes_nobody() -> None:
+    """The watch brings our pod while its create's answer is still on its way: the
+    add shows nothing but what we sent, and the reconcile that sent it knew that."""
+    own = OwnWrites()
+    echoes = OwnEchoes(own)
+    sent = manifest()
+    with own.creating("w-uid", sent):
+        assert not echoes.create(CreateEvent(as_created(10)))
+        own.observed(as_created(10))  # the cache's own handler
+    # the answer came after the cache showed it: nothing is recorded (child_api)
+    assert len(own) == 0
+    # a later add of that name (a relist, another pod of the name) is news
+    assert echoes.create(CreateEvent(as_created(10)))
+
+
+def test_an_early_add_that_shows_more_than_we_sent_wakes_its_owner() -> None:
+    own = OwnWrites()
+    echoes = OwnEchoes(own)
+    with own.creating("w-uid", manifest()):
+        assert echoes.create(CreateEvent(as_created(12, phase="Running")))
+        theirs = as_created(10)
+        theirs["metadata"]["ownerReferences"] = [{"uid": "other", "controller": True}]
+        assert echoes.create(CreateEvent(theirs))
+        elsewhere = as_created(10)
+        elsewhere["metadata"]["namespace"] = "other-ns"
+        assert echoes.create(CreateEvent(elsewhere))
+
+
+def test_a_create_that_failed_leaves_nothing_on_its_way() -> None:
+    own = OwnWrites()
+    try:
+        with own.creating("w-uid", manifest()):
+            raise TimeoutError
+    except TimeoutError:
+        pass
+    assert OwnEchoes(own).create(CreateEvent(as_created(10)))
+
+
+def test_our_finalizer_before_its_patch_answered_wakes_nobody() -> None:
+    """The watch brings our finalizer's patch (a cluster without the finalizer's
+    admission policy) before the writer took in its answer."""
+    own = OwnWrites()
+    echoes = OwnEchoes(own)
+    old = workload(20)
+    with own.finalizing(old):
+        ours = workload(21, finalizers=["gpu.orchestrator.dev/children"])
+        assert not echoes.update(UpdateEvent(old, ours))
+        theirs = workload(21, finalizers=["x/y"])
+        assert echoes.update(UpdateEvent(old, theirs))
+        with_status = workload(21, {"phase": "Failed"},
+                               finalizers=["gpu.orchestrator.dev/children"])
+        assert echoes.update(UpdateEvent(old, with_status))
+    # the patch answered (or failed): its echo is known by where it landed, or not
+    assert echoes.update(UpdateEvent(old, ours))
+    assert len(own) == 0
