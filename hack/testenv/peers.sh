@@ -15,7 +15,9 @@
 # (Kubeflow Trainer: upstream's manager with its webhook server on 127.0.0.1 and a
 # given certificate, see trainer/main.go), whose go.mod must require the pinned
 # version; its entry's name carries a hash of that folder (trainer-v2.0.0+<hash>), so
-# a change to it rebuilds. Idempotent: a second run with the same pins returns at once.
+# a change to it rebuilds. A build removes the older builds of its peer from the cache
+# (peers.py prune: an earlier pin, or trainer-v2.0.0+<an earlier hash>). Idempotent: a
+# second run with the same pins returns at once.
 # Prints one line per peer on stdout, "NAME DIR" (progress and each build's time go
 # to stderr).
 #
@@ -75,6 +77,8 @@ build() { # build NAME -> prints "NAME DIR"
     echo "$module $version" > "$out.tmp/VERSION"
     rm -rf "$out"; mv "$out.tmp" "$out"
     echo "testenv: built $name $version in $(( $(date +%s) - t ))s into $out" >&2
+    # the older builds of this peer (an earlier pin, or Trainer's earlier wrapper) go
+    python3 "$here/peers.py" prune "$name" "$out" >&2 || true
   fi
   echo "$name $out"
 }
