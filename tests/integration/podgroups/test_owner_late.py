@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from hack.testenv import ControlPlane
 from internal.scheduling.podgroups import JOBSET_API
 from runtime import Client, errors
@@ -24,15 +23,10 @@ from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     installed,
 )
 from tests.integration.podgroups.controllers import JOBSET, PeerController, jobset
+from tests.integration.podgroups.fixtures import members, named_nodes, on_nodes
 from tests.waiting import eventually
 
 DEVICES = "gpu.orchestrator.dev/devices"
-NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-
-
-@pytest.fixture(scope="module")
-def admin(cluster: ControlPlane) -> Client:
-    return Client.from_kubeconfig(str(cluster.kubeconfig))
 
 
 def jobsets_served(admin: Client) -> bool:
@@ -72,16 +66,11 @@ def test_a_jobset_installed_after_the_manager_is_placed_whole_without_a_restart(
     controller is installed: both members bound, each with its own devices, by the
     manager that was running before JobSet was, which never stopped."""
     mgr = binder_first.mgr
-    binder_first.wait_nodes(group.add(2, 4, labels={DEVICE_AUTHORITY_LABEL: "named"}))
-    js = jobset("late", [("workers", 2, 1)])
-    pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-    pod["nodeSelector"] = dict(group.selector)
-    pod["terminationGracePeriodSeconds"] = 0
-    admin.create(js, namespace=namespace)
+    binder_first.wait_nodes(named_nodes(group, 2))
+    admin.create(on_nodes(jobset("late", [("workers", 2, 1)]), group), namespace=namespace)
 
     def bound() -> list[dict[str, Any]] | None:
-        pods = [p for p in admin.list("v1", "Pod", namespace=namespace)["items"]
-                if (p["metadata"].get("labels") or {}).get(NAME_LABEL) == "late"]
+        pods = members(admin, namespace, "late", terminating=True)
         return pods if len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods) \
             else None
 

@@ -9,30 +9,36 @@ that are never made: nothing ran, for good.)"""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
 import pytest
 
-from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
-from internal.cli.main import main
 from runtime import Client
 from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     NodeGroup,
     Running,
     admin,
-    events_for,
     group,
     installed,
 )
 from tests.integration.podgroups.controllers import LWS, gpu_pod
-from tests.integration.podgroups.fixtures import peer_fixtures
+from tests.integration.podgroups.fixtures import (
+    LWS_NAME,
+    members,
+    named,
+    named_nodes,
+    nodes_shown,
+    peer_fixtures,
+    pinned,
+    slots_of,
+    told,
+    when,
+)
 from tests.waiting import eventually
 
 DEVICES = "gpu.orchestrator.dev/devices"
 SLOTS = "gpu.orchestrator.dev/group-slots"
-NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
@@ -41,9 +47,7 @@ peers, binder = peer_fixtures(LWS)
 
 def leader_ready(name: str, group: NodeGroup) -> dict[str, Any]:  # noqa: F811
     """1 group of a leader and 2 workers, 2 GPUs each, LeaderReady."""
-    pod = gpu_pod(2)
-    pod["spec"]["nodeSelector"] = dict(group.selector)
-    pod["spec"]["terminationGracePeriodSeconds"] = 0
+    pod = pinned(gpu_pod(2), group)
     return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
             "metadata": {"name": name},
             "spec": {"replicas": 1, "startupPolicy": "LeaderReady",
@@ -51,13 +55,7 @@ def leader_ready(name: str, group: NodeGroup) -> dict[str, Any]:  # noqa: F811
 
 
 def pods_of(admin: Client, ns: str, name: str) -> dict[str, dict[str, Any]]:  # noqa: F811
-    return {p["metadata"]["name"]: p for p in admin.list("v1", "Pod", namespace=ns)["items"]
-            if (p["metadata"].get("labels") or {}).get(NAME_LABEL) == name
-            and not p["metadata"].get("deletionTimestamp")}
-
-
-def when(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return named(members(admin, ns, name, LWS_NAME))
 
 
 def ready_since(pod: dict[str, Any]) -> datetime | None:
@@ -67,20 +65,10 @@ def ready_since(pod: dict[str, Any]) -> datetime | None:
     return None
 
 
-def slots(text: str) -> dict[int, tuple[str, str]]:
-    """The leader's ``group-slots`` annotation: worker index -> (node, devices)."""
-    out = {}
-    for part in text.split(";"):
-        index, _, where = part.partition("=")
-        node, _, devs = where.partition(":")
-        out[int(index)] = (node, devs)
-    return out
-
-
 def test_a_leader_ready_group_is_placed_whole_at_its_leader_and_workers_take_their_slots(
         binder: Running, admin: Client, namespace: str, group: NodeGroup,  # noqa: F811
         capsys: pytest.CaptureFixture[str]) -> None:
-    binder.wait_nodes(group.add(2, 4, labels={DEVICE_AUTHORITY_LABEL: "named"}))  # room: 8
+    binder.wait_nodes(named_nodes(group, 2))  # room: 8
     admin.create(leader_ready("serve", group), namespace=namespace)
 
     def all_bound() -> dict[str, dict[str, Any]] | None:
@@ -90,7 +78,7 @@ def test_a_leader_ready_group_is_placed_whole_at_its_leader_and_workers_take_the
     pods = eventually(all_bound, timeout=120, what="the leader and its 2 workers bound")
     leader = pods["serve-0"]
     # the leader was bound first, holding every worker's slot in its booking
-    reserved = slots(leader["metadata"]["annotations"][SLOTS])
+    reserved = slots_of(leader["metadata"]["annotations"][SLOTS])
     assert sorted(reserved) == [1, 2], reserved
     ready = ready_since(leader)
     assert ready is not None, leader["status"]
@@ -107,23 +95,17 @@ def test_a_leader_ready_group_is_placed_whole_at_its_leader_and_workers_take_the
             for d in p["metadata"]["annotations"][DEVICES].split(",")]
     assert len(held) == 6 and len(set(held)) == 6, held  # every member's devices distinct
     # what the user sees: 6 devices of the group's nodes held, 2 free
-    assert main(["nodes", "-o", "json", "--kubeconfig", str(binder.cluster.kubeconfig)]) == 0
-    shown = [n for n in json.loads(capsys.readouterr().out)["nodes"] if n["name"] in group.names]
+    shown = nodes_shown(binder.cluster.kubeconfig, capsys, group.names)
     holders = [d.get("holder") for n in shown for d in n["devices"] if d.get("holder")]
     assert len(holders) == 6, shown
 
 
 def test_a_leader_ready_group_on_room_for_fewer_binds_nothing_and_the_leader_says_why(
         binder: Running, admin: Client, namespace: str, group: NodeGroup) -> None:  # noqa: F811
-    binder.wait_nodes(group.add(1, 4, labels={DEVICE_AUTHORITY_LABEL: "named"}))  # room: 2
+    binder.wait_nodes(named_nodes(group, 1))  # room: 2
     admin.create(leader_ready("big", group), namespace=namespace)
-
-    def said() -> str | None:
-        for e in events_for(admin, namespace, "big-0"):
-            if e["reason"] == "FailedScheduling" and "pod group" in e["message"]:
-                return str(e["message"])
-        return None
-    why = eventually(said, timeout=120, what="the leader's FailedScheduling naming its group")
+    why = eventually(lambda: told(admin, namespace, ["big-0"], "FailedScheduling", "pod group"),
+                     timeout=120, what="the leader's FailedScheduling naming its group")
     assert f"pod group {namespace}/leaderworkerset:big:0 (3 of 3 members to place" in why, why
     pods = pods_of(admin, namespace, "big")
     assert sorted(pods) == ["big-0"]  # the workers are never made: the leader never ran

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from api.v1alpha1.queue_policies import JOB_CONTROLLER_USERS
 from api.v1alpha1.types import API_VERSION
 from internal.cli.main import main
@@ -22,35 +21,26 @@ from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     NodeGroup,
     Running,
     admin,
-    events_for,
     group,
     installed,
     namespace_queue,
 )
 from tests.integration.controller.test_tenant_isolation import _sa_groups
 from tests.integration.podgroups.controllers import JOBSET, gpu_pod, jobset
-from tests.integration.podgroups.fixtures import peer_fixtures
+from tests.integration.podgroups.fixtures import (
+    JOBSET_NAME,
+    members,
+    named_nodes,
+    on_nodes,
+    peer_fixtures,
+    told,
+)
 from tests.waiting import eventually
 
-LABEL = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 
 
 peers, binder = peer_fixtures(JOBSET)
-
-
-def on_nodes(js: dict[str, Any], group: NodeGroup) -> dict[str, Any]:  # noqa: F811
-    for rj in js["spec"]["replicatedJobs"]:
-        pod = rj["template"]["spec"]["template"]["spec"]
-        pod["nodeSelector"] = dict(group.selector)
-        pod["terminationGracePeriodSeconds"] = 0
-    return js
-
-
-def members(admin: Client, ns: str, name: str) -> list[dict[str, Any]]:  # noqa: F811
-    return [p for p in admin.list("v1", "Pod", namespace=ns)["items"]
-            if (p["metadata"].get("labels") or {}).get(LABEL) == name
-            and not p["metadata"].get("deletionTimestamp")]
 
 
 def bound(admin: Client, ns: str, name: str) -> int:  # noqa: F811
@@ -58,17 +48,13 @@ def bound(admin: Client, ns: str, name: str) -> int:  # noqa: F811
 
 
 def latest_refusal(admin: Client, ns: str, name: str, text: str) -> str | None:  # noqa: F811
-    for p in members(admin, ns, name):
-        for e in events_for(admin, ns, p["metadata"]["name"]):
-            if e["reason"] == "FailedScheduling" and text in e["message"]:
-                return str(e["message"])
-    return None
+    return told(admin, ns, members(admin, ns, name), "FailedScheduling", text)
 
 
 def test_a_jobset_over_its_queues_quota_holds_nothing_and_runs_once_there_is_quota(
         binder: Running, admin: Client, namespace: str, group: NodeGroup,  # noqa: F811
         capsys: pytest.CaptureFixture[str]) -> None:
-    group.add(4, 4, labels={DEVICE_AUTHORITY_LABEL: "named"})  # 16 GPUs: room for it
+    named_nodes(group, 4)  # 16 GPUs: room for it
     with namespace_queue(admin, namespace, 8) as queue:
         # the job controller makes the members: the queue-gpu-pods policy lets them in
         admin.create(on_nodes(jobset("big", [("launcher", 1, 1), ("workers", 3, 1)]), group),
@@ -115,7 +101,7 @@ def test_only_an_unbound_member_for_gpu_scheduler_passes_the_queues_pod_policy(
         body = gpu_pod(4)
         body["spec"].update(spec)
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "name": name, "namespace": namespace, "labels": {LABEL: "train"}}, **body}
+            "name": name, "namespace": namespace, "labels": {JOBSET_NAME: "train"}}, **body}
 
     with namespace_queue(admin, namespace, 8) as queue:
         refused = f"namespace {namespace} is in GPUQueue {queue}: a pod may not request"
