@@ -21,7 +21,6 @@ kube-apiserver restarts; ``make soak`` runs it with the other churns.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import time
@@ -32,10 +31,9 @@ from typing import Any
 
 import pytest
 
-from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL, DEVICES_ANNOTATION, SHARE_ANNOTATION
+from api.v1alpha1.keys import DEVICES_ANNOTATION, SHARE_ANNOTATION
 from api.v1alpha1.types import API_VERSION
 from hack.testenv import ControlPlane
-from internal.cli.main import main
 from runtime import ApiError, Client, NotFound
 from tests.integration.controller.churn_checks import DEVICE_MIB, GPUNodes
 from tests.integration.controller.churn_process import ControllerProcess, Faults, release_finalizers
@@ -49,6 +47,7 @@ from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
 )
 from tests.integration.controller.holders import HolderWatch
 from tests.integration.podgroups.controllers import JOBSET, PeerController, jobset
+from tests.integration.podgroups.fixtures import JOBSET_NAME, named_nodes, nodes_shown, on_nodes
 from tests.waiting import eventually
 
 SEED = int(os.environ.get("CHURN_SEED") or 11)
@@ -61,7 +60,7 @@ NODES, GPUS = 5, 4
 MEMBERS, MEMBER_GPUS = 4, 2
 SETTLE = 120.0
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
-LABEL = "jobset.sigs.k8s.io/jobset-name"
+LABEL = JOBSET_NAME
 DEVICES, SHARE = DEVICES_ANNOTATION, SHARE_ANNOTATION
 
 
@@ -110,13 +109,9 @@ class GroupChurn:
 
     def create_jobset(self) -> None:
         name = self._name("js")
-        js = jobset(name, [("workers", 2, 2)])  # 2 Jobs x 2 pods: 4 members
+        js = on_nodes(jobset(name, [("workers", 2, 2)]), self.group, MEMBER_GPUS)  # 4 members
         for rj in js["spec"]["replicatedJobs"]:
             rj["template"]["spec"]["backoffLimit"] = 3  # a deleted member is made again
-            pod = rj["template"]["spec"]["template"]["spec"]
-            pod["nodeSelector"] = dict(self.group.selector)
-            pod["terminationGracePeriodSeconds"] = 0
-            pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(MEMBER_GPUS)
         self.admin.create(js, namespace=self.ns)
         self.jobsets.append(name)
         self.done["jobsets created"] += 1
@@ -191,11 +186,8 @@ def free_devices(kubeconfig: str, nodes: list[str],
                  capsys: pytest.CaptureFixture[str]) -> dict[str, int]:
     """Free devices per node as ``kubectl gpu nodes`` shows them (the controller's
     ledger rebuilt from the API)."""
-    capsys.readouterr()
-    assert main(["nodes", "-o", "json", "--kubeconfig", kubeconfig]) == 0
-    shown = json.loads(capsys.readouterr().out)["nodes"]
-    return {n["name"]: sum(1 for d in n["devices"] if d["free"]) for n in shown
-            if n["name"] in nodes}
+    return {n["name"]: sum(1 for d in n["devices"] if d["free"])
+            for n in nodes_shown(kubeconfig, capsys, nodes)}
 
 
 def groups_wrong(admin: Client, ns: str, jobsets: list[str], nodes: list[str],  # noqa: F811
@@ -220,7 +212,7 @@ def test_group_churn_never_splits_a_group_nor_gives_a_device_twice(
         group: NodeGroup, peers: PeerController, tmp_path: Path,  # noqa: F811
         capsys: pytest.CaptureFixture[str]) -> None:
     rng = random.Random(SEED)
-    nodes = group.add(NODES, GPUS, labels={DEVICE_AUTHORITY_LABEL: "named"})
+    nodes = named_nodes(group, NODES, GPUS)
     gpunodes = GPUNodes(admin, nodes, GPUS)
     gpunodes.mig = False
     gpunodes.create()
