@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.unit.controllers.podbinding.test_pod_groups import GroupEnv, member
+from tests.unit.controllers.podbinding.fixtures import GroupEnv, member
 from tests.unit.controllers.podbinding.test_podbinding import NS
 
 GROUP_KEY = f"PodGroup:{NS}/label:pair"

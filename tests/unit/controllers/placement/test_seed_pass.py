@@ -12,7 +12,7 @@ import pytest
 from controllers.placement.seeds import SeedDoor
 from internal.metrics.domain import STALE_DECISIONS
 from internal.scheduling.scheduler import Scheduler
-from tests.unit.controllers.podbinding.test_pod_groups import GroupEnv, member
+from tests.unit.controllers.podbinding.fixtures import GroupEnv, member
 from tests.unit.controllers.podbinding.test_podbinding import NS, Env, pod
 
 
