@@ -50,6 +50,7 @@ from api.v1alpha1.pod_devices import pod_devices
 from api.v1alpha1.policies import GPU_RESOURCE, security_policies
 from api.v1alpha1.priority_policies import priority_policies
 from api.v1alpha1.sharing import SHARING_RULES
+from api.v1alpha1.spec_rules import joined
 from api.v1alpha1.types import (
     SCHEDULING_MAP_MAX_LENGTH,
     VERSION,
@@ -305,6 +306,18 @@ def _with_field_change_rules(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def _workload_schema() -> dict[str, Any]:
+    """The spec's plain cross-field rules (the model's own, the map's index, the
+    shares') joined into one (spec_rules.py says why), then the others."""
+    schema = _root_schema(_doc(GPUWorkload), GPUWorkloadSpec, GPUWorkloadStatus)
+    spec = schema["properties"]["spec"]
+    own = spec.pop("x-kubernetes-validations", [])
+    spec["x-kubernetes-validations"] = [
+        joined([*own, MAP_INDEX_RULE], SHARING_RULES), MAP_STRATEGY_RULE,
+        *changes.transition_rules()]
+    return schema
+
+
 def workload_crd() -> dict[str, Any]:
     return _crd(
         plural="gpuworkloads",
@@ -312,12 +325,7 @@ def workload_crd() -> dict[str, Any]:
         singular="gpuworkload",
         scope="Namespaced",
         short_names=["gw"],
-        schema=_with_field_change_rules(_root_schema(
-            _doc(GPUWorkload),
-            GPUWorkloadSpec,
-            GPUWorkloadStatus,
-            [MAP_INDEX_RULE, MAP_STRATEGY_RULE, *SHARING_RULES, *changes.transition_rules()],
-        )),
+        schema=_with_field_change_rules(_workload_schema()),
         subresources=WORKLOAD_SUBRESOURCES,
         columns=[
             {

@@ -86,6 +86,11 @@ def _model_section(model: type[BaseModel]) -> list[str]:
     if rules:
         lines += ["", "Cross-field rules:", ""]
         lines += [f"- {r['message']} (`{r['rule']}`)" for r in rules]
+        if model is GPUWorkloadSpec:
+            lines += ["", "In the CRD the rules above with no field of their own (all but "
+                      "the schedulingMap strategy's) are one CEL rule "
+                      "(api/v1alpha1/spec_rules.py): a spec breaking several of them is "
+                      "refused once, with the message of each, joined by `; `."]
     lines.append("")
     return lines
 

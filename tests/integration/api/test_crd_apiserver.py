@@ -99,6 +99,26 @@ def test_invalid_specs_rejected_with_message(crds, namespace, spec, message) -> 
     assert message in r.stderr
 
 
+def test_a_spec_breaking_several_cross_field_rules_hears_each(crds, namespace) -> None:
+    """The spec's plain cross-field rules are one CEL rule in the CRD (spec_rules.py):
+    a spec breaking one hears exactly its message, as before; one breaking four hears
+    all four."""
+    r = _create(crds, namespace, "bad", {"gpuCount": 2, "gpusPerReplica": 3})
+    assert r.returncode != 0
+    assert ('spec: Invalid value: "object": gpuCount and gpusPerReplica must be equal '
+            "when both are set\n") in r.stderr
+    r = _create(crds, namespace, "bad", {"gpuShare": {"fraction": "0.5"},
+                                         "migProfile": "1g.10gb", "gpusPerReplica": 2,
+                                         "deviceExposure": "device-plugin"})
+    assert r.returncode != 0
+    for message in ("gpuShare takes part of one device: gpusPerReplica must be 1",
+                    "migProfile takes one MIG instance: gpusPerReplica must be 1",
+                    "gpuShare and migProfile cannot be set together",
+                    "gpuShare and migProfile need deviceExposure cuda-visible-devices or "
+                    "nvidia-visible-devices (device-plugin and dra cannot express a share)"):
+        assert message in r.stderr, message
+
+
 def test_annotation_map_needs_a_map(crds, namespace) -> None:
     # the admission policy (not CRD CEL: it cannot read annotations) may take a
     # moment to be loaded after creation
