@@ -1,7 +1,7 @@
 """``python -m bench.crd_cost REV_A REV_B``: what the GPUWorkload CRD of two git
 revisions costs the kube-apiserver per status write, paired on one control plane;
 with ``--creates``, per GPUWorkload create, the CRD and the GPUWorkload admission
-policies (``POLICY_FILE``) of each revision in place, and a pod create beside them.
+policies of each revision in place, and a pod create beside them.
 
 The CRD is what the API server runs on every write of a workload (its schema and its
 CEL rules), status writes included. One fresh local control plane, 300 workloads; in
@@ -13,12 +13,17 @@ and the paired differences. A difference smaller than the spread of the pairs is
 noise on a shared machine: say so.
 
 ``--creates``: in each round, ``-n`` GPUWorkload creates (the benchmark's unit) under
-each revision's CRD and policies, then ``-n`` creates of the benchmark's pod (same
-container, one GPU); each line gives the CPU per create and the p50 and p99 of the
-answer's time over the 8 connections, the summary each revision's median and its ratio
-to the pod's. ``floor`` as a revision: the create with nothing of ours evaluated
-(:data:`FLOOR`). The objects stay (as in the benchmark's burst), so a later round's
-creates find more of them; the alternating order spreads that over both revisions.
+each revision's CRD and the admission objects a GPUWorkload create meets in a namespace
+without our labels (:func:`policies_at`: ``POLICY_FILE``'s, ``workload-priority-class``
+of ``PRIORITY_FILE`` and the finalizer policy of ``FINALIZER_FILE``), then ``-n``
+creates of the benchmark's pod (same container, one GPU); each line gives the CPU per
+create and the p50 and p99 of the answer's time over the 8 connections, the summary
+each revision's median and its ratio to the pod's. ``floor`` as a revision: the create
+with nothing of ours evaluated (:data:`FLOOR`). The objects stay (as in the
+benchmark's burst), so a later round's creates find more of them; the alternating
+order spreads that over both revisions. ``--priority-classes N`` adds N
+PriorityClasses to the two built in (``workload-priority-class`` evaluates once per
+class in the cluster).
 """
 
 from __future__ import annotations
@@ -42,19 +47,19 @@ from bench.kube import proc_stats
 
 CRD_FILE = "config/crd/gpu.orchestrator.dev_gpuworkloads.yaml"
 POLICY_FILE = "config/crd/gpuworkload-validating-admission-policy.yaml"
-ADMISSION = "/apis/admissionregistration.k8s.io/v1"
-#: ``--creates``: a "revision" with none of the CRD's rules (HEAD's CRD without them),
-#: no policy of ``POLICY_FILE`` and neither of ``OTHER_BINDINGS``: what is left of a
-#: GPUWorkload create when nothing of ours is evaluated
+#: of this file, only :data:`PRIORITY_CLASS` (the others match labelled namespaces,
+#: or pods)
+PRIORITY_FILE = "config/crd/tenant-isolation-admission-policies.yaml"
+PRIORITY_CLASS = f"workload-priority-class.{e2e.GROUP}"
+FINALIZER_FILE = "config/admission-finalizer/gpuworkload-finalizer-policy.yaml"
+#: ``--creates``: a "revision" with none of the CRD's rules (HEAD's CRD without them)
+#: and none of :func:`policies_at`'s objects: what is left of a GPUWorkload create when
+#: nothing of ours is evaluated
 FLOOR = "floor"
-#: the other policies a GPUWorkload create meets in a namespace without our labels
-OTHER_BINDINGS = (
-    f"{ADMISSION}/validatingadmissionpolicybindings/workload-priority-class.{e2e.GROUP}",
-    "/apis/admissionregistration.k8s.io/v1beta1/mutatingadmissionpolicybindings/"
-    "gpuworkload-children-finalizer",
-)
 _PLURAL = {"ValidatingAdmissionPolicy": "validatingadmissionpolicies",
-           "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}
+           "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+           "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
+           "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings"}
 CRD_PATH = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gpuworkloads.{e2e.GROUP}"
 WORKLOADS = 300
 
@@ -65,10 +70,23 @@ def crd_at(rev: str) -> dict:
     return yaml.safe_load(text)
 
 
+def _docs_at(rev: str, path: str) -> list[dict]:
+    out = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True)
+    if out.returncode != 0:  # not in that revision
+        return []
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
 def policies_at(rev: str) -> list[dict]:
-    text = subprocess.run(["git", "show", f"{rev}:{POLICY_FILE}"], capture_output=True,
-                          text=True, check=True).stdout
-    return [d for d in yaml.safe_load_all(text) if d]
+    """The admission objects of ``rev`` that a GPUWorkload create meets in a namespace
+    without our labels."""
+    return [*_docs_at(rev, POLICY_FILE),
+            *(d for d in _docs_at(rev, PRIORITY_FILE) if d["metadata"]["name"] == PRIORITY_CLASS),
+            *_docs_at(rev, FINALIZER_FILE)]
+
+
+def _path(kind: str, api_version: str, name: str = "") -> str:
+    return f"/apis/{api_version}/{_PLURAL[kind]}" + (f"/{name}" if name else "")
 
 
 def _put_crd(api: Any, crd: dict) -> None:
@@ -77,14 +95,14 @@ def _put_crd(api: Any, crd: dict) -> None:
     api.must("PUT", CRD_PATH, crd)
 
 
-def _put_policies(api: Any, docs: list[dict], every: set[tuple[str, str]]) -> None:
-    """``docs`` in place (created or replaced); the others of ``every`` (kind, name)
-    deleted, bindings first."""
+def _put_policies(api: Any, docs: list[dict], every: dict[tuple[str, str], str]) -> None:
+    """``docs`` in place (created or replaced); the others of ``every`` ((kind, name):
+    apiVersion) deleted, bindings first."""
     keep = {(d["kind"], d["metadata"]["name"]) for d in docs}
-    for kind, name in sorted(every - keep, reverse=True):  # ...Binding before ...Policy
-        api.request("DELETE", f"{ADMISSION}/{_PLURAL[kind]}/{name}")
+    for kind, name in sorted(set(every) - keep, reverse=True):  # ...Binding first
+        api.request("DELETE", _path(kind, every[kind, name], name))
     for d in docs:
-        path = f"{ADMISSION}/{_PLURAL[d['kind']]}"
+        path = _path(d["kind"], d["apiVersion"])
         body = copy.deepcopy(d)
         code, cur = api.request("GET", f"{path}/{d['metadata']['name']}")
         if code == 200:
@@ -94,9 +112,22 @@ def _put_policies(api: Any, docs: list[dict], every: set[tuple[str, str]]) -> No
             api.must("POST", path, body)
 
 
-def _creates(api: Any, pid: int, bodies: list[tuple[str, dict]]) -> tuple[float, float, float]:
+def _allocs(api: Any) -> tuple[float, float]:
+    """The kube-apiserver's own count of heap allocations and bytes allocated so far
+    (its /metrics): unlike CPU time, what a shared machine's load leaves alone."""
+    got = {}
+    for line in api.text("/metrics").splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("go_memstats_mallocs_total", "go_memstats_alloc_bytes_total"):
+            got[name] = float(value)
+    return got["go_memstats_mallocs_total"], got["go_memstats_alloc_bytes_total"]
+
+
+def _creates(api: Any, pid: int, bodies: list[tuple[str, dict]]
+             ) -> tuple[float, float, float, float, float]:
     """``bodies`` (path, object) created over 8 connections: kube-apiserver CPU ms per
-    create, p50 and p99 ms of the answers."""
+    create, p50 and p99 ms of the answers, and its heap allocations (count, KiB) per
+    create."""
     times: list[float] = []
     errors: list[str] = []
 
@@ -109,6 +140,7 @@ def _creates(api: Any, pid: int, bodies: list[tuple[str, dict]]) -> tuple[float,
                 errors.append(f"{code} {str(out)[:200]}")
                 return
 
+    allocs, alloc_bytes = _allocs(api)
     before = proc_stats(pid)["cpu_s"]
     threads = [threading.Thread(target=send, args=(bodies[k::8],)) for k in range(8)]
     for t in threads:
@@ -117,11 +149,14 @@ def _creates(api: Any, pid: int, bodies: list[tuple[str, dict]]) -> tuple[float,
         t.join()
     time.sleep(1.0)  # the watch cache's decoding of the last ones
     cpu_ms = 1000 * (proc_stats(pid)["cpu_s"] - before) / len(bodies)
+    allocs_after, alloc_bytes_after = _allocs(api)
     if errors:
         raise RuntimeError(f"{len(errors)} creates failed: {errors[0]}")
     times.sort()
     return (cpu_ms, 1000 * times[len(times) // 2],
-            1000 * times[min(len(times) - 1, int(0.99 * len(times)))])
+            1000 * times[min(len(times) - 1, int(0.99 * len(times)))],
+            (allocs_after - allocs) / len(bodies),
+            (alloc_bytes_after - alloc_bytes) / 1024 / len(bodies))
 
 
 def _without_rules(node: Any) -> Any:
@@ -132,16 +167,6 @@ def _without_rules(node: Any) -> Any:
     return node
 
 
-def _put_other_bindings(api: Any, saved: dict[str, dict], present: bool) -> None:
-    for path, b in saved.items():
-        if not present:
-            api.request("DELETE", path)
-        elif api.request("GET", path)[0] == 404:
-            api.must("POST", path.rsplit("/", 1)[0],
-                     {"apiVersion": b["apiVersion"], "kind": b["kind"],
-                      "metadata": {"name": b["metadata"]["name"]}, "spec": b["spec"]})
-
-
 def compare_creates(api: Any, pid: int, ns: str, revs: list[str], n: int, rounds: int
                     ) -> None:
     """``--creates``: the module docstring says what is printed."""
@@ -149,37 +174,43 @@ def compare_creates(api: Any, pid: int, ns: str, revs: list[str], n: int, rounds
     policies = {rev: [] if rev == FLOOR else policies_at(rev) for rev in revs}
     if FLOOR in revs:
         crds[FLOOR] = _without_rules(crds[FLOOR])
-    others = {path: api.must("GET", path) for path in OTHER_BINDINGS}
-    every = {(d["kind"], d["metadata"]["name"]) for docs in policies.values() for d in docs}
+    every = {(d["kind"], d["metadata"]["name"]): d["apiVersion"]
+             for docs in policies.values() for d in docs}
     wl = f"/apis/{e2e.GROUP}/{e2e.VERSION}/namespaces/{ns}/gpuworkloads"
     pods = f"/api/v1/namespaces/{ns}/pods"
-    costs: dict[str, list[tuple[float, float, float]]] = {rev: [] for rev in [*revs, "pod"]}
+    costs: dict[str, list[tuple[float, ...]]] = {rev: [] for rev in [*revs, "pod"]}
+
+    def line(what: str, c: tuple[float, ...]) -> str:
+        return (f"{what:<12} {c[0]:.2f} ms per create, p50 {c[1]:.1f} ms, p99 {c[2]:.1f} ms, "
+                f"{c[3]:.0f} allocations ({c[4]:.1f} KiB)")
+
     for r in range(rounds):
         for k, rev in enumerate(revs if r % 2 == 0 else list(reversed(revs))):
             _put_crd(api, crds[rev])
             _put_policies(api, policies[rev], every)
-            _put_other_bindings(api, others, rev != FLOOR)
             time.sleep(5.0)  # the API server rebuilds the validators and reloads policies
             tag = f"r{r}-{k}"
             cost = _creates(api, pid, [(wl, e2e._workload(ns, f"{tag}-{i}")) for i in range(n)])
             costs[rev].append(cost)
-            print(f"round {r + 1}: {rev:<12} {cost[0]:.2f} ms per create, p50 {cost[1]:.1f} "
-                  f"ms, p99 {cost[2]:.1f} ms", flush=True)
+            print(f"round {r + 1}: {line(rev, cost)}", flush=True)
         cost = _creates(api, pid, [(pods, e2e._pod(ns, f"p{r}-{i}")) for i in range(n)])
         costs["pod"].append(cost)
-        print(f"round {r + 1}: {'pod':<12} {cost[0]:.2f} ms per create, p50 {cost[1]:.1f} ms, "
-              f"p99 {cost[2]:.1f} ms", flush=True)
-    pod = [statistics.median(c[i] for c in costs["pod"]) for i in range(3)]
-    print(f"{'pod':<12} median {pod[0]:.2f} ms CPU, p50 {pod[1]:.1f} ms, p99 {pod[2]:.1f} ms")
+        print(f"round {r + 1}: {line('pod', cost)}", flush=True)
+    pod = [statistics.median(c[i] for c in costs["pod"]) for i in range(5)]
+    print(f"{'pod':<12} median {pod[0]:.2f} ms CPU, p50 {pod[1]:.1f} ms, p99 {pod[2]:.1f} ms, "
+          f"{pod[3]:.0f} allocations ({pod[4]:.1f} KiB)")
     for rev in revs:
-        med = [statistics.median(c[i] for c in costs[rev]) for i in range(3)]
+        med = [statistics.median(c[i] for c in costs[rev]) for i in range(5)]
         print(f"{rev:<12} median {med[0]:.2f} ms CPU ({med[0] / pod[0]:.2f}x the pod's), "
               f"p50 {med[1]:.1f} ms ({med[1] / pod[1]:.2f}x), p99 {med[2]:.1f} ms "
-              f"({med[2] / pod[2]:.2f}x)")
+              f"({med[2] / pod[2]:.2f}x), {med[3]:.0f} allocations ({med[3] / pod[3]:.2f}x), "
+              f"{med[4]:.1f} KiB ({med[4] / pod[4]:.2f}x)")
     a, b = revs
-    pairs = [x[0] - y[0] for x, y in zip(costs[a], costs[b], strict=True)]
-    print(f"{a} - {b}, CPU per create, per round: {', '.join(f'{x:+.2f}' for x in pairs)}; "
-          f"median {statistics.median(pairs):+.2f} ms")
+    for i, what, unit in ((0, "CPU per create", "ms"), (3, "allocations per create", "")):
+        pairs = [x[i] - y[i] for x, y in zip(costs[a], costs[b], strict=True)]
+        fmt = ".2f" if i == 0 else ".0f"
+        print(f"{a} - {b}, {what}, per round: {', '.join(f'{x:+{fmt}}' for x in pairs)}; "
+              f"median {statistics.median(pairs):+{fmt}} {unit}".rstrip())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--creates", action="store_true",
                    help="GPUWorkload creates (CRD and policies) against pod creates")
     p.add_argument("--bin-dir", type=Path, default=None)
+    p.add_argument("--priority-classes", type=int, default=0, metavar="N",
+                   help="--creates: N PriorityClasses made beside the two built in, as a "
+                        "cluster with its own classes has (0)")
     args = p.parse_args(argv)
     from hack.testenv.controlplane import binaries
 
@@ -211,6 +245,10 @@ def main(argv: list[str] | None = None) -> int:
                 for i in range(WORKLOADS)]
         pid = cp.pids()["kube-apiserver"]
         if args.creates:
+            for i in range(args.priority_classes):
+                api.must("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", {
+                    "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                    "metadata": {"name": f"crdcost-{i}"}, "value": 1000 + i})
             compare_creates(api, pid, ns, args.revs, args.n, args.rounds)
             return _loadavg()
         for r in range(args.rounds):
