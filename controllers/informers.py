@@ -36,6 +36,25 @@ PLACEMENT_NODE_INDEX = "placement-node"
 Change = Callable[[CacheEvents, Any], None]
 
 
+def slim_node(node: dict[str, Any]) -> dict[str, Any]:
+    """The Node as the manager keeps it: its metadata, spec, capacity, allocatable and
+    each condition's type and status, all that the placement state reads (readiness,
+    labels, taints, cordon, what a pod may request, the Event on a refused node).
+    A kubelet's node also lists its images, addresses, versions and volumes, and
+    every condition's times and messages: 5-15 KiB a node in the cache, read by
+    nobody here (kube-scheduler keeps them for its image-locality score). Objects
+    fresh from the wire are ours to change, so this edits in place."""
+    status = node.get("status")
+    if isinstance(status, dict):
+        node["status"] = {k: status[k] for k in ("capacity", "allocatable") if k in status}
+        conditions = status.get("conditions")
+        if isinstance(conditions, list):
+            node["status"]["conditions"] = [
+                {"type": c.get("type"), "status": c.get("status")}
+                for c in conditions if isinstance(c, dict)]
+    return node
+
+
 def index_by_placement_node(obj: Any) -> list[str]:
     return sorted({p.get("node") for p in (obj.get("status") or {}).get("placements") or ()
                    if p.get("node")})
@@ -71,7 +90,7 @@ def make_informers(mgr: Manager, dra: bool) -> Informers:
                                    indexers={PLACEMENT_NODE_INDEX: index_by_placement_node}),
         pods=mgr.informer_for("v1", "Pod", indexers=pods),
         jobs=mgr.informer_for("batch/v1", "Job", indexers=owner),
-        nodes=mgr.informer_for("v1", "Node"),
+        nodes=mgr.informer_for("v1", "Node", transform=slim_node),
         gpunodes=mgr.informer_for(API_VERSION, "GPUNode"),
         classes=mgr.informer_for("scheduling.k8s.io/v1", "PriorityClass"),
         resourceslices=mgr.informer_for(DRA_API_VERSION, "ResourceSlice") if dra else None,

@@ -228,6 +228,8 @@ class SharedIndexInformer:
         self.indexer = Indexer(indexers)
         self.resync_period = resync_period
         self.transform = transform
+        #: the kind's own transform a factory added (``SharedInformerFactory.informer_for``)
+        self.kind_transform: Callable[[JSON], JSON] | None = None
         self.reflector = Reflector(
             client,
             api_version,
@@ -352,11 +354,21 @@ class SharedIndexInformer:
         return self.reflector.last_resource_version
 
 
+def _then(first: Callable[[JSON], JSON] | None,
+          second: Callable[[JSON], JSON] | None) -> Callable[[JSON], JSON] | None:
+    """``first``, then ``second`` (either may be None)."""
+    if first is None or second is None:
+        return first or second
+    return lambda obj: second(first(obj))
+
+
 class SharedInformerFactory:
     """One informer per (apiVersion, kind, namespace), shared by every controller asking.
 
     ``transform`` runs on every object before it is stored (default: strip managedFields;
-    ``None`` keeps objects as received)."""
+    ``None`` keeps objects as received). ``informer_for(..., transform=f)`` adds one
+    kind's own, run after it (a Node's fields nobody reads, ``controllers/informers.py``):
+    the informer is shared, so a second caller must ask for the same one."""
 
     def __init__(
         self,
@@ -381,6 +393,7 @@ class SharedInformerFactory:
         kind: str,
         namespace: str | None = None,
         indexers: dict[str, IndexFunc] | None = None,
+        transform: Callable[[JSON], JSON] | None = None,
     ) -> SharedIndexInformer:
         ns = namespace if namespace is not None else self.namespace
         key = (api_version, kind, ns)
@@ -394,9 +407,13 @@ class SharedInformerFactory:
                     namespace=ns,
                     resync_period=self.resync_period,
                     watch_timeout=self.watch_timeout,
-                    transform=self.transform,
+                    transform=_then(self.transform, transform),
                 )
+                inf.kind_transform = transform
                 self._informers[key] = inf
+            elif transform is not None and inf.kind_transform is not transform:
+                raise ValueError(f"the {kind} informer is shared: it was made with the "
+                                 f"transform {inf.kind_transform!r}, not {transform!r}")
                 if self._started:
                     inf.start()
         if indexers:

@@ -139,9 +139,11 @@ class Manager:
 
     # ---------------------------------------------------------------- registry
     def informer_for(
-        self, api_version: str, kind: str, indexers: dict[str, IndexFunc] | None = None
+        self, api_version: str, kind: str, indexers: dict[str, IndexFunc] | None = None,
+        transform: Callable[[JSON], JSON] | None = None,
     ) -> SharedIndexInformer:
-        return self.cache.informer_for(api_version, kind, indexers=indexers)
+        return self.cache.informer_for(api_version, kind, indexers=indexers,
+                                       transform=transform)
 
     def add(self, runnable: Runnable, need_leader_election: bool = True) -> None:
         """Add a runnable (a Controller, or anything with start()/stop(timeout))."""
