@@ -47,6 +47,9 @@ if TYPE_CHECKING:
     from controllers.podbinding.seedbook import Entry, SeedBook
 
 _Plan = TypeVar("_Plan", bound=tuple)
+#: what a plan would book: its nodes, its victims, and whether any booking made
+#: meanwhile makes it stale (``SeedDoor._stale``)
+_Touched = tuple[Iterable[str], Iterable[str], bool]
 
 
 class Preemption(NamedTuple):
@@ -115,12 +118,13 @@ class SeedDoor:
         self._state = state
 
     def _pass_then_book(self, plan: Callable[[PlacementView], _Plan],
-                        touched: Callable[[_Plan], tuple[Iterable[str], Iterable[str]] | None],
+                        touched: Callable[[_Plan], _Touched | None],
                         book: Callable[[_Plan], _Plan]) -> _Plan:
         """``plan`` made outside the lock, then ``book`` of what it planned in one
         section unless it is stale; ``touched`` names what a plan would book (its
         nodes, its victims), None when it books nothing (then it is kept if nothing
-        at all changed while it was made, as ``Decider`` keeps an Unschedulable).
+        at all changed while it was made, as ``Decider`` keeps an Unschedulable) and
+        whether any booking made meanwhile makes it stale.
         The last try plans under the lock too."""
         st = self._state
         for _ in range(STALE_TRIES):
@@ -136,18 +140,25 @@ class SeedDoor:
                     if st.unchanged(mark):
                         return book(planned)
                 else:
+                    nodes, victims, any_hold = what
                     with st._lock:
-                        if not self._stale(*what, mark):
+                        if not self._stale(nodes, victims, mark, any_hold):
                             return book(planned)
             STALE_DECISIONS.labels("retried").inc()
         STALE_DECISIONS.labels("locked").inc()
         with st._lock:
             return book(plan(st.view()))
 
-    def _stale(self, nodes: Iterable[str], victims: Iterable[str], mark: Mark) -> bool:
+    def _stale(self, nodes: Iterable[str], victims: Iterable[str], mark: Mark,
+               any_hold: bool = False) -> bool:
         """Under the lock: did what a plan made after ``mark`` read change: the
         cache filled again, a node it books or takes victims on, a victim gone, or
-        (queues served) any holder a queue's usage counts?"""
+        (queues served, or ``any_hold``) any holder or booking anywhere?
+
+        ``any_hold`` is a group's: its plan also read its book (is the group booked
+        already, by another member's reconcile?), and a booking of the same group
+        on other nodes touches none of this plan's; booked over it, the group would
+        move while its first members bind where the other booking put them."""
         st = self._state
         stamps = st._ledger.stamps
         if mark.of is not stamps:
@@ -160,7 +171,7 @@ class SeedDoor:
             touched.update(a.nodes)
         if stamps.changed(mark, sorted(touched)):
             return True
-        return st.queues is not None and stamps.holds != mark.holds
+        return (any_hold or st.queues is not None) and stamps.holds != mark.holds
 
     def book_seed(self, book: SeedBook, key: str,
                   plan: Callable[[PlacementView], tuple[Entry | None, str]]
@@ -171,10 +182,11 @@ class SeedDoor:
         "") or (None, why not)."""
         st = self._state
 
-        def touched(planned: tuple[Entry | None, str]
-                    ) -> tuple[Iterable[str], Iterable[str]] | None:
+        def touched(planned: tuple[Entry | None, str]) -> _Touched | None:
             entry = planned[0]
-            return None if entry is None else ((entry.placement.node,), ())
+            # a group member's slot: its plan read the group's booking (a vacancy)
+            return None if entry is None else ((entry.placement.node,), (),
+                                               entry.slot is not None)
 
         def booked(planned: tuple[Entry | None, str]) -> tuple[Entry | None, str]:
             entry, why = planned
@@ -213,13 +225,13 @@ class SeedDoor:
         workloads: list[str] = []  # GPUWorkload victims: their reconcile is told
         booked: list[str] = []  # seed-path victims: their book asks their pods to go
 
-        def touched(planned: GroupPlan) -> tuple[Iterable[str], Iterable[str]] | None:
+        def touched(planned: GroupPlan) -> _Touched | None:
             entries, _, preemption = planned
             if entries is None or (preemption is not None
                                    and not set(preemption.victims) <= approved):
                 return None
             return ({e.placement.node for e in entries.values()},
-                    preemption.victims if preemption is not None else ())
+                    preemption.victims if preemption is not None else (), True)
 
         def book_it(planned: GroupPlan) -> GroupPlan:
             entries, why, preemption = planned

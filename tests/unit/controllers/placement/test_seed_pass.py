@@ -99,3 +99,39 @@ def test_a_group_planned_onto_a_node_taken_meanwhile_is_planned_again_elsewhere(
     assert sorted(bound) == ["pair-0", "pair-1"]
     assert taken[0] not in {n for n, _ in bound.values()}
     assert {env.holder(taken[0], d) for d in range(4)} == {f"{NS}/intruder"}
+
+
+def test_a_group_booked_by_another_member_meanwhile_is_not_booked_again_elsewhere() -> None:
+    """Two members of one complete group reconciled at once both plan it; the
+    first books it on node1. The second's plan (node2: a strategy may well differ
+    between passes) touches none of node1, yet booked over the first it would
+    move the group while the first member binds to node1: it is planned again,
+    finds the group booked, and books nothing."""
+    from api.v1alpha1.types import Placement
+    from controllers.podbinding.seedbook import Entry
+
+    env = GroupEnv()
+    state, book = env.state, env.book
+    key = f"PodGroup:{NS}/label:g"
+
+    def entries(node: str) -> dict[str, Entry]:
+        return {f"{NS}/g-{i}": Entry(key, Placement(index=i, node=node, devices=[i]), 1,
+                                     uid=f"uid-g-{i}", slot=i) for i in range(2)}
+
+    plans: list[str] = []
+
+    def second(view: Any) -> Any:
+        if book.entry(f"{NS}/g-1") is not None:  # the group's plan reads its book
+            plans.append("found booked")
+            return None, "booked", None
+        plans.append("planned on node2")
+        if len(plans) == 1:  # meanwhile the other member's reconcile books it
+            got = state.seeds.book_group(book, lambda v: (entries("node1"), "", None))
+            assert got[0] is not None
+        return entries("node2"), "", None
+
+    got, why, _ = state.seeds.book_group(book, second)
+    assert (got, why) == (None, "booked")
+    assert plans == ["planned on node2", "found booked"]
+    assert {book.entry(f"{NS}/g-{i}").placement.node for i in range(2)} == {"node1"}
+    assert env.holder("node2", 0) is None and env.holder("node1", 0) == key
