@@ -21,7 +21,8 @@ create and the p50 and p99 of the answer's time over the 8 connections, the summ
 each revision's median and its ratio to the pod's. ``floor`` as a revision: the create
 with nothing of ours evaluated (:data:`FLOOR`). The objects stay (as in the
 benchmark's burst), so a later round's creates find more of them; the alternating
-order spreads that over both revisions. ``--priority-classes N`` adds N
+order spreads that over both revisions (with more than two revisions, it runs forward
+and backward over all of them, each paired with the first). ``--priority-classes N`` adds N
 PriorityClasses to the two built in (``workload-priority-class`` evaluates once per
 class in the cluster).
 """
@@ -89,10 +90,33 @@ def _path(kind: str, api_version: str, name: str = "") -> str:
     return f"/apis/{api_version}/{_PLURAL[kind]}" + (f"/{name}" if name else "")
 
 
+def _cache_inits(api: Any) -> float:
+    """How often the kube-apiserver has (re)built its watch cache of GPUWorkloads."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in api.text("/metrics").splitlines()
+               if line.startswith("apiserver_watch_cache_initializations_total{")
+               and 'resource="gpuworkloads"' in line)
+
+
 def _put_crd(api: Any, crd: dict) -> None:
+    """``crd`` in place, if it is not already, and the API server settled: a changed
+    schema has it build the resource's storage anew at the next request, its watch
+    cache listing and decoding every GPUWorkload there is (thousands, rounds in), which
+    must not fall into the creates measured next."""
+    cur = api.must("GET", CRD_PATH)
+    if cur["spec"]["versions"] == crd["spec"]["versions"]:
+        return
+    inits = _cache_inits(api)
     crd = copy.deepcopy(crd)
-    crd["metadata"] = api.must("GET", CRD_PATH)["metadata"]
-    api.must("PUT", CRD_PATH, crd)
+    crd["metadata"] = cur["metadata"]
+    if api.must("PUT", CRD_PATH, crd)["metadata"]["generation"] == cur["metadata"]["generation"]:
+        return  # the same spec as the API server has it
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        time.sleep(1.0)
+        api.request("GET", f"/apis/{e2e.GROUP}/{e2e.VERSION}/gpuworkloads?limit=1")
+        if _cache_inits(api) > inits:
+            return
+    raise RuntimeError("the GPUWorkload watch cache was not rebuilt within 120 s")
 
 
 def _put_policies(api: Any, docs: list[dict], every: dict[tuple[str, str], str]) -> None:
@@ -205,19 +229,21 @@ def compare_creates(api: Any, pid: int, ns: str, revs: list[str], n: int, rounds
               f"p50 {med[1]:.1f} ms ({med[1] / pod[1]:.2f}x), p99 {med[2]:.1f} ms "
               f"({med[2] / pod[2]:.2f}x), {med[3]:.0f} allocations ({med[3] / pod[3]:.2f}x), "
               f"{med[4]:.1f} KiB ({med[4] / pod[4]:.2f}x)")
-    a, b = revs
-    for i, what, unit in ((0, "CPU per create", "ms"), (3, "allocations per create", "")):
-        pairs = [x[i] - y[i] for x, y in zip(costs[a], costs[b], strict=True)]
-        fmt = ".2f" if i == 0 else ".0f"
-        print(f"{a} - {b}, {what}, per round: {', '.join(f'{x:+{fmt}}' for x in pairs)}; "
-              f"median {statistics.median(pairs):+{fmt}} {unit}".rstrip())
+    a = revs[0]
+    for b in revs[1:]:
+        for i, what, unit in ((0, "CPU per create", "ms"), (3, "allocations per create", "")):
+            pairs = [x[i] - y[i] for x, y in zip(costs[a], costs[b], strict=True)]
+            fmt = ".2f" if i == 0 else ".0f"
+            print(f"{a} - {b}, {what}, per round: {', '.join(f'{x:+{fmt}}' for x in pairs)}"
+                  f"; median {statistics.median(pairs):+{fmt}} {unit}".rstrip())
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.crd_cost", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("revs", nargs=2, metavar="REV",
-                   help=f"two git revisions (with --creates, {FLOOR!r} may be one)")
+    p.add_argument("revs", nargs="+", metavar="REV",
+                   help=f"two git revisions (with --creates, two or more, each paired with "
+                        f"the first; {FLOOR!r} may be one)")
     p.add_argument("-n", type=int, default=1200, help="status writes per round (1200)")
     p.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
     p.add_argument("--creates", action="store_true",
@@ -227,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="--creates: N PriorityClasses made beside the two built in, as a "
                         "cluster with its own classes has (0)")
     args = p.parse_args(argv)
+    if len(args.revs) < 2 or (len(args.revs) > 2 and not args.creates):
+        p.error("two revisions (more only with --creates)")
     from hack.testenv.controlplane import binaries
 
     crds = {} if args.creates else {rev: crd_at(rev) for rev in args.revs}
