@@ -42,6 +42,7 @@ from api.v1alpha1.door import (
     MAP_STRATEGY_RULE,
     NAME_RULES,
     gated,
+    template_gate,
     template_rules,
 )
 from api.v1alpha1.finalizer_policy import finalizer_policy
@@ -472,7 +473,7 @@ def admission_policy() -> list[dict[str, Any]]:
     """:func:`_scheduling_map_policy` behind its own gate (door.py ``gated``): a create
     it would admit costs one CEL expression, not every rule and message."""
     policy, binding = _scheduling_map_policy()
-    return [gated(policy), binding]
+    return [gated(policy, [(template_rules(), template_gate())]), binding]
 
 
 def _scheduling_map_policy() -> list[dict[str, Any]]:
