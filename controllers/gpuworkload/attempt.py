@@ -96,15 +96,22 @@ class AttemptRunner:
     def run_or_end(self, state: PlacementState, w: GPUWorkload, raw: JSON,
                    status: StatusBuilder, placements: list[Placement],
                    out: Outcome | None = None, *, fresh: bool = False,
+                   written: bool = False,
                    blocked: dict[str, list[str]] | None = None) -> Outcome:
         """Runs the attempt on ``placements``; ends it if it cannot go on. ``fresh``:
         decided in this reconcile and not committed (its first pod commits it).
-        ``blocked``: what its devices waited for when it was booked in this
-        reconcile (``Decision.blocked``; None: ask the cache)."""
+        ``written``: decided in this reconcile and made durable by its status write,
+        not committed in the cache yet: committed in the section that holds its
+        children, else (nothing created, the attempt ended, a create raised) before
+        this returns. ``blocked``: what its devices waited for when it was booked in
+        this reconcile (``Decision.blocked``; None: ask the cache)."""
         out = out or Outcome(status)
+        pending = _Commit(w.key) if written else None
         try:
-            return self._run(state, w, raw, out, placements, fresh, blocked)
+            done = self._run(state, w, raw, out, placements, fresh, blocked, pending)
         except EndAttempt as end:
+            if pending is not None:
+                pending.now(state)  # durable: committed, then ended as any attempt
             ended = self.end_attempt(state, w, raw, status, end.reason, end.message,
                                      spend=end.spend)
             ended.events[:0] = [e for e in out.events if e[1] != "Scheduled"]
@@ -113,11 +120,17 @@ class AttemptRunner:
         except Exception:
             if fresh:
                 state.forget(w.key)  # no pod made it durable
+            elif pending is not None:
+                pending.now(state)  # its status made it durable
             raise
+        if pending is not None:
+            pending.now(state)
+        return done
 
     def _run(self, state: PlacementState, w: GPUWorkload, raw: JSON, out: Outcome,
              placements: list[Placement], fresh: bool,
-             blocked: dict[str, list[str]] | None = None) -> Outcome:
+             blocked: dict[str, list[str]] | None = None,
+             pending: _Commit | None = None) -> Outcome:
         key = w.key
         status = out.status
         meta = raw["metadata"]
@@ -164,7 +177,7 @@ class AttemptRunner:
             out.result = Result(requeue_after=0.5)  # an older claim of that name goes first
             return out
         created_now = self._create(state, w, raw, placements, mine, exposure, nodes, claims,
-                                   commit=fresh)
+                                   commit=fresh, pending=pending)
         if created_now and key not in self._bound_observed:
             self._bound_observed.add(key)
             created = parse_time(meta.get("creationTimestamp"))
@@ -189,11 +202,13 @@ class AttemptRunner:
     def _create(self, state: PlacementState, w: GPUWorkload, raw: JSON,
                 placements: list[Placement], mine: dict[int, JSON],
                 exposure: DeviceExposure, nodes: Mapping[str, NodeInfo],
-                claims: Mapping[int, Any], *, commit: bool) -> bool:
+                claims: Mapping[int, Any], *, commit: bool,
+                pending: _Commit | None = None) -> bool:
         """Creates each replica's child that ``mine`` lacks (True: one was created
         now). What was created holds its devices from the end of the creates, all in
         one section, even when a create raised; with ``commit`` (its first bound
-        pod is the commit point) the booking is committed in that section."""
+        pod is the commit point) or ``pending`` (its status write was) the booking
+        is committed in that section."""
         key, kind, held = w.key, child_kind(w), []
         try:
             for p in placements:
@@ -214,8 +229,10 @@ class AttemptRunner:
                 mine[p.index] = child if existing is None else existing
         finally:
             if held:
-                state.hold_created(held, commit=key if commit else None)
-                if commit:
+                state.hold_created(held, commit=key if commit or pending else None)
+                if pending is not None:
+                    pending.done = True
+                elif commit:
                     log.info("placement.committed", workload=key,
                              placements=";".join(f"{p.index}={p.node}:"
                                                  f"{','.join(map(str, p.devices))}"
@@ -362,6 +379,23 @@ class AttemptRunner:
         status.condition(SCHEDULED, False, reason, message)
         return Outcome(status).warn("FailedScheduling" if reason == UNSCHEDULABLE else reason,
                                     message)
+
+
+class _Commit:
+    """A booking made durable by a status write in this reconcile, to be committed
+    in the cache once, in the first section that can take it (``run_or_end``)."""
+
+    __slots__ = ("done", "key")
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.done = False
+
+    def now(self, state: PlacementState) -> None:
+        """Commits it unless done already."""
+        if not self.done:
+            self.done = True
+            state.commit(self.key)
 
 
 def _waiting_for(blockers: Mapping[str, list[str]], *, preempted: bool = True) -> str:

@@ -168,7 +168,8 @@ class Placer:
             except Exception:
                 state.forget(key)  # the booking was never committed: release it
                 raise
-            state.commit(key)
+            # durable now; committed in the cache with its children's holdings
+            # (run_or_end, ``written``): one section for both
             if writer is not None:  # read your writes: the commit's status
                 self.own_writes.wrote(raw, status=raw.get("status") or {})
             log.info("placement.committed", workload=key, strategy=strategy,
@@ -176,9 +177,14 @@ class Placer:
                                          for p in decision.placements))
             status.old = raw.get("status") or {}
             out.raw = raw
-            return self.attempts.run_or_end(state, GPUWorkload.model_validate(raw), raw,
-                                            status, list(decision.placements), out,
-                                            blocked=decision.blocked)
+            try:
+                placed = GPUWorkload.model_validate(raw)
+            except Exception:
+                state.commit(key)  # durable: committed, whatever the answer said
+                raise
+            return self.attempts.run_or_end(state, placed, raw, status,
+                                            list(decision.placements), out,
+                                            written=True, blocked=decision.blocked)
 
         if decision.outcome == INVALID_MAP:
             m.SCHEDULING_ATTEMPTS.labels(strategy, "invalid").inc()

@@ -4,17 +4,21 @@ the lock is taken for short steps, not across a reconcile's reads one by one).
 Counted with a lock that counts its sections. A placing reconcile's own steps are
 its standing (``standing_of``, the one read of the cache under the lock), the
 booking (``decide``'s one locked step, which also reads what its devices wait for),
-the commit, and its children's holdings (``hold_created``: every child it created,
-in one section; for one replica in Pod mode, whose bound pod is the commit point,
-that section commits too). The priority gate and its nodes' records are read
-without the lock. The rest are the informers' events of what it wrote (its pods,
-its status). A 2-replica gang took 24 sections two rounds ago (one per question:
-a booking, an eviction, a departing hold, each node, each node's UUIDs, the
-victims, the blockers, the nomination; two per pod event), 12 last round."""
+and its children's holdings with the commit (``hold_created``: every child it
+created, in one section, which commits the booking its status write made durable,
+or for one replica in Pod mode the booking its bound pod does). The priority gate
+and its nodes' records are read without the lock. The rest are the informers'
+events of what it wrote (its pods, its status). A 2-replica gang took 24
+sections three rounds ago (one per question: a booking, an eviction, a departing
+hold, each node, each node's UUIDs, the victims, the blockers, the nomination; two
+per pod event), 12 two rounds ago, 8 last round (the commit its own section)."""
 
 from __future__ import annotations
 
-from tests.unit.controllers.fakes import Env, running
+import pytest
+
+from runtime import ApiError
+from tests.unit.controllers.fakes import NS, Env, internal, running
 from tests.unit.controllers.placement.test_placement_state import CountingLock
 
 
@@ -24,16 +28,33 @@ def _counted(env: Env) -> CountingLock:
     return counting
 
 
-def test_a_placing_gang_enters_the_cache_lock_four_times_of_its_own() -> None:
+def test_a_placing_gang_enters_the_cache_lock_three_times_of_its_own() -> None:
     env = Env(gpus=4)
     env.workload("gang", replicas=2, gpusPerReplica=1)
     counting = _counted(env)
     env.reconcile("gang")
     assert env.status("gang")["phase"] == "Scheduled"
     assert len(env.client.of("create", "Pod")) == 2
-    # 4 of its own (standing, booking, commit, the children's holdings) and 4
-    # events (2 pods, 2 status writes)
-    assert counting.sections == 8, counting.sections
+    # 3 of its own (standing, booking, the children's holdings with the commit) and
+    # 4 events (2 pods, 2 status writes); 4 of its own before
+    assert counting.sections == 7, counting.sections
+    assert env.state.is_committed(f"{NS}/gang")
+
+
+def test_a_gang_whose_child_create_fails_is_committed_all_the_same() -> None:
+    """Its status write made the placement durable: a create that fails after it
+    leaves the booking committed (as the status says), not in flight, so a refill
+    reads it from the status and nothing else is booked on its devices."""
+    env = Env(gpus=4)
+    env.workload("gang", replicas=2, gpusPerReplica=1)
+    env.client.fail[("Pod", "gang-0")] = internal()
+    with pytest.raises(ApiError):
+        env.reconcile("gang")
+    assert env.status("gang")["placements"]
+    assert env.state.is_committed(f"{NS}/gang")
+    del env.client.fail[("Pod", "gang-0")]
+    env.settle("gang")
+    assert env.pod("gang-0") is not None and env.pod("gang-1") is not None
 
 
 def test_one_replica_is_booked_and_committed_in_three_sections_of_its_own() -> None:
