@@ -42,7 +42,6 @@ cache adds a pod it finds bound.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -54,7 +53,7 @@ from controllers.placement.node_views import NodeViews
 from controllers.placement.pending import PendingSet, is_placed, is_terminal
 from controllers.placement.pod_book import PodBook
 from controllers.placement.section_lock import SectionLock
-from controllers.placement.standing import uuids_of
+from controllers.placement.standing import booking_copy, uuids_of
 from controllers.shared.own_writes import OwnWrites
 from internal.objects import JSON, object_key
 from internal.scheduling.bounds import MAX_GPUS_PER_NODE, event_message
@@ -78,11 +77,6 @@ LEDGER_READS = frozenset({
     "allocation", "allocations", "bookings", "blockers", "counted", "counted_total",
     "device_holds", "device_owners", "free_count", "free_devices", "holder",
     "holders", "holding", "is_committed", "job", "pod", "sharing", "usable"})
-
-
-def booking_copy(a: Allocation | None) -> Allocation | None:
-    """A booking to hand out: the ledger's own object is changed in place."""
-    return None if a is None else replace(a, counted=dict(a.counted))
 
 
 class PlacementCache:

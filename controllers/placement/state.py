@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
-from controllers.placement.cache import PlacementCache, booking_copy
+from controllers.placement.cache import PlacementCache
 from controllers.placement.decider import Decider
 from controllers.placement.door import PlacementView
 from controllers.placement.event_gate import EventGate
@@ -43,7 +43,7 @@ from controllers.placement.pending import PendingSet
 from controllers.placement.pod_book import PodBook
 from controllers.placement.refill import DraSources, Sources, carry, in_flight, with_created
 from controllers.placement.seeds import SeedDoor
-from controllers.placement.standing import Standing, Waits
+from controllers.placement.standing import Standing, Waits, booking_copy, read_unlocked
 from controllers.shared.own_writes import OwnWrites
 from internal.metrics.domain import BAD_OBJECTS
 from internal.objects import JSON
@@ -351,10 +351,18 @@ class PlacementState(PlacementCache):
             return self.queues.usage(self._ledger) if self.queues else ({}, {})
 
     def standing_of(self, key: str, uid: str | None) -> Standing:
-        """Workload ``key``'s standing in the cache, read in one section at the
-        start of its reconcile. A booking or a hold left by another object of that
-        name (deleted and re-created: ``uid`` differs) is let go first: it is not
-        this one's."""
+        """Workload ``key``'s standing in the cache, read at the start of its
+        reconcile as one moment's. A booking or a hold left by another object of
+        that name (deleted and re-created: ``uid`` differs) is let go first: it is
+        not this one's.
+
+        Read without the lock when no section is in progress and nothing changed
+        while it was read (``standing.read_unlocked``), else in one section."""
+        standing = read_unlocked(self._lock, lambda: self._ledger, self.evictions, key, uid)
+        return standing if standing is not None else self._standing_locked(key, uid)
+
+    def _standing_locked(self, key: str, uid: str | None) -> Standing:
+        """``standing_of`` in one section."""
         waiting: list[str] | None = None
         with self._lock:
             a = self._ledger.allocation(key)
