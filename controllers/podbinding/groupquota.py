@@ -91,6 +91,12 @@ def group_need(members: list[JSON], slots: int = 0, worker_gpus: int = 0) -> Fra
     return Fraction(per * (len(members) + slots))
 
 
+def oldest(members: list[JSON]) -> str:
+    """The group's creation, as its queue orders it: its oldest member's."""
+    return min((str(pod_meta(p).get("creationTimestamp") or "") for p in members),
+               default="")
+
+
 class QuotaRefusal(NamedTuple):
     """Why a group's queue refuses it; ``queue`` and ``need`` when its quota alone
     does (a reclaim may then make room), else ""."""
@@ -123,9 +129,8 @@ def group_quota_refusal(state: PlacementState, group: PodGroup, members: list[JS
         return None  # dropped between the two reads: the next try sees it gone
     used, _ = state.queue_usage()
     need = group_need(members, slots, group.worker_gpus)
-    created = min((str(pod_meta(p).get("creationTimestamp") or "") for p in members),
-                  default="")
-    me = Waiting(name, max((pod_priority(p) for p in members), default=0), created, need)
+    me = Waiting(name, max((pod_priority(p) for p in members), default=0),
+                 oldest(members), need)
     ahead = queues.manager.ahead(f"PodGroup:{group.key}", me, q, quotas, used)
     if ahead is not None:
         return QuotaRefusal(ahead)
@@ -145,7 +150,7 @@ def plan_in_queue(state: PlacementState, view: PlacementView, group: PodGroup,
     key = group_ledger_key(group)
     if over is None:
         if state.queues is not None:  # admitted, or in no queue: it waits in no line
-            state.queues.manager.settle(key)
+            state.queues.manager.admit_group(key, oldest(members))
         return plan_group(view, group, unbound, default_strategy, reserve,
                           lambda m: state.seeds.schedule(m, across_namespaces=across))
     if not over.queue:
@@ -168,7 +173,7 @@ def plan_in_queue(state: PlacementState, view: PlacementView, group: PodGroup,
             state.queues.manager.wait_group(key, over.waiting)  # its place in the line
         return None, why if taken else over.why, None
     if state.queues is not None:  # admitted by its reclaim
-        state.queues.manager.settle(key)
+        state.queues.manager.admit_group(key, oldest(members))
     return entries, why, preemption
 
 
@@ -176,4 +181,4 @@ def forget(state: PlacementState, group_key: str) -> None:
     """A member of the group booked as ``group_key`` is gone: the group, incomplete,
     holds no place in its queue's line (taken again when it is refused again)."""
     if state.queues is not None:
-        state.queues.manager.settle(group_key)
+        state.queues.manager.forget_group(group_key)

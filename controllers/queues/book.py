@@ -62,6 +62,8 @@ QUEUE_NOT_FOUND = "QueueNotFound"
 QUEUE_NOT_ALLOWED = "QueueNotAllowed"
 QUEUED = "Queued"
 WAITING_FOR_QUOTA = "WaitingForQuota"
+#: a pod group's booking (``controllers/podbinding/seedentry.is_group_key``)
+GROUP_PREFIX = "PodGroup:"
 
 
 def _namespace_of_key(key: str) -> str:
@@ -235,7 +237,7 @@ class QueueBook:
         plan = plan_reclaim(w, scheduler.snapshot, ledger, scheduler.strategy(decision.strategy),
                             decision.counted, quotas, q, need,
                             self._settled(used, owners, ledger),
-                            self._candidates(w, ledger, owners))
+                            self._candidates(w, key, ledger, owners))
         return None if plan is None else reclaiming(decision, key, q, need, *plan)
 
     def _others_hint(self, w: GPUWorkload, queue: str) -> str:
@@ -268,22 +270,35 @@ class QueueBook:
         (Not ``__len__``: an empty book must not read as no book.)"""
         return self.manager.remembered()
 
-    def _candidates(self, w: GPUWorkload, ledger: Ledger,
+    def _candidates(self, w: GPUWorkload, key: str, ledger: Ledger,
                     owners: Mapping[str, OwnerUse]) -> list[Candidate]:
+        """What a reclaim (or a preemption within a queue) may take for ``w``,
+        booked as ``key``: each GPUWorkload's booking whose pods hold it, and each
+        pod group's whose members are all bound (``PodGroup:...``; taken whole:
+        its booking is every member's, and the pod binding evicts them all or none,
+        ``PodBindingReconciler.evict_holder``)."""
         out = []
         index = self._index
         for a in ledger.bookings():
-            if a.job or a.key == w.key or a.owner not in owners:
+            if a.job or a.key in (w.key, key) or a.owner not in owners:
                 continue
-            if index is None or not index.backed(a.owner):
-                continue  # its pods are still being made: see UsageIndex.backed
-            tracked = self.manager.workload(a.key)
-            if tracked is None:
-                continue  # not a workload's booking (a pod book's)
+            if a.key.startswith(GROUP_PREFIX):
+                created = self.manager.group_created(a.key)
+                if not a.committed:
+                    continue  # a member is still to be bound: it is being placed
+            else:
+                if index is None or not index.backed(a.owner):
+                    continue  # its pods are still being made: see UsageIndex.backed
+                tracked = self.manager.workload(a.key)
+                if tracked is None:
+                    continue  # not a workload's booking (another pod book's)
+                created = tracked.created
             queue = self.queue_of(a)
             if queue is None:
                 continue
-            out.append(Candidate(a.key, a.owner, queue, a.priority, tracked.created,
+            # a group admitted before this manager started: its age is unknown, it
+            # is taken as the oldest of its priority (the last of them)
+            out.append(Candidate(a.key, a.owner, queue, a.priority, created or "",
                                  owners[a.owner].gpus))
         return out
 

@@ -115,6 +115,8 @@ class QueueManager:
         self._workloads: dict[str, Tracked] = {}
         self._waiting: dict[str, Waiting] = {}
         self._lines: dict[str, list[tuple[Order, Waiting]]] = {}
+        #: admitted pod group key -> its oldest member's creation (a reclaim's order)
+        self._groups: dict[str, str] = {}
 
     # ------------------------------------------------------------ events
 
@@ -286,6 +288,25 @@ class QueueManager:
         if not line:
             del self._lines[entry.queue]
 
+    def admit_group(self, key: str, created: str) -> None:
+        """Pod group ``key`` was admitted (its oldest member made at ``created``): it
+        waits for nothing, and a reclaim takes it in its place among the borrowers
+        (``group_created``)."""
+        with self._lock:
+            self._unwait(key)
+            self._groups[key] = created
+
+    def group_created(self, key: str) -> str | None:
+        """When the admitted pod group ``key``'s oldest member was made, or None."""
+        with self._lock:
+            return self._groups.get(key)
+
+    def forget_group(self, key: str) -> None:
+        """A member of pod group ``key`` is gone: no line, no admission kept."""
+        with self._lock:
+            self._unwait(key)
+            self._groups.pop(key, None)
+
     def line(self, queue: str) -> list[str]:
         """The keys waiting in ``queue``'s line, first first."""
         with self._lock:
@@ -302,7 +323,7 @@ class QueueManager:
     def remembered(self) -> int:
         """Entries kept for namespaces and waiting workloads: for tests."""
         with self._lock:
-            return len(self._waiting) + len(self._selecting)
+            return len(self._waiting) + len(self._selecting) + len(self._groups)
 
     def size(self) -> dict[str, int]:
         with self._lock:
