@@ -35,11 +35,14 @@ creation; a later workload of the queue waits behind it while it fits the quota
 when it is admitted, refused for devices only, or a member of it is gone
 (``forget``).
 
-A group takes its namespace's first queue (by name): its pods name none. It
-does not preempt within its queue for
-quota (a priority preemption takes only its own queue's holders, by the
-``priority`` strategy, ``grouppreempt.py``). Its booking (``PodGroup:<ns>/...``)
-counts against the same queue once placed (``queue_usage.namespace_of``).
+The same planner takes lower-priority holders of its own queue under the queue's
+``withinQueue: LowerPriority``, and a group admitted (``QueueManager.admit_group``,
+its oldest member's creation kept for the reclaim's order) is itself a candidate
+of others' reclaims, whole (``QueueBook._candidates``).
+
+A group takes its namespace's first queue (by name): its pods name none. Its
+booking (``PodGroup:<ns>/...``) counts against the same queue once placed
+(``queue_usage.namespace_of``).
 
 ``outside_queue``: a pod of no group that requests ``nvidia.com/gpu`` in a queue's
 namespace is not placed one by one (the queue-gpu-pods policy admits such a pod
