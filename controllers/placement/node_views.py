@@ -9,6 +9,9 @@ Guarantees:
 - With DRA on, a node's device list is the driver's (``SliceInventory.view``),
   with the agent's health where its GPUNode reports the same index; a node that
   only slices describe has a view too (``resourceslices.with_slices``).
+- ``flipped`` re-judges every GPUNode against the clock and returns the views of
+  those whose verdict changed since they were last judged: the periodic check
+  rebuilds nothing for the nodes whose agents keep reporting.
 - ``view(name)`` is None when neither a GPUNode nor a slice describes ``name``:
   the snapshot then removes its GPUNode view.
 
@@ -36,11 +39,14 @@ class NodeViews:
         #: ResourceSlices of the DRA driver (None: DRA off); see resourceslices.py
         self.slices = slices
         self._gpunodes: dict[str, JSON] = {}
+        #: name -> the verdict its view was last built with (True: stale)
+        self._verdicts: dict[str, bool] = {}
 
     def reset(self, gpunodes: list[JSON]) -> list[JSON]:
         """Takes ``gpunodes`` as the whole set (a rebuild); returns the views of
         every node, slice-only nodes last, by name."""
         self._gpunodes = {str(g["metadata"]["name"]): g for g in gpunodes}
+        self._verdicts = {}
         judged = [self._judged(g) for g in gpunodes]
         return with_slices(judged, self.slices) if self.slices is not None else judged
 
@@ -57,6 +63,7 @@ class NodeViews:
         if have is None or (uid and have_uid and have_uid != uid):
             return False
         del self._gpunodes[name]
+        self._verdicts.pop(name, None)
         return True
 
     def view(self, name: str) -> JSON | None:
@@ -70,6 +77,13 @@ class NodeViews:
         """Every GPUNode's view, re-judged against the clock now."""
         return [self._view(g) for g in self._gpunodes.values()]
 
+    def flipped(self) -> list[JSON]:
+        """The views of the GPUNodes whose heartbeat went stale, or fresh again,
+        since their view was last built (re-judged against the clock now)."""
+        now = self.clock()
+        return [self._view(g) for name, g in self._gpunodes.items()
+                if is_stale(g, now, self.stale_after) != self._verdicts.get(name)]
+
     def _view(self, gpunode: JSON) -> JSON:
         view = self._judged(gpunode)
         if self.slices is not None:
@@ -79,6 +93,6 @@ class NodeViews:
 
     def _judged(self, gpunode: JSON) -> JSON:
         """Nothing offered once the agent's heartbeat is stale."""
-        if is_stale(gpunode, self.clock(), self.stale_after):
-            return stale_view(thaw(gpunode))
-        return gpunode
+        stale = is_stale(gpunode, self.clock(), self.stale_after)
+        self._verdicts[str((gpunode.get("metadata") or {}).get("name"))] = stale
+        return stale_view(thaw(gpunode)) if stale else gpunode

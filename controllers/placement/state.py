@@ -206,16 +206,16 @@ class PlacementState(PlacementCache):
             waiting = list(self.pending.waiting)
         log.error("placement.invalidated", reason=why,
                   effect="rebuilt from the caches before the next placement")
-        # the lost event may have freed room: the waiting workloads' reconciles
-        # rebuild the state first, and find it
+        # the lost event may have freed room: the waiting rebuild first, and find it
         self._wake(waiting)
 
     def refresh_stale(self) -> None:
-        """Re-judges heartbeats (time passes without events); call periodically."""
+        """Re-judges heartbeats (time passes without events), periodically: only
+        the nodes whose verdict changed are rebuilt (``NodeViews.flipped``)."""
         with self._lock:
             if not self.ready:
                 return
-            for view in self._nodes.views():
+            for view in self._nodes.flipped():
                 self._snapshot.upsert_gpunode(view)
         self.events.report_refused()
 
