@@ -286,8 +286,7 @@ class PlacementState(PlacementCache):
                     if book is not None:
                         booked.append((book, v))  # its booking stays till its pods go
                         continue
-                    # held on until the victim's own reconcile finds its children
-                    # gone: one of its reconciles may be creating a pod right now
+                    # held on till its reconcile finds its children gone (one may be made now)
                     self._ledger.depart(v)
                     victims.append(v)
                 # workload victims acknowledge their eviction in their own reconcile
@@ -301,7 +300,8 @@ class PlacementState(PlacementCache):
         if victims:
             self._enqueue_waiting(victims)
         for book, key in booked:
-            book.evict(key, f"preempted by {w.key} (priority {w.spec.priority}) to make room")
+            book.evict(key, decision.evict_message or  # a reclaim says so
+                       f"preempted by {w.key} (priority {w.spec.priority}) to make room")
         return decision
 
     def _stale(self, decision: Decision, mark: Mark) -> str:

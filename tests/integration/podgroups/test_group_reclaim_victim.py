@@ -77,8 +77,9 @@ def test_a_borrowing_jobset_is_reclaimed_whole_by_the_lending_queue(
     first = {uid(p) for p in held}
     left = [p for p in members(admin, b, "borrower", terminating=True) if uid(p) in first]
     assert not left, [p["metadata"]["name"] for p in left]
-    # each member is told by whom (the workload's booking: PlacementState's words)
-    assert all(told(admin, b, [p], "Preempted", f"preempted by {a}/a1") for p in held), \
+    # each member is told by whom, and that it was a reclaim of the lent quota
+    assert all((said := told(admin, b, [p], "Preempted", f" for {a}/a1;")) and
+               said.startswith("reclaimed by queue ") for p in held), \
         [told(admin, b, [p], "Preempted", "") for p in held]
     assert get_workload(admin, b, "b1")["status"]["phase"] == "Running"
     teams.wait_used("a", 4, 0)
