@@ -2,9 +2,10 @@
 members (and the slots of members not made yet) planned as one GPUWorkload gang by
 the shared scheduler, with its members' priority, so that the ``priority`` strategy
 may name victims (``grouppreempt.py``). Pure: it reads a read-only
-``PlacementView`` under the state's lock (``PlacementState.seeds.book_group``, which
-books what it returns) and returns each member's ``Entry``, or why the group cannot
-go anywhere, in the words of its members' ``FailedScheduling`` Events.
+``PlacementView`` in a scheduling pass (``PlacementState.seeds.book_group``, which
+books what it returns unless what it read changed meanwhile) and returns each
+member's ``Entry``, or why the group cannot go anywhere, in the words of its
+members' ``FailedScheduling`` Events.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, P
     yet (``leaderfirst.py``: reserved slots, with the group's ``worker_gpus``), as
     one gang, or why nowhere, and whom it preempts to fit (``grouppreempt.py``: the
     gang has its members' priority, and the ``priority`` strategy may name
-    victims): read from ``view`` under the state's lock
+    victims): read from ``view`` in the group's pass
     (``PlacementState.seeds.book_group``); ``schedule`` asks the scheduler (default
     ``view.schedule``, which may preempt in any namespace). A group always
     gets named devices: its members' ``CUDA_VISIBLE_DEVICES`` is a reference to the

@@ -1,9 +1,10 @@
 """A pod group is admitted by the GPUQueue of its namespace, as a GPUWorkload gang
 is (docs/podgroups.md, docs/queues.md): the whole group's GPUs at once, against
 what the queue's holders use now, with the same pure rules
-(``internal/scheduling/quota.py``, ``admission.py``). Asked under the placement
-state's lock, from the group's plan (``PlacementState.seeds.book_group``), so nothing is
-booked between the check and the booking.
+(``internal/scheduling/quota.py``, ``admission.py``). Asked from the group's plan
+(``PlacementState.seeds.book_group``), whose booking is refused as stale when any
+holder changed after the plan began, so nothing is booked between the check and
+the booking that the check did not count.
 
 | the group's namespace                             | ``group_quota_refusal``            |
 | ------------------------------------------------- | ---------------------------------- |
@@ -115,7 +116,7 @@ def group_quota_refusal(state: PlacementState, group: PodGroup, members: list[JS
                         slots: int = 0) -> QuotaRefusal | None:
     """Why ``group``'s unbound ``members`` (and ``slots`` reserved for its members
     not made yet, ``leaderfirst.py``) may not be placed by its namespace's queue
-    (the table above), or None. Call under the state's lock."""
+    (the table above), or None. Asked in the group's plan (``book_group``)."""
     queues = state.queues
     if queues is None:
         return None
@@ -147,7 +148,7 @@ def plan_in_queue(state: PlacementState, view: PlacementView, group: PodGroup,
     """``plan_group`` held to the group's queue (the module's table): as planned
     when the quota admits it; a reclaim from its cohort's borrowers when its
     quota alone refuses it and the reclaim planner finds victims; else why not.
-    Call under the state's lock (``book_group``'s plan)."""
+    The group's plan (``book_group``'s)."""
     members = [p for p, _ in unbound]
     over = group_quota_refusal(state, group, members, slots=len(reserve))
     key = group_ledger_key(group)

@@ -91,8 +91,8 @@ def take_slot(view: PlacementView, book: SeedBook, pod: JSON, group: PodGroup
               ) -> tuple[Entry | None, str]:
     """The slot a gone member of ``group`` left, for ``pod``, its replacement
     (same index, same generation), on the same node and devices; (None, "")
-    when there is none to take (read under the state's lock,
-    ``PlacementState.seeds.book_seed``, which books it)."""
+    when there is none to take (read in the slot's pass,
+    ``PlacementState.seeds.book_seed``, which books it unless a booking changed)."""
     v = book.vacancy(group_ledger_key(group), group.index, group.generation)
     if v is None or view.node(v.placement.node) is None:
         return None, ""
@@ -264,10 +264,11 @@ class GroupPath:
             self._lined.update((object_key(p), ledger_key) for p in members)
         across = admin_priority(members)
         def plan(view: PlacementView) -> GroupPlan:
-            # under the state's lock: another worker, reconciling another member of
-            # this complete group, may have booked it since ``held`` was read (a
-            # second booking would move members already bound to the first); or,
-            # placed at its leader, booked with a slot for this member
+            # another worker, reconciling another member of this complete group,
+            # may have booked it since ``held`` was read (a second booking would
+            # move members already bound to the first; book_group refuses a plan
+            # made before it as stale and plans again); or, placed at its leader,
+            # booked with a slot for this member
             mine = self.book.entry(key)
             if mine is not None and mine.ledger_key == ledger_key:
                 return None, _BOOKED, None

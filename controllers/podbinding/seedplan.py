@@ -5,8 +5,8 @@ one set of messages), or, without a map, one replica placed by the default
 strategy (``plan_default``): a pod that requests ``nvidia.com/gpu`` gets named
 devices on a node whose device authority is named, else counted GPUs on a node the
 device plugin may serve (never counted on a named node, nor named on a counted one:
-``internal/scheduling/authority.py``). Pure: it reads a read-only ``PlacementView`` under the
-state's lock (``PlacementState.seeds.book_seed``) and returns an ``Entry`` to book, or
+``internal/scheduling/authority.py``). Pure: it reads a read-only ``PlacementView`` in a
+scheduling pass (``PlacementState.seeds.book_seed``) and returns an ``Entry`` to book, or
 why the pod cannot go anywhere, in the words of its ``FailedScheduling`` Event.
 """
 
