@@ -5,6 +5,7 @@ no server, one process, best of several rounds so that a loaded machine shows le
     python -m bench.hotpath placement   # one placement decision, µs
     python -m bench.hotpath reconcile   # a unit's reconciles with the unit tests' fakes, µs
     python -m bench.hotpath headers     # a response's header block parsed, µs
+    python -m bench.hotpath http        # the client's CPU per request, urllib3 and http.client
 
 ``models``: ``WorkloadModels.model`` on the objects a workload's reconciles see in
 one life: each a new version (a new resourceVersion, another status, the same
@@ -26,6 +27,12 @@ logging as the manager does it (JSON, info, to /dev/null). Medians.
 
 ``headers``: the header block kube-apiserver sends with a JSON answer, parsed by
 ``http.client``'s own parser (the ``email`` package) and by ``runtime/httpheaders.py``.
+
+``http``: the client's own CPU per request (``time.process_time``), a small JSON
+PATCH answered by a plain-HTTP server on 127.0.0.1 in another process: through
+urllib3's ``HTTPConnectionPool.urlopen`` as ``runtime/client.py`` calls it, and
+through ``http.client`` on one kept-alive connection. No TLS: the Python layers
+only (TLS runs with the GIL released).
 """
 
 from __future__ import annotations
@@ -164,14 +171,82 @@ def bench_headers(n: int) -> None:
         print(f"headers {name}: {us:5.1f} µs per response")
 
 
+_SERVER = """
+import http.server, sys
+body = b'{"kind":"Pod","metadata":{"name":"x","uid":"u","resourceVersion":"1"}}'
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # its header and body writes go at once
+    def do_PATCH(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"""
+
+
+def bench_http(n: int) -> None:
+    import http.client
+    import subprocess
+    import sys
+
+    import orjson
+    import urllib3
+
+    server = subprocess.Popen([sys.executable, "-c", _SERVER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        body = orjson.dumps({"status": {"phase": "Running"}})
+        headers = {"Accept": "application/json", "User-Agent": "bench",
+                   "Content-Type": "application/merge-patch+json"}
+        path = "/api/v1/namespaces/ns/pods/x/status"
+        pool = urllib3.HTTPConnectionPool("127.0.0.1", port, maxsize=1)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+
+        def via_urllib3() -> Any:
+            r = pool.urlopen("PATCH", path, body=body, headers=headers,
+                             timeout=urllib3.Timeout(total=10), retries=False, redirect=False,
+                             assert_same_host=False, preload_content=True)
+            return orjson.loads(r.data)
+
+        def via_http_client() -> Any:
+            conn.request("PATCH", path, body=body, headers=headers)
+            return orjson.loads(conn.getresponse().read())
+
+        calls = max(1, n // 4)
+        for name, fn in (("urllib3 urlopen", via_urllib3), ("http.client", via_http_client)):
+            best = float("inf")
+            for _ in range(3):
+                fn()
+                t0 = time.process_time()
+                for _ in range(calls):
+                    fn()
+                best = min(best, (time.process_time() - t0) / calls)
+            print(f"http {name}: {best * 1e6:5.0f} µs of the client's CPU per request")
+        conn.close()
+        pool.close()
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.hotpath", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["models", "placement", "reconcile", "headers"])
+    p.add_argument("what", choices=["models", "placement", "reconcile", "headers", "http"])
     p.add_argument("-n", type=int, default=2000, help="calls per round")
     args = p.parse_args(argv)
     {"models": bench_models, "placement": bench_placement,
-     "reconcile": bench_reconcile, "headers": bench_headers}[args.what](args.n)
+     "reconcile": bench_reconcile, "headers": bench_headers,
+     "http": bench_http}[args.what](args.n)
 
 
 if __name__ == "__main__":
