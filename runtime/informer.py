@@ -411,11 +411,11 @@ class SharedInformerFactory:
                 )
                 inf.kind_transform = transform
                 self._informers[key] = inf
+                if self._started:  # asked for after the start: started now
+                    inf.start()
             elif transform is not None and inf.kind_transform is not transform:
                 raise ValueError(f"the {kind} informer is shared: it was made with the "
                                  f"transform {inf.kind_transform!r}, not {transform!r}")
-                if self._started:
-                    inf.start()
         if indexers:
             inf.add_indexers(indexers)
         return inf

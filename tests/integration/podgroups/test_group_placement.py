@@ -153,8 +153,11 @@ def test_two_racing_jobsets_on_room_for_one_one_runs_the_other_holds_nothing(
         ran = max(counts, key=counts.__getitem__)
         return ran, ("blue" if ran == "red" else "red")
     ran, waits = eventually(settled, timeout=120, what="one JobSet bound whole, the other not")
-    waiting = members(admin, namespace, waits)
-    assert len(waiting) == 4  # every member exists; none is bound
+    # every member exists (the Job controller may still be making the last one when
+    # the other JobSet is bound whole); none is bound
+    waiting = eventually(lambda: ms if len(ms := members(admin, namespace, waits)) == 4
+                         else None, timeout=60, what=f"JobSet {waits}'s 4 members made")
+    assert bound(waiting) == []
     why = eventually(lambda: told(admin, namespace, waiting, "FailedScheduling", "pod group"),
                      timeout=60, what="a FailedScheduling Event naming the pod group")
     assert f"jobset:{waits}:0" in why and "4 of 4 members to place" in why, why
