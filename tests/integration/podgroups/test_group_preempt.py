@@ -10,11 +10,7 @@ devices there), and every workload and JobSet selects them."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from runtime import Client
 from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
@@ -44,18 +40,6 @@ DEVICES = "gpu.orchestrator.dev/devices"
 STRATEGY = "gpu.orchestrator.dev/strategy"
 
 peers, binder = peer_fixtures(JOBSET)
-
-
-@pytest.fixture
-def classes(admin: Client) -> Iterator[dict[int, str]]:
-    """PriorityClasses of value 10 and 100 (an admin's): value -> name."""
-    made = {v: f"prio-{v}-{uuid.uuid4().hex[:6]}" for v in (10, 100)}
-    for value, name in made.items():
-        admin.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                      "metadata": {"name": name}, "value": value})
-    yield made
-    for name in made.values():
-        admin.delete("scheduling.k8s.io/v1", "PriorityClass", name)
 
 
 def gang(name: str, nodes: NodeGroup, jobs: list[tuple[str, int, int]], gpus: int,

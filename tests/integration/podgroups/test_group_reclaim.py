@@ -11,13 +11,9 @@ members say what its queue and cohort have, until the queue says ``Any``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 from api.v1alpha1.types import API_VERSION
-from hack.testenv import ControlPlane
 from runtime import Client
 from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     NodeGroup,
@@ -43,13 +39,6 @@ from tests.waiting import eventually
 DEVICES = "gpu.orchestrator.dev/devices"
 
 peers, binder = peer_fixtures(JOBSET)
-
-
-@pytest.fixture
-def teams(installed: ControlPlane, admin: Client) -> Iterator[Teams]:  # noqa: F811
-    t = Teams(installed, admin, nominal=4)
-    yield t
-    t.cleanup()
 
 
 def gang(name: str, nodes: NodeGroup) -> dict[str, Any]:

@@ -10,12 +10,8 @@ node the group held."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from hack.testenv import ControlPlane
 from runtime import Client
 from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     NodeGroup,
@@ -39,13 +35,6 @@ from tests.integration.podgroups.fixtures import (
 from tests.waiting import eventually
 
 peers, binder = peer_fixtures(JOBSET)
-
-
-@pytest.fixture
-def teams(installed: ControlPlane, admin: Client) -> Iterator[Teams]:  # noqa: F811
-    t = Teams(installed, admin, nominal=4)
-    yield t
-    t.cleanup()
 
 
 def gang(name: str, nodes: NodeGroup) -> dict[str, Any]:

@@ -40,18 +40,6 @@ peers, binder = peer_fixtures(JOBSET)
 
 
 @pytest.fixture
-def classes(admin: Client) -> Iterator[dict[int, str]]:  # noqa: F811
-    """PriorityClasses of value 10 and 100: value -> name."""
-    made = {v: f"prio-{v}-{uuid.uuid4().hex[:6]}" for v in (10, 100)}
-    for value, name in made.items():
-        admin.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                      "metadata": {"name": name}, "value": value})
-    yield made
-    for name in made.values():
-        admin.delete("scheduling.k8s.io/v1", "PriorityClass", name)
-
-
-@pytest.fixture
 def queue(admin: Client, namespace: str) -> Iterator[str]:  # noqa: F811
     """A GPUQueue of 4 GPUs for ``namespace``, preempting within itself by priority."""
     name = f"q-{uuid.uuid4().hex[:6]}"
