@@ -21,13 +21,15 @@ Guarantees:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from api.v1alpha1.types import GPUWorkload
 from internal.metrics.domain import STALE_DECISIONS
 from internal.scheduling.framework import PREEMPT, Decision
+from internal.scheduling.ledger import Ledger
 from internal.scheduling.scheduler import Scheduler
-from internal.scheduling.stamps import StaleDecision
+from internal.scheduling.stamps import Mark, StaleDecision
 
 if TYPE_CHECKING:
     from controllers.placement.state import PlacementState
@@ -72,3 +74,28 @@ class Decider:
         queues = self._cache.queues
         return (queues.gate(w, sched.ledger, sched, across) if queues
                 else sched.schedule(w, across_namespaces=across))
+
+
+def stale_reason(ledger: Ledger, nodes: Iterable[str], victims: Iterable[str], mark: Mark,
+                 holds: bool) -> str:
+    """Under the cache's lock: why a plan made after ``mark`` that books ``nodes``
+    and takes ``victims`` may not be booked as it is, or "" when what it read is
+    unchanged: the cache filled again, a victim gone, a node it books or takes
+    victims on changed, or (``holds``: its queue's quota, or a group's book, read
+    every holder) any holder or booking anywhere. A GPUWorkload's decision
+    (``PlacementState.assume_decision``) and a seed plan (``SeedDoor``) both ask it."""
+    stamps = ledger.stamps
+    if mark.of is not stamps:
+        return "the placement cache was filled again"
+    touched = set(nodes)
+    for v in victims:
+        a = ledger.allocation(v)
+        if a is None:
+            return f"victim {v} no longer holds a booking"
+        touched.update(a.nodes)
+    changed = stamps.changed(mark, sorted(touched))
+    if changed:
+        return f"node {', '.join(changed)} changed"
+    if holds and stamps.holds != mark.holds:
+        return "the holders its queue's quota counts changed"
+    return ""

@@ -5,7 +5,7 @@ in the pod binding's book; and the book's bindings and releases.
 A plan is a scheduling pass like a GPUWorkload's (``decider.py``): made outside the
 cache's lock on the cache as it stands (``PassView``), then booked in one locked
 section unless what it read of the nodes it books, or of its victims, changed
-meanwhile (``_stale``); a stale plan is made again, at most ``STALE_TRIES`` times,
+meanwhile (``decider.stale_reason``); a stale plan is made again, at most ``STALE_TRIES`` times,
 then under the lock. So no plan holds the lock while it walks the nodes, and
 nothing is booked that its plan did not see.
 It is the cache's seed side, as ``events`` is its informers' side: it touches the
@@ -31,7 +31,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from api.v1alpha1.types import GPUWorkload
-from controllers.placement.decider import STALE_TRIES
+from controllers.placement.decider import STALE_TRIES, stale_reason
 from controllers.placement.door import PlacementView
 from controllers.placement.evictions import preempted_message
 from internal.metrics.domain import STALE_DECISIONS
@@ -40,7 +40,6 @@ from internal.scheduling.ledger import LedgerConflict
 from internal.scheduling.scheduler import Scheduler
 from internal.scheduling.search import check_exact
 from internal.scheduling.snapshot import NodeInfo
-from internal.scheduling.stamps import Mark
 
 if TYPE_CHECKING:
     from controllers.placement.state import PlacementState
@@ -48,7 +47,7 @@ if TYPE_CHECKING:
 
 _Plan = TypeVar("_Plan", bound=tuple)
 #: what a plan would book: its nodes, its victims, and whether any booking made
-#: meanwhile makes it stale (``SeedDoor._stale``)
+#: meanwhile makes it stale (``decider.stale_reason``)
 _Touched = tuple[Iterable[str], Iterable[str], bool]
 
 
@@ -142,36 +141,13 @@ class SeedDoor:
                 else:
                     nodes, victims, any_hold = what
                     with st._lock:
-                        if not self._stale(nodes, victims, mark, any_hold):
+                        if not stale_reason(st._ledger, nodes, victims, mark,
+                                            any_hold or st.queues is not None):
                             return book(planned)
             STALE_DECISIONS.labels("retried").inc()
         STALE_DECISIONS.labels("locked").inc()
         with st._lock:
             return book(plan(st.view()))
-
-    def _stale(self, nodes: Iterable[str], victims: Iterable[str], mark: Mark,
-               any_hold: bool = False) -> bool:
-        """Under the lock: did what a plan made after ``mark`` read change: the
-        cache filled again, a node it books or takes victims on, a victim gone, or
-        (queues served, or ``any_hold``) any holder or booking anywhere?
-
-        ``any_hold`` is a group's: its plan also read its book (is the group booked
-        already, by another member's reconcile?), and a booking of the same group
-        on other nodes touches none of this plan's; booked over it, the group would
-        move while its first members bind where the other booking put them."""
-        st = self._state
-        stamps = st._ledger.stamps
-        if mark.of is not stamps:
-            return True
-        touched = set(nodes)
-        for v in victims:
-            a = st._ledger.allocation(v)
-            if a is None:
-                return True
-            touched.update(a.nodes)
-        if stamps.changed(mark, sorted(touched)):
-            return True
-        return (any_hold or st.queues is not None) and stamps.holds != mark.holds
 
     def book_seed(self, book: SeedBook, key: str,
                   plan: Callable[[PlacementView], tuple[Entry | None, str]]
@@ -269,7 +245,7 @@ class SeedDoor:
         """Where ``w`` would go now, booking nothing; a preemption it plans takes
         victims of other namespaces only ``across_namespaces``. Part of a plan's
         pass: asked without the lock, of the cache as it stands (what it read is
-        checked when the plan is booked, ``_stale``)."""
+        checked when the plan is booked, ``decider.stale_reason``)."""
         return self._state.scheduler.schedule(w, across_namespaces=across_namespaces)
 
     def reclaim(self, w: GPUWorkload, key: str, queue: str, need: Fraction) -> Decision | None:

@@ -34,7 +34,7 @@ import structlog
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
 from controllers.placement.cache import PlacementCache
-from controllers.placement.decider import Decider
+from controllers.placement.decider import Decider, stale_reason
 from controllers.placement.door import PlacementView
 from controllers.placement.event_gate import EventGate
 from controllers.placement.events import CacheEvents
@@ -275,7 +275,8 @@ class PlacementState(PlacementCache):
         victims: list[str] = []
         booked: list[tuple[PodBook, str]] = []  # victims of a pod book: their pods go
         with self._lock:
-            why = self._stale(decision, mark)
+            why = stale_reason(self._ledger, (p.node for p in decision.placements),
+                               decision.victims, mark, bool(decision.queue))
             if why:
                 raise StaleDecision(why)
             if decision.ok:
@@ -303,25 +304,6 @@ class PlacementState(PlacementCache):
             book.evict(key, decision.evict_message or  # a reclaim says so
                        f"preempted by {w.key} (priority {w.spec.priority}) to make room")
         return decision
-
-    def _stale(self, decision: Decision, mark: Mark) -> str:
-        """Under the lock: why ``decision`` (made after ``mark``) may not be booked
-        as it is, or "" when what it read of the nodes it touches is unchanged."""
-        stamps = self._ledger.stamps
-        if mark.of is not stamps:
-            return "the placement cache was filled again"
-        nodes = {p.node for p in decision.placements}
-        for v in decision.victims:
-            a = self._ledger.allocation(v)
-            if a is None:
-                return f"victim {v} no longer holds a booking"
-            nodes.update(a.nodes)
-        changed = stamps.changed(mark, sorted(nodes))
-        if changed:
-            return f"node {', '.join(changed)} changed"
-        if decision.queue and stamps.holds != mark.holds:
-            return "the holders its queue's quota counts changed"
-        return ""
 
     def _book(self, decision: Decision, w: GPUWorkload) -> Decision:
         """Under the lock: assumes ``decision``; a refusal of the ledger (a rule the
