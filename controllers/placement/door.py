@@ -72,4 +72,8 @@ class PlacementView:
         if name not in self.READS:
             raise AttributeError(f"the placement view reads the ledger only; {name!r} "
                                  "is not one of its questions")
-        return self._state.ledger_read(name)
+        return self._ask(name)
+
+    def _ask(self, question: str) -> Any:
+        """The ledger's read ``question`` (one of ``READS``), under the state's lock."""
+        return self._state.ledger_read(question)

@@ -101,11 +101,8 @@ class PassView(PlacementView):
                     devices: tuple[int, ...]) -> str | None:
         return check_exact(w, self._sched.snapshot, self._sched.ledger, owner, node, devices)
 
-    def __getattr__(self, name: str) -> Any:
-        if name not in self.READS:
-            raise AttributeError(f"the placement view reads the ledger only; {name!r} "
-                                 "is not one of its questions")
-        return getattr(self._sched.ledger, name)
+    def _ask(self, question: str) -> Any:
+        return getattr(self._sched.ledger, question)
 
 
 class SeedDoor:

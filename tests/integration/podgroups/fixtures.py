@@ -29,7 +29,7 @@ from internal.cli.main import main
 from internal.scheduling.podgroups import PodGroup, pod_group
 from runtime import Client, NotFound
 from tests.integration.controller.conftest import NodeGroup, Running, events_for
-from tests.integration.podgroups.controllers import Kind, PeerController
+from tests.integration.podgroups.controllers import Kind, PeerController, jobset
 from tests.waiting import eventually
 
 JSON = dict[str, Any]
@@ -85,6 +85,11 @@ def on_nodes(js: JSON, group: NodeGroup, gpus: int | None = None, *,
         if priority_class:
             template["spec"]["priorityClassName"] = priority_class
     return js
+
+
+def gang(name: str, group: NodeGroup) -> JSON:
+    """A JobSet of 2 pods x 2 GPUs on ``group``'s nodes (the reclaim tests' group)."""
+    return on_nodes(jobset(name, [("workers", 1, 2)]), group, 2)
 
 
 def members(admin: Client, ns: str, name: str, label: str = JOBSET_NAME, *,

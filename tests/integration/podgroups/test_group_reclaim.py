@@ -11,8 +11,6 @@ members say what its queue and cohort have, until the queue says ``Any``."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from api.v1alpha1.types import API_VERSION
 from runtime import Client
 from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
@@ -25,12 +23,12 @@ from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     wait_phase,
 )
 from tests.integration.controller.queue_teams import Teams
-from tests.integration.podgroups.controllers import JOBSET, jobset
+from tests.integration.podgroups.controllers import JOBSET
 from tests.integration.podgroups.fixtures import (
     bound,
+    gang,
     members,
     named_nodes,
-    on_nodes,
     peer_fixtures,
 )
 from tests.integration.podgroups.fixtures import told as said
@@ -39,11 +37,6 @@ from tests.waiting import eventually
 DEVICES = "gpu.orchestrator.dev/devices"
 
 peers, binder = peer_fixtures(JOBSET)
-
-
-def gang(name: str, nodes: NodeGroup) -> dict[str, Any]:
-    """A JobSet of 2 pods x 2 GPUs on ``nodes``."""
-    return on_nodes(jobset(name, [("workers", 1, 2)]), nodes, 2)
 
 
 def borrow_all(teams: Teams, nodes: NodeGroup) -> dict[str, str]:

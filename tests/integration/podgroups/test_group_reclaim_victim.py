@@ -23,23 +23,18 @@ from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     wait_phase,
 )
 from tests.integration.controller.queue_teams import Teams
-from tests.integration.podgroups.controllers import JOBSET, jobset
+from tests.integration.podgroups.controllers import JOBSET
 from tests.integration.podgroups.fixtures import (
     bound,
+    gang,
     members,
     named_nodes,
-    on_nodes,
     peer_fixtures,
     told,
 )
 from tests.waiting import eventually
 
 peers, binder = peer_fixtures(JOBSET)
-
-
-def gang(name: str, nodes: NodeGroup) -> dict[str, Any]:
-    """A JobSet of 2 pods x 2 GPUs on ``nodes``."""
-    return on_nodes(jobset(name, [("workers", 1, 2)]), nodes, 2)
 
 
 def uid(p: dict[str, Any]) -> str:

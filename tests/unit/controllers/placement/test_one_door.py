@@ -130,3 +130,23 @@ def test_the_door_names_only_what_the_state_has() -> None:
     from controllers.placement.door import DOOR
     door = frozenset().union(*DOOR.values())
     assert door <= _state_names(), sorted(door - _state_names())
+
+
+def test_a_pass_view_reads_its_passs_ledger_and_changes_nothing() -> None:
+    """The seed path's view of a pass outside the lock (``seeds.PassView``) answers the
+    same reads from the ledger its pass began on, and refuses the ledger's changes
+    with the view's message."""
+    import pytest
+
+    from api.v1alpha1.types import DeviceExposure
+    from controllers.placement.seeds import PassView
+    from controllers.placement.state import PlacementState
+    from tests.unit.scheduling.helpers import node
+
+    state = PlacementState(DeviceExposure.CUDA_VISIBLE_DEVICES)
+    state.rebuild(lambda: ([node("node1", 4)], [], [], []))
+    sched, _ = state.mark_pass()
+    view = PassView(state, sched)
+    assert view.free_count("node1") == 4 and view.node("node1") is not None
+    with pytest.raises(AttributeError, match="reads the ledger only; 'assume'"):
+        view.assume  # noqa: B018
