@@ -21,7 +21,7 @@ Guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from api.v1alpha1.types import GPUWorkload
@@ -77,12 +77,14 @@ class Decider:
 
 
 def stale_reason(ledger: Ledger, nodes: Iterable[str], victims: Iterable[str], mark: Mark,
-                 holds: bool) -> str:
+                 holds: bool, still_admitted: Callable[[], bool] | None = None) -> str:
     """Under the cache's lock: why a plan made after ``mark`` that books ``nodes``
     and takes ``victims`` may not be booked as it is, or "" when what it read is
     unchanged: the cache filled again, a victim gone, a node it books or takes
     victims on changed, or (``holds``: its queue's quota, or a group's book, read
-    every holder) any holder or booking anywhere. A GPUWorkload's decision
+    every holder) any holder or booking anywhere, unless ``still_admitted`` (a
+    plan whose only read of the other holders was its queue's quota) says its
+    queue still admits it as the holders are now. A GPUWorkload's decision
     (``PlacementState.assume_decision``) and a seed plan (``SeedDoor``) both ask it."""
     stamps = ledger.stamps
     if mark.of is not stamps:
@@ -96,6 +98,6 @@ def stale_reason(ledger: Ledger, nodes: Iterable[str], victims: Iterable[str], m
     changed = stamps.changed(mark, sorted(touched))
     if changed:
         return f"node {', '.join(changed)} changed"
-    if holds and stamps.holds != mark.holds:
+    if holds and stamps.holds != mark.holds and not (still_admitted and still_admitted()):
         return "the holders its queue's quota counts changed"
     return ""

@@ -275,8 +275,11 @@ class PlacementState(PlacementCache):
         victims: list[str] = []
         booked: list[tuple[PodBook, str]] = []  # victims of a pod book: their pods go
         with self._lock:
+            queues = self.queues
             why = stale_reason(self._ledger, (p.node for p in decision.placements),
-                               decision.victims, mark, bool(decision.queue))
+                               decision.victims, mark, bool(decision.queue),
+                               None if queues is None else
+                               (lambda: queues.still_admits(w, decision, self._ledger)))
             if why:
                 raise StaleDecision(why)
             if decision.ok:

@@ -199,10 +199,7 @@ class QueueBook:
         q = quotas.get(name)
         assert q is not None  # resolve() found it
         used, owners = self.usage(ledger)
-        need, note = workload_need(w, self.floors), ""
-        if decision.placements and not decision.counted:  # what it would hold exactly
-            held = placements_held(decision.placements, ledger.sharing)
-            need, note = held.count(self.floors), held.floor_note(self.floors)
+        need, note = self._need(w, decision, ledger)
         me = Waiting(name, w.spec.priority, w.metadata.creation_timestamp or "", need)
         ahead = self.manager.ahead(w.key, me, q, quotas, used)
         if ahead is not None:
@@ -224,6 +221,28 @@ class QueueBook:
         self.manager.wait(w.key, me)
         return wait(decision.strategy, name, WAITING_FOR_QUOTA,
                     why + note + self._others_hint(w, name))
+
+    def _need(self, w: GPUWorkload, decision: Decision, ledger: Ledger) -> tuple[Fraction, str]:
+        """(GPUs ``decision`` would count against ``w``'s queue, a note on share floors):
+        what its placements hold exactly, or the spec's need when it has none."""
+        if decision.placements and not decision.counted:
+            held = placements_held(decision.placements, ledger.sharing)
+            return held.count(self.floors), held.floor_note(self.floors)
+        return workload_need(w, self.floors), ""
+
+    def still_admits(self, w: GPUWorkload, decision: Decision, ledger: Ledger) -> bool:
+        """Does ``decision`` (placed, taking nobody, admitted by ``gate`` into
+        ``decision.queue``) still fit its queue's quota with the holders ``ledger``
+        has now? Asked when holders changed elsewhere while it was made, so that a
+        booking on another node does not send it round again (the placement state's
+        stale check). Call under the placement state's lock."""
+        quotas = self.quotas()
+        q = quotas.get(decision.queue) if decision.queue else None
+        if q is None or not decision.ok or decision.victims:
+            return False
+        used, _ = self.usage(ledger)
+        need, _ = self._need(w, decision, ledger)
+        return quotas.check(q, need, used) is None
 
     def reclaim(self, w: GPUWorkload, key: str, q: Queue, need: Fraction, ledger: Ledger,
                 scheduler: Scheduler, decision: Decision) -> Decision | None:
