@@ -49,7 +49,7 @@ from api.v1alpha1.finalizer_policy import finalizer_policy
 from api.v1alpha1.keys import GROUP, SCHEDULING_MAP_ANNOTATION
 from api.v1alpha1.pod_devices import pod_devices
 from api.v1alpha1.policies import GPU_RESOURCE, security_policies
-from api.v1alpha1.priority_policies import NAMES_CLASS_RULE, priority_policies
+from api.v1alpha1.priority_policies import priority_policies
 from api.v1alpha1.sharing import SHARING_RULES
 from api.v1alpha1.spec_rules import joined
 from api.v1alpha1.types import (
@@ -544,8 +544,6 @@ def _scheduling_map_policy() -> list[dict[str, Any]]:
                         "reason": "Forbidden",
                     },
                     TEMPLATE_GPU_RULE,
-                    # before the template's rules, read as one in the gate (door.gated)
-                    NAMES_CLASS_RULE,
                     *template_rules(),
                 ],
             },

@@ -238,12 +238,7 @@ def render_markdown() -> str:
         "to the children's pods); otherwise it preempts only in its own namespace. An "
         "admin may also cap a namespace with the label `gpu.orchestrator.dev/max-priority="
         "<n>` (the `workload-priority-ceiling` policy refuses a higher priority there). "
-        "`kubectl get gw -o wide` shows the priority. See security.md. Where "
-        "`config/admission-finalizer` is installed, a create is labelled "
-        "`gpu.orchestrator.dev/names-priority-class` `true` or `false` from "
-        "`spec.priorityClassName` (over any value sent): `false` lets "
-        "`workload-priority-class` skip the create, which it otherwise evaluates once per "
-        "PriorityClass in the cluster; `false` beside a class name is refused.",
+        "`kubectl get gw -o wide` shows the priority. See security.md.",
         "",
         "Refused at the door: the names a child will carry (`<name>-<index>`, at most 63 "
         "characters; a gang's name is a DNS-1035 label, for its headless Service), the "

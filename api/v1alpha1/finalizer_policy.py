@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.v1alpha1.keys import CHILDREN_FINALIZER, GROUP, NAMES_CLASS_LABEL
+from api.v1alpha1.keys import CHILDREN_FINALIZER, GROUP
 
 MUTATING_ADMISSION = "admissionregistration.k8s.io/v1beta1"
 NAME = "gpuworkload-children-finalizer"
@@ -38,15 +38,7 @@ NAME = "gpuworkload-children-finalizer"
 #: CEL: an apply configuration that puts the finalizer in metadata.finalizers, a set:
 #: merged, it is added once, beside any other, and never twice (a re-created object
 #: from ``kubectl get -o yaml``, a reinvocation)
-#: The same configuration sets ``NAMES_CLASS_LABEL`` (keys.py) from the spec, over any
-#: value the user sent: a create naming no PriorityClass then costs
-#: ``workload-priority-class`` nothing, however many classes the cluster has
-#: (``labels`` is a map: the merge sets that one key and keeps the user's others)
-ADD_FINALIZER = (
-    f"Object{{metadata: Object.metadata{{finalizers: ['{CHILDREN_FINALIZER}'], "
-    f"labels: {{'{NAMES_CLASS_LABEL}': has(object.spec) && "
-    "has(object.spec.priorityClassName) ? 'true' : 'false'}}}"
-)
+ADD_FINALIZER = f"Object{{metadata: Object.metadata{{finalizers: ['{CHILDREN_FINALIZER}']}}}}"
 
 
 def finalizer_policy() -> list[dict[str, Any]]:

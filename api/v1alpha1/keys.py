@@ -51,13 +51,6 @@ REQUESTED_EXPOSURE_ANNOTATION = f"{GROUP}/device-exposure"
 #: on a GPUWorkload: its children are deleted by the controller, and the object goes
 #: only once they are gone
 CHILDREN_FINALIZER = f"{GROUP}/children"
-#: on a GPUWorkload, put there by the finalizer's MutatingAdmissionPolicy as it is
-#: created: ``"true"`` when ``spec.priorityClassName`` names a class, else ``"false"``.
-#: ``workload-priority-class``'s binding skips a workload labelled ``"false"`` (its
-#: params, one per PriorityClass, are listed before any CEL of the policy runs), and
-#: ``gpuworkload-scheduling-map`` refuses ``"false"`` beside a class name, so the label
-#: skips the check only where there is nothing to check
-NAMES_CLASS_LABEL = f"{GROUP}/names-priority-class"
 #: on a ResourceClaim the controller made (``deviceExposure: dra``): the claim stays
 #: until no pod uses it and its allocation is removed (a claim must not vanish under
 #: a live pod)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.v1alpha1.keys import GROUP, NAMES_CLASS_LABEL
+from api.v1alpha1.keys import GROUP
 from api.v1alpha1.policies import policy_pair, resource_rule
 from api.v1alpha1.types import PRIORITY_NAMES, VERSION
 
@@ -41,24 +41,6 @@ PRIORITY = (
     + " : ".join(f"object.spec.priority == '{k}' ? {v}" for k, v in PRIORITY_NAMES.items())
     + " : 0)"
 )
-
-#: a rule of ``gpuworkload-scheduling-map`` (crd.py; CREATE and UPDATE): the label
-#: that lets ``workload-priority-class`` skip a workload may not say "no class" beside
-#: a class name. The finalizer policy sets it from the spec, over a user's value, so
-#: only a user's own label, where that policy is absent or did not apply, meets this
-NAMES_CLASS_RULE = {
-    "expression": (
-        "!has(object.metadata.labels) || "
-        f"!('{NAMES_CLASS_LABEL}' in object.metadata.labels) || "
-        f"object.metadata.labels['{NAMES_CLASS_LABEL}'] != 'false' || "
-        "!has(object.spec) || !has(object.spec.priorityClassName)"),
-    "messageExpression": (
-        f"'the {NAMES_CLASS_LABEL} label is \\'false\\' but spec.priorityClassName "
-        "names ' + object.spec.priorityClassName + ': the label is set by admission "
-        "from the spec (a workload naming no PriorityClass skips the class check); "
-        "remove it'"),
-    "reason": "Forbidden",
-}
 
 _GW_RULES = [resource_rule(GROUP, VERSION, ["gpuworkloads"], ["CREATE", "UPDATE"])]
 
@@ -113,17 +95,7 @@ def priority_class() -> list[dict[str, Any]]:
                 f"' (it is ' + string({PRIORITY}) + ')'"),
             "reason": "Invalid",
         }],
-    }, {
-        "paramRef": {"selector": {}, "parameterNotFoundAction": "Allow"},
-        # kube-apiserver lists the params (every PriorityClass) and runs the policy's
-        # matchConditions once per param, so "names-a-class" alone does not make a
-        # create naming none free; the binding's objectSelector is decided before any
-        # param is listed. The finalizer policy labels such a create "false" (keys.py
-        # NAMES_CLASS_LABEL); "false" beside a class name is refused by
-        # gpuworkload-scheduling-map, so a user's own label skips nothing to check
-        "matchResources": {"objectSelector": {"matchExpressions": [
-            {"key": NAMES_CLASS_LABEL, "operator": "NotIn", "values": ["false"]}]}},
-    })
+    }, {"paramRef": {"selector": {}, "parameterNotFoundAction": "Allow"}})
 
 
 def priority_policies() -> list[dict[str, Any]]:
