@@ -26,9 +26,8 @@ and backward over all of them, each paired with the first). Other work of the AP
 server only adds to a round's allocations (the controller manager's informers listing
 every GPUWorkload again after a CRD change, at their own time), so the fewest of the
 rounds is printed too. ``--priority-classes N`` adds N PriorityClasses to the two
-built in (``workload-priority-class`` evaluates once per class in the cluster for a
-create not labelled ``names-priority-class=false``, which the finalizer policy of
-78151a8 and later labels every create naming no class).
+built in (``workload-priority-class`` evaluates once per class in the cluster; only
+78151a8 to 6207d52 labelled a create naming no class so that it skipped them).
 """
 
 from __future__ import annotations
