@@ -236,9 +236,11 @@ class QueueBook:
         has now? Asked when holders changed elsewhere while it was made, so that a
         booking on another node does not send it round again (the placement state's
         stale check). Call under the placement state's lock."""
+        if not decision.queue or not decision.ok or decision.victims:
+            return False
         quotas = self.quotas()
-        q = quotas.get(decision.queue) if decision.queue else None
-        if q is None or not decision.ok or decision.victims:
+        q = quotas.get(decision.queue)
+        if q is None:
             return False
         used, _ = self.usage(ledger)
         need, _ = self._need(w, decision, ledger)
