@@ -29,8 +29,9 @@ SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
 #: on a pod: the host device indices it holds (``"0,1"``); written by the controller,
 #: the webhook and the pod binding
 DEVICES_ANNOTATION = f"{GROUP}/devices"
-#: a pod group leader's record of the devices reserved for its workers, written by
-#: the pod binding's Binding (controllers/podbinding/seedentry.py); booked on a restart
+#: a pod group member's record of its group's other slots (the devices reserved for a
+#: leader's workers, and every other member's), written by the pod binding's Binding
+#: (controllers/podbinding/seedentry.py); booked again on a restart
 GROUP_SLOTS_ANNOTATION = f"{GROUP}/group-slots"
 #: the downward-API path of that annotation: a pod group's member reads its
 #: ``CUDA_VISIBLE_DEVICES`` from it (docs/podgroups.md)

@@ -24,6 +24,12 @@ class PodBook(Protocol):
         state lock, after the workloads' placements). Returns problems found."""
         ...
 
+    def refill(self, ledger: Ledger, pods: list[JSON]) -> None:
+        """Last in a rebuild, once every holder and placement is booked: what it
+        keeps for pods not bound yet that nobody else holds (a pod group's vacant
+        slots); never anybody's conflict."""
+        ...
+
     def wake(self) -> None:
         """Capacity was freed: retry the pods waiting for it (called unlocked)."""
         ...

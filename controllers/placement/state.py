@@ -146,6 +146,8 @@ class PlacementState(PlacementCache):
                 problems += book.rebuild(ledger, pods)
             problems += ledger.book_placements(workloads)
             problems += ledger.book_nominations(workloads)
+            for book in self.pod_books:
+                book.refill(ledger, pods)
             self._ledger = ledger
             self.generation += 1
             self.evictions = Evictions()

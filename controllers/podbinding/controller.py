@@ -218,7 +218,7 @@ class PodBindingReconciler:
         if devices:
             # the API server copies a Binding's annotations onto the pod
             binding["metadata"]["annotations"] = {DEVICES_ANNOTATION: devs_text(devices)}
-            if entry.slots_note:  # a leader's: the slots its workers will take
+            if entry.slots_note:  # a group member's: its group's other slots
                 binding["metadata"]["annotations"][GROUP_SLOTS_ANNOTATION] = entry.slots_note
         try:
             self.client.create_subresource("v1", "Pod", name, "binding", binding, namespace=ns)

@@ -120,10 +120,11 @@ def _entries(group: PodGroup, members: list[tuple[JSON, PodGroup]], reserve: lis
                       gpus, priority=priority, slot=i, generation=group.generation,
                       reserved=True)
                 for i, p in zip(reserve, ordered[len(members):], strict=True)]
-    if reserved:  # the leader's Binding writes them: a restart books them again
-        leader = next((k for (pod, g), k in zip(members, out, strict=True) if g.index == 0),
-                      None)
-        if leader is not None:
-            out[leader] = replace(out[leader], slots_note=slots_text(reserved))
-        out.update((slot_key(group, e.slot or 0), e) for e in reserved)
+    # each member's Binding writes its group's other slots: a restart books again
+    # the slots of members not made yet, and of members gone meanwhile
+    slots = [e for e in [*out.values(), *reserved] if e.slot is not None]
+    for k, e in out.items():
+        if e.slot is not None:
+            out[k] = replace(e, slots_note=slots_text([o for o in slots if o.slot != e.slot]))
+    out.update((slot_key(group, e.slot or 0), e) for e in reserved)
     return out

@@ -97,7 +97,8 @@ def take_slot(view: PlacementView, book: SeedBook, pod: JSON, group: PodGroup
     if v is None or view.node(v.placement.node) is None:
         return None, ""
     return Entry(v.ledger_key, v.placement.model_copy(), v.gpus, priority=pod_priority(pod),
-                     uid=pod_uid(pod), slot=v.slot, generation=v.generation, retaken=True), ""
+                 uid=pod_uid(pod), slot=v.slot, generation=v.generation, retaken=True,
+                 slots_note=book.others_text(v.ledger_key, v.slot, v.generation)), ""
 
 
 def _slot_waits(view: PlacementView, book: SeedBook, group: PodGroup) -> bool:

@@ -107,27 +107,55 @@ class SeedBook:
                 self.book(ledger, key, entry)
             except LedgerConflict as exc:
                 problems.append(f"pod {key}: {exc}")
-        for pod in pods:  # then the slots leaders hold for workers not bound yet
-            leader = self.pods.get(object_key(pod))
-            if leader is not None and self.owns(pod) and pod_is_active(pod):
-                problems += self._reserve(ledger, object_key(pod), read_slots(pod, leader))
         return problems
 
-    def _reserve(self, ledger: Ledger, key: str, slots: list[Entry]) -> list[str]:
-        """Books ``slots`` (a bound leader's, pod ``key``) as vacant slots of its key,
-        less those a bound pod now holds (its worker took it)."""
-        taken = {(e.placement.node, d) for e in self.pods.values() for d in e.placement.devices}
-        free = [e for e in slots
-                if not any((e.placement.node, d) in taken for d in e.placement.devices)]
-        if not free:
-            return []
-        lk = free[0].ledger_key
+    def refill(self, ledger: Ledger, pods: list[JSON]) -> None:
+        """Last in a rebuild, once every holder and placement is booked: the vacant
+        slots of each group its bound members' Bindings named
+        (``GROUP_SLOTS_ANNOTATION``: the workers not made yet of a group placed at its
+        leader, the members gone meanwhile), less those a bound pod holds, a member
+        that finished held, or another holder took (a slot is never anybody's
+        conflict: it was given back before the restart, it is not booked)."""
+        finished = set()
+        for pod in pods:
+            if self.owns(pod) and (pod.get("status") or {}).get("phase") == "Succeeded":
+                e = self.regroup(pod, bound_entry(pod))
+                if e is not None:
+                    finished.add((e.ledger_key, e.slot, e.generation))
+        for pod in sorted(pods, key=object_key):
+            held = self.pods.get(object_key(pod))
+            if held is None or not self.owns(pod) or not pod_is_active(pod) \
+                    or pod_meta(pod).get("deletionTimestamp"):
+                continue
+            for slot in read_slots(pod, held):
+                if (slot.ledger_key, slot.slot, slot.generation) not in finished:
+                    self._reserve(ledger, slot)
+
+    def _reserve(self, ledger: Ledger, slot: Entry) -> None:
+        """Books ``slot`` as a vacant slot of its key unless a bound pod holds its
+        devices (its member took it), it is vacant already, or the ledger refuses it."""
+        lk = slot.ledger_key
+        if any(e.placement.node == slot.placement.node
+               and set(e.placement.devices) & set(slot.placement.devices)
+               for e in self.pods.values()):
+            return
+        if any((v.slot, v.generation) == (slot.slot, slot.generation)
+               for v in self._vacant.get(lk, ())):
+            return
         try:
-            self._rebook(ledger, lk, [*self._held(lk), *free])
-        except LedgerConflict as exc:
-            return [f"pod {key}: its workers' slots: {exc}"]
-        self._vacant.setdefault(lk, []).extend(free)
-        return []
+            self._rebook(ledger, lk, [*self._held(lk), slot])
+        except LedgerConflict:
+            return
+        self._vacant.setdefault(lk, []).append(slot)
+
+    def others_text(self, ledger_key: str, slot: int | None, generation: str) -> str:
+        """``GROUP_SLOTS_ANNOTATION`` for a member of index ``slot`` taking its slot
+        back: every other slot of its generation ``ledger_key`` holds, its members'
+        and its vacant ones ("" for a member without an index)."""
+        if slot is None:
+            return ""
+        return slots_text([e for e in self._held(ledger_key) if e.slot is not None
+                           and e.slot != slot and e.generation == generation])
 
     def wake(self) -> None:
         self.on_wake()

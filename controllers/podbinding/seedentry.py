@@ -4,10 +4,11 @@ of them is ``controllers.podbinding.seedbook``'s.
 
 What a bound pod holds, after a restart too: its ``gpu.orchestrator.dev/devices``
 annotation, else the map line of its index, else its ``nvidia.com/gpu`` request.
-An annotation that cannot be read never makes a pod hold nothing. The leader of a
-group placed at its leader (a LeaderWorkerSet's under ``LeaderReady``) also holds
-the slots its workers will take, which its Binding wrote beside its devices
-(``gpu.orchestrator.dev/group-slots: "1=node-a:2,3;2=node-b:0,1"``, ``read_slots``).
+An annotation that cannot be read never makes a pod hold nothing. A pod group
+member's Binding also writes its group's other slots beside its devices
+(``gpu.orchestrator.dev/group-slots: "1=node-a:2,3;2=node-b:0,1"``, ``read_slots``):
+the slots a leader placed before its workers exist holds for them, and the slots of
+members gone while a restart dropped the manager's memory of them.
 """
 
 from __future__ import annotations
@@ -24,9 +25,6 @@ from internal.objects import JSON, object_key
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
 from internal.scheduling.pods import BadPod, parse_devices, pod_gpu_request, pod_uid
-
-#: on a group's leader placed before its workers exist: each worker index's slot
-#: (``<index>=<node>:<devices>;...``), written by its Binding as the devices
 
 
 def pod_priority(pod: JSON) -> int:
@@ -98,7 +96,7 @@ class Entry:
     #: booked as a vacant slot, never as a pod
     reserved: bool = False
     #: what the pod's Binding writes as ``GROUP_SLOTS_ANNOTATION`` (its group's
-    #: reserved slots, on a leader-first group's leader), else ""
+    #: other slots, on a group member with an index), else ""
     slots_note: str = ""
 
     @property
@@ -162,9 +160,11 @@ def slots_text(reserved: list[Entry]) -> str:
 
 
 def read_slots(pod: JSON, leader: Entry) -> list[Entry]:
-    """The reserved slots a bound leader's ``GROUP_SLOTS_ANNOTATION`` names, under
-    ``leader``'s key. Read only beside the devices annotation (which a tenant cannot
-    write: only a Binding of ours does); what cannot be read is no slot."""
+    """The other slots of its group a bound member's ``GROUP_SLOTS_ANNOTATION``
+    names (the members not made yet of a group placed at its leader, and every other
+    member's), under ``leader``'s (the member's) key, as reserved slots. Read only
+    beside the devices annotation (which a tenant cannot write: only a Binding of
+    ours does); what cannot be read is no slot, nor is the member's own."""
     annotations = pod_meta(pod).get("annotations") or {}
     text = annotations.get(GROUP_SLOTS_ANNOTATION)
     if not text or leader.counted or DEVICES_ANNOTATION not in annotations:
@@ -178,7 +178,7 @@ def read_slots(pod: JSON, leader: Entry) -> list[Entry]:
             slot = int(index)
         except (BadPod, ValueError):
             continue
-        if devices and node and slot > 0:
+        if devices and node and slot >= 0 and slot != leader.slot:
             out.append(Entry(leader.ledger_key, Placement(index=slot, node=node,
                                                           devices=devices),
                              len(devices), True, leader.priority, slot=slot,

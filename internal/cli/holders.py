@@ -164,6 +164,7 @@ def controller_holdings(
                  if book.owns(p) and pod_is_active(p) for why in read_bound(p)[1]]
     problems += ledger.book_placements(workloads)
     problems += ledger.book_nominations(workloads)
+    book.refill(ledger, pods)
     return Holdings(snapshot, ledger, published, names, problems)
 
 

@@ -87,6 +87,9 @@ class Book:
     def owns_key(self, key: str) -> bool:
         return key == self.key
 
+    def refill(self, ledger: Ledger, pods: list[dict[str, Any]]) -> None:
+        pass
+
     def evict(self, key: str, message: str) -> None:
         self.evicted.append(key)
 

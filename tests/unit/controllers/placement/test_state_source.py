@@ -24,6 +24,9 @@ class Book:
     def rebuild(self, ledger: Any, pods: list[Any]) -> list[str]:
         return []
 
+    def refill(self, ledger: Any, pods: list[Any]) -> None:
+        pass
+
     def wake(self) -> None:
         pass
 

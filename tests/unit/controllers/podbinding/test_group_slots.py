@@ -161,3 +161,49 @@ def test_a_failed_bind_of_a_member_made_again_leaves_its_slot_vacant() -> None:
     env.client.fail = None
     env.reconcile("train-1-again")
     assert env.bound() == {"train-1-again": before["train-1"]}
+
+
+def test_after_a_restart_a_member_made_again_takes_its_slot_back() -> None:
+    """Every member's Binding names its group's other slots, so a manager restart
+    (the ledger rebuilt from the bound pods) keeps the slots of members gone while
+    it was down, and of members gone since: the member made again binds to its old
+    node and devices, which nobody else may take meanwhile. Before, the slots lived
+    in the manager's memory only: a rebuild dropped them, the members made again
+    were placed wherever there was room, and with none the group stayed split (one
+    member bound, holding its GPUs, the others Pending)."""
+    env = GroupEnv()
+    before = placed(env)
+    held = env.held()
+    env.pods.delete(f"{NS}/train-1")  # gone while the manager was down
+    env.rebuild()  # the state refilled from the caches (a restart)
+    assert env.held() == held
+    env.gone("train-2")  # gone after the restart
+    assert env.held() == held
+    env.client.bindings.clear()
+    env.add(indexed("train-2-again", 2))
+    env.reconcile("train-2-again")
+    env.add(indexed("train-1-again", 1))
+    env.reconcile("train-1-again")
+    assert env.bound() == {"train-1-again": before["train-1"],
+                           "train-2-again": before["train-2"]}
+    assert env.held() == held
+
+
+def test_after_a_restart_the_last_member_gone_frees_the_slots_its_binding_named() -> None:
+    env = GroupEnv()
+    placed(env)
+    env.pods.delete(f"{NS}/train-0")
+    env.pods.delete(f"{NS}/train-1")
+    env.rebuild()
+    env.gone("train-2")
+    assert env.held() == {f"node{n}": set() for n in range(1, 5)}
+
+
+def test_after_a_restart_a_finished_members_slot_is_not_held() -> None:
+    env = GroupEnv()
+    before = placed(env)
+    p = env.pods.get_by_name("train-2", NS)
+    env.pods.add({**p, "status": {"phase": "Succeeded"}})
+    env.rebuild()
+    node, devs = before["train-2"]
+    assert not {int(d) for d in devs.split(",")} & env.held()[node]
