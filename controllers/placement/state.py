@@ -115,9 +115,10 @@ class PlacementState(PlacementCache):
                 read_jobs: Callable[[], list[JSON]] | None = None) -> list[str]:
         """The ledger from the caches: what holds first (pods and our Jobs,
         allocated claims, the pod books' bound pods), then committed placements,
-        and last the nominations of preemptors still waiting for their victims
-        (``status.nominatedOver``), whose preemption goes on: a victim whose
-        eviction a previous run decided but never told it is evicted again. A
+        the nominations of preemptors still waiting for their victims
+        (``status.nominatedOver``), and last what the pod books keep for pods not
+        bound yet that nobody took (``PodBook.refill``). A preemption goes on: a
+        victim whose eviction a previous run decided but never told it is evicted again. A
         status is a decision that may be stale (its write died with the previous
         process): a placement that collides with a holder is the one not booked.
 
