@@ -207,6 +207,24 @@ def groups_wrong(admin: Client, ns: str, jobsets: list[str], nodes: list[str],  
     return wrong
 
 
+def describe(admin: Client, ns: str, wrong: list[str]) -> str:  # noqa: F811
+    """The pods and Jobs of the groups found wrong, as they stood then."""
+    names = {w.split(":")[0] for w in wrong}
+    lines = []
+    for p in admin.list("v1", "Pod", namespace=ns)["items"]:
+        meta = p["metadata"]
+        if (meta.get("labels") or {}).get(LABEL) in names:
+            lines.append(f"pod {meta['name']} phase={(p.get('status') or {}).get('phase')} "
+                         f"node={p['spec'].get('nodeName')} "
+                         f"deleting={bool(meta.get('deletionTimestamp'))} "
+                         f"gates={[g['name'] for g in p['spec'].get('schedulingGates') or []]} "
+                         f"devices={(meta.get('annotations') or {}).get(DEVICES)}")
+    for j in admin.list("batch/v1", "Job", namespace=ns)["items"]:
+        if (j["metadata"].get("labels") or {}).get(LABEL) in names:
+            lines.append(f"job {j['metadata']['name']} status={j.get('status')}")
+    return "\n".join(lines)
+
+
 def test_group_churn_never_splits_a_group_nor_gives_a_device_twice(
         installed: ControlPlane, admin: Client, namespace: str, queued: str,  # noqa: F811
         group: NodeGroup, peers: PeerController, tmp_path: Path,  # noqa: F811
@@ -268,6 +286,7 @@ def test_group_churn_never_splits_a_group_nor_gives_a_device_twice(
                 break
             time.sleep(2)
         settled_in = time.monotonic() - settle_started
+        described = describe(admin, namespace, wrong)
         placed = sum(1 for name in churn.jobsets
                      if sum(1 for p in live_pods(admin, namespace)
                             if (p["metadata"].get("labels") or {}).get(LABEL) == name
@@ -299,6 +318,6 @@ def test_group_churn_never_splits_a_group_nor_gives_a_device_twice(
               f"{summary}")
     assert not twice and watch.overlaps == [], (
         f"first devices given twice: {seen}\nthe churn: {churn.log}\n{ctl.tail()}")
-    assert wrong == [], f"{wrong}\n{ctl.tail()}"
+    assert wrong == [], f"{wrong}\n{described}\nthe churn: {churn.log}\n{ctl.tail()}"
     assert churn.done["jobsets created"] >= 3 and churn.done["controller kill -9"] == KILLS
     assert churn.done["kube-apiserver restart"] == RESTARTS
