@@ -4,9 +4,9 @@ other slots, so a member deleted while the manager is down keeps its node and de
 held, shown held by ``kubectl gpu nodes``, and the member its Job makes again binds
 there once the manager is back, ahead of a pod that asked for the same room.
 
-Found by the group churn (seed 11): after the kill -9s, a JobSet stayed with one of
-four members bound, holding its GPUs, while the members made again waited for room
-other groups had taken."""
+Looked for after the group churn (seed 11) twice ended with a JobSet of one of four
+members bound, holding its GPUs: before, the slots lived in the manager's memory,
+and members made again after a restart waited for room other holders could take."""
 
 from __future__ import annotations
 
