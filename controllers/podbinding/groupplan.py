@@ -19,7 +19,8 @@ from controllers.placement.seeds import GroupPlan, Preemption
 from controllers.placement.state import PlacementView
 from controllers.podbinding.grouppreempt import group_priority, refuses_preemption, was
 from controllers.podbinding.leaderfirst import slot_key
-from controllers.podbinding.seedbook import Entry, pod_meta, pod_priority, slots_text
+from controllers.podbinding.seedbook import Entry, pod_meta, pod_priority
+from controllers.podbinding.seedentry import ring_note
 from controllers.podbinding.seedplan import MAX_GPUS_PER_POD, pod_model
 from internal.objects import JSON, object_key
 from internal.scheduling.authority import NAMED
@@ -120,11 +121,12 @@ def _entries(group: PodGroup, members: list[tuple[JSON, PodGroup]], reserve: lis
                       gpus, priority=priority, slot=i, generation=group.generation,
                       reserved=True)
                 for i, p in zip(reserve, ordered[len(members):], strict=True)]
-    # each member's Binding writes its group's other slots: a restart books again
-    # the slots of members not made yet, and of members gone meanwhile
-    slots = [e for e in [*out.values(), *reserved] if e.slot is not None]
+    # each member's Binding names its group's next slots (a leader's, the reserved
+    # ones too): a restart books again the slots of members not made yet, and of
+    # members gone meanwhile (seedentry.RING)
+    slots = [*out.values(), *reserved]
     for k, e in out.items():
-        if e.slot is not None:
-            out[k] = replace(e, slots_note=slots_text([o for o in slots if o.slot != e.slot]))
+        out[k] = replace(e, slots_note=ring_note(slots, e.slot,
+                                                 reserved if e.slot == 0 else []))
     out.update((slot_key(group, e.slot or 0), e) for e in reserved)
     return out

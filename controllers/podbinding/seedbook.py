@@ -35,6 +35,7 @@ from controllers.podbinding.seedentry import (
     pod_spec,
     read_bound,
     read_slots,
+    ring_note,
     slots_text,
     without_unknown,
 )
@@ -150,12 +151,10 @@ class SeedBook:
 
     def others_text(self, ledger_key: str, slot: int | None, generation: str) -> str:
         """``GROUP_SLOTS_ANNOTATION`` for a member of index ``slot`` taking its slot
-        back: every other slot of its generation ``ledger_key`` holds, its members'
-        and its vacant ones ("" for a member without an index)."""
-        if slot is None:
-            return ""
-        return slots_text([e for e in self._held(ledger_key) if e.slot is not None
-                           and e.slot != slot and e.generation == generation])
+        back: the next slots of its generation ``ledger_key`` holds, its members'
+        and its vacant ones (``ring_note``)."""
+        return ring_note([e for e in self._held(ledger_key) if e.generation == generation],
+                         slot)
 
     def wake(self) -> None:
         self.on_wake()

@@ -159,6 +159,26 @@ def slots_text(reserved: list[Entry]) -> str:
                     for e in sorted(reserved, key=lambda e: e.slot or 0))
 
 
+#: how many of its group's other slots a member's Binding names (the next ones by
+#: index, wrapping round), besides a leader's reserved slots: a restart keeps the
+#: slot of a member gone unless the RING members before it are all gone too, and a
+#: group of thousands writes no annotation of thousands of slots on each member
+RING = 8
+
+
+def ring_note(slots: list[Entry], slot: int | None, also: list[Entry] | None = None) -> str:
+    """``GROUP_SLOTS_ANNOTATION`` for the member of index ``slot`` of a group whose
+    slots are ``slots``: the RING slots after its own by index (wrapping round), and
+    ``also`` (a leader's reserved slots); "" for a member without an index."""
+    if slot is None:
+        return ""
+    others = sorted({e.slot: e for e in slots
+                     if e.slot is not None and e.slot != slot}.items())
+    after = [e for i, e in others if i > slot] + [e for i, e in others if i < slot]
+    named = {e.slot: e for e in [*after[:RING], *(also or [])] if e.slot != slot}
+    return slots_text(list(named.values()))
+
+
 def read_slots(pod: JSON, leader: Entry) -> list[Entry]:
     """The other slots of its group a bound member's ``GROUP_SLOTS_ANNOTATION``
     names (the members not made yet of a group placed at its leader, and every other

@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from tests.unit.controllers.podbinding.fixtures import GroupEnv, bound_as, lws_member, member
+from api.v1alpha1.keys import GROUP_SLOTS_ANNOTATION as SLOTS
+from tests.unit.controllers.podbinding.fixtures import (
+    GroupEnv,
+    bound_as,
+    lws_member,
+    member,
+    slots_of,
+)
 from tests.unit.controllers.podbinding.test_podbinding import NS
 
 INDEX = "batch.kubernetes.io/job-completion-index"
@@ -207,3 +214,15 @@ def test_after_a_restart_a_finished_members_slot_is_not_held() -> None:
     env.rebuild()
     node, devs = before["train-2"]
     assert not {int(d) for d in devs.split(",")} & env.held()[node]
+
+
+def test_a_members_binding_names_the_next_eight_slots_of_a_large_group() -> None:
+    """A group of 12: each member's Binding names the 8 slots after its own
+    (wrapping round), not all 11, so a group of thousands writes no annotation of
+    thousands of slots on every member."""
+    env = GroupEnv(gpus=8)
+    placed(env, size=12)
+    notes = {b["metadata"]["name"]: slots_of(b["metadata"]["annotations"][SLOTS])
+             for b in env.client.bindings}
+    assert sorted(notes["train-10"]) == [0, 1, 2, 3, 4, 5, 6, 11]
+    assert sorted(notes["train-0"]) == [1, 2, 3, 4, 5, 6, 7, 8]
