@@ -226,3 +226,22 @@ def test_a_members_binding_names_the_next_eight_slots_of_a_large_group() -> None
              for b in env.client.bindings}
     assert sorted(notes["train-10"]) == [0, 1, 2, 3, 4, 5, 6, 11]
     assert sorted(notes["train-0"]) == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_after_a_restart_a_slot_another_holder_took_stays_its() -> None:
+    """A slot a member's Binding named is booked again only where nobody holds it
+    now: a GPUWorkload placed there (its status read on the restart) keeps its
+    devices, unreported, and the slot is not the group's any more."""
+    env = GroupEnv()
+    before = placed(env)
+    node, devs = before["train-1"]
+    env.pods.delete(f"{NS}/train-1")
+    wl = {"apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUWorkload",
+          "metadata": {"name": "gw", "namespace": NS},
+          "spec": {"gpusPerReplica": 2},
+          "status": {"phase": "Running", "placements": [
+              {"index": 0, "node": node, "devices": [int(d) for d in devs.split(",")]}]}}
+    problems = env.rebuild([wl])
+    assert problems == []
+    assert {env.holder(node, int(d)) for d in devs.split(",")} == {f"{NS}/gw"}
+    assert env.book.vacancies(KEY) == []
