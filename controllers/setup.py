@@ -274,8 +274,8 @@ def setup_controllers(mgr: Manager, opts: ControllerOptions,
     if shared.claims is not None and inf.resourceclaims is not None:
         claims = setup_claims(mgr, inf.resourceclaims, inf.pods.indexer, shared.states,
                               shared.claims)[1]
-    binder = setup_podbinding_controller(mgr, shared.states, shared.own_writes,
-                                         pod_binding)[1] if pod_binding is not None else None
+    binder = setup_podbinding_controller(mgr, shared.states, shared.own_writes, pod_binding,
+                                         shared.queues)[1] if pod_binding is not None else None
     if pod_binding is not None:
         POD_GROUPS.set_source(GroupCounts(inf.pods.indexer, pod_binding.scheduler_name,
                                           owner_lookup(mgr)))

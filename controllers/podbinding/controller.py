@@ -343,6 +343,16 @@ class PodBindingReconciler:
             asked += bool(self._evict(pod, key))
         return asked
 
+    def group_created(self, ledger_key: str) -> str | None:
+        """When the pod group booked as ``ledger_key`` was made, as its members'
+        pods say (the queue manager's ``group_dates``: a group admitted before the
+        manager started is as old in a reclaim's order as an uninterrupted one
+        records it), or None."""
+        state = self.states.if_ready()  # asked from a decision: never fills one
+        if state is None:
+            return None
+        return self.groups.created(state.seeds.seed_pod_keys(self.book, ledger_key))
+
     def victims_budget_refusal(self, victims: list[str]) -> str | None:
         """Why the PodDisruptionBudgets refuse evicting every pod of the seed-path
         holders among ``victims`` (ledger keys: a group's, a StatefulSet's) at

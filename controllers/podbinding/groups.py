@@ -47,7 +47,7 @@ from controllers.podbinding.grouppreempt import (
     preempting_text,
     waiting_text,
 )
-from controllers.podbinding.groupquota import forget, plan_in_queue
+from controllers.podbinding.groupquota import forget, oldest, plan_in_queue
 from controllers.podbinding.leaderfirst import (
     await_workers,
     missing_slots,
@@ -325,6 +325,14 @@ class GroupPath:
         group_key = self._lined.pop(key, None)
         if group_key is not None:
             forget(state, group_key)
+
+    def created(self, keys: Iterable[str]) -> str | None:
+        """When the oldest of pods ``keys`` (a group's booked members) was made, as
+        the API has it: what ``plan_in_queue`` records when it admits the group
+        (``groupquota.oldest``); None when none of them is cached."""
+        pods = (self.pods.get_by_name(name, ns) for ns, _, name in
+                (k.partition("/") for k in keys))
+        return oldest([p for p in pods if p is not None]) or None
 
     def _bind_when_free(self, state: PlacementState, pod: JSON, key: str, entry: Entry,
                         group: PodGroup,

@@ -9,6 +9,7 @@ from controllers.placement.source import PlacementStateSource
 from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler
 from controllers.podbinding.owners import owner_lookup, requeue_members
 from controllers.podbinding.seedbook import SeedBook, pod_meta, pod_spec
+from controllers.queues.book import QueueBook
 from controllers.shared.own_writes import OwnWrites
 from internal.scheduling.podgroups import pod_group
 from internal.scheduling.pods import pod_is_active
@@ -35,13 +36,15 @@ def pod_predicate(book: SeedBook) -> Funcs:
 
 
 def setup_podbinding_controller(mgr: Manager, states: PlacementStateSource,
-                                own_writes: OwnWrites, opts: PodBindingOptions | None = None
+                                own_writes: OwnWrites, opts: PodBindingOptions | None = None,
+                                queues: QueueBook | None = None
                                 ) -> tuple[Controller, PodBindingReconciler]:
     """Adds the pod-binding controller on the shared Pod informer, booking in the
     manager's one placement state (``states``, the GPUWorkload reconciler's) and
     recording its Bindings in the controller's ``own_writes``. Call before the
     manager starts: its book is registered with the source before the state is
-    built (``add_pod_book`` refuses after)."""
+    built (``add_pod_book`` refuses after). With ``queues``, their manager asks it
+    how old a group it did not admit is (``group_dates``)."""
     opts = opts or PodBindingOptions()
     pods = mgr.informer_for("v1", "Pod")
     book = SeedBook(opts.scheduler_name)
@@ -56,6 +59,8 @@ def setup_podbinding_controller(mgr: Manager, states: PlacementStateSource,
             .complete(only_in(opts.namespaces, reconciler)))
     reconciler.enqueue_after = ctrl.queue.add_after
     book.on_evict = reconciler.evict_holder
+    if queues is not None:  # a group admitted before a restart keeps its age
+        queues.manager.group_dates = reconciler.group_created
     # an owner kind served after the start: its pods are read again once it is watched
     owners.when_served(requeue_members(pods.indexer, book.owns, ctrl.queue.add))
     return ctrl, reconciler

@@ -317,8 +317,8 @@ class QueueBook:
             queue = self.queue_of(a)
             if queue is None:
                 continue
-            # a group admitted before this manager started: its age is unknown, it
-            # is taken as the oldest of its priority (the last of them)
+            # a group with no members left to say its age (None): taken as the
+            # oldest of its priority (the last of them)
             out.append(Candidate(a.key, a.owner, queue, a.priority, created or "",
                                  owners[a.owner].gpus))
         return out

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -117,6 +117,10 @@ class QueueManager:
         self._lines: dict[str, list[tuple[Order, Waiting]]] = {}
         #: admitted pod group key -> its oldest member's creation (a reclaim's order)
         self._groups: dict[str, str] = {}
+        #: a group this manager did not admit (admitted before it started): its
+        #: oldest member's creation as the API has it, or None (set by the pod
+        #: binding: ``PodBindingReconciler.group_created``); called unlocked
+        self.group_dates: Callable[[str], str | None] = lambda key: None
 
     # ------------------------------------------------------------ events
 
@@ -297,9 +301,13 @@ class QueueManager:
             self._groups[key] = created
 
     def group_created(self, key: str) -> str | None:
-        """When the admitted pod group ``key``'s oldest member was made, or None."""
+        """When the admitted pod group ``key``'s oldest member was made: as recorded
+        at its admission, else (admitted before this manager started, or its
+        record gone with a member) as its members' pods say (``group_dates``), or
+        None."""
         with self._lock:
-            return self._groups.get(key)
+            found = self._groups.get(key)
+        return found if found is not None else self.group_dates(key)
 
     def forget_group(self, key: str) -> None:
         """A member of pod group ``key`` is gone: no line, no admission kept."""
