@@ -411,11 +411,14 @@ class PodBindingReconciler:
 
     def _wake(self) -> None:
         """Capacity was freed (or a node changed): retry every waiting pod now, or
-        ``min_wake_interval`` after its last try (node heartbeats wake often)."""
+        ``min_wake_interval`` after its last try (node heartbeats wake often); a
+        member of a nominated group waiting for its victims to go, now (it only
+        looks whether they are gone)."""
         now = time.monotonic()
         with self._waiting.lock:
             due = {k: self._waiting.last.get(k, 0.0) + self.options.min_wake_interval - now
                    for k in self._waiting.attempts}
+        due.update((k, 0.0) for k in self.groups.waits.nominated())
         for k, wait in due.items():
             ns, name = k.split("/", 1)
             self.enqueue_after(Request(ns, name), max(0.0, wait))

@@ -78,8 +78,9 @@ _BOOKED = "booked by another member's reconcile"
 #: how long a group may wait for its members before it is reported (the in-tree
 #: gang scheduling's default wait)
 DEFAULT_GROUP_TIMEOUT = 300.0
-#: seconds between a nominated group's looks at whether its victims are gone
-PREEMPTION_POLL = 1.0
+#: seconds between a nominated group's looks at whether its victims are gone, a
+#: fallback: their going wakes its members at once (``GroupWaits.nominated``)
+PREEMPTION_POLL = 10.0
 
 
 #: a pod's group (``podgroups.pod_group`` with the owners' caches), None when it is
@@ -111,8 +112,9 @@ def _slot_waits(view: PlacementView, book: SeedBook, group: PodGroup) -> bool:
 
 
 class GroupWaits:
-    """When each incomplete group was first seen, and which have been reported as
-    timed out (thread-safe: the reconciler's workers share it)."""
+    """When each incomplete group was first seen, which have been reported as
+    timed out, and which members of nominated groups wait for their victims to go
+    (thread-safe: the reconciler's workers share it)."""
 
     def __init__(self, timeout: float = DEFAULT_GROUP_TIMEOUT,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -123,6 +125,7 @@ class GroupWaits:
         self._told: dict[str, int] = {}  # group -> the member count last told
         self._said: dict[str, str] = {}  # pod UID -> the refusal last said
         self._late: set[str] = set()  # leaders' groups reported for workers not come
+        self._nominated: set[str] = set()  # members (pod keys) waiting for victims
         self._lock = threading.Lock()
 
     def waiting(self, group: PodGroup, present: int) -> tuple[bool, bool, float]:
@@ -152,6 +155,20 @@ class GroupWaits:
                 return False
             self._late.add(key)
             return True
+
+    def for_victims(self, key: str, waits: bool) -> None:
+        """Member ``key`` waits for its group's victims to go (``waits``), or not."""
+        with self._lock:
+            if waits:
+                self._nominated.add(key)
+            else:
+                self._nominated.discard(key)
+
+    def nominated(self) -> list[str]:
+        """The members waiting for their group's victims to go: freed capacity (a
+        victim's pod gone, its holding released) wakes them at once."""
+        with self._lock:
+            return sorted(self._nominated)
 
     def placed(self, group: PodGroup) -> None:
         with self._lock:
@@ -229,6 +246,7 @@ class GroupPath:
         """Member ``key`` of ``group``: bound to its slot when its group is booked;
         else the whole group booked once every member exists (and the others
         enqueued to bind themselves), or why not."""
+        self.waits.for_victims(key, False)  # said again below while it still waits
         if isinstance(group, GroupRefusal):
             return self._refused(pod, group)
         held = self.book.entry(key)
@@ -322,6 +340,7 @@ class GroupPath:
     def forget(self, state: PlacementState, key: str) -> None:
         """Pod ``key`` is gone or being deleted: its group, incomplete, leaves its
         queue's waiting line (``groupquota.forget``)."""
+        self.waits.for_victims(key, False)
         group_key = self._lined.pop(key, None)
         if group_key is not None:
             forget(state, group_key)
@@ -340,8 +359,11 @@ class GroupPath:
                         ) -> Result | None:
         """Member ``key`` booked with its group: bound, unless the group's booking is
         a nomination whose victims still hold something of (or on) its devices;
-        then it waits for them (said once per wording), looked at again shortly."""
+        then it waits for them (said once per wording), woken when capacity is
+        freed (``GroupWaits.nominated``), else looked at again after
+        ``PREEMPTION_POLL``."""
         blockers = state.seeds.group_blockers(entry.ledger_key)
+        self.waits.for_victims(key, bool(blockers))
         if not blockers:
             return bind(state, pod, key, entry)
         said = waiting_text(group.key, blockers)
