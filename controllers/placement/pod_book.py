@@ -38,7 +38,9 @@ class PodBook(Protocol):
         """Is ``ledger_key`` one of this book's bookings?"""
         ...
 
-    def evict(self, ledger_key: str, message: str) -> None:
+    def evict(self, ledger_key: str, message: str) -> str | None:
         """A preemptor took this booking's devices: ask its pods to go (called
-        unlocked). The booking stays until they are gone."""
+        unlocked). The booking stays until they are gone. Returns why none was
+        asked (a PodDisruptionBudget refuses a pod group's eviction: its members
+        go all or none), else None."""
         ...

@@ -274,7 +274,10 @@ class PlacementState(PlacementCache):
 
         A preemption is booked here too, in the same section: the victims' bookings
         are released (their own reconcile then deletes their children, which are
-        queued) and ``w`` is nominated over the devices their pods still hold."""
+        queued) and ``w`` is nominated over the devices their pods still hold; a
+        pod book that asks none of its pods to go (a PodDisruptionBudget refuses a
+        pod group's eviction: it goes whole or not at all) makes ``w`` give its
+        nomination up, Unschedulable for now with the book's reason."""
         victims: list[str] = []
         booked: list[tuple[PodBook, str]] = []  # victims of a pod book: their pods go
         with self._lock:
@@ -307,8 +310,12 @@ class PlacementState(PlacementCache):
         if victims:
             self._enqueue_waiting(victims)
         for book, key in booked:
-            book.evict(key, decision.evict_message or  # a reclaim says so
-                       f"preempted by {w.key} (priority {w.spec.priority}) to make room")
+            refused = book.evict(key, decision.evict_message or  # a reclaim says so
+                                 f"preempted by {w.key} (priority {w.spec.priority}) to make room")
+            if refused is not None:  # nobody of it goes: w would wait for it for ever
+                self.forget(w.key)
+                return Decision(UNSCHEDULABLE, decision.strategy, message=refused,
+                                visited=decision.visited)
         return decision
 
     def _book(self, decision: Decision, w: GPUWorkload) -> Decision:

@@ -312,14 +312,17 @@ class PodBindingReconciler:
             return
         DEVICE_CONFLICTS.labels("evicted" if self._evict(pod, key) else "evict_failed").inc()
 
-    def evict_holder(self, ledger_key: str, message: str) -> int:
+    def evict_holder(self, ledger_key: str, message: str) -> str | None:
         """Ask every pod of the seed-path holder ``ledger_key`` to go (Eviction API,
-        so PodDisruptionBudgets hold), with a ``Preempted`` Event saying why; returns
-        how many were asked. For preemption: the devices stay held until the pods are
-        gone (docs/architecture.md, invariants 2 and 3), so a caller keeps them
-        nominated meanwhile. A pod group's members go all or none: where the
-        PodDisruptionBudgets over them would refuse some, none is asked
-        (``groupevict.budget_refusal``), and each says why (``EvictionFailed``)."""
+        so PodDisruptionBudgets hold), with a ``Preempted`` Event saying why. For
+        preemption: the devices stay held until the pods are gone (docs/architecture.md,
+        invariants 2 and 3), so a caller keeps them nominated meanwhile. A pod
+        group's members go all or none: where the PodDisruptionBudgets over them
+        would refuse some, none is asked (``groupevict.budget_refusal``), each says
+        why (``EvictionFailed``), and so is the preemptor: the refusal is returned
+        (``preemption of pod group ... refused: ...``), which its nomination gives
+        up (the placement state, as it books the preemption); None when the pods
+        were asked."""
         keys = self.states.get().seeds.seed_pod_keys(self.book, ledger_key)
         pods: list[tuple[str, JSON]] = []
         for key in keys:
@@ -336,12 +339,13 @@ class PodBindingReconciler:
                     self.recorder.warning(pod, "EvictionFailed", (
                         f"{message}, but {refusal}: no member is evicted (a pod group is "
                         f"preempted whole or not at all)"))
-                return 0
-        asked = 0
+                group = ledger_key.split(":", 1)[1]
+                return (f"preemption of pod group {group} refused: {refusal}; none of it "
+                        "is evicted (a pod group is preempted whole or not at all)")
         for key, pod in pods:
             self.recorder.warning(pod, "Preempted", message)
-            asked += bool(self._evict(pod, key))
-        return asked
+            self._evict(pod, key)
+        return None
 
     def group_created(self, ledger_key: str) -> str | None:
         """When the pod group booked as ``ledger_key`` was made, as its members'

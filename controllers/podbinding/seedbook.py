@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
 
 from controllers.podbinding.seedentry import (
     GROUP_SLOTS_ANNOTATION,
@@ -71,8 +70,9 @@ class SeedBook:
         self.pods: dict[str, Entry] = {}
         self._by_key: dict[str, set[str]] = {}  # ledger key -> pod keys
         self.on_wake: Callable[[], None] = lambda: None
-        #: asks a holder's pods to go (set to the reconciler's ``evict_holder``)
-        self.on_evict: Callable[[str, str], Any] = lambda key, message: None
+        #: asks a holder's pods to go (set to the reconciler's ``evict_holder``):
+        #: why none was asked (a budget refuses a group's), or None
+        self.on_evict: Callable[[str, str], str | None] = lambda key, message: None
         #: what a bound pod holds, under its pod group's key if it is in one
         #: (set by the reconciler's ``GroupPath``)
         self.regroup: Callable[[JSON, Entry | None], Entry | None] = lambda pod, e: e
@@ -162,11 +162,13 @@ class SeedBook:
     def owns_key(self, ledger_key: str) -> bool:
         return ledger_key in self._by_key
 
-    def evict(self, ledger_key: str, message: str) -> None:
+    def evict(self, ledger_key: str, message: str) -> str | None:
         if is_group_key(ledger_key):
             self._preempted.add(ledger_key)  # its members go for good: no slot kept
-        if not self.on_evict(ledger_key, message) and is_group_key(ledger_key):
+        refused = self.on_evict(ledger_key, message)
+        if refused is not None:
             self._preempted.discard(ledger_key)  # none was asked to go: it stays whole
+        return refused
 
     # -- bookings
     def entry(self, key: str) -> Entry | None:

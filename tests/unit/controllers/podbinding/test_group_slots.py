@@ -101,7 +101,7 @@ def test_a_member_that_finished_gives_its_slot_back() -> None:
 def test_a_preempted_group_keeps_no_slot() -> None:
     env = GroupEnv()
     placed(env)
-    env.book.on_evict = lambda key, message: 3  # its 3 members asked to go
+    env.book.on_evict = lambda key, message: None  # its 3 members asked to go
     env.book.evict(KEY, "preempted by ns/urgent (priority 100) to make room")
     env.gone("train-1")
     env.client.bindings.clear()

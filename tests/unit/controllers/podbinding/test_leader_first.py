@@ -99,7 +99,7 @@ def test_preempting_the_group_takes_the_leader_and_the_reserved_slots() -> None:
     env = LeaderEnv()
     placed_leader(env)
     asked: list[str] = []
-    env.book.on_evict = lambda key, message: asked.append(key) or 1
+    env.book.on_evict = lambda key, message: asked.append(key)  # asked to go
     env.book.evict(KEY, "preempted by ns/urgent (priority 100) to make room")
     assert asked == [KEY]
     env.pods.delete(f"{NS}/serve-0")

@@ -503,7 +503,7 @@ def test_evict_holder_asks_every_pod_of_a_seed_holder_to_go() -> None:
     env.client = EvictingClient()
     env.rec = env.reconciler()
     assert is_seed_key(STS) and not is_seed_key("ns/gw")
-    assert env.rec.evict_holder(STS, "preempted by ns/urgent (priority 100)") == 2
+    assert env.rec.evict_holder(STS, "preempted by ns/urgent (priority 100)") is None
     assert sorted(e["metadata"]["name"] for e in env.client.evictions) == ["check-3", "check-4"]
     assert [r for _, _, r, m in env.recorder.events if "preempted by" in m] == ["Preempted"] * 2
     assert env.holder("node4", 3) == STS  # held until the pods are gone
