@@ -53,6 +53,7 @@ from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner, departing_key
 from internal.scheduling.nodefit import PodFit
 from internal.scheduling.nodeusage import NodeUsage
+from internal.scheduling.outcome import PREEMPTION_REFUSED
 from internal.scheduling.scheduler import Scheduler
 from internal.scheduling.search import check_exact
 from internal.scheduling.sharefloor import DEFAULT_FLOORS, ShareFloors
@@ -315,7 +316,7 @@ class PlacementState(PlacementCache):
             if refused is not None:  # nobody of it goes: w would wait for it for ever
                 self.forget(w.key)
                 return Decision(UNSCHEDULABLE, decision.strategy, message=refused,
-                                visited=decision.visited)
+                                visited=decision.visited, wait_reason=PREEMPTION_REFUSED)
         return decision
 
     def _book(self, decision: Decision, w: GPUWorkload) -> Decision:

@@ -13,6 +13,10 @@ UNSCHEDULABLE = "Unschedulable"
 INVALID_MAP = "InvalidSchedulingMap"
 PREEMPT = "Preempting"
 
+#: a preemption whose victims' disruption budgets let none of them go: the preemptor
+#: waits (``Decision.wait_reason``), nominated over nobody, and spends no retry
+PREEMPTION_REFUSED = "PreemptionRefused"
+
 
 @dataclass
 class Decision:
@@ -37,7 +41,9 @@ class Decision:
     gpus_per_replica: int = 0
     visited: int = 0  # nodes the filters ran on
     queue: str | None = None  # the GPUQueue that admits it (None: in no queue)
-    wait_reason: str = ""  # waiting in its queue: the Scheduled condition's reason
+    #: waiting, not failing (no retry spent): the Scheduled condition's reason (its
+    #: queue's, ``ShareBelowMinimum``, ``PREEMPTION_REFUSED``)
+    wait_reason: str = ""
     evict_message: str = ""  # what a PREEMPT tells its victims (default: by priority)
     #: set by the booking (``PlacementState.decide``) of a SCHEDULED decision, in its
     #: section: node -> pods its devices still wait for (None: not booked, or a PREEMPT)

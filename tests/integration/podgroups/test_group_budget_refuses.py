@@ -5,13 +5,15 @@ runs it: the real JobSet and Job controllers make the pods.
 One node of 4 GPUs held by a priority-0 JobSet of 2 pods x 2 GPUs, a budget over
 its pods allowing no disruption. A priority-100 GPUWorkload of 4 GPUs would
 preempt the group: the budget refuses, no member is evicted, and the workload is
-nominated over nobody; it says why (``Unschedulable``: ``preemption of pod group
-... refused: PodDisruptionBudget ...``) and is placed on a node added later.
+nominated over nobody; it waits, spending no retry, and says why
+(``PreemptionRefused``: ``preemption of pod group ... refused: PodDisruptionBudget
+...``) and is placed on a node added later.
 (Before, it stayed nominated over the group, waiting for pods that never went,
 and never took the new node.)"""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from runtime import Client
@@ -61,15 +63,19 @@ def test_a_workload_whose_group_preemption_a_budget_refuses_is_nominated_over_no
     admin.create(workload("urgent", namespace, gpusPerReplica=4, priority=100,
                           schedulingStrategy="priority", nodeSelector=dict(group.selector),
                           retryPolicy={"backoffSeconds": 2}))
-    cond = wait_condition(admin, namespace, "urgent", "Scheduled", "Unschedulable", timeout=60)
+    # it waits (no retry spent), nominated over nobody
+    cond = wait_condition(admin, namespace, "urgent", "Scheduled", "PreemptionRefused",
+                          timeout=60)
     g = f"{namespace}/jobset:kept:0"
     assert (f"preemption of pod group {g} refused: PodDisruptionBudget {namespace}/kept "
             f"allows 0 disruption(s) and covers 2 member(s) of the group") in cond["message"], \
         cond
+    time.sleep(5)  # past its retry backoff (2 s): a wait spends no retry
     status = get_workload(admin, namespace, "urgent")["status"]
     assert not status.get("nominatedOver") and not status.get("placements"), status
+    assert not status.get("retries"), status  # a wait, not a failed attempt
     said = [e["message"] for e in events_for(admin, namespace, "urgent")
-            if e["reason"] == "FailedScheduling"]
+            if e["reason"] == "PreemptionRefused"]
     assert any(f"preemption of pod group {g} refused" in m for m in said), said
     # the group is whole, none of it asked to go
     assert uids(bound(members(admin, namespace, "kept"))) == uids(held)
