@@ -17,6 +17,9 @@ Guarantees:
   again.
 - A pass that raises on inputs that changed under it is made again; on unchanged
   inputs the exception is a bug and is raised.
+- A preemption whose pod-group victims' disruption budgets refuse is never booked:
+  the victims' budgets are asked first, outside the lock (``refused``), and the
+  workload waits (``PreemptionRefused``) with no victim asked to go.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from typing import TYPE_CHECKING
 
 from api.v1alpha1.types import GPUWorkload
 from internal.metrics.domain import STALE_DECISIONS
-from internal.scheduling.framework import PREEMPT, Decision
+from internal.scheduling.framework import PREEMPT, UNSCHEDULABLE, Decision
 from internal.scheduling.ledger import Ledger
+from internal.scheduling.outcome import PREEMPTION_REFUSED
 from internal.scheduling.scheduler import Scheduler
 from internal.scheduling.stamps import Mark, StaleDecision
 
@@ -57,6 +61,10 @@ class Decider:
                 if not cache.changed_since(mark):
                     raise
             else:
+                if decision.outcome == PREEMPT:  # its victims' budgets first, unlocked
+                    refused = self.refused(w, decision)
+                    if refused is not None:
+                        return refused
                 if decision.ok or decision.outcome == PREEMPT:
                     try:
                         return cache.assume_decision(w, decision, mark)
@@ -67,6 +75,21 @@ class Decider:
             STALE_DECISIONS.labels("retried").inc()
         STALE_DECISIONS.labels("locked").inc()
         return cache.assume_locked(w, lambda sched: self.one_pass(sched, w, across))
+
+    def refused(self, w: GPUWorkload, decision: Decision) -> Decision | None:
+        """A preemption some of whose victims' pod books would let none of their
+        pods go (``PodBook.refusal``: a pod group's budgets), asked outside the lock
+        before anything is booked: the preemptor waits (``PREEMPTION_REFUSED``, no
+        retry spent) and nobody is evicted; None when every book would let its go."""
+        for v in decision.victims:
+            book = next((b for b in self._cache.pod_books if b.owns_key(v)), None)
+            why = book.refusal(v, decision.evict_message or  # as the eviction says
+                               f"preempted by {w.key} (priority {w.spec.priority}) to make "
+                               f"room") if book is not None else None
+            if why is not None:
+                return Decision(UNSCHEDULABLE, decision.strategy, message=why,
+                                visited=decision.visited, wait_reason=PREEMPTION_REFUSED)
+        return None
 
     def one_pass(self, sched: Scheduler, w: GPUWorkload, across: bool) -> Decision:
         """One scheduling pass for ``w`` on ``sched``'s snapshot and ledger: books

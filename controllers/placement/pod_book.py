@@ -38,6 +38,13 @@ class PodBook(Protocol):
         """Is ``ledger_key`` one of this book's bookings?"""
         ...
 
+    def refusal(self, ledger_key: str, message: str) -> str | None:
+        """Why this booking's pods would not all go if asked now, with ``message``
+        (a PodDisruptionBudget over a pod group's members: it goes whole or not at
+        all), asked before a preemption of it is booked (called unlocked); None:
+        they would."""
+        ...
+
     def evict(self, ledger_key: str, message: str) -> str | None:
         """A preemptor took this booking's devices: ask its pods to go (called
         unlocked). The booking stays until they are gone. Returns why none was

@@ -277,8 +277,9 @@ class PlacementState(PlacementCache):
         are released (their own reconcile then deletes their children, which are
         queued) and ``w`` is nominated over the devices their pods still hold; a
         pod book that asks none of its pods to go (a PodDisruptionBudget refuses a
-        pod group's eviction: it goes whole or not at all) makes ``w`` give its
-        nomination up, Unschedulable for now with the book's reason."""
+        pod group's eviction: it goes whole or not at all; asked before, in
+        ``Decider.refused``, this is a budget changed meanwhile) makes ``w`` give
+        its nomination up and wait with the book's reason."""
         victims: list[str] = []
         booked: list[tuple[PodBook, str]] = []  # victims of a pod book: their pods go
         with self._lock:

@@ -67,7 +67,7 @@ from api.v1alpha1.keys import DEVICES_ANNOTATION
 from api.v1alpha1.types import SchedulingStrategy
 from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
-from controllers.podbinding.groupevict import budget_refusal
+from controllers.podbinding.groupevict import budget_refusal, group_refusal, refused_text
 from controllers.podbinding.groupquota import outside_queue
 from controllers.podbinding.groups import DEFAULT_GROUP_TIMEOUT, GroupPath, Recognise
 from controllers.podbinding.mapwarning import MisplacedMaps
@@ -77,7 +77,6 @@ from controllers.podbinding.seedbook import (
     Entry,
     SeedBook,
     devs_text,
-    is_group_key,
     pod_meta,
     pod_spec,
     read_bound,
@@ -323,29 +322,41 @@ class PodBindingReconciler:
         (``preemption of pod group ... refused: ...``), which its nomination gives
         up (the placement state, as it books the preemption); None when the pods
         were asked."""
-        keys = self.states.get().seeds.seed_pod_keys(self.book, ledger_key)
-        pods: list[tuple[str, JSON]] = []
-        for key in keys:
-            ns, name = key.split("/", 1)
-            pod = self.pods.get_by_name(name, ns)
-            if pod is not None:
-                pods.append((key, pod))
-        if is_group_key(ledger_key) and pods:  # a group goes whole or not at all
-            ns = pod_meta(pods[0][1]).get("namespace") or "default"
-            refusal = budget_refusal(self.client, ns, [p for _, p in pods])
-            if refusal is not None:
-                log.warning("group.evict.refused", holder=ledger_key, reason=refusal)
-                for _, pod in pods:
-                    self.recorder.warning(pod, "EvictionFailed", (
-                        f"{message}, but {refusal}: no member is evicted (a pod group is "
-                        f"preempted whole or not at all)"))
-                group = ledger_key.split(":", 1)[1]
-                return (f"preemption of pod group {group} refused: {refusal}; none of it "
-                        "is evicted (a pod group is preempted whole or not at all)")
+        pods = self._holder_pods(ledger_key)
+        refused = self.holder_refusal(ledger_key, message, pods)
+        if refused is not None:
+            return refused
         for key, pod in pods:
             self.recorder.warning(pod, "Preempted", message)
             self._evict(pod, key)
         return None
+
+    def holder_refusal(self, ledger_key: str, message: str,
+                       pods: list[tuple[str, JSON]] | None = None) -> str | None:
+        """Why ``evict_holder`` would ask none of ``ledger_key``'s pods to go now
+        (a pod group whose budgets refuse: each member says so once per wording,
+        ``EvictionFailed``), else None; asked before a preemption of it is booked
+        too, so nothing is booked or evicted for a preemption that cannot happen."""
+        pods = self._holder_pods(ledger_key) if pods is None else pods
+        refusal = group_refusal(self.client, ledger_key, [p for _, p in pods])
+        if refusal is None:
+            return None
+        said = (f"{message}, but {refusal}: no member is evicted (a pod group is "
+                "preempted whole or not at all)")
+        for _, pod in pods:
+            if self.groups.waits.tell_once(pod_uid(pod), said):
+                log.warning("group.evict.refused", holder=ledger_key, reason=refusal)
+                self.recorder.warning(pod, "EvictionFailed", said)
+        return refused_text(ledger_key, refusal)
+
+    def _holder_pods(self, ledger_key: str) -> list[tuple[str, JSON]]:
+        pods: list[tuple[str, JSON]] = []
+        for key in self.states.get().seeds.seed_pod_keys(self.book, ledger_key):
+            ns, name = key.split("/", 1)
+            pod = self.pods.get_by_name(name, ns)
+            if pod is not None:
+                pods.append((key, pod))
+        return pods
 
     def group_created(self, ledger_key: str) -> str | None:
         """When the pod group booked as ``ledger_key`` was made, as its members'
@@ -426,3 +437,4 @@ class PodBindingReconciler:
         for k, wait in due.items():
             ns, name = k.split("/", 1)
             self.enqueue_after(Request(ns, name), max(0.0, wait))
+

@@ -12,6 +12,7 @@ from typing import Any
 
 import structlog
 
+from controllers.podbinding.seedentry import is_group_key
 from internal.objects import JSON
 from runtime.errors import ApiError
 
@@ -58,3 +59,20 @@ def budget_refusal(client: Any, namespace: str, members: list[JSON],
             return (f"PodDisruptionBudget {namespace}/{meta.get('name')} allows {allowed} "
                     f"disruption(s) and covers {len(covered)} {what}")
     return None
+
+
+def group_refusal(client: Any, ledger_key: str, members: list[JSON]) -> str | None:
+    """Why the budgets refuse evicting every member of the pod group booked as
+    ``ledger_key`` at once (it goes whole or not at all); None for them, or for
+    another holder (``is_group_key``)."""
+    if not is_group_key(ledger_key) or not members:
+        return None
+    ns = (members[0].get("metadata") or {}).get("namespace") or "default"
+    return budget_refusal(client, ns, members)
+
+
+def refused_text(ledger_key: str, refusal: str) -> str:
+    """A preemptor's reason when the budgets of the pod group ``ledger_key`` refuse."""
+    group = ledger_key.split(":", 1)[1]
+    return (f"preemption of pod group {group} refused: {refusal}; none of it is evicted "
+            "(a pod group is preempted whole or not at all)")

@@ -73,6 +73,9 @@ class SeedBook:
         #: asks a holder's pods to go (set to the reconciler's ``evict_holder``):
         #: why none was asked (a budget refuses a group's), or None
         self.on_evict: Callable[[str, str], str | None] = lambda key, message: None
+        #: why a holder's pods would not all go if asked (set to the reconciler's
+        #: ``holder_refusal``)
+        self.on_refusal: Callable[[str, str], str | None] = lambda key, message: None
         #: what a bound pod holds, under its pod group's key if it is in one
         #: (set by the reconciler's ``GroupPath``)
         self.regroup: Callable[[JSON, Entry | None], Entry | None] = lambda pod, e: e
@@ -161,6 +164,9 @@ class SeedBook:
 
     def owns_key(self, ledger_key: str) -> bool:
         return ledger_key in self._by_key
+
+    def refusal(self, ledger_key: str, message: str) -> str | None:
+        return self.on_refusal(ledger_key, message) if is_group_key(ledger_key) else None
 
     def evict(self, ledger_key: str, message: str) -> str | None:
         if is_group_key(ledger_key):

@@ -59,6 +59,7 @@ def setup_podbinding_controller(mgr: Manager, states: PlacementStateSource,
             .complete(only_in(opts.namespaces, reconciler)))
     reconciler.enqueue_after = ctrl.queue.add_after
     book.on_evict = reconciler.evict_holder
+    book.on_refusal = reconciler.holder_refusal
     if queues is not None:  # a group admitted before a restart keeps its age
         queues.manager.group_dates = reconciler.group_created
     # an owner kind served after the start: its pods are read again once it is watched

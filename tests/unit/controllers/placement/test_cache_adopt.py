@@ -87,6 +87,9 @@ class Book:
     def owns_key(self, key: str) -> bool:
         return key == self.key
 
+    def refusal(self, ledger_key: str, message: str) -> str | None:
+        return None
+
     def refill(self, ledger: Ledger, pods: list[dict[str, Any]]) -> None:
         pass
 

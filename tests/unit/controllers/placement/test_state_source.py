@@ -24,6 +24,9 @@ class Book:
     def rebuild(self, ledger: Any, pods: list[Any]) -> list[str]:
         return []
 
+    def refusal(self, ledger_key: str, message: str) -> str | None:
+        return None
+
     def refill(self, ledger: Any, pods: list[Any]) -> None:
         pass
 

@@ -198,3 +198,29 @@ def test_a_member_that_finds_its_group_booked_under_the_lock_still_waits_for_the
     env.book.entry = read_before_the_booking  # type: ignore[method-assign]
     env.reconcile("urgent-1")
     assert early[0] == 0 and env.bound() == {}, env.bound()
+
+
+def test_a_workload_whose_preemption_a_group_budget_refuses_books_and_evicts_nothing() -> None:
+    """A GPUWorkload that needs a GPUWorkload's node and a pod group's: the group's
+    budget allows too few disruptions, so the preemption cannot happen whole. Its
+    victims' budgets are asked before anything is booked: it waits
+    (``PreemptionRefused``, no retry spent), nominated over nobody, and neither the
+    group nor the GPUWorkload is asked to go. (Before, it booked first: the
+    GPUWorkload victim was evicted for a preemption that never happened.)"""
+    env = full([low("w1", "node1")])
+    env.book.on_refusal = env.rec.holder_refusal  # as setup_podbinding_controller wires it
+    env.place("low", 3)
+    env.show_bindings()
+    assert len(env.bound()) == 3
+    env.client.budgets = [{"metadata": {"name": "keep"},
+                           "spec": {"selector": {"matchLabels": {
+                               "gpu.orchestrator.dev/pod-group": "low"}}},
+                           "status": {"disruptionsAllowed": 1}}]
+    w = gw("urgent", replicas=4, gpusPerReplica=4, priority=100,
+           schedulingStrategy="priority")
+    decision = env.state.decide(w)
+    assert decision.wait_reason == "PreemptionRefused", decision
+    assert "PodDisruptionBudget" in decision.message and "keep" in decision.message
+    assert env.state.booking(w.key) is None
+    assert env.state.eviction(f"{NS}/w1") is None  # the workload victim was not told
+    assert env.client.evictions == []
