@@ -126,31 +126,40 @@ class SeedBook:
                 e = self.regroup(pod, bound_entry(pod))
                 if e is not None:
                     finished.add((e.ledger_key, e.slot, e.generation))
+        taken = {(e.placement.node, d) for e in self.pods.values() for d in e.placement.devices}
+        seen = {(lk, v.slot, v.generation) for lk, vs in self._vacant.items() for v in vs}
+        named: dict[str, list[Entry]] = {}  # ledger key -> the slots to book again
         for pod in sorted(pods, key=object_key):
             held = self.pods.get(object_key(pod))
             if held is None or not self.owns(pod) or not pod_is_active(pod) \
                     or pod_meta(pod).get("deletionTimestamp"):
                 continue
             for slot in read_slots(pod, held):
-                if (slot.ledger_key, slot.slot, slot.generation) not in finished:
-                    self._reserve(ledger, slot)
+                which = (slot.ledger_key, slot.slot, slot.generation)
+                if which in finished or which in seen or any(
+                        (slot.placement.node, d) in taken for d in slot.placement.devices):
+                    continue  # finished, named already, or its member took it
+                seen.add(which)
+                named.setdefault(slot.ledger_key, []).append(slot)
+        for lk, slots in named.items():
+            self._reserve(ledger, lk, slots)
 
-    def _reserve(self, ledger: Ledger, slot: Entry) -> None:
-        """Books ``slot`` as a vacant slot of its key unless a bound pod holds its
-        devices (its member took it), it is vacant already, or the ledger refuses it."""
-        lk = slot.ledger_key
-        if any(e.placement.node == slot.placement.node
-               and set(e.placement.devices) & set(slot.placement.devices)
-               for e in self.pods.values()):
-            return
-        if any((v.slot, v.generation) == (slot.slot, slot.generation)
-               for v in self._vacant.get(lk, ())):
-            return
+    def _reserve(self, ledger: Ledger, lk: str, slots: list[Entry]) -> None:
+        """Books ``slots`` as vacant slots of ``lk``, at once, else one by one
+        where the ledger refuses some (another holder took them)."""
         try:
-            self._rebook(ledger, lk, [*self._held(lk), slot])
+            self._rebook(ledger, lk, [*self._held(lk), *slots])
         except LedgerConflict:
+            pass
+        else:
+            self._vacant.setdefault(lk, []).extend(slots)
             return
-        self._vacant.setdefault(lk, []).append(slot)
+        for slot in slots:
+            try:
+                self._rebook(ledger, lk, [*self._held(lk), slot])
+            except LedgerConflict:
+                continue
+            self._vacant.setdefault(lk, []).append(slot)
 
     def others_text(self, ledger_key: str, slot: int | None, generation: str) -> str:
         """``GROUP_SLOTS_ANNOTATION`` for a member of index ``slot`` taking its slot
