@@ -42,6 +42,19 @@ if TYPE_CHECKING:
 STALE_TRIES = 3
 
 
+def evict_message(w: GPUWorkload, decision: Decision) -> str:
+    """What a preemption by ``w`` tells its pod-book victims (a reclaim says its own)."""
+    return decision.evict_message or \
+        f"preempted by {w.key} (priority {w.spec.priority}) to make room"
+
+
+def budget_wait(decision: Decision, why: str) -> Decision:
+    """The preemption ``decision`` given up for a victim's budget: the preemptor
+    waits (``PREEMPTION_REFUSED``, no retry spent), saying ``why``."""
+    return Decision(UNSCHEDULABLE, decision.strategy, message=why,
+                    visited=decision.visited, wait_reason=PREEMPTION_REFUSED)
+
+
 class Decider:
     """Decides for one workload at a time per caller; any number of callers at once."""
 
@@ -83,12 +96,9 @@ class Decider:
         retry spent) and nobody is evicted; None when every book would let its go."""
         for v in decision.victims:
             book = next((b for b in self._cache.pod_books if b.owns_key(v)), None)
-            why = book.refusal(v, decision.evict_message or  # as the eviction says
-                               f"preempted by {w.key} (priority {w.spec.priority}) to make "
-                               f"room") if book is not None else None
+            why = book.refusal(v, evict_message(w, decision)) if book is not None else None
             if why is not None:
-                return Decision(UNSCHEDULABLE, decision.strategy, message=why,
-                                visited=decision.visited, wait_reason=PREEMPTION_REFUSED)
+                return budget_wait(decision, why)
         return None
 
     def one_pass(self, sched: Scheduler, w: GPUWorkload, across: bool) -> Decision:

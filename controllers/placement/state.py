@@ -34,7 +34,7 @@ import structlog
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
 from controllers.placement.cache import PlacementCache
-from controllers.placement.decider import Decider, stale_reason
+from controllers.placement.decider import Decider, budget_wait, evict_message, stale_reason
 from controllers.placement.door import PlacementView
 from controllers.placement.event_gate import EventGate
 from controllers.placement.events import CacheEvents
@@ -53,7 +53,6 @@ from internal.scheduling.inventory import DEFAULT_STALE_AFTER
 from internal.scheduling.ledger import Ledger, LedgerConflict, booking_owner, departing_key
 from internal.scheduling.nodefit import PodFit
 from internal.scheduling.nodeusage import NodeUsage
-from internal.scheduling.outcome import PREEMPTION_REFUSED
 from internal.scheduling.scheduler import Scheduler
 from internal.scheduling.search import check_exact
 from internal.scheduling.sharefloor import DEFAULT_FLOORS, ShareFloors
@@ -312,12 +311,10 @@ class PlacementState(PlacementCache):
         if victims:
             self._enqueue_waiting(victims)
         for book, key in booked:
-            refused = book.evict(key, decision.evict_message or  # a reclaim says so
-                                 f"preempted by {w.key} (priority {w.spec.priority}) to make room")
+            refused = book.evict(key, evict_message(w, decision))
             if refused is not None:  # nobody of it goes: w would wait for it for ever
                 self.forget(w.key)
-                return Decision(UNSCHEDULABLE, decision.strategy, message=refused,
-                                visited=decision.visited, wait_reason=PREEMPTION_REFUSED)
+                return budget_wait(decision, refused)
         return decision
 
     def _book(self, decision: Decision, w: GPUWorkload) -> Decision:

@@ -437,4 +437,3 @@ class PodBindingReconciler:
         for k, wait in due.items():
             ns, name = k.split("/", 1)
             self.enqueue_after(Request(ns, name), max(0.0, wait))
-
