@@ -67,10 +67,11 @@ from api.v1alpha1.keys import DEVICES_ANNOTATION
 from api.v1alpha1.types import SchedulingStrategy
 from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
-from controllers.podbinding.groupevict import budget_refusal, group_refusal, refused_text
+from controllers.podbinding.groupevict import group_refusal, namespaces_refusal, refused_text
 from controllers.podbinding.groupquota import outside_queue
 from controllers.podbinding.groups import DEFAULT_GROUP_TIMEOUT, GroupPath, Recognise
 from controllers.podbinding.mapwarning import MisplacedMaps
+from controllers.podbinding.podevict import evict_pod
 from controllers.podbinding.seedbook import (
     DEFAULT_SCHEDULER_NAME,
     GROUP_SLOTS_ANNOTATION,
@@ -91,7 +92,6 @@ from internal.scheduling.pods import (
     pod_uid,
 )
 from runtime import Conflict, NotFound, Request, Result
-from runtime.errors import ApiError
 from runtime.events import EventRecorder
 from runtime.store import Indexer
 
@@ -99,8 +99,6 @@ log = structlog.get_logger("podbinding")
 
 
 FAILED_SCHEDULING = "FailedScheduling"
-#: seconds an eviction may take, retries included (a refusal is asked again later)
-EVICT_DEADLINE = 5.0
 
 
 # ------------------------------------------------------------------ reconciler
@@ -382,33 +380,10 @@ class PodBindingReconciler:
                 pod = self.pods.get_by_name(name, ns)
                 if pod is not None:
                     by_ns.setdefault(ns, []).append(pod)
-        for ns, pods in sorted(by_ns.items()):
-            refusal = budget_refusal(self.client, ns, pods, "of the pods it would evict")
-            if refusal is not None:
-                return refusal
-        return None
+        return namespaces_refusal(self.client, by_ns)
 
     def _evict(self, pod: JSON, key: str) -> bool:
-        """POSTs an Eviction for ``pod`` (by UID); True when it was accepted or the
-        pod is gone."""
-        meta = pod_meta(pod)
-        ns = meta.get("namespace") or "default"
-        eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
-                    "metadata": {"name": meta.get("name"), "namespace": ns},
-                    "deleteOptions": {"preconditions": {"uid": meta.get("uid")}}}
-        try:
-            # a PodDisruptionBudget's refusal is said at once, not retried for long
-            self.client.create_subresource("v1", "Pod", meta.get("name"), "eviction",
-                                           eviction, namespace=ns,
-                                           deadline=time.monotonic() + EVICT_DEADLINE)
-        except NotFound:
-            return True  # gone already
-        except ApiError as exc:
-            log.warning("pod.evict.failed", pod=key, code=exc.status, error=str(exc))
-            self.recorder.warning(pod, "EvictionFailed", f"could not evict the pod: {exc}")
-            return False
-        log.info("pod.evicted", pod=key)
-        return True
+        return evict_pod(self.client, self.recorder, pod, key)
 
     def _release(self, state: PlacementState, key: str) -> None:
         released = state.seeds.release_seed(self.book, key)

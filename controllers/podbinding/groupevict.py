@@ -76,3 +76,13 @@ def refused_text(ledger_key: str, refusal: str) -> str:
     group = ledger_key.split(":", 1)[1]
     return (f"preemption of pod group {group} refused: {refusal}; none of it is evicted "
             "(a pod group is preempted whole or not at all)")
+
+
+def namespaces_refusal(client: Any, by_ns: Mapping[str, list[JSON]]) -> str | None:
+    """Why the budgets refuse evicting every one of ``by_ns``'s pods (by namespace)
+    at once, or None."""
+    for ns, pods in sorted(by_ns.items()):
+        refusal = budget_refusal(client, ns, pods, "of the pods it would evict")
+        if refusal is not None:
+            return refusal
+    return None
