@@ -30,9 +30,11 @@ logging as the manager does it (JSON, info, to /dev/null). Medians.
 
 ``http``: the client's own CPU per request (``time.process_time``), a small JSON
 PATCH answered by a plain-HTTP server on 127.0.0.1 in another process: through
-urllib3's ``HTTPConnectionPool.urlopen`` as ``runtime/client.py`` calls it, and
-through ``http.client`` on one kept-alive connection. No TLS: the Python layers
-only (TLS runs with the GIL released).
+urllib3's ``HTTPConnectionPool.urlopen`` (how ``runtime/client.py`` sent its requests
+until round 14), through ``http.client`` on one kept-alive connection, and through
+``runtime.client.Client.request`` itself (a GET and a merge PATCH, no rate limit: the
+whole call, JSON in and out, metrics included). No TLS: the Python layers only (TLS
+runs with the GIL released).
 """
 
 from __future__ import annotations
@@ -177,6 +179,8 @@ body = b'{"kind":"Pod","metadata":{"name":"x","uid":"u","resourceVersion":"1"}}'
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # its header and body writes go at once
+    def do_GET(self):
+        self.do_PATCH()
     def do_PATCH(self):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.send_response(200)
@@ -200,6 +204,8 @@ def bench_http(n: int) -> None:
     import orjson
     import urllib3
 
+    from runtime import Client, RestConfig
+
     server = subprocess.Popen([sys.executable, "-c", _SERVER], stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
@@ -221,8 +227,19 @@ def bench_http(n: int) -> None:
             conn.request("PATCH", path, body=body, headers=headers)
             return orjson.loads(conn.getresponse().read())
 
+        client = Client(RestConfig(host=f"http://127.0.0.1:{port}"), qps=0)
+
+        def client_get() -> Any:
+            return client.request("GET", path)
+
+        def client_patch() -> Any:
+            return client.request("PATCH", path, body={"status": {"phase": "Running"}},
+                                  content_type="application/merge-patch+json")
+
         calls = max(1, n // 4)
-        for name, fn in (("urllib3 urlopen", via_urllib3), ("http.client", via_http_client)):
+        for name, fn in (("urllib3 urlopen", via_urllib3), ("http.client", via_http_client),
+                         ("Client.request GET", client_get),
+                         ("Client.request PATCH", client_patch)):
             best = float("inf")
             for _ in range(3):
                 fn()
