@@ -4,6 +4,7 @@ view the seed path plans on (``PlacementView``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from api.v1alpha1.types import GPUWorkload
@@ -58,9 +59,10 @@ class PlacementView:
         """What the snapshot knows of node ``name`` (None: no such node)."""
         return self._state.node_info(name)
 
-    def schedule(self, w: GPUWorkload) -> Decision:
-        """Where ``w`` would go now (nothing is booked)."""
-        return self._state.schedule(w)
+    def schedule(self, w: GPUWorkload, then: Sequence[GPUWorkload] = ()) -> Decision:
+        """Where ``w`` (and a gang's later parts ``then``) would go now (nothing is
+        booked)."""
+        return self._state.schedule(w, then)
 
     def check_exact(self, w: GPUWorkload, owner: str, node: str,
                     devices: tuple[int, ...]) -> str | None:

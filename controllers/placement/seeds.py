@@ -26,7 +26,7 @@ forget its booking; the victims' departing holdings keep it waiting instead."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -94,8 +94,8 @@ class PassView(PlacementView):
     def node(self, name: str) -> NodeInfo | None:
         return self._sched.snapshot.get(name)
 
-    def schedule(self, w: GPUWorkload) -> Decision:
-        return self._sched.schedule(w)
+    def schedule(self, w: GPUWorkload, then: Sequence[GPUWorkload] = ()) -> Decision:
+        return self._sched.schedule(w, then=then)
 
     def check_exact(self, w: GPUWorkload, owner: str, node: str,
                     devices: tuple[int, ...]) -> str | None:
@@ -238,12 +238,15 @@ class SeedDoor:
             next(b for b in st.pod_books if b.owns_key(v)).evict(v, preemption.message)
         return entries, why, preemption
 
-    def schedule(self, w: GPUWorkload, *, across_namespaces: bool) -> Decision:
-        """Where ``w`` would go now, booking nothing; a preemption it plans takes
-        victims of other namespaces only ``across_namespaces``. Part of a plan's
+    def schedule(self, w: GPUWorkload, *, across_namespaces: bool,
+                 then: Sequence[GPUWorkload] = ()) -> Decision:
+        """Where ``w`` (and a gang's later parts ``then``, ``gangparts.py``) would
+        go now, booking nothing; a preemption it plans takes victims of other
+        namespaces only ``across_namespaces``. Part of a plan's
         pass: asked without the lock, of the cache as it stands (what it read is
         checked when the plan is booked, ``decider.stale_reason``)."""
-        return self._state.scheduler.schedule(w, across_namespaces=across_namespaces)
+        return self._state.scheduler.schedule(w, across_namespaces=across_namespaces,
+                                              then=then)
 
     def reclaim(self, w: GPUWorkload, key: str, queue: str, need: Fraction) -> Decision | None:
         """A pod group's reclaim of ``need`` GPUs of ``queue``'s quota from its

@@ -410,10 +410,11 @@ class PlacementState(PlacementCache):
         with self._lock:
             self.evictions.block(key)
 
-    def schedule(self, w: GPUWorkload) -> Decision:
-        """Where ``w`` would go now, booking nothing (``decide`` books)."""
+    def schedule(self, w: GPUWorkload, then: Sequence[GPUWorkload] = ()) -> Decision:
+        """Where ``w`` (and a gang's later parts ``then``) would go now, booking
+        nothing (``decide`` books)."""
         with self._lock:
-            return self.scheduler.schedule(w)
+            return self.scheduler.schedule(w, then=then)
 
     def check_exact(self, w: GPUWorkload, owner: str, node: str,
                     devices: tuple[int, ...]) -> str | None:

@@ -10,8 +10,10 @@ members' ``FailedScheduling`` Events.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+
+import orjson
 
 from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement, SchedulingStrategy, Topology
@@ -44,7 +46,8 @@ def _order(members: Iterable[tuple[JSON, PodGroup]]) -> list[tuple[JSON, PodGrou
 
 def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, PodGroup]],
                default_strategy: str, reserve: list[int] | None = None,
-               schedule: Callable[[GPUWorkload], Decision] | None = None) -> GroupPlan:
+               schedule: Callable[[GPUWorkload, Sequence[GPUWorkload]], Decision] | None = None
+               ) -> GroupPlan:
     """Where the unbound members go, and the members of indices ``reserve`` not made
     yet (``leaderfirst.py``: reserved slots, with the group's ``worker_gpus``), as
     one gang, or why nowhere, and whom it preempts to fit (``grouppreempt.py``: the
@@ -61,8 +64,9 @@ def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, P
     members = _order(unbound)
     first = members[0][0]
     reserve = reserve or []
-    requested = max([pod_gpu_request(p) for p, _ in members]
-                    + ([group.worker_gpus] if reserve else []))
+    # each slot's own pod: a member's, or the owner's template of one made later
+    pods = slot_pods(group, [p for p, _ in members], reserve)
+    requested = max(pod_gpu_request(p) for p in pods)
     if requested > MAX_GPUS_PER_POD:
         return None, (f"a member requests {requested} nvidia.com/gpu, more than the "
                       f"{MAX_GPUS_PER_POD} one pod may have"), None
@@ -76,16 +80,11 @@ def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, P
     except ValueError:
         return None, (f"annotation {TOPOLOGY_ANNOTATION} is {raw!r}, not one of "
                       f"{', '.join(t.value for t in Topology)}"), None
-    only = {DEVICE_AUTHORITY_LABEL: NAMED} if requested else None
-    model, why = pod_model(first, max(requested, 1), strategy,
-                           DeviceExposure.CUDA_VISIBLE_DEVICES, node_selector=True, only=only)
-    if model is None:
-        return None, why, None
     priority = group_priority(p for p, _ in members)
-    model = model.model_copy(update={"spec": model.spec.model_copy(
-        update={"replicas": len(members) + len(reserve), "topology": topology,
-                "priority": priority})})
-    decision = (schedule or view.schedule)(model)
+    parts, why = _parts(pods, strategy, topology, priority)
+    if parts is None:
+        return None, why, None
+    decision = (schedule or view.schedule)(parts[0], parts[1:])
     where = (f"; members asking nvidia.com/gpu go only to nodes labelled "
              f"{DEVICE_AUTHORITY_LABEL}={NAMED}") if requested else ""
     preemption = Preemption.of(decision, group_ledger_key(group), priority)
@@ -99,26 +98,69 @@ def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, P
         return None, (f"{was(decision)}{where}; the room is its own earlier members', "
                       f"under the same group key: waiting for them to go"), None
     if not decision.ok and preemption is None:
-        if strategy == SchedulingStrategy.PRIORITY.value and decision.outcome == UNSCHEDULABLE:
+        if len(parts) > 1:
+            where += ("; a group whose members ask different things is placed where "
+                      "there is room, preempting nobody")
+        elif strategy == SchedulingStrategy.PRIORITY.value and \
+                decision.outcome == UNSCHEDULABLE:
             where += (f"; preempting every holder of lower priority than the group's "
                       f"{priority} would not make room either")
         return None, f"{decision.message}{where}", None
-    entries = _entries(group, members, reserve, decision.placements, max(requested, 1))
+    entries = _entries(group, members, reserve, decision.placements)
     return entries, "", preemption
 
 
+def slot_pods(group: PodGroup, members: list[JSON], reserve: list[int]) -> list[JSON]:
+    """``members`` (the first of them first), then each member of index in
+    ``reserve`` not made yet, as its owner's template will make it (under the first
+    member's metadata; the first member itself where the group does not say)."""
+    if not members:
+        return []
+    first = members[0]
+    later = [group.later_spec(i) for i in reserve]
+    return members + [first if spec is None else {"metadata": pod_meta(first), "spec": spec}
+                      for spec in later]
+
+
+def _parts(pods: list[JSON], strategy: str, topology: Topology, priority: int
+           ) -> tuple[list[GPUWorkload] | None, str]:
+    """The gang of ``pods`` (in slot order) as GPUWorkload models, one per run of
+    pods alike (their GPUs and what node fit and the filters read), each of its
+    run's replicas: one model when all are alike (``gangparts.py`` otherwise)."""
+    runs: list[tuple[GPUWorkload, int]] = []
+    last: tuple[int, bytes] | None = None
+    for pod in pods:
+        requested = pod_gpu_request(pod)
+        only = {DEVICE_AUTHORITY_LABEL: NAMED} if requested else None
+        model, why = pod_model(pod, max(requested, 1), strategy,
+                               DeviceExposure.CUDA_VISIBLE_DEVICES, node_selector=True,
+                               only=only)
+        if model is None:
+            return None, why
+        alike = (model.spec.gpus, orjson.dumps(
+            model.spec.model_dump(include={"node_selector", "template"}),
+            option=orjson.OPT_SORT_KEYS))
+        if alike == last:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+            continue
+        last = alike
+        runs.append((model, 1))
+    return [m.model_copy(update={"spec": m.spec.model_copy(update={
+        "replicas": n, "topology": topology, "priority": priority})}) for m, n in runs], ""
+
+
 def _entries(group: PodGroup, members: list[tuple[JSON, PodGroup]], reserve: list[int],
-             placements: list[Placement], gpus: int) -> dict[str, Entry]:
+             placements: list[Placement]) -> dict[str, Entry]:
     key = group_ledger_key(group)
     ordered = sorted(placements, key=lambda p: p.index)
     priority = max(pod_priority(pod) for pod, _ in members)
     out = {object_key(pod): Entry(key, Placement(index=p.index, node=p.node,
                                                  devices=list(p.devices)),
-                                  gpus, priority=pod_priority(pod), uid=pod_uid(pod),
+                                  len(p.devices), priority=pod_priority(pod), uid=pod_uid(pod),
                                   slot=g.index, generation=g.generation)
            for (pod, g), p in zip(members, ordered[:len(members)], strict=True)}
     reserved = [Entry(key, Placement(index=p.index, node=p.node, devices=list(p.devices)),
-                      gpus, priority=priority, slot=i, generation=group.generation,
+                      len(p.devices), priority=priority, slot=i, generation=group.generation,
                       reserved=True)
                 for i, p in zip(reserve, ordered[len(members):], strict=True)]
     # each member's Binding names its group's next slots (a leader's, the reserved

@@ -53,13 +53,14 @@ otherwise hold GPUs its queue never admitted).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import NamedTuple
 
 from api.v1alpha1.types import GPUWorkload
 from controllers.placement.seeds import GroupPlan
 from controllers.placement.state import PlacementState, PlacementView
-from controllers.podbinding.groupplan import group_ledger_key, plan_group
+from controllers.podbinding.groupplan import group_ledger_key, plan_group, slot_pods
 from controllers.podbinding.seedbook import pod_meta, pod_priority
 from internal.objects import JSON
 from internal.scheduling.admission import Waiting
@@ -86,13 +87,11 @@ def outside_queue(state: PlacementState, pod: JSON) -> str | None:
             "member (docs/podgroups.md)")
 
 
-def group_need(members: list[JSON], slots: int = 0, worker_gpus: int = 0) -> Fraction:
-    """GPUs the unbound ``members`` and ``slots`` reserved for members not made yet
-    (of ``worker_gpus`` each) will hold once placed: each as many as the largest
-    request among them, at least one named device (``plan_group``)."""
-    per = max(1, max((pod_gpu_request(p) for p in members), default=0),
-              worker_gpus if slots else 0)
-    return Fraction(per * (len(members) + slots))
+def group_need(pods: list[JSON]) -> Fraction:
+    """GPUs a group's ``pods`` (its unbound members, and its members not made yet as
+    their template makes them: ``groupplan.slot_pods``) will hold once placed: each
+    its own request, at least one named device (``plan_group``)."""
+    return Fraction(sum(max(1, pod_gpu_request(p)) for p in pods))
 
 
 def oldest(members: list[JSON]) -> str:
@@ -113,8 +112,8 @@ class QuotaRefusal(NamedTuple):
 
 
 def group_quota_refusal(state: PlacementState, group: PodGroup, members: list[JSON],
-                        slots: int = 0) -> QuotaRefusal | None:
-    """Why ``group``'s unbound ``members`` (and ``slots`` reserved for its members
+                        reserve: list[int] | None = None) -> QuotaRefusal | None:
+    """Why ``group``'s unbound ``members`` (and the slots ``reserve`` for its members
     not made yet, ``leaderfirst.py``) may not be placed by its namespace's queue
     (the table above), or None. Asked in the group's plan (``book_group``)."""
     queues = state.queues
@@ -132,7 +131,7 @@ def group_quota_refusal(state: PlacementState, group: PodGroup, members: list[JS
     if q is None:
         return None  # dropped between the two reads: the next try sees it gone
     used, _ = state.queue_usage()
-    need = group_need(members, slots, group.worker_gpus)
+    need = group_need(slot_pods(group, members, reserve or []))
     me = Waiting(name, max((pod_priority(p) for p in members), default=0),
                  oldest(members), need)
     ahead = queues.manager.ahead(f"PodGroup:{group.key}", me, q, quotas, used)
@@ -150,19 +149,21 @@ def plan_in_queue(state: PlacementState, view: PlacementView, group: PodGroup,
     quota alone refuses it and the reclaim planner finds victims; else why not.
     The group's plan (``book_group``'s)."""
     members = [p for p, _ in unbound]
-    over = group_quota_refusal(state, group, members, slots=len(reserve))
+    over = group_quota_refusal(state, group, members, reserve)
     key = group_ledger_key(group)
     if over is None:
         if state.queues is not None:  # admitted, or in no queue: it waits in no line
             state.queues.manager.admit_group(key, oldest(members))
         return plan_group(view, group, unbound, default_strategy, reserve,
-                          lambda m: state.seeds.schedule(m, across_namespaces=across))
+                          lambda m, then: state.seeds.schedule(m, across_namespaces=across,
+                                                               then=then))
     if not over.queue:
         return None, over.why, None
     taken: list[Decision] = []
 
-    def reclaim(m: GPUWorkload) -> Decision:
-        d = state.seeds.reclaim(m, key, over.queue, over.need)
+    def reclaim(m: GPUWorkload, then: Sequence[GPUWorkload]) -> Decision:
+        # a gang of several shapes reclaims nothing (yet): it waits for its quota
+        d = None if then else state.seeds.reclaim(m, key, over.queue, over.need)
         if d is None:
             strategy = m.spec.scheduling_strategy
             return Decision(UNSCHEDULABLE, strategy.value if strategy else "leastLoaded",

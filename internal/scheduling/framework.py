@@ -14,6 +14,7 @@ for a whole workload), ``preemption`` (priority order and victims), ``outcome``
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload
 from internal.scheduling.filters import (
@@ -25,6 +26,7 @@ from internal.scheduling.filters import (
     gpus_word,
     group_reasons,
 )
+from internal.scheduling.gangparts import schedule_parts
 from internal.scheduling.ledger import Ledger
 from internal.scheduling.outcome import INVALID_MAP, PREEMPT, SCHEDULED, UNSCHEDULABLE, Decision
 from internal.scheduling.preemption import MAX_VICTIMS, order_by_priority, plan_preemption
@@ -60,6 +62,7 @@ def schedule(
     default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES,
     across_namespaces: bool = True,
     floors: ShareFloors = DEFAULT_FLOORS,
+    then: Sequence[GPUWorkload] = (),
 ) -> Decision:
     """Decide where every replica of ``workload`` goes. Changes neither the snapshot
     nor the ledger (only roundRobin's cursor moves on success).
@@ -71,11 +74,16 @@ def schedule(
     a priority an admin controls may; see preemption.plan_preemption).
     ``floors``: a share below them waits, reason ``ShareBelowMinimum``, whatever
     the devices (internal/scheduling/sharefloor.py).
+    ``then``: the gang's later parts, replicas of other shapes placed after
+    ``workload``'s in the same search, all or nothing (``gangparts.py``).
     """
     if snapshot.ledger is not ledger:
         snapshot.attach(ledger)
     strat = _resolve_strategy(workload, strategy)
     rng = rng if rng is not None else random.Random(0)
+    if then and not strat.uses_map:
+        return schedule_parts([workload, *then], snapshot, ledger, strat, rng,
+                              default_exposure=default_exposure)
     counted = (
         _exposure(workload, default_exposure) is DeviceExposure.DEVICE_PLUGIN and not strat.uses_map
     )

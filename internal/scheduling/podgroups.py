@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from api.v1alpha1.keys import POD_GROUP_LABEL, POD_GROUP_SIZE_ANNOTATION
@@ -74,6 +74,20 @@ _NUMBER = re.compile(r"0|[1-9][0-9]{0,8}", re.ASCII)
 
 
 @dataclass(frozen=True)
+class LaterPart:
+    """Members ``start`` <= index < ``stop`` of a group, made by their owner only once
+    those made first are ready, each with the pod ``spec`` of their template."""
+
+    start: int
+    stop: int
+    spec: Mapping[str, Any] = field(compare=False, hash=False)
+
+    @property
+    def gpus(self) -> int:
+        return _pod_gpus({"spec": self.spec})
+
+
+@dataclass(frozen=True)
 class PodGroup:
     """A pod's group. ``key`` (``<namespace>/<source>:<name>``) is the same for every
     member and names no other group in the cluster; ``size`` is the members it
@@ -87,9 +101,9 @@ class PodGroup:
     ranges) its owner makes before the others, which it makes only once these are
     ready (a JobSet's first replicated job under ``InOrder``, those without
     ``dependsOn``), said in words by ``staged_by``; () for a group made at once.
-    ``worker_gpus``: of a group placed before all its members exist (``first``), the
-    ``nvidia.com/gpu`` each member not made yet asks, read from its owner's
-    template."""
+    ``later``: of a group placed before all its members exist (``first``), the pod
+    spec each member not made yet will have, read from its owner's template (a
+    replicated job's, an LWS worker's): where it goes and what it asks is its own."""
 
     key: str
     size: int
@@ -98,9 +112,18 @@ class PodGroup:
     index: int | None = None
     leader_first: bool = False
     generation: str = ""
-    worker_gpus: int = 0
+    later: tuple[LaterPart, ...] = field(default=(), compare=False)
     made_first: tuple[tuple[int, int], ...] = ()
     staged_by: str = ""
+
+    @property
+    def worker_gpus(self) -> int:
+        """The most ``nvidia.com/gpu`` a member not made yet asks (0: none later)."""
+        return max((part.gpus for part in self.later), default=0)
+
+    def later_spec(self, index: int) -> Mapping[str, Any] | None:
+        """The pod spec of member ``index`` when it is one made later, else None."""
+        return next((p.spec for p in self.later if p.start <= index < p.stop), None)
 
     @property
     def first(self) -> tuple[tuple[int, int], ...]:
@@ -218,7 +241,7 @@ def _jobset(ns: str, labels: Mapping[str, Any], owners: OwnerLookup | None
     offset, size, found = 0, 0, False
     index: int | None = None
     first: list[tuple[int, int]] = []
-    later_gpus, staged = 0, False
+    later: list[LaterPart] = []
     for job in jobs:
         replicas = _count(job.get("replicas", 1))
         replicas = 1 if replicas is None else replicas
@@ -233,9 +256,9 @@ def _jobset(ns: str, labels: Mapping[str, Any], owners: OwnerLookup | None
                 key, size = f"{key}:{rj_name}", replicas * per_job
         if stages is not None and job.get("name") in stages[0]:
             first += [(offset, offset + replicas * per_job)] if replicas * per_job else []
-        elif stages is not None:
-            staged = True
-            later_gpus = max(later_gpus, _template_gpus(job.get("template")))
+        elif stages is not None and replicas * per_job:
+            later.append(LaterPart(offset, offset + replicas * per_job,
+                                   _template_spec(job.get("template"))))
         offset += replicas * per_job
     if not found:
         return GroupRefusal("jobset", SIZE_UNREADABLE,
@@ -248,10 +271,10 @@ def _jobset(ns: str, labels: Mapping[str, Any], owners: OwnerLookup | None
         return checked
     what = (f"JobSet {name} replicated job {rj_name}: replicas x pods per Job" if apart
             else f"JobSet {name}: sum of replicas x pods per Job")
-    staged = staged and bool(first)
+    staged = bool(later) and bool(first)
     return PodGroup(key, checked, "jobset", what,
                     index if index is not None and index < checked else None,
-                    worker_gpus=later_gpus if staged else 0,
+                    later=tuple(later) if staged else (),
                     made_first=tuple(first) if staged else (),
                     staged_by=stages[1] if staged and stages is not None else "",
                     generation=str(uid or ""))
@@ -296,19 +319,26 @@ def _leaderworkerset(ns: str, labels: Mapping[str, Any], annotations: Mapping[st
     return PodGroup(key, size, "leaderworkerset", f"annotation {LWS_SIZE_ANNOTATION}",
                     worker if worker is not None and worker < size else None, leader_first,
                     str(labels.get(LWS_REVISION_LABEL) or ""),
-                    _worker_gpus(spec) if leader_first else 0)
+                    (LaterPart(1, size, _worker_spec(spec)),) if leader_first and size > 1
+                    else ())
 
 
-def _worker_gpus(spec: Mapping[str, Any]) -> int:
-    """``nvidia.com/gpu`` of one pod of a LeaderWorkerSet's worker template."""
+def _worker_spec(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pod spec of a LeaderWorkerSet's worker template ({} when unreadable)."""
     lwt = spec.get("leaderWorkerTemplate")
-    return _pod_gpus(lwt.get("workerTemplate") if isinstance(lwt, Mapping) else None)
+    return _pod_spec(lwt.get("workerTemplate") if isinstance(lwt, Mapping) else None)
 
 
-def _template_gpus(job_template: Any) -> int:
-    """``nvidia.com/gpu`` of one pod of a JobSet replicated job's Job template."""
+def _template_spec(job_template: Any) -> Mapping[str, Any]:
+    """The pod spec of a JobSet replicated job's Job template ({} when unreadable)."""
     spec = job_template.get("spec") if isinstance(job_template, Mapping) else None
-    return _pod_gpus(spec.get("template") if isinstance(spec, Mapping) else None)
+    return _pod_spec(spec.get("template") if isinstance(spec, Mapping) else None)
+
+
+def _pod_spec(template: Any) -> Mapping[str, Any]:
+    """The spec of a pod template ({} when unreadable)."""
+    spec = template.get("spec") if isinstance(template, Mapping) else None
+    return spec if isinstance(spec, Mapping) else {}
 
 
 def _pod_gpus(template: Any) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, SchedulingStrategy
 from internal.scheduling.framework import Decision, schedule
@@ -39,9 +40,11 @@ class Scheduler:
         return s
 
     def schedule(self, workload: GPUWorkload, strategy: str | None = None, *,
-                 across_namespaces: bool = True) -> Decision:
+                 across_namespaces: bool = True,
+                 then: Sequence[GPUWorkload] = ()) -> Decision:
         """Decide for ``workload`` with ``strategy`` (default: its spec's). Pure.
-        ``across_namespaces``: may it preempt workloads of other namespaces."""
+        ``across_namespaces``: may it preempt workloads of other namespaces;
+        ``then``: the gang's later parts, of other shapes (``gangparts.py``)."""
         strat = self.strategy(strategy or workload.spec.scheduling_strategy
                               or SchedulingStrategy.LEAST_LOADED)
         return schedule(
@@ -53,4 +56,5 @@ class Scheduler:
             default_exposure=self.default_exposure,
             across_namespaces=across_namespaces,
             floors=self.floors,
+            then=then,
         )

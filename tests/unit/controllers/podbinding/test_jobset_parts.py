@@ -1,0 +1,99 @@
+"""A JobSet whose replicated jobs start in order and ask different things: a
+launcher of 1 GPU on pool ``a``, 2 workers of 4 GPUs each on pool ``b``
+(``nodeSelector`` in each replicated job's template). The whole JobSet is one group
+placed once the launcher exists (test_jobset_in_order.py); each worker's slot is
+planned as its own template says (internal/scheduling/gangparts.py): 4 devices on a
+pool-``b`` node, and the launcher holds 1. (Before, every slot was planned as the
+launcher's pod at the largest request, 3 x 4 GPUs under the launcher's
+nodeSelector: pool ``a`` has room for 2 of them, so the JobSet never ran, and where
+it did fit, the workers' slots were on the launcher's pool, 3 GPUs held idle.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.unit.controllers.podbinding.fixtures import ALL_FREE, OwnedEnv, jobset_member
+from tests.unit.controllers.podbinding.test_podbinding import NS
+
+KEY = f"PodGroup:{NS}/jobset:staged:0"
+LAUNCHER = "staged-launcher-0-0"
+POOL_A, POOL_B = {"node1", "node2"}, {"node3", "node4"}
+
+
+def template(gpus: int, pool: str) -> dict[str, Any]:
+    return {"spec": {"parallelism": 1, "completions": 1, "completionMode": "Indexed",
+                     "template": {"spec": {"nodeSelector": {"pool": pool}, "containers": [
+                         {"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+                     ]}}}}
+
+
+def staged(how: str, worker_gpus: int = 4) -> dict[str, Any]:
+    jobs: list[dict[str, Any]] = [
+        {"name": "launcher", "replicas": 1, "template": template(1, "a")},
+        {"name": "workers", "replicas": 2, "template": template(worker_gpus, "b")}]
+    spec: dict[str, Any] = {"replicatedJobs": jobs}
+    if how == "InOrder":
+        spec["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    else:
+        jobs[1]["dependsOn"] = [{"name": "launcher", "status": "Ready"}]
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "staged", "namespace": NS, "uid": "js"}, "spec": spec}
+
+
+def js_pod(rj: str, job: int, gpus: int, pool: str) -> dict[str, Any]:
+    p = jobset_member("staged", rj, job, 0, gpus=gpus)
+    p["spec"]["nodeSelector"] = {"pool": pool}
+    return p
+
+
+def pools(env: OwnedEnv) -> None:
+    for n in env.nodes:
+        name = n["metadata"]["name"]
+        n["metadata"]["labels"]["pool"] = "a" if name in POOL_A else "b"
+
+
+@pytest.fixture(params=["InOrder", "dependsOn"])
+def env(request: pytest.FixtureRequest) -> OwnedEnv:
+    e = OwnedEnv("JobSet", "staged", staged(request.param))
+    pools(e)
+    return e
+
+
+def test_each_workers_slot_is_planned_as_its_own_template_says(env: OwnedEnv) -> None:
+    slots = env.placed_first(js_pod("launcher", 0, 1, "a"))
+    node, devices = env.bound()[LAUNCHER]
+    assert node in POOL_A and len(devices.split(",")) == 1  # the launcher's 1 GPU
+    assert sorted(slots) == [1, 2]
+    assert {slots[i][0] for i in (1, 2)} == POOL_B  # the workers' pool, one node each
+    assert all(len(slots[i][1].split(",")) == 4 for i in (1, 2))
+    held = env.held()
+    assert sum(len(d) for d in held.values()) == 1 + 4 + 4
+    for n, devs in slots.values():
+        assert all(env.holder(n, int(d)) == KEY for d in devs.split(","))
+
+
+def test_each_worker_made_later_binds_to_its_slot_on_its_pool(env: OwnedEnv) -> None:
+    slots = env.placed_first(js_pod("launcher", 0, 1, "a"))
+    held = env.held()
+    for job in (1, 0):
+        name = f"staged-workers-{job}-0"
+        env.add(js_pod("workers", job, 4, "b"))
+        env.reconcile(name)
+        assert env.bound()[name] == slots[1 + job], (name, slots)
+    assert env.held() == held
+    assert env.book.vacancies(KEY) == []
+
+
+def test_workers_too_big_for_their_pool_hold_nothing_and_the_launcher_says_which_part() -> None:
+    """Pool b has 4 GPUs a node; workers of 8 fit nowhere there (pool a's free
+    GPUs are not theirs): nothing held, and the launcher's Event names the part."""
+    e = OwnedEnv("JobSet", "staged", staged("InOrder", worker_gpus=8))
+    pools(e)
+    e.add(js_pod("launcher", 0, 1, "a"))
+    e.reconcile(LAUNCHER)
+    assert e.bound() == {} and e.held() == ALL_FREE
+    why = e.warnings(LAUNCHER)[0]
+    assert "gang of 1 x 1 + 2 x 8 GPU(s) does not fit, nothing booked: part 2 " \
+           "(2 x 8 GPU(s), after the 1 replica(s) of the part(s) before it)" in why, why
