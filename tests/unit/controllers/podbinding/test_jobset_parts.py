@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.controllers.podbinding.fixtures import ALL_FREE, OwnedEnv, jobset_member
+from tests.unit.controllers.podbinding.fixtures import ALL_FREE, OwnedEnv, jobset_member, lws_member
 from tests.unit.controllers.podbinding.test_podbinding import NS
 
 KEY = f"PodGroup:{NS}/jobset:staged:0"
@@ -97,3 +97,31 @@ def test_workers_too_big_for_their_pool_hold_nothing_and_the_launcher_says_which
     why = e.warnings(LAUNCHER)[0]
     assert "gang of 1 x 1 + 2 x 8 GPU(s) does not fit, nothing booked: part 2 " \
            "(2 x 8 GPU(s), after the 1 replica(s) of the part(s) before it)" in why, why
+
+
+def test_a_leader_ready_lws_holds_its_workers_devices_as_their_template_says() -> None:
+    """A LeaderWorkerSet's leader of 1 GPU and 2 workers of 4 tolerating pool b's
+    taint: the leader goes to pool a (it does not tolerate the taint) holding 1,
+    each worker's slot 4 devices, pool a's 7 free GPUs room for one of them, so the
+    other is on pool b. (Before: 3 x 4 GPUs, all under the leader's tolerations:
+    pool a has room for 2, so the group never ran.)"""
+    taint = {"key": "pool", "value": "b", "effect": "NoSchedule"}
+    worker_spec = {"tolerations": [{"key": "pool", "operator": "Equal", "value": "b",
+                                    "effect": "NoSchedule"}],
+                   "containers": [{"name": "c", "resources": {
+                       "limits": {"nvidia.com/gpu": "4"}}}]}
+    the_lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+               "metadata": {"name": "serve", "namespace": NS},
+               "spec": {"startupPolicy": "LeaderReady", "leaderWorkerTemplate": {
+                   "size": 3, "workerTemplate": {"spec": worker_spec}}}}
+    e = OwnedEnv("LeaderWorkerSet", "serve", the_lws)
+    for n in e.nodes:
+        if n["metadata"]["name"] in POOL_B:
+            n["spec"]["taints"] = [taint]
+    leader = lws_member("serve", "serve-0", 0, size=3, gpus=1)
+    slots = e.placed_first(leader)
+    node, devices = e.bound()["serve-0"]
+    assert node in POOL_A and len(devices.split(",")) == 1
+    assert {slots[i][0] for i in (1, 2)} & POOL_B
+    assert all(len(slots[i][1].split(",")) == 4 for i in (1, 2))
+    assert sum(len(d) for d in e.held().values()) == 9
