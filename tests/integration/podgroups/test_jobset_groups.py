@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
 from internal.scheduling.podgroups import PodGroup
 from runtime import Client
 from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
@@ -153,3 +154,36 @@ def test_an_in_order_jobset_on_room_for_the_launcher_alone_holds_nothing_and_say
     assert f"pod group {namespace}/jobset:big:0 (5 of 5 members to place, 4 of them" in why, why
     pods = live(admin, namespace, "big")
     assert len(pods) == 1 and not any(p["spec"].get("nodeName") for p in pods.values()), pods
+
+
+def test_an_in_order_jobsets_workers_go_where_their_own_template_says(
+        binder: Running, admin: Client, namespace: str, group: NodeGroup) -> None:  # noqa: F811
+    """A launcher of 1 GPU on pool a (one node of 4 GPUs) and 2 workers of 4 GPUs on
+    pool b (two nodes of 4), each replicated job's nodeSelector its own: the launcher
+    is bound on pool a holding 1 device, each worker's slot is 4 devices of a pool-b
+    node, and the workers the JobSet controller then makes bind there. (Before, every
+    slot was planned as the launcher at the largest request, 3 x 4 GPUs under pool
+    a's selector: no room, and the JobSet never ran.)"""
+    pool_a = group.add(1, 4, labels={DEVICE_AUTHORITY_LABEL: "named", "pool": "a"})
+    pool_b = group.add(2, 4, labels={DEVICE_AUTHORITY_LABEL: "named", "pool": "b"})
+    binder.wait_nodes(pool_a + pool_b)
+    js = on_nodes(jobset("pools", [("launcher", 1, 1), ("workers", 2, 1)], order="InOrder"),
+                  group)
+    for rj, gpus, pool in zip(js["spec"]["replicatedJobs"], ("1", "4"), ("a", "b"),
+                              strict=True):
+        spec = rj["template"]["spec"]["template"]["spec"]
+        spec["nodeSelector"]["pool"] = pool
+        spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = gpus
+    admin.create(js, namespace=namespace)
+
+    def all_bound() -> dict[str, dict[str, Any]] | None:
+        pods = live(admin, namespace, "pools")
+        return pods if len(pods) == 3 and all(p["spec"].get("nodeName")
+                                              for p in pods.values()) else None
+    pods = eventually(all_bound, timeout=150, what="the launcher and its 2 workers bound")
+    where = {p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] + "-" +
+             p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"]:
+             (p["spec"]["nodeName"], len(p["metadata"]["annotations"][DEVICES].split(",")))
+             for p in pods.values()}
+    assert where["launcher-0"] == (pool_a[0], 1), where
+    assert {where["workers-0"], where["workers-1"]} == {(n, 4) for n in pool_b}, where
