@@ -98,11 +98,7 @@ def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, P
         return None, (f"{was(decision)}{where}; the room is its own earlier members', "
                       f"under the same group key: waiting for them to go"), None
     if not decision.ok and preemption is None:
-        if len(parts) > 1:
-            where += ("; a group whose members ask different things is placed where "
-                      "there is room, preempting nobody")
-        elif strategy == SchedulingStrategy.PRIORITY.value and \
-                decision.outcome == UNSCHEDULABLE:
+        if strategy == SchedulingStrategy.PRIORITY.value and decision.outcome == UNSCHEDULABLE:
             where += (f"; preempting every holder of lower priority than the group's "
                       f"{priority} would not make room either")
         return None, f"{decision.message}{where}", None

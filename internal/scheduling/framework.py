@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from api.v1alpha1.types import DeviceExposure, GPUWorkload
+from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
 from internal.scheduling.filters import (
     CORDON_TAINT,
     NO_SLICES_REASON,
@@ -82,8 +82,13 @@ def schedule(
     strat = _resolve_strategy(workload, strategy)
     rng = rng if rng is not None else random.Random(0)
     if then and not strat.uses_map:
-        return schedule_parts([workload, *then], snapshot, ledger, strat, rng,
-                              default_exposure=default_exposure)
+        decision = schedule_parts([workload, *then], snapshot, ledger, strat, rng,
+                                  default_exposure=default_exposure)
+        if decision.ok or not strat.preempts:
+            return decision
+        return _preempt(decision, plan_preemption(
+            workload, snapshot, ledger, strat, decision.counted, across_namespaces,
+            then=then, default_exposure=default_exposure), ledger)
     counted = (
         _exposure(workload, default_exposure) is DeviceExposure.DEVICE_PLUGIN and not strat.uses_map
     )
@@ -141,17 +146,24 @@ def schedule(
         visited=visited,
     )
     if strat.preempts and wanted(workload.spec) is None:  # shares do not preempt (yet)
-        plan = plan_preemption(workload, snapshot, ledger, strat, counted,
-                               across_namespaces)
-        decision.visited += plan[2]
-        if plan[0] is not None:
-            victims, nominated = plan[0], plan[1]
-            decision.outcome = PREEMPT
-            decision.victims = victims
-            decision.overlap = sorted({a.owner for v in victims
-                                       if (a := ledger.allocation(v)) is not None})
-            decision.placements = nominated
-            decision.message = (
-                f"preempting lower-priority {', '.join(victims)} to place; was: {message}"
-            )
+        return _preempt(decision, plan_preemption(workload, snapshot, ledger, strat, counted,
+                                                  across_namespaces), ledger)
+    return decision
+
+
+def _preempt(decision: Decision, plan: tuple[list[str] | None, list[Placement], int],
+             ledger: Ledger) -> Decision:
+    """The unschedulable ``decision`` as the preemption ``plan`` turns it: PREEMPT
+    with its victims and nominated placements, or as it was when it found none."""
+    victims, nominated, visited = plan
+    decision.visited += visited
+    if victims is not None:
+        decision.outcome = PREEMPT
+        decision.victims = victims
+        decision.overlap = sorted({a.owner for v in victims
+                                   if (a := ledger.allocation(v)) is not None})
+        decision.placements = nominated
+        decision.message = (
+            f"preempting lower-priority {', '.join(victims)} to place; was: {decision.message}"
+        )
     return decision

@@ -6,14 +6,14 @@ LeaderWorkerSet's leader and its workers (docs/podgroups.md). Pure, as
 ``framework.schedule``, which hands a gang of parts here.
 
 The replicas' indices run on across the parts (the first part's 0..n-1, the next
-part's from n). Not planned for a gang of parts: a preemption (it waits for room and
-says so) and an annotation map (a pod group never has one).
+part's from n). A preemption's trials search the same way (``preemption.py``); an
+annotation map is never used for a gang of parts (a pod group never has one).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
 from internal.scheduling.filters import group_reasons
@@ -30,14 +30,15 @@ def shape(parts: Sequence[GPUWorkload]) -> str:
     return " + ".join(f"{p.spec.replicas} x {p.spec.gpus}" for p in parts) + " GPU(s)"
 
 
-def schedule_parts(parts: Sequence[GPUWorkload], snapshot: Snapshot, ledger: Ledger,
-                   strat: Strategy, rng: random.Random, *,
-                   default_exposure: DeviceExposure) -> Decision:
-    """Where every replica of every part goes, booked under the first part's owner
-    (each part must name the same), or why the first part that does not fit cannot:
-    its per-node reasons are the ledger's alone, without the replicas of the parts
-    before it, which the message counts."""
-    view = View(ledger, booking_owner(parts[0]))
+def attempt_parts(parts: Sequence[GPUWorkload], snapshot: Snapshot, ledger: Ledger,
+                  strat: Strategy, rng: random.Random, *, default_exposure: DeviceExposure,
+                  released: Iterable[str] = ()) -> tuple[list[Placement] | None, int, int,
+                                                         Context]:
+    """One search for every part, against the ledger less what the ``released``
+    owners hold (a preemption's trial): (the placements or None, nodes visited,
+    the index of the part that did not fit, that part's context; the last part's
+    when all fit)."""
+    view = View(ledger, booking_owner(parts[0]), released)
     placements: list[Placement] = []
     visited = 0
     for n, part in enumerate(parts):
@@ -48,18 +49,33 @@ def schedule_parts(parts: Sequence[GPUWorkload], snapshot: Snapshot, ledger: Led
         got, _ = _place_searched(strat, ctx)
         visited += ctx.visited
         if got is None:
-            reasons, extra = _explain(part, snapshot, ledger, counted, ctx.reasons)
-            before = (f", after the {len(placements)} replica(s) of the part(s) before it"
-                      if placements else "")
-            message = (f"gang of {shape(parts)} does not fit, nothing booked: part {n + 1} "
-                       f"({part.spec.replicas} x {part.spec.gpus} GPU(s){before}): "
-                       + group_reasons(reasons, others=max(0, len(snapshot) - len(reasons)),
-                                       need=part.spec.gpus))
-            return Decision(UNSCHEDULABLE, strat.name, message=message, reasons=reasons,
-                            counted=counted, gpus_per_replica=part.spec.gpus,
-                            visited=visited + extra)
+            return None, visited, n, ctx
         placements += [p.model_copy(update={"index": len(placements) + i})
                        for i, p in enumerate(got)]
+    return placements, visited, len(parts) - 1, ctx
+
+
+def schedule_parts(parts: Sequence[GPUWorkload], snapshot: Snapshot, ledger: Ledger,
+                   strat: Strategy, rng: random.Random, *,
+                   default_exposure: DeviceExposure) -> Decision:
+    """Where every replica of every part goes, booked under the first part's owner
+    (each part must name the same), or why the first part that does not fit cannot:
+    its per-node reasons are the ledger's alone, without the replicas of the parts
+    before it, which the message counts. Plans no preemption (``framework``'s)."""
+    placements, visited, n, ctx = attempt_parts(parts, snapshot, ledger, strat, rng,
+                                                default_exposure=default_exposure)
+    if placements is None:
+        part = parts[n]
+        reasons, extra = _explain(part, snapshot, ledger, ctx.counted, ctx.reasons)
+        before = sum(p.spec.replicas for p in parts[:n])
+        after = f", after the {before} replica(s) of the part(s) before it" if before else ""
+        message = (f"gang of {shape(parts)} does not fit, nothing booked: part {n + 1} "
+                   f"({part.spec.replicas} x {part.spec.gpus} GPU(s){after}): "
+                   + group_reasons(reasons, others=max(0, len(snapshot) - len(reasons)),
+                                   need=part.spec.gpus))
+        return Decision(UNSCHEDULABLE, strat.name, message=message, reasons=reasons,
+                        counted=ctx.counted, gpus_per_replica=part.spec.gpus,
+                        visited=visited + extra)
     strat.placed([p.node for p in placements])
     used = ", ".join(sorted({p.node for p in placements}))
     return Decision(SCHEDULED, strat.name, placements,

@@ -4,9 +4,10 @@ preempt so that it fits."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from api.v1alpha1.types import GPUWorkload, Placement
+from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
+from internal.scheduling.gangparts import attempt_parts
 from internal.scheduling.ledger import Ledger
 from internal.scheduling.search import _attempt
 from internal.scheduling.snapshot import Snapshot
@@ -37,8 +38,11 @@ def plan_preemption(
     strategy: Strategy,
     counted: bool,
     across_namespaces: bool = True,
+    then: Sequence[GPUWorkload] = (),
+    default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES,
 ) -> tuple[list[str] | None, list[Placement], int]:
-    """Lowest-priority victims whose release lets the whole gang fit.
+    """Lowest-priority victims whose release lets the whole gang fit (with its later
+    parts ``then``, ``gangparts.py``, each searched as its own shape).
 
     Only workloads of strictly lower priority are candidates (foreign pods never
     are), and, unless ``across_namespaces`` (a priority an admin controls), only
@@ -56,16 +60,25 @@ def plan_preemption(
         key=lambda a: (a.priority, a.key),
     )[:MAX_VICTIMS]
     owner_of = {a.key: a.owner for a in candidates}
+
+    def attempt(released: list[str]) -> tuple[list[Placement] | None, int]:
+        if then:
+            got, seen, _, _ = attempt_parts([workload, *then], snapshot, ledger, strategy,
+                                            random.Random(0),
+                                            default_exposure=default_exposure,
+                                            released=released)
+            return got, seen
+        got, ctx, _, _ = _attempt(workload, snapshot, ledger, strategy, random.Random(0),
+                                  counted, released)
+        return got, ctx.visited
+
     visited = 0
     chosen: list[str] = []
     placements: list[Placement] | None = None
     for a in candidates:
         chosen.append(a.key)
-        placements, ctx, _, _ = _attempt(
-            workload, snapshot, ledger, strategy, random.Random(0), counted,
-            [owner_of[k] for k in chosen]
-        )
-        visited += ctx.visited
+        placements, seen = attempt([owner_of[k] for k in chosen])
+        visited += seen
         if placements is not None:
             break
     if placements is None:
@@ -74,11 +87,8 @@ def plan_preemption(
         trial = [k for k in chosen if k != key]
         if not trial:
             continue
-        p, ctx, _, _ = _attempt(
-            workload, snapshot, ledger, strategy, random.Random(0), counted,
-            [owner_of[k] for k in trial]
-        )
-        visited += ctx.visited
+        p, seen = attempt([owner_of[k] for k in trial])
+        visited += seen
         if p is not None:
             chosen, placements = trial, p
     return chosen, placements, visited

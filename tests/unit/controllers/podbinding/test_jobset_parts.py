@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.unit.controllers.podbinding.fixtures import ALL_FREE, OwnedEnv, jobset_member, lws_member
+from tests.unit.controllers.podbinding.test_group_preempt import full, high, low
 from tests.unit.controllers.podbinding.test_podbinding import NS
 
 KEY = f"PodGroup:{NS}/jobset:staged:0"
@@ -125,3 +126,24 @@ def test_a_leader_ready_lws_holds_its_workers_devices_as_their_template_says() -
     assert {slots[i][0] for i in (1, 2)} & POOL_B
     assert all(len(slots[i][1].split(",")) == 4 for i in (1, 2))
     assert sum(len(d) for d in e.held().values()) == 9
+
+
+def test_a_group_of_parts_preempts_what_its_own_shapes_need() -> None:
+    """Every node held whole by a priority-0 workload; a priority-100 group of one
+    4-GPU member and four 1-GPU members (8 GPUs) takes exactly two of them, each
+    member nominated with its own count. (Before: 5 x 4 GPUs, more than the 16
+    there are: nobody taken, the group never ran.)"""
+    env = full([low(f"w{n}", f"node{n}") for n in range(1, 5)])
+    for i in range(5):
+        p = high("mixed", i, size=5)
+        p["spec"]["containers"][0]["resources"] = {
+            "limits": {"nvidia.com/gpu": "4" if i == 0 else "1"}}
+        env.add(p)
+    for i in range(5):
+        env.reconcile(f"mixed-{i}")
+    taken = sorted(n for n in ("w1", "w2", "w3", "w4") if env.state.eviction(f"{NS}/{n}"))
+    assert len(taken) == 2, taken
+    booking = env.state.view().allocation(f"PodGroup:{NS}/label:mixed")
+    assert booking is not None and booking.overlap
+    assert sorted(len(p.devices) for p in booking.placements) == [1, 1, 1, 1, 4]
+    assert {p.node for p in booking.placements} == {f"node{t[1]}" for t in taken}
