@@ -1,4 +1,4 @@
-"""A dynamic Kubernetes client on urllib3 returning raw dicts (parsed with orjson).
+"""A dynamic Kubernetes client returning raw dicts (parsed with orjson).
 
 Any resource, built-in or custom, is addressed by ``apiVersion`` + ``kind``; discovery
 maps the kind to its REST resource and scope, cached per group/version (refreshed once
@@ -20,8 +20,12 @@ Guarantees of :meth:`Client.request`:
 * every attempt is counted in ``rest_client_requests_total{code,method,host}`` and
   timed in ``rest_client_request_duration_seconds``.
 
-Its connections read response headers with :mod:`runtime.httpheaders`' parser (the
-same message, without the ``email`` package's cost); ``http.client`` is left as it is.
+Transport: a unary request (everything but a watch) goes over this client's own
+kept-alive ``http.client`` connections, :mod:`runtime.connpool` (about half of
+urllib3's CPU per request); a watch's stream, and every request when the kubeconfig
+names a ``proxy-url``, over urllib3 (its CONNECT tunnels and streamed reads). Both read
+response headers with :mod:`runtime.httpheaders`' parser (the same message, without
+the ``email`` package's cost); ``http.client`` itself is left as it is.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import structlog
 import urllib3
 
 from runtime import errors, httpheaders, metrics
+from runtime.connpool import ConnectionPool, TransportFailure
 from runtime.ratelimit import TokenBucket
 from runtime.restconfig import RestConfig
 from runtime.retry import Backoff, RetryPolicy, idempotent, parse_retry_after, retryable
@@ -133,9 +138,10 @@ class Client:
         self.write_guard = write_guard
         self.host = urlsplit(config.host).netloc or config.host
         kw: dict[str, Any] = {"maxsize": config.pool_maxsize, "block": False}
+        ctx: ssl.SSLContext | None = None
         if config.host.startswith("https"):
             # credentials from memory (RestConfig.ssl_context), never from temp files
-            kw["ssl_context"] = config.ssl_context()
+            ctx = kw["ssl_context"] = config.ssl_context()
             kw["cert_reqs"] = ssl.CERT_REQUIRED if config.verify else ssl.CERT_NONE
             if config.verify and config.tls_server_name:
                 kw["server_hostname"] = config.tls_server_name
@@ -153,7 +159,15 @@ class Client:
         split = urlsplit(config.host)
         self._base_path = split.path.rstrip("/")
         self._host_pool: urllib3.HTTPConnectionPool | None = None
-        if split.scheme and split.netloc and (
+        #: unary requests without a proxy: our own connections (runtime/connpool.py),
+        #: about half urllib3's CPU per request
+        self._conns: ConnectionPool | None = None
+        if split.scheme in ("http", "https") and split.hostname and not config.proxy_url:
+            self._conns = ConnectionPool(
+                split.hostname, split.port or (443 if ctx is not None else 80),
+                maxsize=config.pool_maxsize, context=ctx,
+                server_hostname=config.tls_server_name if config.verify else None)
+        elif split.scheme and split.netloc and (
                 not config.proxy_url or split.scheme == "https"):
             self._host_pool = self._pool.connection_from_url(config.host)
         self._disco_lock = threading.Lock()
@@ -299,7 +313,10 @@ class Client:
             if allowed_for is not None:
                 timeout = max(0.001, allowed_for if timeout is None
                               else min(timeout, allowed_for))
-        headers = _multi_header(self._headers(content_type if data is not None else None))
+        headers = self._headers(content_type if data is not None else None)
+        if self._conns is not None:
+            return self._attempt_own(method, url, data, headers, timeout)
+        headers = _multi_header(headers)
         t0 = time.monotonic()
         try:
             if self._host_pool is not None:
@@ -331,20 +348,25 @@ class Client:
             self._child(metrics.rest_client_request_duration_seconds, method).observe(
                 time.monotonic() - t0)
         self._child(metrics.rest_client_requests_total, str(resp.status), method).inc()
-        if resp.status >= 400:
-            raise errors.from_status(
-                resp.status, resp.data, parse_retry_after(resp.headers.get("Retry-After"))
-            )
-        if not resp.data:
-            return {}
+        return _answer(resp.status, resp.headers, resp.data)
+
+    def _attempt_own(self, method: str, url: str, data: bytes | None,
+                     headers: dict[str, Any], timeout: float | None) -> JSON:
+        """One attempt on our own connections: the same metrics, errors and answers as
+        urllib3's path above."""
+        assert self._conns is not None
+        t0 = time.monotonic()
         try:
-            return orjson.loads(resp.data)
-        except orjson.JSONDecodeError as e:
-            raise errors.ApiError(
-                0,
-                "BadResponse",
-                f"{resp.status} answer is not JSON: {resp.data[:200]!r}",
-            ) from e
+            ans = self._conns.request(
+                method, self._base_path + url[len(self.config.host):], data, headers, timeout)
+        except TransportFailure as e:
+            self._child(metrics.rest_client_requests_total, "<error>", method).inc()
+            raise errors.ApiError(0, e.reason, str(e)) from e
+        finally:
+            self._child(metrics.rest_client_request_duration_seconds, method).observe(
+                time.monotonic() - t0)
+        self._child(metrics.rest_client_requests_total, str(ans.status), method).inc()
+        return _answer(ans.status, ans.headers, ans.data)
 
     # ------------------------------------------------------------------ discovery
     def resource_for(self, api_version: str, kind: str) -> ResourceInfo:
@@ -615,6 +637,23 @@ class Client:
                 resp.status, data, parse_retry_after(resp.headers.get("Retry-After"))
             )
         return Watch(resp)
+
+
+def _answer(status: int, headers: Any, data: bytes) -> JSON:
+    """The JSON of an answer, or its ``ApiError`` (a status of 400 or more, a body
+    that is not JSON)."""
+    if status >= 400:
+        raise errors.from_status(status, data, parse_retry_after(headers.get("Retry-After")))
+    if not data:
+        return {}
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise errors.ApiError(
+            0,
+            "BadResponse",
+            f"{status} answer is not JSON: {data[:200]!r}",
+        ) from e
 
 
 def _multi_header(h: dict[str, Any]) -> Any:
