@@ -248,9 +248,11 @@ class SeedDoor:
         return self._state.scheduler.schedule(w, across_namespaces=across_namespaces,
                                               then=then)
 
-    def reclaim(self, w: GPUWorkload, key: str, queue: str, need: Fraction) -> Decision | None:
+    def reclaim(self, w: GPUWorkload, key: str, queue: str, need: Fraction,
+                then: Sequence[GPUWorkload] = ()) -> Decision | None:
         """A pod group's reclaim of ``need`` GPUs of ``queue``'s quota from its
-        cohort's borrowers, ``w`` its gang booked as ``key`` (``QueueBook.reclaim``,
+        cohort's borrowers, ``w`` its gang (``then`` its later parts) booked as
+        ``key`` (``QueueBook.reclaim``,
         the gate's own plan): a ``PREEMPT`` decision naming them, or None. Part of a
         plan's pass, without the lock, as ``schedule``."""
         st = self._state
@@ -258,8 +260,8 @@ class SeedDoor:
         if q is None:
             return None
         sched = st.scheduler
-        decision = sched.schedule(w, across_namespaces=False)
-        return st.queues.reclaim(w, key, q, need, sched.ledger, sched, decision)
+        decision = sched.schedule(w, across_namespaces=False, then=then)
+        return st.queues.reclaim(w, key, q, need, sched.ledger, sched, decision, then)
 
     def group_blockers(self, ledger_key: str) -> dict[str, list[str]]:
         """node -> what a nominated group still waits for on (or of) its devices:

@@ -162,8 +162,7 @@ def plan_in_queue(state: PlacementState, view: PlacementView, group: PodGroup,
     taken: list[Decision] = []
 
     def reclaim(m: GPUWorkload, then: Sequence[GPUWorkload]) -> Decision:
-        # a gang of several shapes reclaims nothing (yet): it waits for its quota
-        d = None if then else state.seeds.reclaim(m, key, over.queue, over.need)
+        d = state.seeds.reclaim(m, key, over.queue, over.need, then)
         if d is None:
             strategy = m.spec.scheduling_strategy
             return Decision(UNSCHEDULABLE, strategy.value if strategy else "leastLoaded",

@@ -35,7 +35,7 @@ informers' events: a decision lists no informer and sorts nothing. The rules are
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
@@ -247,18 +247,20 @@ class QueueBook:
         return quotas.check(q, need, used) is None
 
     def reclaim(self, w: GPUWorkload, key: str, q: Queue, need: Fraction, ledger: Ledger,
-                scheduler: Scheduler, decision: Decision) -> Decision | None:
+                scheduler: Scheduler, decision: Decision,
+                then: Sequence[GPUWorkload] = ()) -> Decision | None:
         """``decision`` (the scheduler's for ``w``) made a reclaim into ``q`` of
         ``need`` GPUs for ``key`` (``internal/scheduling/reclaim.py``), or None when
         nothing may or need be taken. The gate's, and a pod group's (``w`` its gang,
-        ``key`` its booking's, ``controllers/podbinding/groupquota.py``). Call under
-        the placement state's lock."""
+        ``then`` its later parts, ``key`` its booking's,
+        ``controllers/podbinding/groupquota.py``). Call under the placement state's
+        lock."""
         quotas = self.quotas()
         used, owners = self.usage(ledger)
         plan = plan_reclaim(w, scheduler.snapshot, ledger, scheduler.strategy(decision.strategy),
                             decision.counted, quotas, q, need,
                             self._settled(used, owners, ledger),
-                            self._candidates(w, key, ledger, owners))
+                            self._candidates(w, key, ledger, owners), then)
         return None if plan is None else reclaiming(decision, key, q, need, *plan)
 
     def _others_hint(self, w: GPUWorkload, queue: str) -> str:

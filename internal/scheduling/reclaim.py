@@ -13,10 +13,11 @@ victims' bookings are released and the reclaimer is nominated over their pods
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
-from api.v1alpha1.types import GPUWorkload, Placement
+from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
+from internal.scheduling.gangparts import attempt_parts
 from internal.scheduling.ledger import Ledger
 from internal.scheduling.preemption import MAX_VICTIMS
 from internal.scheduling.quota import Candidate, Queue, Quotas, reclaimable, without
@@ -24,16 +25,26 @@ from internal.scheduling.search import _attempt
 from internal.scheduling.snapshot import Snapshot
 from internal.scheduling.strategies.base import Strategy
 
+#: a gang of parts names its exposure in each part (a pod group's: named devices)
+CUDA = DeviceExposure.CUDA_VISIBLE_DEVICES
+
 
 def plan_reclaim(workload: GPUWorkload, snapshot: Snapshot, ledger: Ledger,
                  strategy: Strategy, counted: bool, quotas: Quotas, q: Queue,
                  need: Fraction, used: Mapping[str, Fraction],
-                 candidates: list[Candidate]) -> tuple[list[Candidate], list[Placement]] | None:
-    """(victims, placements) that admit ``workload`` into ``q``, or None."""
+                 candidates: list[Candidate], then: Sequence[GPUWorkload] = (),
+                 ) -> tuple[list[Candidate], list[Placement]] | None:
+    """(victims, placements) that admit ``workload`` (and its gang's later parts
+    ``then``, ``gangparts.py``) into ``q``, or None."""
 
     def place(chosen: list[Candidate]) -> list[Placement] | None:
+        released = [c.owner for c in chosen]
+        if then:
+            return attempt_parts([workload, *then], snapshot, ledger, strategy,
+                                 random.Random(0), default_exposure=CUDA,
+                                 released=released)[0]
         placements, _, _, _ = _attempt(workload, snapshot, ledger, strategy, random.Random(0),
-                                       counted, [c.owner for c in chosen])
+                                       counted, released)
         return placements
 
     def still_borrowing(c: Candidate, sim: Mapping[str, Fraction]) -> bool:

@@ -211,3 +211,24 @@ def test_of_two_sufficient_victim_sets_the_one_sparing_the_higher_priority_is_ke
     victims, placements = got
     assert sorted(v.key for v in victims) == ["x/v1", "x/v3"]
     assert placements == [P(0, "n1", 0, 1)]
+
+
+def test_a_gang_of_parts_reclaims_what_its_own_shapes_need() -> None:
+    """A gang of 1 x 4 GPUs then 2 x 1 GPU (a pod group whose members ask different
+    things, internal/scheduling/gangparts.py): the 4-GPU part takes a whole node,
+    the 1-GPU parts two devices of another, so one of the three borrowers is kept."""
+    snap, led = cluster(node("n1", 4), node("n2", 4))
+    book(led, {"x/b1": [P(0, "n1", 0, 1, 2, 3)], "x/b2": [P(0, "n2", 0, 1)],
+               "x/b3": [P(0, "n2", 2, 3)]})
+    cands = [C("x/b1", "b", "t1", gpus=4), C("x/b2", "b", "t2"), C("x/b3", "b", "t3")]
+    qs = quotas(8, 0)
+    a = qs.get("a")
+    assert a is not None
+    big = workload("new", ns="x", gpusPerReplica=4)
+    small = workload("new", ns="x", gpusPerReplica=1, replicas=2)
+    got = plan_reclaim(big, snap, led, create("leastLoaded"), False, qs, a, F(6),
+                       {"b": F(8)}, cands, [small])
+    assert got is not None
+    victims, placements = got
+    assert sorted(v.key for v in victims) == ["x/b1", "x/b3"]
+    assert placements == [P(0, "n1", 0, 1, 2, 3), P(1, "n2", 2), P(2, "n2", 3)]
