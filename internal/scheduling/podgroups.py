@@ -235,66 +235,86 @@ def _jobset(ns: str, labels: Mapping[str, Any], owners: OwnerLookup | None
                             f"its size is unknown", key)
     spec = jobset.get("spec") if isinstance(jobset.get("spec"), Mapping) else {}
     jobs = [j for j in spec.get("replicatedJobs") or [] if isinstance(j, Mapping)]
-    stages = _made_first(spec, jobs)
-    apart = stages is None  # one group per replicated job (a Complete dependency)
+    phase_of, made_first, staged_by = _phases(spec, jobs)
     rj_name = labels.get(JOBSET_REPLICATED_JOB_LABEL)
-    offset, size, found = 0, 0, False
-    index: int | None = None
-    first: list[tuple[int, int]] = []
-    later: list[LaterPart] = []
-    for job in jobs:
-        replicas = _count(job.get("replicas", 1))
-        replicas = 1 if replicas is None else replicas
-        per_job = _pods_per_job(job.get("template"))
-        if job.get("name") == rj_name:
-            found = True
-            job_index = _count(labels.get(JOBSET_JOB_INDEX_LABEL))
-            within = _count(labels.get(JOB_COMPLETION_INDEX_LABEL, "0"))
-            if job_index is not None and within is not None:
-                index = (0 if apart else offset) + job_index * per_job + within
-            if apart:
-                key, size = f"{key}:{rj_name}", replicas * per_job
-        if stages is not None and job.get("name") in stages[0]:
-            first += [(offset, offset + replicas * per_job)] if replicas * per_job else []
-        elif stages is not None and replicas * per_job:
-            later.append(LaterPart(offset, offset + replicas * per_job,
-                                   _template_spec(job.get("template"))))
-        offset += replicas * per_job
-    if not found:
+    if str(rj_name) not in phase_of:
         return GroupRefusal("jobset", SIZE_UNREADABLE,
                             f"pod group {key}: JobSet {ns}/{name} has no replicated job "
                             f"{str(rj_name)[:63]!r}, the pod's label "
                             f"{JOBSET_REPLICATED_JOB_LABEL}", key)
-    size = size if apart else offset
-    checked = _size(size, "jobset", key, f"the JobSet's replicas x pods per Job ({size})")
+    phase = phase_of[str(rj_name)]
+    mine = [j for j in jobs if phase_of[str(j.get("name"))] == phase]
+    key = f"{key}:{phase}" if phase else key
+    offset = 0
+    index: int | None = None
+    first: list[tuple[int, int]] = []
+    later: list[LaterPart] = []
+    for job in mine:
+        replicas = _count(job.get("replicas", 1))
+        replicas = 1 if replicas is None else replicas
+        per_job = _pods_per_job(job.get("template"))
+        if job.get("name") == rj_name:
+            job_index = _count(labels.get(JOBSET_JOB_INDEX_LABEL))
+            within = _count(labels.get(JOB_COMPLETION_INDEX_LABEL, "0"))
+            if job_index is not None and within is not None:
+                index = offset + job_index * per_job + within
+        if replicas * per_job and job.get("name") in made_first:
+            first.append((offset, offset + replicas * per_job))
+        elif replicas * per_job:
+            later.append(LaterPart(offset, offset + replicas * per_job,
+                                   _template_spec(job.get("template"))))
+        offset += replicas * per_job
+    checked = _size(offset, "jobset", key, f"the JobSet's replicas x pods per Job ({offset})")
     if isinstance(checked, GroupRefusal):
         return checked
-    what = (f"JobSet {name} replicated job {rj_name}: replicas x pods per Job" if apart
-            else f"JobSet {name}: sum of replicas x pods per Job")
+    what = (f"JobSet {name}: sum of replicas x pods per Job" if not phase
+            else f"JobSet {name} replicated job {rj_name}: replicas x pods per Job"
+            if len(mine) == 1 else
+            f"JobSet {name} replicated jobs {', '.join(str(j.get('name')) for j in mine)} "
+            f"(made once {phase} is): sum of replicas x pods per Job")
     staged = bool(later) and bool(first)
     return PodGroup(key, checked, "jobset", what,
                     index if index is not None and index < checked else None,
                     later=tuple(later) if staged else (),
                     made_first=tuple(first) if staged else (),
-                    staged_by=stages[1] if staged and stages is not None else "",
+                    staged_by=staged_by if staged else "",
                     generation=str(uid or ""))
 
 
-def _made_first(spec: Mapping[str, Any], jobs: list[Mapping[str, Any]]
-                ) -> tuple[frozenset[str], str] | None:
-    """The replicated jobs a JobSet makes first (every one, when it makes them
-    together) and, in words, what makes the others wait for them to be ready; None
-    when each replicated job is a group of its own: one made only once another has
-    *completed* (``dependsOn`` ``status: Complete``) runs after it, never beside it."""
+def _phases(spec: Mapping[str, Any], jobs: list[Mapping[str, Any]]
+            ) -> tuple[dict[str, str], frozenset[str], str]:
+    """Each replicated job's *phase* (the name its group key ends in; "" when the
+    whole JobSet is one group), the replicated jobs made first in their phase, and
+    in words what makes the others of a phase wait for them to be ready.
+
+    A JobSet makes its replicated jobs together, or in order (``InOrder``), or
+    each once those it ``dependsOn`` are Ready: one phase, placed whole once its
+    members made first exist. A replicated job made only once another has
+    *completed* (``dependsOn`` ``status: Complete``) runs after it, never beside it:
+    it starts a phase of its own, with the replicated jobs made once it is Ready."""
     startup = spec.get("startupPolicy") if isinstance(spec.get("startupPolicy"), Mapping) else {}
     names = [str(j.get("name")) for j in jobs]
     if startup.get("startupPolicyOrder") == "InOrder":
-        return frozenset(names[:1]), "startupPolicy InOrder"
+        return dict.fromkeys(names, ""), frozenset(names[:1]), "startupPolicy InOrder"
     deps = {str(j.get("name")): [d for d in j.get("dependsOn") or () if isinstance(d, Mapping)]
             for j in jobs}
-    if any(d.get("status") != "Ready" for ds in deps.values() for d in ds):
-        return None
-    return frozenset(n for n in names if not deps[n]), "dependsOn status Ready"
+    ready = {n: [str(d.get("name")) for d in ds if d.get("status") == "Ready"]
+             for n, ds in deps.items()}
+    first = frozenset(n for n in names if not ready[n])
+    if all(d.get("status") == "Ready" for ds in deps.values() for d in ds):
+        return dict.fromkeys(names, ""), first, "dependsOn status Ready"
+    root = {n: n for n in names}  # each phase named by its earliest replicated job
+
+    def find(n: str) -> str:
+        while root[n] != n:
+            n = root[n]
+        return n
+    for n in names:
+        for d in ready[n]:
+            if d in root:
+                a, b = sorted((find(n), find(d)), key=names.index)
+                root[b] = a
+    return {n: find(n) for n in names}, first, "dependsOn status Ready"
 
 
 def _leaderworkerset(ns: str, labels: Mapping[str, Any], annotations: Mapping[str, Any],

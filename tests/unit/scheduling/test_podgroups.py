@@ -290,3 +290,30 @@ def test_a_staged_jobset_says_which_members_come_first_and_what_the_later_ones_a
 def test_a_leader_first_group_is_made_first_at_its_leader() -> None:
     assert PodGroup("k", 3, "leaderworkerset", "", 0, leader_first=True).first == ((0, 1),)
     assert PodGroup("k", 3, "jobset", "", 0).first == ()
+
+
+def test_replicated_jobs_made_once_a_completed_one_is_ready_are_one_group_with_it() -> None:
+    """A launcher; ``workers`` made once it is Complete; ``eval`` made once the
+    workers are Ready. The workers and eval run side by side: one group (keyed by
+    the workers), placed whole once the workers exist, eval's members the later
+    ones; the launcher, which ends before them, a group of its own. (Before, eval
+    was a group of its own too, placed only once the workers were running, and the
+    workers' room could leave none for it.)"""
+    js = jobset(jobs=[("launcher", 1, None, None), ("workers", 2, 2, 2), ("eval", 1, 2, 2)])
+    rjs = js["spec"]["replicatedJobs"]
+    rjs[1]["dependsOn"] = [{"name": "launcher", "status": "Complete"}]
+    rjs[2]["dependsOn"] = [{"name": "workers", "status": "Ready"}]
+    rjs[2]["template"]["spec"]["template"]["spec"]["containers"] = [
+        {"name": "e", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    got = pod_group(js_pod("eval", 0, 1), owners_of(js))
+    assert isinstance(got, PodGroup)
+    assert (got.key, got.size, got.index, got.first, got.staged_by) == (
+        "team/jobset:train:0:workers", 6, 4 + 1, ((0, 4),), "dependsOn status Ready")
+    assert got.size_from == ("JobSet train replicated jobs workers, eval (made once workers "
+                             "is): sum of replicas x pods per Job")
+    assert [(p.start, p.stop, p.gpus) for p in got.later] == [(4, 6, 1)]
+    worker = pod_group(js_pod("workers", 1, 0), owners_of(js))
+    assert isinstance(worker, PodGroup) and (worker.key, worker.index) == (got.key, 2)
+    launcher = pod_group(js_pod("launcher", 0, 0), owners_of(js))
+    assert isinstance(launcher, PodGroup)
+    assert (launcher.key, launcher.size, launcher.first) == ("team/jobset:train:0:launcher", 1, ())
