@@ -21,9 +21,9 @@ from controllers.placement.seeds import GroupPlan, Preemption
 from controllers.placement.state import PlacementView
 from controllers.podbinding.grouppreempt import group_priority, refuses_preemption, was
 from controllers.podbinding.leaderfirst import slot_key
-from controllers.podbinding.seedbook import Entry, pod_meta, pod_priority
+from controllers.podbinding.seedbook import Entry, pod_meta, pod_priority, pod_spec
 from controllers.podbinding.seedentry import ring_note
-from controllers.podbinding.seedplan import MAX_GPUS_PER_POD, pod_model
+from controllers.podbinding.seedplan import FIT_FIELDS, MAX_GPUS_PER_POD, pod_model
 from internal.objects import JSON, object_key
 from internal.scheduling.authority import NAMED
 from internal.scheduling.outcome import UNSCHEDULABLE, Decision
@@ -121,28 +121,40 @@ def slot_pods(group: PodGroup, members: list[JSON], reserve: list[int]) -> list[
 def _parts(pods: list[JSON], strategy: str, topology: Topology, priority: int
            ) -> tuple[list[GPUWorkload] | None, str]:
     """The gang of ``pods`` (in slot order) as GPUWorkload models, one per run of
-    pods alike (their GPUs and what node fit and the filters read), each of its
-    run's replicas: one model when all are alike (``gangparts.py`` otherwise)."""
+    pods alike (their GPUs and what node fit and the filters read, ``FIT_FIELDS``),
+    each of its run's replicas: one model when all are alike (``gangparts.py``
+    otherwise). A model is made once per run, not per member."""
     runs: list[tuple[GPUWorkload, int]] = []
     last: tuple[int, bytes] | None = None
     for pod in pods:
         requested = pod_gpu_request(pod)
+        alike = (requested, _fit_key(pod_spec(pod)))
+        if alike == last:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+            continue
+        last = alike
         only = {DEVICE_AUTHORITY_LABEL: NAMED} if requested else None
         model, why = pod_model(pod, max(requested, 1), strategy,
                                DeviceExposure.CUDA_VISIBLE_DEVICES, node_selector=True,
                                only=only)
         if model is None:
             return None, why
-        alike = (model.spec.gpus, orjson.dumps(
-            model.spec.model_dump(include={"node_selector", "template"}),
-            option=orjson.OPT_SORT_KEYS))
-        if alike == last:
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
-            continue
-        last = alike
         runs.append((model, 1))
     return [m.model_copy(update={"spec": m.spec.model_copy(update={
         "replicas": n, "topology": topology, "priority": priority})}) for m, n in runs], ""
+
+
+def _fit_key(spec: JSON) -> bytes:
+    """What node fit and the filters read of a pod ``spec`` (``FIT_FIELDS``; of a
+    container only its resources, ports and restart policy, not its env, which a
+    webhook may give each member its own), as bytes to compare."""
+    def container(c: object) -> object:
+        return {k: c.get(k) for k in ("resources", "ports", "restartPolicy")} \
+            if isinstance(c, dict) else c
+    read = {k: ([container(c) for c in spec[k]] if k in ("containers", "initContainers")
+                and isinstance(spec[k], list) else spec[k])
+            for k in FIT_FIELDS if k in spec}
+    return orjson.dumps(read, option=orjson.OPT_SORT_KEYS)
 
 
 def _entries(group: PodGroup, members: list[tuple[JSON, PodGroup]], reserve: list[int],

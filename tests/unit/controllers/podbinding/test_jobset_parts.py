@@ -14,7 +14,13 @@ from typing import Any
 
 import pytest
 
-from tests.unit.controllers.podbinding.fixtures import ALL_FREE, OwnedEnv, jobset_member, lws_member
+from tests.unit.controllers.podbinding.fixtures import (
+    ALL_FREE,
+    OwnedEnv,
+    jobset_member,
+    lws_member,
+    member,
+)
 from tests.unit.controllers.podbinding.test_group_preempt import full, high, low
 from tests.unit.controllers.podbinding.test_podbinding import NS
 
@@ -147,3 +153,17 @@ def test_a_group_of_parts_preempts_what_its_own_shapes_need() -> None:
     assert booking is not None and booking.overlap
     assert sorted(len(p.devices) for p in booking.placements) == [1, 1, 1, 1, 4]
     assert {p.node for p in booking.placements} == {f"node{t[1]}" for t in taken}
+
+
+def test_members_whose_env_differs_are_one_part_and_said_as_one() -> None:
+    """Each member with its own env (a webhook may give each its rank): still one
+    gang of 5 x 4 GPUs, said so when it does not fit on 4 nodes of 4."""
+    e = OwnedEnv("JobSet", "none", None)
+    for i in range(5):
+        p = member("ranked", i, size=5)
+        p["spec"]["containers"][0]["env"] = [{"name": "RANK", "value": str(i)}]
+        e.add(p)
+    for i in range(5):
+        e.reconcile(f"ranked-{i}")
+    why = e.warnings("ranked-4")[-1]
+    assert "gang of 5 x 4 GPU(s) does not fit, nothing booked" in why, why
