@@ -1,4 +1,4 @@
-"""The client's own kept-alive connections to one API server, on ``http.client``.
+"""The client's own kept-alive connections to one API server, answers read by ``http.client``.
 
 :class:`ConnectionPool` sends one request and reads its whole answer (``request``):
 the client's unary calls (get, list, create, patch, ...). urllib3's ``urlopen`` did
@@ -6,6 +6,13 @@ the same in about 150 µs of the client's CPU per request, ``http.client`` on a
 kept-alive connection in about 80 (``python -m bench.hotpath http``); each unit of
 work costs about three such requests. Watches, and every request through a proxy,
 stay on urllib3 (``runtime/client.py``).
+
+The request's head is written here, in one piece with its body (one ``sendall``:
+``http.client.HTTPConnection`` checks and encodes each header line on its own, a fifth
+of what was left, and sends head and body apart); a value or path with a control
+character is refused (``ValueError``), as ``http.client`` refuses it. The answer is
+read by ``http.client``'s own ``HTTPResponse`` (status line, headers, Content-Length
+or chunked body, keep-alive), as :class:`runtime.httpheaders.Response`.
 
 Guarantees:
 
@@ -39,13 +46,13 @@ Guarantees:
 
 TLS: the caller's ``ssl.SSLContext`` (credentials already in it), the socket wrapped
 with ``server_hostname`` (the kubeconfig's ``tls-server-name`` where set, else the
-host). Answers are read by :class:`runtime.httpheaders.Response` (headers without the
-``email`` package).
+host).
 """
 
 from __future__ import annotations
 
 import http.client
+import re
 import select
 import socket
 import ssl
@@ -54,6 +61,13 @@ import time
 from typing import Any, NamedTuple
 
 from runtime import httpheaders
+
+#: what a path may not hold (``http.client``'s own check: controls, space, DEL)
+_BAD_PATH = re.compile("[\x00-\x20\x7f]")
+#: what a header value may not hold: a control character but tab (a CR or LF would
+#: start another header)
+_BAD_VALUE = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 class TransportFailure(Exception):
@@ -70,14 +84,6 @@ class Answer(NamedTuple):
     data: bytes
 
 
-class _Connection(http.client.HTTPConnection):
-    """A connection whose socket the pool opens; it never reconnects by itself (a
-    plain-text reconnect to a TLS port, or a silent second TCP connection)."""
-
-    response_class = httpheaders.Response
-    auto_open = 0
-
-
 class ConnectionPool:
     """Kept-alive connections to ``host:port``, TLS when ``context`` is given."""
 
@@ -89,81 +95,97 @@ class ConnectionPool:
         self.maxsize = maxsize
         self._context = context
         self._server_hostname = server_hostname or host
+        try:
+            name = host.encode("ascii").decode()
+        except UnicodeEncodeError:
+            name = host.encode("idna").decode()
+        if ":" in name:  # IPv6, bracketed as in a URL
+            name = f"[{name.partition('%')[0]}]"
+        default = 443 if context is not None else 80
+        #: the head's first lines after the request line (http.client's own)
+        self._fixed = (f"Host: {name if port == default else f'{name}:{port}'}\r\n"
+                       "Accept-Encoding: identity\r\n")
         self._lock = threading.Lock()  # guards _idle
-        self._idle: list[_Connection] = []
+        self._idle: list[socket.socket] = []
 
     def request(self, method: str, path: str, body: bytes | None,
                 headers: dict[str, Any], timeout: float | None) -> Answer:
         """Send one request and read its whole answer. ``headers``' list values are
         sent as one header line per item."""
+        head = self._head(method, path, body, headers)
         deadline = None if timeout is None else time.monotonic() + timeout
-        conn = self._take(deadline)
-        sock = conn.sock
+        sock = self._take(deadline)
         try:
             sock.settimeout(_left(deadline))
-            conn.putrequest(method, path)
-            for name, value in headers.items():
-                if isinstance(value, list):
-                    for item in value:
-                        conn.putheader(name, item)
-                else:
-                    conn.putheader(name, value)
-            if body is not None:
-                conn.putheader("Content-Length", str(len(body)))
-            elif method in ("POST", "PUT", "PATCH"):
-                conn.putheader("Content-Length", "0")
-            conn.endheaders(body)
+            sock.sendall(head + body if body else head)
             sock.settimeout(_left(deadline))
-            resp = conn.getresponse()
+            resp = httpheaders.Response(sock, method=method)
+            resp.begin()
             sock.settimeout(_left(deadline))
             data = resp.read()
         except TimeoutError as e:
-            conn.close()
+            sock.close()
             raise TransportFailure(
                 "ReadTimeout", f"{self._where()}: no answer within {timeout}s: {e}") from e
         except (OSError, http.client.HTTPException) as e:
-            conn.close()
+            sock.close()
             raise TransportFailure(
                 "TransportError", f"{self._where()}: {type(e).__name__}: {e}") from e
         except BaseException:
-            conn.close()
+            sock.close()
             raise
         if resp.will_close or not resp.isclosed():
-            conn.close()
+            resp.close()
+            sock.close()
         else:
-            self._give_back(conn)
+            self._give_back(sock)
         return Answer(resp.status, resp.headers, data)
 
     def clear(self) -> None:
         """Close every idle connection (those in use close or come back later)."""
         with self._lock:
             idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
-
-    def idle(self) -> int:
-        with self._lock:
-            return len(self._idle)
+        for sock in idle:
+            sock.close()
 
     # ------------------------------------------------------------------ internals
-    def _take(self, deadline: float | None) -> _Connection:
+    def _head(self, method: str, path: str, body: bytes | None,
+              headers: dict[str, Any]) -> bytes:
+        if _BAD_PATH.search(path):
+            raise ValueError(f"a request path may hold no control character or space: "
+                             f"{path!r}")
+        lines = [f"{method} {path} HTTP/1.1\r\n", self._fixed]
+        for name, value in headers.items():
+            for item in value if isinstance(value, list) else (value,):
+                item = str(item)
+                if _BAD_VALUE.search(item):
+                    raise ValueError(f"header {name} may hold no control character")
+                lines.append(f"{name}: {item}\r\n")
+        if body is not None:
+            lines.append(f"Content-Length: {len(body)}\r\n")
+        elif method in _BODY_METHODS:
+            lines.append("Content-Length: 0\r\n")
+        lines.append("\r\n")
+        return "".join(lines).encode("latin-1")
+
+    def _take(self, deadline: float | None) -> socket.socket:
         while True:
             with self._lock:
-                conn = self._idle.pop() if self._idle else None
-            if conn is None:
+                sock = self._idle.pop() if self._idle else None
+            if sock is None:
                 return self._open(deadline)
-            if not _dropped(conn.sock):
-                return conn
-            conn.close()
+            if not _dropped(sock):
+                return sock
+            sock.close()
 
-    def _give_back(self, conn: _Connection) -> None:
+    def _give_back(self, sock: socket.socket) -> None:
         with self._lock:
             if len(self._idle) < self.maxsize:
-                self._idle.append(conn)
+                self._idle.append(sock)
                 return
-        conn.close()
+        sock.close()
 
-    def _open(self, deadline: float | None) -> _Connection:
+    def _open(self, deadline: float | None) -> socket.socket:
         try:
             left = _left(deadline)
         except TimeoutError as e:
@@ -189,11 +211,7 @@ class ConnectionPool:
             sock.close()
             raise TransportFailure(
                 "TransportError", f"{self._where()}: TLS: {type(e).__name__}: {e}") from e
-        conn = _Connection(self.host, self.port)
-        if self._context is not None:
-            conn.default_port = 443  # the Host header names the port as for https://
-        conn.sock = sock
-        return conn
+        return sock
 
     def _where(self) -> str:
         scheme = "https" if self._context is not None else "http"
@@ -210,11 +228,9 @@ def _left(deadline: float | None) -> float | None:
     return left
 
 
-def _dropped(sock: socket.socket | None) -> bool:
+def _dropped(sock: socket.socket) -> bool:
     """Is this idle connection unusable? An idle socket that is readable holds the
     server's close (or bytes nobody asked for): either way it cannot carry a request."""
-    if sock is None:
-        return True
     try:
         if isinstance(sock, ssl.SSLSocket) and sock.pending():
             return True

@@ -205,6 +205,14 @@ def test_repeated_headers_are_each_sent(server: TLSServer, pki: tuple) -> None:
     assert server.seen[-1][3] == ["team-a", "team-b"]
 
 
+def test_a_header_value_that_would_start_another_header_is_refused(
+        server: TLSServer, pki: tuple) -> None:
+    c = client(server, ca_of(pki)).impersonate("someone\r\nX-Injected: yes")
+    with pytest.raises(ValueError):
+        c.request("GET", "/api")
+    assert server.seen == []
+
+
 def test_a_server_that_never_answers_is_a_read_timeout_within_the_timeout(
         server: TLSServer, pki: tuple) -> None:
     c = client(server, ca_of(pki), retry=RetryPolicy(attempts=5, base=0.01, cap=0.02))
