@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hack.testenv.pki import CertificateAuthority
-from runtime import Client, RestConfig, errors
+from runtime import Client, RestConfig, errors, metrics
 from runtime.retry import NO_RETRY, RetryPolicy
 from tests.http_replies import reply_json
 
@@ -239,14 +239,25 @@ def test_a_listener_that_never_shakes_hands_is_a_connect_timeout() -> None:
         assert time.monotonic() - t0 < 2.0
 
 
-def test_a_port_nobody_listens_on_is_connection_refused() -> None:
+def test_a_port_nobody_listens_on_is_connection_refused_counted_as_an_error() -> None:
     with socket.create_server(("127.0.0.1", 0)) as s:
         port = s.getsockname()[1]
     c = Client(RestConfig(host=f"https://127.0.0.1:{port}", verify=False), qps=0,
                retry=NO_RETRY)
+
+    def errors_counted() -> float:
+        for family in metrics.rest_client_requests_total.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_total") and sample.labels == {
+                        "code": "<error>", "method": "POST", "host": f"127.0.0.1:{port}"}:
+                    return sample.value
+        return 0.0
+
+    before = errors_counted()
     with pytest.raises(errors.ApiError) as err:
         c.request("POST", "/api", body={})
     assert (err.value.status, err.value.reason) == (0, "ConnectionRefused")
+    assert errors_counted() - before == 1
 
 
 def test_a_wrong_ca_is_a_tls_error_a_create_is_not_sent_again_after(
