@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import orjson
 
-from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL
+from api.v1alpha1.keys import DEVICE_AUTHORITY_LABEL, SCHEDULING_MAP_ANNOTATION
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement, SchedulingStrategy, Topology
 from controllers.placement.seeds import GroupPlan, Preemption
 from controllers.placement.state import PlacementView
@@ -26,6 +26,11 @@ from controllers.podbinding.seedentry import ring_note
 from controllers.podbinding.seedplan import FIT_FIELDS, MAX_GPUS_PER_POD, pod_model
 from internal.objects import JSON, object_key
 from internal.scheduling.authority import NAMED
+from internal.scheduling.mapparser import (
+    MapParseError,
+    format_scheduling_map,
+    parse_scheduling_map,
+)
 from internal.scheduling.outcome import UNSCHEDULABLE, Decision
 from internal.scheduling.podgroups import PodGroup
 from internal.scheduling.pods import pod_gpu_request, pod_uid
@@ -64,6 +69,9 @@ def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, P
     members = _order(unbound)
     first = members[0][0]
     reserve = reserve or []
+    text = (pod_meta(first).get("annotations") or {}).get(SCHEDULING_MAP_ANNOTATION)
+    if text is not None:
+        return _plan_by_map(group, members, reserve, str(text), schedule or view.schedule)
     # each slot's own pod: a member's, or the owner's template of one made later
     pods = slot_pods(group, [p for p, _ in members], reserve)
     requested = max(pod_gpu_request(p) for p in pods)
@@ -142,6 +150,55 @@ def _parts(pods: list[JSON], strategy: str, topology: Topology, priority: int
         runs.append((model, 1))
     return [m.model_copy(update={"spec": m.spec.model_copy(update={
         "replicas": n, "topology": topology, "priority": priority})}) for m, n in runs], ""
+
+
+def _plan_by_map(group: PodGroup, members: list[tuple[JSON, PodGroup]], reserve: list[int],
+                 text: str, schedule: Callable[[GPUWorkload, Sequence[GPUWorkload]], Decision]
+                 ) -> GroupPlan:
+    """The group placed by its ``gpu-scheduling-map`` (one map per group, on every
+    member: its template's): each member on the node and devices of the line of its
+    index in the group (a JobSet's, an LWS's or an Indexed Job's own), the members
+    not made yet (``reserve``) too; the map's filters, as a GPUWorkload's map.
+    Preempts nobody."""
+    first = members[0][0]
+    other = next((object_key(p) for p, _ in members[1:]
+                  if (pod_meta(p).get("annotations") or {}).get(SCHEDULING_MAP_ANNOTATION)
+                  != text), None)
+    if other is not None:
+        return None, (f"its members carry different {SCHEDULING_MAP_ANNOTATION} annotations "
+                      f"({object_key(first)} and {other}): one map places a whole group"), None
+    try:
+        lines = parse_scheduling_map(text)
+    except MapParseError as exc:
+        return None, f"invalid {SCHEDULING_MAP_ANNOTATION} annotation: {exc}", None
+    nameless = next((object_key(p) for p, g in members if g.index is None), None)
+    if nameless is not None:
+        return None, (f"pod {nameless} has no index in its group, so the "
+                      f"{SCHEDULING_MAP_ANNOTATION} cannot name its line"), None
+    slots = [g.index for _, g in members if g.index is not None] + reserve
+    missing = [s for s in slots if s not in lines]
+    if missing:
+        return None, (f"{SCHEDULING_MAP_ANNOTATION} has no line for member index(es) "
+                      f"{', '.join(map(str, missing))}; it maps "
+                      f"{', '.join(map(str, lines)) or 'none'}"), None
+    parts, why = _parts(slot_pods(group, [p for p, _ in members], reserve),
+                        SchedulingStrategy.ANNOTATION_MAP.value, Topology.NONE,
+                        group_priority(p for p, _ in members))
+    if parts is None:
+        return None, why, None
+    placements: list[Placement] = []
+    for part in parts:  # each part's lines checked against its own pods
+        mine = slots[len(placements):len(placements) + part.spec.replicas]
+        model = part.model_copy(update={"spec": part.spec.model_copy(update={
+            "scheduling_map": format_scheduling_map(
+                {i: replace(lines[s], index=i) for i, s in enumerate(mine)})})})
+        decision = schedule(model, ())
+        if not decision.ok:
+            which = f"members {', '.join(map(str, mine))}: " if len(parts) > 1 else ""
+            return None, (f"by its {SCHEDULING_MAP_ANNOTATION}: {which}{decision.message}"), None
+        placements += [p.model_copy(update={"index": len(placements) + p.index})
+                       for p in sorted(decision.placements, key=lambda p: p.index)]
+    return _entries(group, members, reserve, placements), "", None
 
 
 def _fit_key(spec: JSON) -> bytes:

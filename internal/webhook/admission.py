@@ -4,6 +4,9 @@
 - No ``gpu-scheduling-map`` annotation: a pod group's member gets ``CUDA_VISIBLE_DEVICES``
   as a reference to its devices annotation (:mod:`internal.webhook.groupexposure`);
   any other pod is allowed, unchanged.
+- A pod group's member with a map: the same reference (its group is placed by the
+  map, by each member's index in the group, which a pod cannot tell at admission:
+  a JobSet's is its replicated jobs' sum); a malformed map is rejected.
 - A pod that sets ``spec.nodeName`` itself, or names another ``schedulerName``:
   allowed, unchanged, with a warning. The pod-binding controller will not bind it, so
   devices injected from the map would be devices nobody booked.
@@ -34,7 +37,7 @@ from api.v1alpha1.types import DeviceExposure
 from internal.scheduling.mapparser import MapParseError, parse_scheduling_map
 from internal.scheduling.podindex import pod_index
 from internal.webhook.exposure import parse_exposure
-from internal.webhook.groupexposure import group_response
+from internal.webhook.groupexposure import group_response, in_group
 from internal.webhook.patch import build_patch
 from internal.webhook.seedwarning import statefulset_response
 
@@ -128,6 +131,12 @@ def mutate_review(body: Mapping[str, Any],
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     text = annotations.get(SCHEDULING_MAP_ANNOTATION)
     if text is None:  # a pod group's member gets a reference to its devices
+        return _review(uid, group_response(pod, scheduler_name))
+    if in_group(pod, scheduler_name):  # its group placed by the map: the same reference
+        try:
+            parse_scheduling_map(str(text))
+        except MapParseError as exc:
+            return deny(uid, f"annotation {SCHEDULING_MAP_ANNOTATION}: {exc}")
         return _review(uid, group_response(pod, scheduler_name))
     why = not_ours(pod, scheduler_name)
     if why is not None:

@@ -11,7 +11,7 @@ reference when it starts the container, after the binding. The ``pod-devices``
 admission policy admits exactly this reference and nothing a tenant could point
 elsewhere (api/v1alpha1/pod_devices.py).
 
-| the pod (a CREATE sent to ``/mutate`` without a map)    | answer                     |
+| the pod (a CREATE sent to ``/mutate``; with a map too)  | answer                     |
 |---------------------------------------------------------|----------------------------|
 | another scheduler's, or it sets ``spec.nodeName``         | allowed, unchanged         |
 | it says it is in no group                                | allowed, unchanged         |
@@ -90,16 +90,21 @@ def _same_reference(entry: Mapping[str, Any]) -> bool:
             and ref.get("apiVersion", "v1") == "v1")
 
 
+def in_group(pod: Mapping[str, Any], scheduler_name: str) -> bool:
+    """Is ``pod`` a group member ``scheduler_name`` binds (the table above)?"""
+    spec = pod.get("spec") or {}
+    return not spec.get("nodeName") and spec.get("schedulerName") == scheduler_name \
+        and pod_group(pod, None) is not None
+
+
 def group_patch(pod: Mapping[str, Any], scheduler_name: str
                 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The JSONPatch operations and warnings giving a group member ``pod`` the
     reference (none for a pod in no group, or one ``scheduler_name`` does not bind).
     Idempotent: an admitted pod admitted again yields no operation."""
+    if not in_group(pod, scheduler_name):
+        return [], []
     spec = pod.get("spec") or {}
-    if spec.get("nodeName") or spec.get("schedulerName") != scheduler_name:
-        return [], []
-    if pod_group(pod, None) is None:
-        return [], []
     ops: list[dict[str, Any]] = []
     warnings: list[str] = []
     for kind, i, c in _targets(spec):
@@ -113,7 +118,8 @@ def group_patch(pod: Mapping[str, Any], scheduler_name: str
 
 
 def group_response(pod: Mapping[str, Any], scheduler_name: str) -> dict[str, Any]:
-    """The AdmissionResponse (without its uid) for a pod CREATE without a map."""
+    """The AdmissionResponse (without its uid) for a pod CREATE: without a map, or a
+    group member's with one (its group is placed by the map, docs/podgroups.md)."""
     ops, warnings = group_patch(pod, scheduler_name)
     response: dict[str, Any] = {"allowed": True}
     if ops:

@@ -118,10 +118,21 @@ def test_admitting_a_member_again_changes_nothing() -> None:
     assert group_patch(bare, "gpu-scheduler") == ([], [])
 
 
-def test_a_pod_with_a_map_keeps_the_seed_paths_devices() -> None:
+def test_a_member_with_a_map_gets_the_reference_too() -> None:
+    """Its group is placed by the map, by its index in the group (which a pod
+    cannot tell at admission), and the Binding writes the map's devices: the
+    reference reads them. (Before, it got the line of its name's ordinal as a
+    value, while its group was placed without the map: two different devices.)"""
     pod = member(*EXPLICIT)
     pod["metadata"]["name"] = "check-1"
     pod["metadata"]["annotations"]["gpu-scheduling-map"] = "1=node2:2"
     out, _ = admitted(pod)
-    assert envs(out) == [[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
-                          {"name": "CUDA_VISIBLE_DEVICES", "value": "2"}]]
+    assert envs(out) == [[REF]]
+
+
+def test_a_member_with_a_malformed_map_is_refused() -> None:
+    pod = member(*EXPLICIT)
+    pod["metadata"]["annotations"]["gpu-scheduling-map"] = "1=node2"
+    response = mutate_review(review(pod))["response"]
+    assert response["allowed"] is False
+    assert response["status"]["message"].startswith("annotation gpu-scheduling-map: line 1")
