@@ -187,3 +187,32 @@ def test_an_in_order_jobsets_workers_go_where_their_own_template_says(
              for p in pods.values()}
     assert where["launcher-0"] == (pool_a[0], 1), where
     assert {where["workers-0"], where["workers-1"]} == {(n, 4) for n in pool_b}, where
+
+
+def test_a_jobset_with_a_map_is_placed_on_its_lines_and_each_member_reads_them(
+        binder: Running, exposure: None, admin: Client, namespace: str,
+        group: NodeGroup) -> None:  # noqa: F811
+    """The seed's map in the replicated job's pod template, one line per member by
+    its index in the group (job-index here): each member is bound on its line, its
+    Binding writes the line's devices, and its CUDA_VISIBLE_DEVICES is the
+    reference that reads them. (Before, the map was ignored for a group's members,
+    and the webhook could not tell a Job pod's ordinal: no devices injected.)"""
+    nodes = named_nodes(group, 2)
+    binder.wait_nodes(nodes)
+    js = on_nodes(jobset("mapped", [("workers", 2, 1)]), group, 2)
+    template = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    template.setdefault("metadata", {}).setdefault("annotations", {})[
+        "gpu-scheduling-map"] = f"0={nodes[1]}:2,3\n1={nodes[0]}:0,1"
+    admin.create(js, namespace=namespace)
+
+    def all_bound() -> dict[str, dict[str, Any]] | None:
+        pods = live(admin, namespace, "mapped")
+        return pods if len(pods) == 2 and all(p["spec"].get("nodeName")
+                                              for p in pods.values()) else None
+    pods = eventually(all_bound, timeout=120, what="both members bound")
+    where = {p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"]:
+             (p["spec"]["nodeName"], p["metadata"]["annotations"][DEVICES])
+             for p in pods.values()}
+    assert where == {"0": (nodes[1], "2,3"), "1": (nodes[0], "0,1")}, where
+    assert all([e for e in p["spec"]["containers"][0]["env"] if e["name"] == REF["name"]]
+               == [REF] for p in pods.values())
