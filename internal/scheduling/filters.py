@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from api.v1alpha1.types import DeviceExposure
+from api.v1alpha1.types import DeviceExposure, Topology
 from internal.scheduling.authority import refusal as authority_refusal
 from internal.scheduling.devicepicker import pick_devices
 from internal.scheduling.nodefit import PODS, pods_reason
@@ -129,7 +129,10 @@ def _filter_devices(
         if free_count < ctx.gpus:
             return f"{free_text(free_count, node, view)}, needs {ctx.gpus}", (), free_count
         return None, (), free_count
-    eligible = sorted(d for d in free if mem_ok(d))
+    # no memory floor: every free device the node reports is eligible (mem_ok's
+    # answer without a call per device: a decision asks it of every node it visits)
+    eligible = sorted(free.intersection(node.devices) if min_mem <= 0 else
+                      (d for d in free if mem_ok(d)))
     available = min(len(eligible), free_count)
     if available < ctx.gpus:
         why = f"{free_text(available, node, view)}, needs {ctx.gpus}"
@@ -144,11 +147,13 @@ def _filter_devices(
                 else f" ({low_mem} below {min_mem} MiB)"
             )
         return why, (), free_count
+    # the links are read only for a set of more than one device with a topology
+    links = spec.topology is not Topology.NONE and ctx.gpus > 1
     pick = pick_devices(
         eligible,
         ctx.gpus,
         topology=spec.topology,
-        nvlink_peers={i: d.nvlink_peers for i, d in node.devices.items()},
+        nvlink_peers={i: d.nvlink_peers for i, d in node.devices.items()} if links else None,
         topology_known=node.topology_known,
     )
     if pick.devices is None:

@@ -213,10 +213,13 @@ class DeviceHoldings:
         return self._counted_by_owner(node)
 
     def _counted_by_owner(self, node: str) -> dict[str, int]:
+        counted = self._counted.get(node)
+        if not counted:  # the usual node: nothing the device plugin hands out
+            return {}
         booked: dict[str, int] = {}
         pods: dict[str, int] = {}
         jobs: dict[str, int] = {}
-        for key, n in self._counted.get(node, {}).items():
+        for key, n in counted.items():
             a = self._allocs[key]
             side = jobs if a.job else pods if a.holder and not is_departing(key) else booked
             side[a.owner] = side.get(a.owner, 0) + n
