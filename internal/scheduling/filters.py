@@ -58,9 +58,14 @@ def free_text(n: int, node: NodeInfo, view: View) -> str:
 
 
 def filter_node(
-    name: str, ctx: Context, *, exact: tuple[int, ...] | None = None
-) -> tuple[str | None, tuple[int, ...], int]:
-    """Run the filters on one node. Returns (reason or None, devices, free count)."""
+    name: str, ctx: Context, *, exact: tuple[int, ...] | None = None, pick: bool = True
+) -> tuple[str | None, tuple[int, ...] | None, int]:
+    """Run the filters on one node. Returns (reason or None, devices, free count).
+
+    ``pick=False``: where the plain rule picks the devices (no topology to honour, or
+    one device) and the node has room, they cannot fail to be picked: devices is
+    None and ``pick_on`` picks them later, for the node chosen among the feasible
+    ones only (the same devices, while the view has not changed)."""
     ctx.visited += 1
     node = ctx.snapshot.get(name)
     if node is None:
@@ -93,7 +98,7 @@ def filter_node(
         return STALE_REASON, (), 0
     if spec.device_exposure is DeviceExposure.DRA and not node.dra_driver:
         return NO_SLICES_REASON, (), 0
-    why, devices, free = _filter_devices(node, ctx, exact)
+    why, devices, free = _filter_devices(node, ctx, exact, pick)
     if why is None:  # room for it: may this kind of holder have it here?
         why = authority_refusal(name, node.labels, ctx.view, counted=ctx.counted,
                                 dra=spec.device_exposure is DeviceExposure.DRA)
@@ -102,9 +107,17 @@ def filter_node(
     return why, devices, free
 
 
+def pick_on(node: NodeInfo, ctx: Context) -> tuple[int, ...]:
+    """The devices one replica gets on ``node``, a node ``filter_node(pick=False)``
+    passed without picking them (the view unchanged since)."""
+    why, devices, _ = _filter_devices(node, ctx, None)
+    assert why is None and devices is not None, why
+    return devices
+
+
 def _filter_devices(
-    node: NodeInfo, ctx: Context, exact: tuple[int, ...] | None
-) -> tuple[str | None, tuple[int, ...], int]:
+    node: NodeInfo, ctx: Context, exact: tuple[int, ...] | None, pick: bool = True
+) -> tuple[str | None, tuple[int, ...] | None, int]:
     """The devices (or the share) one replica would get on ``node``, or why none."""
     name, spec = node.name, ctx.workload.spec
     want = wanted(spec)
@@ -149,16 +162,18 @@ def _filter_devices(
         return why, (), free_count
     # the links are read only for a set of more than one device with a topology
     links = spec.topology is not Topology.NONE and ctx.gpus > 1
-    pick = pick_devices(
+    if not pick and not links:  # the plain rule finds a set among ``available``
+        return None, None, free_count
+    chosen = pick_devices(
         eligible,
         ctx.gpus,
         topology=spec.topology,
         nvlink_peers={i: d.nvlink_peers for i, d in node.devices.items()} if links else None,
         topology_known=node.topology_known,
     )
-    if pick.devices is None:
-        return pick.reason, (), free_count
-    return None, pick.devices, free_count
+    if chosen.devices is None:
+        return chosen.reason, (), free_count
+    return None, chosen.devices, free_count
 
 
 def fit_reason_of(node: NodeInfo, ctx: Context) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement, SchedulingStrategy
 from internal.scheduling import mapparser
-from internal.scheduling.filters import filter_node, gpus_word
+from internal.scheduling.filters import filter_node, gpus_word, pick_on
 from internal.scheduling.ledger import Ledger, booking_owner
 from internal.scheduling.outcome import INVALID_MAP, SCHEDULED, UNSCHEDULABLE
 from internal.scheduling.sharefilter import wanted
@@ -63,19 +63,24 @@ def _place_searched(strategy: Strategy, ctx: Context) -> tuple[list[Placement] |
         # a share or MIG instance may fit where no whole GPU is free: every node
         names = ctx.snapshot.names if portions else strategy.candidates(
             ctx, ctx.view, ctx.snapshot)
+        # a strategy that scores no devices has them picked on the chosen node only
+        pick = strategy.reads_devices
         for name in names:
-            reason, devices, free = filter_node(name, ctx)
+            reason, devices, free = filter_node(name, ctx, pick=pick)
             if reason is not None:
                 ctx.reasons[name] = reason
                 continue
             node = ctx.snapshot.get(name)
             assert node is not None
-            feasible.append(Candidate(node, devices, free))
+            feasible.append(Candidate(node, devices, free) if devices is not None else
+                            Candidate(node, (), free, deferred=ctx.gpus))
             if len(feasible) >= limit:
                 break
         if not feasible:
             return None, ""
         chosen = strategy.choose(feasible, ctx)
+        if chosen.deferred is not None:
+            chosen = Candidate(chosen.node, pick_on(chosen.node, ctx), chosen.free)
         ctx.reasons.pop(chosen.name, None)
         if portions:
             portion = ctx.portions[chosen.name]

@@ -121,6 +121,9 @@ class Candidate:
     node: NodeInfo
     devices: tuple[int, ...]
     free: int  # free GPUs on the node before this replica
+    #: the devices the replica will take when they are not picked yet (``devices``
+    #: empty: the search picks them on the chosen node only); None: ``devices`` says
+    deferred: int | None = None
 
     @property
     def name(self) -> str:
@@ -128,4 +131,5 @@ class Candidate:
 
     @property
     def free_after(self) -> int:
-        return self.free - max(len(self.devices), 0)
+        taking = len(self.devices) if self.deferred is None else self.deferred
+        return self.free - max(taking, 0)

@@ -3,7 +3,9 @@
 A strategy decides two things for each replica: which nodes to look at, in which
 order (``candidates``), and which of the feasible ones it gathered to take
 (``score``, higher is better; ties go to the earlier candidate). The framework
-runs the filters, gathers up to ``limit`` feasible nodes, and picks devices.
+runs the filters, gathers up to ``limit`` feasible nodes, and picks devices: on
+each of them when the strategy ``reads_devices`` (or a topology decides whether a
+node has a set at all), else on the chosen node only.
 
 Adding a strategy: a new file in this package with a subclass decorated by
 ``@register``; nothing else changes (the package imports every module in it).
@@ -32,6 +34,9 @@ class Strategy:
     preempts: ClassVar[bool] = False
     #: placements come from the workload's map, not from a node search
     uses_map: ClassVar[bool] = False
+    #: ``score``/``choose`` read a candidate's devices (not only how many it takes):
+    #: the search then picks them on every feasible node, not on the chosen one only
+    reads_devices: ClassVar[bool] = True
 
     def candidates(self, ctx: Context, view: View, snapshot: Snapshot) -> Iterable[str]:
         """Node names to try, best first. Default: the free-capacity index."""

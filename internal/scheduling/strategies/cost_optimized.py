@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 @register
 class CostOptimized(Strategy):
     name = "costOptimized"
+    reads_devices = False  # the free count and the node only
     limit = 16
 
     def candidates(self, ctx: Context, view: View, snapshot: Snapshot) -> Iterator[str]:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 @register
 class LeastLoaded(Strategy):
     name = "leastLoaded"
+    reads_devices = False  # the free count and the node only
     most_free_first = True
 
     def score(self, cand: Candidate, ctx: Context) -> tuple[float, ...]:
