@@ -103,6 +103,16 @@ def live(admin: Client, ns: str, name: str) -> dict[str, dict[str, Any]]:
     return named(members(admin, ns, name))
 
 
+def all_bound(admin: Client, ns: str, name: str, count: int, timeout: float,
+              what: str) -> dict[str, dict[str, Any]]:
+    """JobSet ``name``'s ``count`` members once every one is bound."""
+    def bound() -> dict[str, dict[str, Any]] | None:
+        pods = live(admin, ns, name)
+        return pods if len(pods) == count and all(p["spec"].get("nodeName")
+                                                  for p in pods.values()) else None
+    return eventually(bound, timeout=timeout, what=what)
+
+
 @pytest.mark.parametrize("how", ["InOrder", "dependsOn"])
 def test_an_in_order_jobset_is_placed_whole_at_its_launcher_and_workers_take_their_slots(
         binder: Running, admin: Client, namespace: str, group: NodeGroup,  # noqa: F811
@@ -115,11 +125,7 @@ def test_an_in_order_jobset_is_placed_whole_at_its_launcher_and_workers_take_the
     binder.wait_nodes(named_nodes(group, 5))
     admin.create(staged("staged", group, how), namespace=namespace)
 
-    def all_bound() -> dict[str, dict[str, Any]] | None:
-        pods = live(admin, namespace, "staged")
-        return pods if len(pods) == 5 and all(p["spec"].get("nodeName")
-                                              for p in pods.values()) else None
-    pods = eventually(all_bound, timeout=150, what="the launcher and its 4 workers bound")
+    pods = all_bound(admin, namespace, "staged", 5, 150, "the launcher and its 4 workers bound")
     (launcher,) = [p for p in pods.values()
                    if p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"]
                    == "launcher"]
@@ -176,11 +182,7 @@ def test_an_in_order_jobsets_workers_go_where_their_own_template_says(
         spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = gpus
     admin.create(js, namespace=namespace)
 
-    def all_bound() -> dict[str, dict[str, Any]] | None:
-        pods = live(admin, namespace, "pools")
-        return pods if len(pods) == 3 and all(p["spec"].get("nodeName")
-                                              for p in pods.values()) else None
-    pods = eventually(all_bound, timeout=150, what="the launcher and its 2 workers bound")
+    pods = all_bound(admin, namespace, "pools", 3, 150, "the launcher and its 2 workers bound")
     where = {p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] + "-" +
              p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"]:
              (p["spec"]["nodeName"], len(p["metadata"]["annotations"][DEVICES].split(",")))
@@ -205,11 +207,7 @@ def test_a_jobset_with_a_map_is_placed_on_its_lines_and_each_member_reads_them(
         "gpu-scheduling-map"] = f"0={nodes[1]}:2,3\n1={nodes[0]}:0,1"
     admin.create(js, namespace=namespace)
 
-    def all_bound() -> dict[str, dict[str, Any]] | None:
-        pods = live(admin, namespace, "mapped")
-        return pods if len(pods) == 2 and all(p["spec"].get("nodeName")
-                                              for p in pods.values()) else None
-    pods = eventually(all_bound, timeout=120, what="both members bound")
+    pods = all_bound(admin, namespace, "mapped", 2, 120, "both members bound")
     where = {p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"]:
              (p["spec"]["nodeName"], p["metadata"]["annotations"][DEVICES])
              for p in pods.values()}
