@@ -54,7 +54,7 @@ def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, P
                schedule: Callable[[GPUWorkload, Sequence[GPUWorkload]], Decision] | None = None
                ) -> GroupPlan:
     """Where the unbound members go, and the members of indices ``reserve`` not made
-    yet (``leaderfirst.py``: reserved slots, with the group's ``worker_gpus``), as
+    yet (``leaderfirst.py``: reserved slots, each as its owner's template makes it), as
     one gang, or why nowhere, and whom it preempts to fit (``grouppreempt.py``: the
     gang has its members' priority, and the ``priority`` strategy may name
     victims): read from ``view`` in the group's pass

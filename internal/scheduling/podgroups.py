@@ -38,7 +38,6 @@ from typing import Any
 from api.v1alpha1.keys import POD_GROUP_LABEL, POD_GROUP_SIZE_ANNOTATION
 from internal.objects import JSON
 from internal.scheduling.podindex import POD_INDEX_LABEL
-from internal.scheduling.pods import pod_gpu_request
 
 #: an owner by (apiVersion, kind, namespace, name), or None when it is not there
 OwnerLookup = Callable[[str, str, str, str], JSON | None]
@@ -82,10 +81,6 @@ class LaterPart:
     stop: int
     spec: Mapping[str, Any] = field(compare=False, hash=False)
 
-    @property
-    def gpus(self) -> int:
-        return _pod_gpus({"spec": self.spec})
-
 
 @dataclass(frozen=True)
 class PodGroup:
@@ -115,11 +110,6 @@ class PodGroup:
     later: tuple[LaterPart, ...] = field(default=(), compare=False)
     made_first: tuple[tuple[int, int], ...] = ()
     staged_by: str = ""
-
-    @property
-    def worker_gpus(self) -> int:
-        """The most ``nvidia.com/gpu`` a member not made yet asks (0: none later)."""
-        return max((part.gpus for part in self.later), default=0)
 
     def later_spec(self, index: int) -> Mapping[str, Any] | None:
         """The pod spec of member ``index`` when it is one made later, else None."""
@@ -359,15 +349,6 @@ def _pod_spec(template: Any) -> Mapping[str, Any]:
     """The spec of a pod template ({} when unreadable)."""
     spec = template.get("spec") if isinstance(template, Mapping) else None
     return spec if isinstance(spec, Mapping) else {}
-
-
-def _pod_gpus(template: Any) -> int:
-    """``nvidia.com/gpu`` of one pod of a pod template (0 when unreadable)."""
-    pod = template if isinstance(template, Mapping) else {}
-    try:
-        return pod_gpu_request({"spec": pod.get("spec") or {}})
-    except (TypeError, ValueError, AttributeError):
-        return 0
 
 
 def _indexed_job(pod: JSON, ns: str, labels: Mapping[str, Any], owners: OwnerLookup | None

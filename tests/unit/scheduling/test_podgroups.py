@@ -15,6 +15,7 @@ from internal.scheduling.podgroups import (
     disagreement,
     pod_group,
 )
+from internal.scheduling.pods import pod_gpu_request
 
 NS = "team"
 
@@ -283,8 +284,9 @@ def test_a_staged_jobset_says_which_members_come_first_and_what_the_later_ones_a
     got = pod_group(js_pod("sidecar", 0, 0), owners_of(js))
     assert isinstance(got, PodGroup)
     assert (got.key, got.size, got.index) == ("team/jobset:train:0", 4, 3)
-    assert (got.first, got.worker_gpus, got.staged_by) == (
-        ((0, 1), (3, 4)), 4, "dependsOn status Ready")
+    assert (got.first, got.staged_by) == (((0, 1), (3, 4)), "dependsOn status Ready")
+    assert [(p.start, p.stop, pod_gpu_request({"spec": p.spec})) for p in got.later] == [
+        (1, 3, 4)]
 
 
 def test_a_leader_first_group_is_made_first_at_its_leader() -> None:
@@ -311,7 +313,8 @@ def test_replicated_jobs_made_once_a_completed_one_is_ready_are_one_group_with_i
         "team/jobset:train:0:workers", 6, 4 + 1, ((0, 4),), "dependsOn status Ready")
     assert got.size_from == ("JobSet train replicated jobs workers, eval (made once workers "
                              "is): sum of replicas x pods per Job")
-    assert [(p.start, p.stop, p.gpus) for p in got.later] == [(4, 6, 1)]
+    assert [(p.start, p.stop, pod_gpu_request({"spec": p.spec})) for p in got.later] == [
+        (4, 6, 1)]
     worker = pod_group(js_pod("workers", 1, 0), owners_of(js))
     assert isinstance(worker, PodGroup) and (worker.key, worker.index) == (got.key, 2)
     launcher = pod_group(js_pod("launcher", 0, 0), owners_of(js))
