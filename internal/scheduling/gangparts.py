@@ -6,7 +6,8 @@ LeaderWorkerSet's leader and its workers (docs/podgroups.md). Pure, as
 ``framework.schedule``, which hands a gang of parts here.
 
 The replicas' indices run on across the parts (the first part's 0..n-1, the next
-part's from n). A preemption's trials search the same way (``preemption.py``); an
+part's from n). A preemption's and a reclaim's trials search the same way
+(``attempt_gang``, for ``preemption.py`` and ``reclaim.py``); an
 annotation map is never used for a gang of parts (a pod group never has one).
 """
 
@@ -19,7 +20,13 @@ from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
 from internal.scheduling.filters import group_reasons
 from internal.scheduling.ledger import Ledger, booking_owner
 from internal.scheduling.outcome import SCHEDULED, UNSCHEDULABLE, Decision
-from internal.scheduling.search import _explain, _exposure, _place_searched, _tolerations
+from internal.scheduling.search import (
+    _attempt,
+    _explain,
+    _exposure,
+    _place_searched,
+    _tolerations,
+)
 from internal.scheduling.snapshot import Snapshot
 from internal.scheduling.strategies.base import Strategy
 from internal.scheduling.view import Context, View
@@ -53,6 +60,24 @@ def attempt_parts(parts: Sequence[GPUWorkload], snapshot: Snapshot, ledger: Ledg
         placements += [p.model_copy(update={"index": len(placements) + i})
                        for i, p in enumerate(got)]
     return placements, visited, len(parts) - 1, ctx
+
+
+def attempt_gang(workload: GPUWorkload, then: Sequence[GPUWorkload], snapshot: Snapshot,
+                 ledger: Ledger, strat: Strategy, counted: bool, released: Iterable[str], *,
+                 default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES,
+                 ) -> tuple[list[Placement] | None, int]:
+    """One trial of a preemption or a reclaim: the gang searched against the ledger
+    less what the ``released`` owners hold, ``workload`` alone as any workload
+    (``search._attempt``, a map included), or with its later parts ``then`` as
+    ``attempt_parts``; (the placements or None, nodes visited)."""
+    if then:
+        got, seen, _, _ = attempt_parts([workload, *then], snapshot, ledger, strat,
+                                        random.Random(0), default_exposure=default_exposure,
+                                        released=released)
+        return got, seen
+    got, ctx, _, _ = _attempt(workload, snapshot, ledger, strat, random.Random(0), counted,
+                              released)
+    return got, ctx.visited
 
 
 def schedule_parts(parts: Sequence[GPUWorkload], snapshot: Snapshot, ledger: Ledger,

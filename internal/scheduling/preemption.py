@@ -3,13 +3,11 @@ preempt so that it fits."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterable, Sequence
 
 from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
-from internal.scheduling.gangparts import attempt_parts
+from internal.scheduling.gangparts import attempt_gang
 from internal.scheduling.ledger import Ledger
-from internal.scheduling.search import _attempt
 from internal.scheduling.snapshot import Snapshot
 from internal.scheduling.strategies.base import Strategy
 
@@ -62,15 +60,8 @@ def plan_preemption(
     owner_of = {a.key: a.owner for a in candidates}
 
     def attempt(released: list[str]) -> tuple[list[Placement] | None, int]:
-        if then:
-            got, seen, _, _ = attempt_parts([workload, *then], snapshot, ledger, strategy,
-                                            random.Random(0),
-                                            default_exposure=default_exposure,
-                                            released=released)
-            return got, seen
-        got, ctx, _, _ = _attempt(workload, snapshot, ledger, strategy, random.Random(0),
-                                  counted, released)
-        return got, ctx.visited
+        return attempt_gang(workload, then, snapshot, ledger, strategy, counted, released,
+                            default_exposure=default_exposure)
 
     visited = 0
     chosen: list[str] = []

@@ -12,21 +12,16 @@ victims' bookings are released and the reclaimer is nominated over their pods
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
-from api.v1alpha1.types import DeviceExposure, GPUWorkload, Placement
-from internal.scheduling.gangparts import attempt_parts
+from api.v1alpha1.types import GPUWorkload, Placement
+from internal.scheduling.gangparts import attempt_gang
 from internal.scheduling.ledger import Ledger
 from internal.scheduling.preemption import MAX_VICTIMS
 from internal.scheduling.quota import Candidate, Queue, Quotas, reclaimable, without
-from internal.scheduling.search import _attempt
 from internal.scheduling.snapshot import Snapshot
 from internal.scheduling.strategies.base import Strategy
-
-#: a gang of parts names its exposure in each part (a pod group's: named devices)
-CUDA = DeviceExposure.CUDA_VISIBLE_DEVICES
 
 
 def plan_reclaim(workload: GPUWorkload, snapshot: Snapshot, ledger: Ledger,
@@ -38,14 +33,8 @@ def plan_reclaim(workload: GPUWorkload, snapshot: Snapshot, ledger: Ledger,
     ``then``, ``gangparts.py``) into ``q``, or None."""
 
     def place(chosen: list[Candidate]) -> list[Placement] | None:
-        released = [c.owner for c in chosen]
-        if then:
-            return attempt_parts([workload, *then], snapshot, ledger, strategy,
-                                 random.Random(0), default_exposure=CUDA,
-                                 released=released)[0]
-        placements, _, _, _ = _attempt(workload, snapshot, ledger, strategy, random.Random(0),
-                                       counted, released)
-        return placements
+        return attempt_gang(workload, then, snapshot, ledger, strategy, counted,
+                            [c.owner for c in chosen])[0]
 
     def still_borrowing(c: Candidate, sim: Mapping[str, Fraction]) -> bool:
         owner = quotas.get(c.queue)
