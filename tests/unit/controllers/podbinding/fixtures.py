@@ -93,6 +93,29 @@ def lws_member(lws: str, name: str, worker: int, size: int, gpus: int,
     return p
 
 
+def job_template(pods: int, gpus: int, **pod_spec: Any) -> JSON:
+    """A replicated job's Job template: ``pods`` Indexed pods of ``gpus`` GPUs each,
+    their spec ``pod_spec`` beside the container."""
+    return {"spec": {"parallelism": pods, "completions": pods, "completionMode": "Indexed",
+                     "template": {"spec": {**pod_spec, "containers": [{"name": "c", "resources": {
+                         "limits": {"nvidia.com/gpu": str(gpus)}}}]}}}}
+
+
+def staged_jobset(launcher: JSON, workers: JSON, how: str = "InOrder") -> JSON:
+    """JobSet ``staged``: 1 launcher Job of template ``launcher``, then 2 worker Jobs
+    of template ``workers``, made once the launcher is ready (``InOrder``, or
+    ``dependsOn`` the launcher ``Ready``)."""
+    jobs: list[JSON] = [{"name": "launcher", "replicas": 1, "template": launcher},
+                        {"name": "workers", "replicas": 2, "template": workers}]
+    spec: JSON = {"replicatedJobs": jobs}
+    if how == "InOrder":
+        spec["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    else:
+        jobs[1]["dependsOn"] = [{"name": "launcher", "status": "Ready"}]
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "staged", "namespace": NS, "uid": "js"}, "spec": spec}
+
+
 def slots_of(text: str) -> dict[int, tuple[str, str]]:
     """A ``group-slots`` annotation: member index -> (node, devices)."""
     out = {}

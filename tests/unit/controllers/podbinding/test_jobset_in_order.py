@@ -14,7 +14,13 @@ from typing import Any
 
 import pytest
 
-from tests.unit.controllers.podbinding.fixtures import ALL_FREE, OwnedEnv, jobset_member
+from tests.unit.controllers.podbinding.fixtures import (
+    ALL_FREE,
+    OwnedEnv,
+    job_template,
+    jobset_member,
+    staged_jobset,
+)
 from tests.unit.controllers.podbinding.test_podbinding import NS
 
 KEY = f"PodGroup:{NS}/jobset:staged:0"
@@ -23,19 +29,7 @@ LAUNCHER = "staged-launcher-0-0"
 
 def staged(gpus: int, how: str = "InOrder") -> dict[str, Any]:
     """A launcher Job of 1 pod, then 2 worker Jobs of 2 pods, ``gpus`` each."""
-    def rj(name: str, replicas: int, pods: int) -> dict[str, Any]:
-        return {"name": name, "replicas": replicas, "template": {"spec": {
-            "parallelism": pods, "completions": pods, "completionMode": "Indexed",
-            "template": {"spec": {"containers": [{"name": "c", "resources": {
-                "limits": {"nvidia.com/gpu": str(gpus)}}}]}}}}}
-    jobs = [rj("launcher", 1, 1), rj("workers", 2, 2)]
-    spec: dict[str, Any] = {"replicatedJobs": jobs}
-    if how == "InOrder":
-        spec["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
-    else:
-        jobs[1]["dependsOn"] = [{"name": "launcher", "status": "Ready"}]
-    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-            "metadata": {"name": "staged", "namespace": NS, "uid": "js"}, "spec": spec}
+    return staged_jobset(job_template(1, gpus), job_template(2, gpus), how)
 
 
 def js_pod(rj: str, job: int, completion: int, gpus: int) -> dict[str, Any]:

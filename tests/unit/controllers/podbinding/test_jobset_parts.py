@@ -17,9 +17,11 @@ import pytest
 from tests.unit.controllers.podbinding.fixtures import (
     ALL_FREE,
     OwnedEnv,
+    job_template,
     jobset_member,
     lws_member,
     member,
+    staged_jobset,
 )
 from tests.unit.controllers.podbinding.test_group_preempt import full, high, low
 from tests.unit.controllers.podbinding.test_podbinding import NS
@@ -29,24 +31,10 @@ LAUNCHER = "staged-launcher-0-0"
 POOL_A, POOL_B = {"node1", "node2"}, {"node3", "node4"}
 
 
-def template(gpus: int, pool: str) -> dict[str, Any]:
-    return {"spec": {"parallelism": 1, "completions": 1, "completionMode": "Indexed",
-                     "template": {"spec": {"nodeSelector": {"pool": pool}, "containers": [
-                         {"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
-                     ]}}}}
-
-
 def staged(how: str, worker_gpus: int = 4) -> dict[str, Any]:
-    jobs: list[dict[str, Any]] = [
-        {"name": "launcher", "replicas": 1, "template": template(1, "a")},
-        {"name": "workers", "replicas": 2, "template": template(worker_gpus, "b")}]
-    spec: dict[str, Any] = {"replicatedJobs": jobs}
-    if how == "InOrder":
-        spec["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
-    else:
-        jobs[1]["dependsOn"] = [{"name": "launcher", "status": "Ready"}]
-    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-            "metadata": {"name": "staged", "namespace": NS, "uid": "js"}, "spec": spec}
+    """A launcher of 1 GPU on pool a, then 2 workers of ``worker_gpus`` on pool b."""
+    return staged_jobset(job_template(1, 1, nodeSelector={"pool": "a"}),
+                         job_template(1, worker_gpus, nodeSelector={"pool": "b"}), how)
 
 
 def js_pod(rj: str, job: int, gpus: int, pool: str) -> dict[str, Any]:
