@@ -36,6 +36,13 @@ GROUP_SLOTS_ANNOTATION = f"{GROUP}/group-slots"
 #: the downward-API path of that annotation: a pod group's member reads its
 #: ``CUDA_VISIBLE_DEVICES`` from it (docs/podgroups.md)
 DEVICES_FIELD_PATH = f"metadata.annotations['{DEVICES_ANNOTATION}']"
+#: on a pod the pod binding binds: its devices' UUIDs (``"GPU-ab..,GPU-cd.."``, in the
+#: order of the devices annotation; the host indices where the node's UUIDs are
+#: unknown), written by the Binding only for a pod that reads it (below)
+DEVICE_UUIDS_ANNOTATION = f"{GROUP}/device-uuids"
+#: the downward-API path of that annotation: a pod group's member in
+#: ``nvidia-visible-devices`` mode reads its ``NVIDIA_VISIBLE_DEVICES`` from it
+DEVICE_UUIDS_FIELD_PATH = f"metadata.annotations['{DEVICE_UUIDS_ANNOTATION}']"
 #: on a pod beside the devices annotation: its share of its one device
 #: (``memory=20480Mi`` or ``fraction=0.25``), or the MIG instance it holds (``MIG-<uuid>``)
 SHARE_ANNOTATION = f"{GROUP}/share"

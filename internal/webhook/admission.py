@@ -2,8 +2,11 @@
 
 - Not a pod CREATE: allowed, unchanged.
 - No ``gpu-scheduling-map`` annotation: a pod group's member gets ``CUDA_VISIBLE_DEVICES``
-  as a reference to its devices annotation (:mod:`internal.webhook.groupexposure`);
-  any other pod is allowed, unchanged.
+  as a reference to its devices annotation, or in ``nvidia-visible-devices`` mode
+  ``NVIDIA_VISIBLE_DEVICES`` as one to its device UUIDs annotation
+  (:mod:`internal.webhook.groupexposure`); a member asking ``device-plugin``, ``dra``
+  or an unknown mode in its own annotation is rejected; any other pod is allowed,
+  unchanged.
 - A pod group's member with a map: the same reference (its group is placed by the
   map, by each member's index in the group, which a pod cannot tell at admission:
   a JobSet's is its replicated jobs' sum); a malformed map is rejected.
@@ -111,6 +114,15 @@ def review_request(body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         raise BadReview("the AdmissionReview's request has no uid")
     return req, uid
 
+def _group_review(uid: str, pod: Mapping[str, Any], scheduler_name: str,
+                  default_exposure: DeviceExposure) -> dict[str, Any]:
+    """The answer for a pod without a map, or a group member's with one."""
+    try:
+        return _review(uid, group_response(pod, scheduler_name, default_exposure))
+    except ValueError as exc:  # a mode a group member cannot have
+        return deny(uid, f"annotation {REQUESTED_EXPOSURE_ANNOTATION}: {exc}")
+
+
 def mutate_review(body: Mapping[str, Any],
                   default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES,
                   scheduler_name: str = DEFAULT_SCHEDULER_NAME,
@@ -131,13 +143,13 @@ def mutate_review(body: Mapping[str, Any],
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     text = annotations.get(SCHEDULING_MAP_ANNOTATION)
     if text is None:  # a pod group's member gets a reference to its devices
-        return _review(uid, group_response(pod, scheduler_name))
+        return _group_review(uid, pod, scheduler_name, default_exposure)
     if in_group(pod, scheduler_name):  # its group placed by the map: the same reference
         try:
             parse_scheduling_map(str(text))
         except MapParseError as exc:
             return deny(uid, f"annotation {SCHEDULING_MAP_ANNOTATION}: {exc}")
-        return _review(uid, group_response(pod, scheduler_name))
+        return _group_review(uid, pod, scheduler_name, default_exposure)
     why = not_ours(pod, scheduler_name)
     if why is not None:
         return _review(uid, {"allowed": True, "warnings": [

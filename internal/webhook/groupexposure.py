@@ -1,15 +1,33 @@
 """Exact devices for another controller's pods: a pod group's member (a JobSet's, a
-LeaderWorkerSet group's, pods labelled as one group: docs/podgroups.md) gets
-``CUDA_VISIBLE_DEVICES`` as a reference to the devices annotation. Pure.
+LeaderWorkerSet group's, pods labelled as one group: docs/podgroups.md) gets its
+device variable as a reference to an annotation the binder writes. Pure.
 
 A pod's env cannot change after it is created, and a group member's devices are
 known only when its group is placed, long after. So the variable is a downward-API
-reference, ``valueFrom.fieldRef.fieldPath:
-metadata.annotations['gpu.orchestrator.dev/devices']``: the pod binding writes that
-annotation in the Binding that binds the member, and the kubelet resolves the
-reference when it starts the container, after the binding. The ``pod-devices``
-admission policy admits exactly this reference and nothing a tenant could point
-elsewhere (api/v1alpha1/pod_devices.py).
+reference (``valueFrom.fieldRef.fieldPath: metadata.annotations['...']``): the pod
+binding writes that annotation in the Binding that binds the member, and the kubelet
+resolves the reference when it starts the container, after the binding. The
+``pod-devices`` admission policy admits exactly these references and nothing a
+tenant could point elsewhere (api/v1alpha1/pod_devices.py).
+
+The member's mode is its ``gpu.orchestrator.dev/device-exposure`` annotation, else
+the webhook's ``--device-exposure``:
+
+| mode                      | the GPU containers get                                      |
+|---------------------------|-------------------------------------------------------------|
+| ``cuda-visible-devices``  | ``CUDA_VISIBLE_DEVICES`` from ``gpu.orchestrator.dev/devices`` |
+|                           | (host indices)                                              |
+| ``nvidia-visible-devices``| ``NVIDIA_VISIBLE_DEVICES`` from                             |
+|                           | ``gpu.orchestrator.dev/device-uuids`` (the devices' UUIDs), |
+|                           | and no ``CUDA_VISIBLE_DEVICES``: the container runtime      |
+|                           | shows exactly those GPUs, numbered from 0, which CUDA sees  |
+|                           | all of; a host index there would name another GPU or none,  |
+|                           | so a tenant's is removed, with a warning                    |
+| ``device-plugin``, as the | refused: the kubelet's device plugin would pick its devices,|
+| pod's own annotation      | not its group's placement, which holds others               |
+| ``device-plugin``, as the | ``cuda-visible-devices``: a group is always placed on named |
+| webhook's default         | devices, and a cluster default must not refuse every gang  |
+| ``dra`` or unknown        | refused, as for a seed pod (``parse_exposure``)             |
 
 | the pod (a CREATE sent to ``/mutate``; with a map too)  | answer                     |
 |---------------------------------------------------------|----------------------------|
@@ -18,9 +36,9 @@ elsewhere (api/v1alpha1/pod_devices.py).
 | it says it is in a group (``pod_group`` answers a group  | each GPU container (those  |
 | or a refusal: the manager then places none of it)        | asking ``nvidia.com/gpu``, |
 |                                                          | else every one) gets the   |
-|                                                          | reference; a value of the  |
-|                                                          | tenant's is replaced, with |
-|                                                          | a warning                  |
+|                                                          | mode's reference; a value  |
+|                                                          | of the tenant's is         |
+|                                                          | replaced, with a warning   |
 
 The webhook reads no owner (it runs without API access): a JobSet's member is known
 by its labels (its size is the manager's to read); an Indexed Job's pods carry no
@@ -35,17 +53,61 @@ from typing import Any
 
 import orjson
 
-from api.v1alpha1.keys import DEVICES_ANNOTATION, DEVICES_FIELD_PATH, GPU_RESOURCE
-from internal.scheduling.exposure import CUDA_VISIBLE_DEVICES
+from api.v1alpha1.keys import (
+    DEVICE_UUIDS_ANNOTATION,
+    DEVICE_UUIDS_FIELD_PATH,
+    DEVICES_ANNOTATION,
+    DEVICES_FIELD_PATH,
+    GPU_RESOURCE,
+    REQUESTED_EXPOSURE_ANNOTATION,
+)
+from api.v1alpha1.types import DeviceExposure
+from internal.scheduling.exposure import CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES
 from internal.scheduling.podgroups import pod_group
+from internal.webhook.exposure import parse_exposure
 
 CONTAINER_LISTS = ("initContainers", "containers")
+#: each mode a member may have: the variable it gets, the annotation it reads, and
+#: that annotation's downward-API path
+REFERENCES = {
+    DeviceExposure.CUDA_VISIBLE_DEVICES:
+        (CUDA_VISIBLE_DEVICES, DEVICES_ANNOTATION, DEVICES_FIELD_PATH),
+    DeviceExposure.NVIDIA_VISIBLE_DEVICES:
+        (NVIDIA_VISIBLE_DEVICES, DEVICE_UUIDS_ANNOTATION, DEVICE_UUIDS_FIELD_PATH),
+}
 
 
-def devices_reference() -> dict[str, Any]:
-    """The env entry: ``CUDA_VISIBLE_DEVICES`` from the devices annotation."""
-    return {"name": CUDA_VISIBLE_DEVICES,
-            "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": DEVICES_FIELD_PATH}}}
+def devices_reference(mode: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES
+                      ) -> dict[str, Any]:
+    """The env entry of ``mode``: its variable from the annotation it reads."""
+    name, _, path = REFERENCES[mode]
+    return {"name": name,
+            "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
+
+
+def member_mode(pod: Mapping[str, Any], default: DeviceExposure) -> DeviceExposure:
+    """The mode of group member ``pod`` (the first table); ValueError, in words,
+    for a mode it cannot have."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if REQUESTED_EXPOSURE_ANNOTATION not in annotations:
+        return default if default in REFERENCES else DeviceExposure.CUDA_VISIBLE_DEVICES
+    mode = parse_exposure(str(annotations[REQUESTED_EXPOSURE_ANNOTATION]))
+    if mode not in REFERENCES:
+        raise ValueError(
+            f"device exposure {mode.value!r} is not given to a pod group's member: the "
+            "device plugin would pick its devices, not the ones its group is placed on "
+            "(use cuda-visible-devices or nvidia-visible-devices)")
+    return mode
+
+
+def reads_uuids(pod: Mapping[str, Any]) -> bool:
+    """Does a container of ``pod`` read the device UUIDs annotation (the binder then
+    writes it)?"""
+    spec = pod.get("spec") or {}
+    return any(_same_reference(e, DEVICE_UUIDS_FIELD_PATH)
+               for kind in CONTAINER_LISTS for c in spec.get(kind) or ()
+               if isinstance(c, Mapping) for e in c.get("env") or ()
+               if isinstance(e, Mapping) and e.get("name") == NVIDIA_VISIBLE_DEVICES)
 
 
 def _asks_gpus(c: Mapping[str, Any]) -> bool:
@@ -60,33 +122,41 @@ def _targets(spec: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]
     return gpu or every
 
 
-def _with_reference(env: Sequence[Any], where: str, warnings: list[str]) -> list[Any]:
-    """``env`` with one ``CUDA_VISIBLE_DEVICES``: the reference, where it was first."""
+def _with_reference(env: Sequence[Any], where: str, mode: DeviceExposure,
+                    warnings: list[str]) -> list[Any]:
+    """``env`` with one of ``mode``'s variable: the reference, where it was first;
+    in ``nvidia-visible-devices`` mode without ``CUDA_VISIBLE_DEVICES``."""
+    name, annotation, path = REFERENCES[mode]
+    drop = CUDA_VISIBLE_DEVICES if mode is DeviceExposure.NVIDIA_VISIBLE_DEVICES else None
     out: list[Any] = []
     placed = False
     for entry in env:
-        if not isinstance(entry, Mapping) or entry.get("name") != CUDA_VISIBLE_DEVICES:
+        if not isinstance(entry, Mapping) or entry.get("name") not in (name, drop):
             out.append(entry)
+            continue
+        old = entry.get("value") if "valueFrom" not in entry else "<valueFrom>"
+        if entry.get("name") == drop:
+            warnings.append(f"{where}: removed {drop}={old}: the container runtime shows "
+                            f"exactly the devices of {name}, numbered from 0")
             continue
         if placed:
             continue  # a second one: the first wins in the kubelet, ours must
         placed = True
-        if _same_reference(entry):
+        if _same_reference(entry, path):
             out.append(entry)
             continue
-        old = entry.get("value") if "valueFrom" not in entry else "<valueFrom>"
-        warnings.append(f"{where}: replaced {CUDA_VISIBLE_DEVICES}={old} with a reference "
-                        f"to the annotation {DEVICES_ANNOTATION}")
-        out.append(devices_reference())
+        warnings.append(f"{where}: replaced {name}={old} with a reference "
+                        f"to the annotation {annotation}")
+        out.append(devices_reference(mode))
     if not placed:
-        out.append(devices_reference())
+        out.append(devices_reference(mode))
     return out
 
 
-def _same_reference(entry: Mapping[str, Any]) -> bool:
+def _same_reference(entry: Mapping[str, Any], path: str) -> bool:
     ref = (entry.get("valueFrom") or {}).get("fieldRef") or {}
     return ("value" not in entry and set(entry.get("valueFrom") or {}) == {"fieldRef"}
-            and ref.get("fieldPath") == DEVICES_FIELD_PATH
+            and ref.get("fieldPath") == path
             and ref.get("apiVersion", "v1") == "v1")
 
 
@@ -97,30 +167,36 @@ def in_group(pod: Mapping[str, Any], scheduler_name: str) -> bool:
         and pod_group(pod, None) is not None
 
 
-def group_patch(pod: Mapping[str, Any], scheduler_name: str
+def group_patch(pod: Mapping[str, Any], scheduler_name: str,
+                default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES,
                 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The JSONPatch operations and warnings giving a group member ``pod`` the
-    reference (none for a pod in no group, or one ``scheduler_name`` does not bind).
-    Idempotent: an admitted pod admitted again yields no operation."""
+    reference of its mode (none for a pod in no group, or one ``scheduler_name`` does
+    not bind); ValueError when its mode is refused (``member_mode``). Idempotent: an
+    admitted pod admitted again yields no operation."""
     if not in_group(pod, scheduler_name):
         return [], []
+    mode = member_mode(pod, default_exposure)
     spec = pod.get("spec") or {}
     ops: list[dict[str, Any]] = []
     warnings: list[str] = []
     for kind, i, c in _targets(spec):
         env = c.get("env")
         env = env if isinstance(env, list) else []
-        merged = _with_reference(env, f"container {c.get('name', i)!r}", warnings)
+        merged = _with_reference(env, f"container {c.get('name', i)!r}", mode, warnings)
         if merged != env:
             ops.append({"op": "replace" if "env" in c else "add",
                         "path": f"/spec/{kind}/{i}/env", "value": merged})
     return ops, warnings
 
 
-def group_response(pod: Mapping[str, Any], scheduler_name: str) -> dict[str, Any]:
+def group_response(pod: Mapping[str, Any], scheduler_name: str,
+                   default_exposure: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES,
+                   ) -> dict[str, Any]:
     """The AdmissionResponse (without its uid) for a pod CREATE: without a map, or a
-    group member's with one (its group is placed by the map, docs/podgroups.md)."""
-    ops, warnings = group_patch(pod, scheduler_name)
+    group member's with one (its group is placed by the map, docs/podgroups.md);
+    ValueError when the member's mode is refused."""
+    ops, warnings = group_patch(pod, scheduler_name, default_exposure)
     response: dict[str, Any] = {"allowed": True}
     if ops:
         response["patchType"] = "JSONPatch"

@@ -1,5 +1,7 @@
 """A pod group's member gets CUDA_VISIBLE_DEVICES as a reference to its devices
-annotation (internal/webhook/groupexposure.py), through the AdmissionReview handler."""
+annotation, or in nvidia-visible-devices mode NVIDIA_VISIBLE_DEVICES as one to its
+device UUIDs annotation (internal/webhook/groupexposure.py), through the
+AdmissionReview handler."""
 
 from __future__ import annotations
 
@@ -9,13 +11,17 @@ from typing import Any
 
 import pytest
 
-from api.v1alpha1.keys import DEVICES_FIELD_PATH
+from api.v1alpha1.keys import DEVICE_UUIDS_FIELD_PATH, DEVICES_FIELD_PATH
+from api.v1alpha1.types import DeviceExposure
 from internal.webhook.admission import mutate_review
-from internal.webhook.groupexposure import group_patch
+from internal.webhook.groupexposure import group_patch, reads_uuids
 from tests.unit.webhook.test_patch import apply_patch, review
 
 REF = {"name": "CUDA_VISIBLE_DEVICES",
        "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": DEVICES_FIELD_PATH}}}
+UUIDS = {"name": "NVIDIA_VISIBLE_DEVICES",
+         "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": DEVICE_UUIDS_FIELD_PATH}}}
+MODE = "gpu.orchestrator.dev/device-exposure"
 EXPLICIT = ({"gpu.orchestrator.dev/pod-group": "g"}, {"gpu.orchestrator.dev/pod-group-size": "2"})
 JOBSET = ({"jobset.sigs.k8s.io/jobset-name": "train",
            "jobset.sigs.k8s.io/replicatedjob-name": "workers",
@@ -50,8 +56,8 @@ def member(labels: dict, annotations: dict, *, gpus: list[bool] = (True,),
             "spec": body}
 
 
-def admitted(pod: dict) -> tuple[dict, list[str]]:
-    response = mutate_review(review(pod))["response"]
+def admitted(pod: dict, **kw: Any) -> tuple[dict, list[str]]:
+    response = mutate_review(review(pod), **kw)["response"]
     assert response["allowed"] is True
     ops = json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
     return apply_patch(pod, ops), response.get("warnings", [])
@@ -136,3 +142,83 @@ def test_a_member_with_a_malformed_map_is_refused() -> None:
     response = mutate_review(review(pod))["response"]
     assert response["allowed"] is False
     assert response["status"]["message"].startswith("annotation gpu-scheduling-map: line 1")
+
+
+def nvidia(labels: dict, annotations: dict, **kw: Any) -> dict:
+    """A member asking nvidia-visible-devices in its own annotation."""
+    return member(labels, {**annotations, MODE: "nvidia-visible-devices"}, **kw)
+
+
+@pytest.mark.parametrize("labels, annotations", [EXPLICIT, JOBSET, LWS, KUEUE],
+                         ids=["explicit", "jobset", "leaderworkerset", "kueue"])
+def test_in_nvidia_mode_each_gpu_container_reads_the_device_uuids(labels, annotations) -> None:
+    """NVIDIA_VISIBLE_DEVICES from the UUIDs the Binding writes, and no
+    CUDA_VISIBLE_DEVICES: the runtime shows exactly those GPUs, numbered from 0
+    (before, a member got the host indices whatever its mode)."""
+    pod, warnings = admitted(nvidia(labels, annotations, gpus=[True, False], init=True,
+                                    env=[{"name": "RANK", "value": "0"}]))
+    assert envs(pod) == [[{"name": "RANK", "value": "0"}, UUIDS],
+                         [{"name": "RANK", "value": "0"}]]
+    assert envs(pod, "initContainers") == [[{"name": "RANK", "value": "0"}]]
+    assert warnings == []
+    assert reads_uuids(pod)
+
+
+def test_the_webhooks_default_mode_gives_the_uuids_to_a_member_without_its_own() -> None:
+    pod, _ = admitted(member(*JOBSET), default_exposure=DeviceExposure.NVIDIA_VISIBLE_DEVICES)
+    assert envs(pod) == [[UUIDS]]
+    # its own annotation wins over the default
+    labels, annotations = JOBSET
+    pod, _ = admitted(member(labels, {**annotations, MODE: "cuda-visible-devices"}),
+                      default_exposure=DeviceExposure.NVIDIA_VISIBLE_DEVICES)
+    assert envs(pod) == [[REF]]
+    assert not reads_uuids(pod)
+
+
+def test_in_nvidia_mode_a_tenants_device_variables_are_replaced_or_removed() -> None:
+    """A host index in CUDA_VISIBLE_DEVICES would name another GPU, or none, in a
+    container numbered from 0: it goes, with a warning, as the devices reference
+    does; a value of NVIDIA_VISIBLE_DEVICES is replaced by the reference."""
+    forged = [{"name": "CUDA_VISIBLE_DEVICES", "value": "4,5"}, REF,
+              {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+              {"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}]
+    pod, warnings = admitted(nvidia(*EXPLICIT, env=forged))
+    assert envs(pod) == [[UUIDS]]
+    assert warnings == [
+        "container 'c0': removed CUDA_VISIBLE_DEVICES=4,5: the container runtime shows "
+        "exactly the devices of NVIDIA_VISIBLE_DEVICES, numbered from 0",
+        "container 'c0': removed CUDA_VISIBLE_DEVICES=<valueFrom>: the container runtime "
+        "shows exactly the devices of NVIDIA_VISIBLE_DEVICES, numbered from 0",
+        "container 'c0': replaced NVIDIA_VISIBLE_DEVICES=all with a reference to the "
+        "annotation gpu.orchestrator.dev/device-uuids"]
+
+
+def test_in_nvidia_mode_admitting_a_member_again_changes_nothing() -> None:
+    once, _ = admitted(nvidia(*JOBSET, gpus=[True, True]))
+    assert group_patch(once, "gpu-scheduler") == ([], [])
+    bare = nvidia(*JOBSET, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {
+        "fieldRef": {"fieldPath": DEVICE_UUIDS_FIELD_PATH}}}])
+    assert group_patch(bare, "gpu-scheduler") == ([], [])
+
+
+@pytest.mark.parametrize("mode, says", [
+    ("device-plugin", "device exposure 'device-plugin' is not given to a pod group's member: "
+                      "the device plugin would pick its devices, not the ones its group is "
+                      "placed on (use cuda-visible-devices or nvidia-visible-devices)"),
+    ("dra", "device exposure 'dra' is served by GPUWorkloads only"),
+    ("nvidia", "unknown device exposure 'nvidia'"),
+])
+def test_a_member_asking_a_mode_it_cannot_have_is_refused(mode: str, says: str) -> None:
+    labels, annotations = JOBSET
+    pod = member(labels, {**annotations, MODE: mode})
+    response = mutate_review(review(pod))["response"]
+    assert response["allowed"] is False
+    assert response["status"]["message"].startswith(
+        f"annotation gpu.orchestrator.dev/device-exposure: {says}"), response
+
+
+def test_a_device_plugin_default_leaves_a_member_its_devices_reference() -> None:
+    """A group is always placed on named devices: a cluster whose seed pods default
+    to the device plugin does not refuse every gang's pods."""
+    pod, _ = admitted(member(*JOBSET), default_exposure=DeviceExposure.DEVICE_PLUGIN)
+    assert envs(pod) == [[REF]]
