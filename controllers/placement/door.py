@@ -29,7 +29,7 @@ DOOR: dict[str, frozenset[str]] = {
     # the seed path (controllers/podbinding): plans on a view, books in its book
     "seed path": frozenset({
         "seeds", "check_exact", "node_devices", "capacity_freed", "schedule", "queues",
-        "queue_usage"}),
+        "queue_usage", "uuids"}),
     # the DRA claims (controllers/dra)
     "claims": frozenset({"release_claim_unless", "claim_gone", "claim_going",
                          "slice_results", "uuids"}),

@@ -41,7 +41,11 @@ honours its PodDisruptionBudget), since what is held wins over what was forced i
 
 What the binding records. The Binding carries the ``gpu.orchestrator.dev/devices``
 annotation (the API server copies a Binding's annotations onto the pod), so a bound
-pod says which devices it holds, the same annotation the webhook writes at admission.
+pod says which devices it holds, the same annotation the webhook writes at admission;
+a pod whose ``NVIDIA_VISIBLE_DEVICES`` is the webhook's reference to
+``gpu.orchestrator.dev/device-uuids`` (a pod group's member in
+``nvidia-visible-devices`` mode) gets that annotation in the same Binding: its
+devices' UUIDs from the node's GPUNode, in the same order, else their host indices.
 After a restart the ledger is rebuilt from it (else from the map line of the pod's
 index, else from its ``nvidia.com/gpu`` request) before anything new is placed
 (invariant 3). Annotations that cannot be read are reported (a ``BadAnnotation``
@@ -63,7 +67,7 @@ from typing import Any
 
 import structlog
 
-from api.v1alpha1.keys import DEVICES_ANNOTATION
+from api.v1alpha1.keys import DEVICE_UUIDS_ANNOTATION, DEVICES_ANNOTATION
 from api.v1alpha1.types import SchedulingStrategy
 from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
@@ -91,6 +95,7 @@ from internal.scheduling.pods import (
     pod_is_active,
     pod_uid,
 )
+from internal.webhook.groupexposure import reads_uuids
 from runtime import Conflict, NotFound, Request, Result
 from runtime.events import EventRecorder
 from runtime.store import Indexer
@@ -217,6 +222,9 @@ class PodBindingReconciler:
             binding["metadata"]["annotations"] = {DEVICES_ANNOTATION: devs_text(devices)}
             if entry.slots_note:  # a group member's: its group's other slots
                 binding["metadata"]["annotations"][GROUP_SLOTS_ANNOTATION] = entry.slots_note
+            if reads_uuids(pod):  # its NVIDIA_VISIBLE_DEVICES reads them (groupexposure)
+                uuids = state.uuids(node, list(devices)) or [str(d) for d in devices]
+                binding["metadata"]["annotations"][DEVICE_UUIDS_ANNOTATION] = ",".join(uuids)
         try:
             self.client.create_subresource("v1", "Pod", name, "binding", binding, namespace=ns)
         except (NotFound, Conflict) as exc:
