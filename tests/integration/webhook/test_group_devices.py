@@ -1,8 +1,10 @@
 """A pod group's member gets CUDA_VISIBLE_DEVICES as a reference to its devices
-annotation, on the real kube-apiserver: the webhook of config/webhook injects it, the
-pod-devices policy (api/v1alpha1/pod_devices.py) admits exactly that reference from a
-tenant and refuses what a tenant could forge, and the Binding's annotation is what
-the reference reads."""
+annotation (in nvidia-visible-devices mode NVIDIA_VISIBLE_DEVICES as one to its
+device UUIDs annotation), on the real kube-apiserver: the webhook of config/webhook
+injects it, the pod-devices policy (api/v1alpha1/pod_devices.py) admits exactly
+those references from a tenant and refuses what a tenant could forge (a value, or
+the UUIDs annotation itself), and the Binding's annotation is what the reference
+reads."""
 
 from __future__ import annotations
 
@@ -11,7 +13,12 @@ from typing import Any
 
 import pytest
 
-from api.v1alpha1.keys import DEVICES_ANNOTATION, DEVICES_FIELD_PATH
+from api.v1alpha1.keys import (
+    DEVICE_UUIDS_ANNOTATION,
+    DEVICE_UUIDS_FIELD_PATH,
+    DEVICES_ANNOTATION,
+    DEVICES_FIELD_PATH,
+)
 from hack.testenv import ControlPlane
 from internal.scheduling.podgroups import pod_group
 from runtime import Client, errors
@@ -21,6 +28,8 @@ from tests.waiting import eventually
 ONLY_OURS = "only the gpu-orchestrator controller and webhook give pods GPU devices"
 REF = {"name": "CUDA_VISIBLE_DEVICES",
        "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": DEVICES_FIELD_PATH}}}
+UUIDS = {"name": "NVIDIA_VISIBLE_DEVICES",
+         "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": DEVICE_UUIDS_FIELD_PATH}}}
 TENANT = "group-tenant"
 
 
@@ -48,7 +57,8 @@ def tenant(cluster: ControlPlane, namespace: str, policy: str) -> Client:
     """A user who may create pods and Jobs in ``namespace``, once the policy refuses
     a forged pod of theirs (the API server loads a new policy within seconds)."""
     admin = Client.from_kubeconfig(str(cluster.kubeconfig))
-    rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list"]},
+    rules = [{"apiGroups": [""], "resources": ["pods"],
+              "verbs": ["create", "get", "list", "patch"]},
              {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]
     admin.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
                   "metadata": {"name": "pods", "namespace": namespace}, "rules": rules})
@@ -133,6 +143,14 @@ FORGED = {
     "NVIDIA_VISIBLE_DEVICES from the annotation": [
         {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {
             "fieldPath": DEVICES_FIELD_PATH}}}],
+    "NVIDIA_VISIBLE_DEVICES a literal UUID": [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "GPU-0aa1b2c3"}],
+    "NVIDIA_VISIBLE_DEVICES from another annotation": [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {
+            "fieldPath": "metadata.annotations['mine']"}}}],
+    "CUDA_VISIBLE_DEVICES from the UUIDs annotation": [
+        {"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {
+            "fieldPath": DEVICE_UUIDS_FIELD_PATH}}}],
 }
 
 
@@ -147,16 +165,55 @@ def test_what_a_tenant_could_forge_is_refused(tenant: Client, namespace: str,
         tenant.create(job, namespace=namespace)
 
 
-def test_the_reference_itself_is_admitted_from_a_tenant(tenant: Client, namespace: str) -> None:
+@pytest.mark.parametrize("ref", [REF, UUIDS], ids=["devices", "device-uuids"])
+def test_the_reference_itself_is_admitted_from_a_tenant(tenant: Client, namespace: str,
+                                                        ref: dict) -> None:
     """It reads only what the binder wrote: a pod, or an Indexed Job's template (whose
     pods the webhook cannot tell from any other Job's), may carry it."""
-    made = tenant.create(plain("ref", [REF]), namespace=namespace)
-    assert made["spec"]["containers"][0]["env"] == [REF]
+    made = tenant.create(plain("ref", [ref]), namespace=namespace)
+    assert made["spec"]["containers"][0]["env"] == [ref]
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ranks"},
            "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2,
-                    "template": {"spec": {**plain("x", [REF])["spec"],
+                    "template": {"spec": {**plain("x", [ref])["spec"],
                                           "restartPolicy": "Never"}}}}
     tenant.create(job, namespace=namespace, dry_run=True)
+
+
+def test_a_tenant_cannot_write_the_uuids_a_reference_reads(
+        tenant: Client, namespace: str) -> None:
+    """Else a tenant would choose the GPUs its NVIDIA_VISIBLE_DEVICES resolves to:
+    refused on a pod it creates (with the reference or not), on an update of its pod,
+    and in a Job's template."""
+    forged = {DEVICE_UUIDS_ANNOTATION: "GPU-someone-elses"}
+    binder_only = f"the {DEVICE_UUIDS_ANNOTATION} annotation of a pod is written by the pod binding"
+    for env in ([UUIDS], []):
+        pod = plain("forged", env)
+        pod["metadata"]["annotations"] = forged
+        with pytest.raises(errors.Forbidden, match=binder_only):
+            tenant.create(pod, namespace=namespace)
+    tenant.create(plain("mine", [UUIDS]), namespace=namespace)
+    with pytest.raises(errors.Forbidden, match=binder_only):
+        tenant.patch("v1", "Pod", "mine", {"metadata": {"annotations": forged}},
+                     namespace=namespace)
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "forged"},
+           "spec": {"template": {"metadata": {"annotations": forged},
+                                 "spec": {**plain("x", [UUIDS])["spec"],
+                                          "restartPolicy": "Never"}}}}
+    with pytest.raises(errors.Forbidden, match=ONLY_OURS):
+        tenant.create(job, namespace=namespace)
+
+
+def test_a_member_in_nvidia_mode_made_by_a_tenant_reads_the_uuids(
+        webhook: str, tenant: Client, namespace: str) -> None:
+    """Our webhook gives it the UUIDs reference (and drops a CUDA_VISIBLE_DEVICES of
+    its own, which the policy would refuse), and the policy admits it."""
+    pod = member("nv-0", {"gpu.orchestrator.dev/pod-group": "nv"},
+                 env=[{"name": "CUDA_VISIBLE_DEVICES", "value": "0,1"}])
+    pod["metadata"]["annotations"]["gpu.orchestrator.dev/device-exposure"] = \
+        "nvidia-visible-devices"
+    made = tenant.create(pod, namespace=namespace)
+    assert made["spec"]["containers"][0]["env"] == [UUIDS]
+    assert "env" not in made["spec"]["containers"][1]
 
 
 def test_an_indexed_jobs_pods_are_one_group_and_read_their_devices(
