@@ -6,9 +6,14 @@ LeaderWorkerSet's leader and its workers (docs/podgroups.md). Pure, as
 ``framework.schedule``, which hands a gang of parts here.
 
 The replicas' indices run on across the parts (the first part's 0..n-1, the next
-part's from n). A preemption's and a reclaim's trials search the same way
-(``attempt_gang``, for ``preemption.py`` and ``reclaim.py``); an
-annotation map is never used for a gang of parts (a pod group never has one).
+part's from n). The parts are searched in their order; if that does not fit, once
+more with the parts of the most GPUs per replica first, their indices kept: a
+1-GPU launcher searched first goes where the strategy sends it (leastLoaded: the
+most free node), which may be the node a 4-GPU worker needed, and the gang was
+refused with room for it. No other order is tried. A preemption's and a reclaim's
+trials search the same way (``attempt_gang``, for ``preemption.py`` and
+``reclaim.py``); an annotation map is never used for a gang of parts (a pod group
+never has one).
 """
 
 from __future__ import annotations
@@ -37,18 +42,26 @@ def shape(parts: Sequence[GPUWorkload]) -> str:
     return " + ".join(f"{p.spec.replicas} x {p.spec.gpus}" for p in parts) + " GPU(s)"
 
 
-def attempt_parts(parts: Sequence[GPUWorkload], snapshot: Snapshot, ledger: Ledger,
-                  strat: Strategy, rng: random.Random, *, default_exposure: DeviceExposure,
-                  released: Iterable[str] = ()) -> tuple[list[Placement] | None, int, int,
-                                                         Context]:
-    """One search for every part, against the ledger less what the ``released``
-    owners hold (a preemption's trial): (the placements or None, nodes visited,
-    the index of the part that did not fit, that part's context; the last part's
-    when all fit)."""
+def _orders(parts: Sequence[GPUWorkload]) -> list[list[int]]:
+    """The orders the parts are searched in: as given, then the most GPUs per replica
+    first (ties as given) when that is another."""
+    given = list(range(len(parts)))
+    largest = sorted(given, key=lambda n: -parts[n].spec.gpus)
+    return [given] if largest == given else [given, largest]
+
+
+def _search(parts: Sequence[GPUWorkload], order: list[int], snapshot: Snapshot,
+            ledger: Ledger, strat: Strategy, rng: random.Random,
+            default_exposure: DeviceExposure, released: Iterable[str],
+            ) -> tuple[list[Placement] | None, int, int, Context]:
+    """One search of the parts in ``order`` against a fresh view: as
+    ``attempt_parts``, each replica indexed as in the parts' own order."""
     view = View(ledger, booking_owner(parts[0]), released)
+    starts = [sum(p.spec.replicas for p in parts[:n]) for n in range(len(parts))]
     placements: list[Placement] = []
     visited = 0
-    for n, part in enumerate(parts):
+    for n in order:
+        part = parts[n]
         counted = _exposure(part, default_exposure) is DeviceExposure.DEVICE_PLUGIN
         ctx = Context(workload=part, gpus=part.spec.gpus, counted=counted, rng=rng,
                       tolerations=_tolerations(part), snapshot=snapshot, view=view,
@@ -57,9 +70,32 @@ def attempt_parts(parts: Sequence[GPUWorkload], snapshot: Snapshot, ledger: Ledg
         visited += ctx.visited
         if got is None:
             return None, visited, n, ctx
-        placements += [p.model_copy(update={"index": len(placements) + i})
+        placements += [p.model_copy(update={"index": starts[n] + i})
                        for i, p in enumerate(got)]
-    return placements, visited, len(parts) - 1, ctx
+    return sorted(placements, key=lambda p: p.index), visited, len(parts) - 1, ctx
+
+
+def attempt_parts(parts: Sequence[GPUWorkload], snapshot: Snapshot, ledger: Ledger,
+                  strat: Strategy, rng: random.Random, *, default_exposure: DeviceExposure,
+                  released: Iterable[str] = ()) -> tuple[list[Placement] | None, int, int,
+                                                         Context]:
+    """The search of every part, against the ledger less what the ``released``
+    owners hold (a preemption's trial), in each of ``_orders`` until one fits:
+    (the placements or None, nodes visited in all, the index of the part that did
+    not fit in the parts' own order, that part's context; the last context when all
+    fit)."""
+    given, *others = _orders(parts)
+    first, visited, at, ctx = _search(parts, given, snapshot, ledger, strat, rng,
+                                      default_exposure, released)
+    if first is not None:
+        return first, visited, at, ctx
+    for order in others:
+        got, seen, n, last = _search(parts, order, snapshot, ledger, strat, rng,
+                                     default_exposure, released)
+        visited += seen
+        if got is not None:
+            return got, visited, n, last
+    return None, visited, at, ctx
 
 
 def attempt_gang(workload: GPUWorkload, then: Sequence[GPUWorkload], snapshot: Snapshot,

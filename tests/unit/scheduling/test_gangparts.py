@@ -77,3 +77,23 @@ def test_a_preemption_of_a_gang_of_parts_takes_only_what_its_shapes_need() -> No
 
 def test_shape_says_each_part() -> None:
     assert shape([part(1, 1, "a"), part(4, 2, "b")]) == "1 x 1 + 2 x 4 GPU(s)"
+
+
+def test_a_gang_of_parts_that_fits_is_placed_whatever_the_order_of_its_parts() -> None:
+    """Three empty nodes and one with 1 GPU free; a launcher of 1 GPU, then 3 workers
+    of 4: it fits only with the launcher on the 1 free GPU. leastLoaded (the pod
+    binding's default) sends a 1-GPU replica to the most free node, so the launcher,
+    searched first, took an empty node and the workers found two: a group refused,
+    holding nothing, while the nodes had room for it (a JobSet stuck for ever)."""
+    snap, led = cluster(*(node(f"n{i}", 4) for i in range(1, 5)))
+    led.assume("x/other", [Placement(index=0, node="n4", devices=[0, 1, 2])], priority=0)
+    launcher = workload("g", ns="x", gpusPerReplica=1)
+    workers = workload("g", ns="x", gpusPerReplica=4, replicas=3)
+    d = schedule(launcher, snap, led, create("leastLoaded"), then=[workers])
+    assert d.outcome == SCHEDULED, d.message
+    assert [p.index for p in d.placements] == [0, 1, 2, 3], d.placements
+    assert (d.placements[0].node, len(d.placements[0].devices)) == ("n4", 1), d.placements
+    assert {(p.node, len(p.devices)) for p in d.placements[1:]} == {
+        ("n1", 4), ("n2", 4), ("n3", 4)}, d.placements
+    held = [(p.node, dev) for p in d.placements for dev in p.devices]
+    assert len(held) == 13 and len(set(held)) == 13, held
