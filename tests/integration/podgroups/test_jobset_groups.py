@@ -20,7 +20,7 @@ from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     installed,
 )
 from tests.integration.podgroups.conftest import REF
-from tests.integration.podgroups.controllers import JOBSET, jobset
+from tests.integration.podgroups.controllers import JOBSET, gpu_pod, jobset
 from tests.integration.podgroups.fixtures import (
     groups_of,
     members,
@@ -28,6 +28,7 @@ from tests.integration.podgroups.fixtures import (
     named_nodes,
     on_nodes,
     peer_fixtures,
+    pinned,
     slots_of,
     told,
     when,
@@ -189,6 +190,35 @@ def test_an_in_order_jobsets_workers_go_where_their_own_template_says(
              for p in pods.values()}
     assert where["launcher-0"] == (pool_a[0], 1), where
     assert {where["workers-0"], where["workers-1"]} == {(n, 4) for n in pool_b}, where
+
+
+def test_a_launcher_of_1_gpu_and_workers_of_4_go_where_only_that_fits(
+        binder: Running, admin: Client, namespace: str, group: NodeGroup) -> None:  # noqa: F811
+    """Three empty nodes of 4 GPUs and one with 1 free (a pod of 3 GPUs bound there):
+    a JobSet of a launcher of 1 GPU and 3 workers of 4 fits only with the launcher on
+    that last GPU, and runs so. (Before, the default strategy, leastLoaded, sent the
+    launcher, searched first, to an empty node, and the workers found two: the JobSet
+    held nothing and waited for as long as the room stayed so.)"""
+    nodes = binder.wait_nodes(named_nodes(group, 4))
+    other = pinned({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other"},
+                    **gpu_pod(3)}, group)
+    other["spec"]["nodeSelector"]["kubernetes.io/hostname"] = nodes[3]
+    admin.create(other, namespace=namespace)
+    eventually(lambda: admin.get("v1", "Pod", "other", namespace)["spec"].get("nodeName"),
+               timeout=60, what="the pod of 3 GPUs bound")
+    js = on_nodes(jobset("fits", [("launcher", 1, 1), ("workers", 3, 1)]), group)
+    for rj, gpus in zip(js["spec"]["replicatedJobs"], ("1", "4"), strict=True):
+        rj["template"]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"][
+            "nvidia.com/gpu"] = gpus
+    admin.create(js, namespace=namespace)
+
+    pods = all_bound(admin, namespace, "fits", 4, 90, "the launcher and its 3 workers bound")
+    where = {p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] + "-" +
+             p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"]:
+             (p["spec"]["nodeName"], len(p["metadata"]["annotations"][DEVICES].split(",")))
+             for p in pods.values()}
+    assert where.pop("launcher-0") == (nodes[3], 1), where
+    assert sorted(where.values()) == [(n, 4) for n in nodes[:3]], where
 
 
 def test_a_jobset_with_a_map_is_placed_on_its_lines_and_each_member_reads_them(
