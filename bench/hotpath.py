@@ -24,6 +24,9 @@ a client that answers at once, no server, so no HTTP in it): a one-GPU workload
 created, reconciled (placed, its pod created), its pod Running, reconciled twice
 (the status, then a pod event with nothing to do); 100 nodes x 8 GPUs, 400 units,
 logging as the manager does it (JSON, info, to /dev/null). Medians.
+``reconcile --profile 30``: the same loop under cProfile, the reconciles only (not
+the fakes' set-up between them): the 30 functions of most inclusive and of most self
+time, and the self time by area (controllers, internal/scheduling, runtime, ...).
 
 ``headers``: the header block kube-apiserver sends with a JSON answer, parsed by
 ``http.client``'s own parser (the ``email`` package) and by ``runtime/httpheaders.py``.
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -130,7 +134,7 @@ def bench_placement(n: int) -> None:
             print(f"placement {strategy} replicas={replicas}: {us:7.1f} µs per decision")
 
 
-def bench_reconcile(n: int) -> None:
+def bench_reconcile(n: int, profile: int = 0) -> None:
     import io
     import statistics
 
@@ -141,21 +145,80 @@ def bench_reconcile(n: int) -> None:
     configure_logging("json", "info")
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(io.StringIO()))
     env = Env(nodes=100, gpus=8)
+    prof = None
+    if profile:
+        import cProfile
+        prof = cProfile.Profile()
     placing: list[float] = []
     running: list[float] = []
+
+    def timed(name: str, into: list[float]) -> None:
+        if prof is not None:
+            prof.enable()
+        t0 = time.perf_counter()
+        env.reconcile(name)
+        into.append(time.perf_counter() - t0)
+        if prof is not None:
+            prof.disable()
+
     for i in range(min(n, 400)):
         name = f"w{i}"
         env.workload(name, gpusPerReplica=1)
-        t0 = time.perf_counter()
-        env.reconcile(name)
-        placing.append(time.perf_counter() - t0)
+        timed(name, placing)
         env.set_phase(f"{name}-0", "Running")
         for _ in range(2):
-            t0 = time.perf_counter()
-            env.reconcile(name)
-            running.append(time.perf_counter() - t0)
+            timed(name, running)
     print(f"reconcile placing: {statistics.median(placing) * 1e6:7.1f} µs (median)")
     print(f"reconcile running: {statistics.median(running) * 1e6:7.1f} µs (median)")
+    if prof is not None:
+        print_profile(prof, profile)
+
+
+#: where a function's file lies, for the profile's "by area" lines (first match wins)
+_AREAS = (("tests/", "the unit tests' fakes"),
+          ("controllers/placement/", "controllers/placement"),
+          ("controllers/", "controllers (the rest)"),
+          ("internal/scheduling/", "internal/scheduling"), ("internal/", "internal (the rest)"),
+          ("runtime/", "runtime"), ("api/", "api"), ("site-packages/", "third-party packages"))
+
+
+def _where(file: str) -> str:
+    """A profiled function's file, relative to the repository or its package."""
+    root = __file__.rsplit("bench/", 1)[0]
+    if file.startswith(root):
+        file = file[len(root):]
+    if "site-packages/" in file:
+        return file.split("site-packages/", 1)[1]
+    return re.sub(r".*/lib/python3[.0-9]*/", "", file)
+
+
+def print_profile(prof: Any, top: int) -> None:
+    """The ``top`` functions by inclusive and by self time, as shares of the profiled
+    time (cProfile's own cost is in it: each call costs about the same, so a function
+    of many small calls reads larger than it is), and the self time by area."""
+    import pstats
+
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    total = sum(tt for _, _, tt, _, _ in stats.values()) or 1.0
+
+    def name(k: tuple[str, int, str]) -> str:
+        file, line, fn = k
+        return fn if file == "~" else f"{fn} ({_where(file)}:{line})"
+
+    for title, col in (("inclusive", 3), ("self", 2)):
+        print(f"\nprofile: top {top} by {title} time, % of {total:.3f} s profiled")
+        rows = sorted(stats.items(), key=lambda kv: -kv[1][col])[:top]
+        for k, v in rows:
+            print(f"  {100 * v[col] / total:5.1f}%  {v[1]:7d} calls  {name(k)}")
+    areas: dict[str, float] = {}
+    for (file, _, _), v in stats.items():
+        path = file.split("site-packages/", 1)[0] + "site-packages/" \
+            if "site-packages/" in file else _where(file)
+        area = next((a for prefix, a in _AREAS if prefix in path), "the standard library, builtins")
+        areas[area] = areas.get(area, 0.0) + v[2]
+    print("\nprofile: self time by area")
+    for area, tt in sorted(areas.items(), key=lambda kv: -kv[1]):
+        print(f"  {100 * tt / total:5.1f}%  {area}")
 
 
 def bench_headers(n: int) -> None:
@@ -260,10 +323,18 @@ def main(argv: list[str] | None = None) -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["models", "placement", "reconcile", "headers", "http"])
     p.add_argument("-n", type=int, default=2000, help="calls per round")
+    p.add_argument("--profile", type=int, default=0, metavar="TOP",
+                   help="reconcile only: run under cProfile and print the TOP functions "
+                        "by inclusive and by self time, and the self time by area "
+                        "(the times then include cProfile's own cost)")
     args = p.parse_args(argv)
+    if args.profile and args.what != "reconcile":
+        p.error("--profile is for reconcile")
+    if args.what == "reconcile":
+        bench_reconcile(args.n, args.profile)
+        return
     {"models": bench_models, "placement": bench_placement,
-     "reconcile": bench_reconcile, "headers": bench_headers,
-     "http": bench_http}[args.what](args.n)
+     "headers": bench_headers, "http": bench_http}[args.what](args.n)
 
 
 if __name__ == "__main__":
