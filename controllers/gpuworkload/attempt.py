@@ -148,8 +148,8 @@ class AttemptRunner:
         if exposure is DeviceExposure.DRA and self.claims is None:
             # before a spec change restarts it: its new pods could not be made
             return self._unmanaged(state, w, raw, out, mine,
-                                   self.spec_change(w, placements, raw))
-        changed = self.spec_change(w, placements, raw)
+                                   self.spec_change(w, placements, mine))
+        changed = self.spec_change(w, placements, mine)
         if changed:
             raise EndAttempt(SPEC_CHANGED_REASON, f"spec changed ({changed}); restarting "
                              f"onto a new placement", spend=False)
@@ -318,13 +318,15 @@ class AttemptRunner:
             out[p.index] = name
         return out
 
-    def spec_change(self, w: GPUWorkload, placements: list[Placement], raw: JSON) -> str:
+    @staticmethod
+    def spec_change(w: GPUWorkload, placements: list[Placement],
+                    mine: Mapping[int, JSON]) -> str:
         """What changed in the spec since this attempt was placed ('' if nothing):
-        the replica count, or the template its children were made from."""
+        the replica count, or the template its children (``mine``: this attempt's,
+        by index, ``ChildAPI.by_attempt``) were made from."""
         if len(placements) != w.spec.replicas:
             return f"replicas {len(placements)} -> {w.spec.replicas}"
         want = ch.spec_hash(w)
-        mine, _ = self.children.by_attempt(raw, child_kind(w), str(w.status.retries))
         for child in mine.values():
             have = ((child.get("metadata") or {}).get("annotations") or {}).get(
                 SPEC_HASH_ANNOTATION)

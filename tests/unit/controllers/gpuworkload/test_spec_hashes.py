@@ -138,3 +138,29 @@ def test_a_template_edit_of_a_running_workload_restarts_it_with_the_new_hash() -
     assert again is not None
     tpl["spec"]["containers"][0]["image"] = "busybox:1.37"
     assert again["metadata"]["annotations"][SPEC_HASH_ANNOTATION] == afresh(tpl, 1)
+
+
+def test_a_running_workloads_reconcile_reads_its_children_once(
+        monkeypatch: pytest.MonkeyPatch, digests: list[int]) -> None:
+    """The spec check reads the children the attempt already read, and the hash
+    the pod was built with."""
+    env = Env(nodes=2, gpus=2)
+    env.workload("w", gpusPerReplica=1)
+    env.settle("w")
+    env.set_phase("w-0", "Running")
+    env.settle("w")
+    children_api = env.rec.attempts.children
+    reads: list[str] = []
+    real = children_api.by_attempt
+
+    def counting(raw: Any, kind: str, attempt: str) -> Any:
+        reads.append(attempt)
+        return real(raw, kind, attempt)
+
+    monkeypatch.setattr(children_api, "by_attempt", counting)
+    hashed = len(digests)
+    for _ in range(3):
+        env.reconcile("w")
+    assert reads == ["0", "0", "0"]
+    assert len(digests) == hashed
+    assert env.status("w")["phase"] == "Running"
