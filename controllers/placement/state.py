@@ -93,8 +93,7 @@ class PlacementState(PlacementCache):
         self.default_exposure = default_exposure
         self.rng = rng or random.Random()
         self.share_floors = share_floors
-        self.scheduler = Scheduler(self._snapshot, self._ledger, rng=self.rng,
-                                   default_exposure=default_exposure, floors=share_floors)
+        self.scheduler = self._scheduler_over(self._snapshot, self._ledger)
         #: the informers' handlers (controllers/gpuworkload/setup.py wires them),
         #: entered through the gate so that a watch thread never waits for a decide
         self.events = CacheEvents(self, on_problem, enqueue_on_node)
@@ -107,6 +106,11 @@ class PlacementState(PlacementCache):
         self._class_value = priority_class_value or (lambda name: None)
         #: how many times it was filled from the caches (``rebuild``)
         self.generation = 0
+
+    def _scheduler_over(self, snapshot: Snapshot, ledger: Ledger) -> Scheduler:
+        """The scheduler over a fill's snapshot and ledger, as the state is set."""
+        return Scheduler(snapshot, ledger, rng=self.rng, default_exposure=self.default_exposure,
+                         floors=self.share_floors)
 
     # ------------------------------------------------------------------ rebuild
 
@@ -155,9 +159,7 @@ class PlacementState(PlacementCache):
             self._snapshot = snapshot
             self._snapshot.usage = NodeUsage(pods)
             problems += carry(ledger, carried)  # once the ledger knows the nodes
-            self.scheduler = Scheduler(self._snapshot, ledger, rng=self.rng,
-                                       default_exposure=self.default_exposure,
-                                       floors=self.share_floors)
+            self.scheduler = self._scheduler_over(snapshot, ledger)
             self.pending = PendingSet()
             for w in workloads:
                 self._track_pending(w)
