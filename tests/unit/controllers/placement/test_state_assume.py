@@ -84,8 +84,9 @@ class Queues:
         return sched.schedule(w, across_namespaces=across)
 
 
-@pytest.mark.parametrize("queues", [None, Queues(False)], ids=["no gate", "gate refuses"])
-def test_a_queues_decision_is_stale_when_any_holder_changed(queues: Queues | None) -> None:
+@pytest.mark.parametrize("gated", [False, True], ids=["no gate", "gate refuses"])
+def test_a_queues_decision_is_stale_when_any_holder_changed(gated: bool) -> None:
+    queues = Queues(False) if gated else None
     w = World()
     w.state.queues = queues  # type: ignore[assignment]
     _, mark = w.state.mark_pass()
