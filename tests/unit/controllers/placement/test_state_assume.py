@@ -74,9 +74,12 @@ class Queues:
 
     def __init__(self, admits: bool) -> None:
         self.admits, self.asked, self.across = admits, [], []
+        self.decisions: list[Decision] = []
 
     def still_admits(self, w: GPUWorkload, decision: Decision, ledger: Any) -> bool:
+        assert ledger is not None and ledger.free_count("node1") == 4
         self.asked.append(w.key)
+        self.decisions.append(decision)
         return self.admits
 
     def gate(self, w: GPUWorkload, ledger: Any, sched: Any, across: bool) -> Decision:
@@ -102,9 +105,11 @@ def test_a_queues_decision_its_queue_still_admits_is_booked() -> None:
     w.state.queues = Queues(True)  # type: ignore[assignment]
     _, mark = w.state.mark_pass()
     w.state.events.on_pod(child("elsewhere", "uid-e", "node2", "0"))
-    got = w.state.assume_decision(gw("a", gpusPerReplica=1), on_node1([0], queue="q"), mark)
+    decision = on_node1([0], queue="q")
+    got = w.state.assume_decision(gw("a", gpusPerReplica=1), decision, mark)
     assert got.ok and w.state.booking("ns/a") is not None
     assert w.state.queues.asked == ["ns/a"]  # type: ignore[union-attr]
+    assert w.state.queues.decisions == [decision]  # type: ignore[union-attr]
 
 
 def cpu_node(name: str, cpu: str) -> dict[str, Any]:
@@ -199,11 +204,12 @@ class Budgeted(Book):
         self.at_pass, self.at_evict, self.messages = at_pass, at_evict, []
 
     def refusal(self, ledger_key: str, message: str) -> str | None:
-        self.messages.append(message)
+        self.messages.append((ledger_key, message))
         return self.at_pass
 
     def evict(self, key: str, message: str) -> str | None:  # type: ignore[override]
         self.evicted.append(key)
+        self.messages.append((key, message))
         return self.at_evict
 
 
@@ -219,7 +225,8 @@ def test_a_budget_refusing_its_groups_eviction_leaves_the_preemptor_waiting(
     assert (d.outcome, d.wait_reason, d.message, d.strategy) == (
         UNSCHEDULABLE, PREEMPTION_REFUSED, "budget: 0 of 4 may go", "priority")
     assert d.visited > 0  # the pass's, kept
-    assert book.messages[0] == "preempted by ns/high (priority 100) to make room"
+    told = ("Pod:ns/seed", "preempted by ns/high (priority 100) to make room")
+    assert book.messages == ([told] if at_pass else [told, told])
     assert w.state.booking("ns/high") is None  # nothing booked, nothing nominated
     assert book.evicted == ([] if at_pass else ["Pod:ns/seed"])
 
@@ -250,6 +257,8 @@ def test_only_an_admins_priority_class_preempts_another_namespace() -> None:
     assert s.decide(in_ns("b", "mine", 1000)).outcome == UNSCHEDULABLE  # a tenant's own
     assert s.decide(in_ns("b", "forged", 0, cls="unknown")).outcome == UNSCHEDULABLE
     assert s.decide(in_ns("b", "admin", 1000, cls="team-high")).outcome == PREEMPT
+    no_classes = PlacementState(CUDA)  # no PriorityClass is known: nobody is an admin
+    assert no_classes.admin_priority(in_ns("b", "forged", 0, cls="unknown")) is False
 
 
 def test_an_admins_priority_class_reaches_the_queue_gate() -> None:
@@ -274,6 +283,8 @@ def test_a_decision_stale_every_time_is_made_under_the_lock_as_admin_still() -> 
     s.assume_decision = always_stale  # type: ignore[method-assign]
     locked = STALE_DECISIONS.labels("locked")._value.get()
     assert s.decide(in_ns("b", "admin", 1000, cls="team-high")).outcome == PREEMPT
+    no_classes = PlacementState(CUDA)  # no PriorityClass is known: nobody is an admin
+    assert no_classes.admin_priority(in_ns("b", "forged", 0, cls="unknown")) is False
     assert len(tries) == 4 and STALE_DECISIONS.labels("locked")._value.get() == locked + 1
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from api.v1alpha1.types import DeviceExposure
 from controllers.placement.state import PlacementState
+from controllers.shared.own_writes import OwnWrites
 from internal.metrics.domain import BAD_OBJECTS
 from internal.scheduling.ledger import Ledger
 from internal.scheduling.sharefloor import SHARE_BELOW_MINIMUM, ShareFloors
@@ -121,15 +122,27 @@ class Troubled(Book):
 
 def test_each_problem_of_a_fill_is_returned_logged_and_counted() -> None:
     before = BAD_OBJECTS.labels("rebuild")._value.get()
+    unreadable = child("bad", "uid-bad", "node2", "x")
     with info_logs() as logs:
         s = PlacementState(CUDA, pod_books=(Troubled(),))
-        problems = s.rebuild(lambda: (NODES, [], [], [child("a", "uid-a", "node2", "0")]))
-    assert problems == ["pod ns/odd: its devices annotation names device 9, which node1 lacks"]
-    assert BAD_OBJECTS.labels("rebuild")._value.get() == before + 1
+        problems = s.rebuild(lambda: (NODES, [], [], [child("a", "uid-a", "node2", "0"),
+                                                      unreadable]))
+    assert len(problems) == 2 and "ns/bad-0" in problems[0]  # the pods', then the book's
+    assert problems[1] == "pod ns/odd: its devices annotation names device 9, which node1 lacks"
+    assert BAD_OBJECTS.labels("rebuild")._value.get() == before + 2
     assert [(e["problem"], e["log_level"]) for e in events(logs, "ledger.rebuild.problem")] \
-        == [(problems[0], "warning")]
+        == [(p, "warning") for p in problems]
     [rebuilt] = events(logs, "ledger.rebuilt")
     assert (rebuilt["nodes"], rebuilt["holders"]) == (2, 2)  # the book's seed and pod a
+
+
+def test_a_fill_books_the_children_we_made_that_the_caches_do_not_show_yet() -> None:
+    writes = OwnWrites()
+    made = {"kind": "Pod", **child("new", "uid-new", "node1", "2,3")}
+    writes.created("uid-new", made)
+    s = PlacementState(CUDA, own_writes=writes)
+    s.rebuild(lambda: (NODES, [], [], []))
+    assert s.view().free_count("node1") == 2
 
 
 def test_an_invalidated_state_says_why_takes_no_event_and_wakes_the_waiting() -> None:
@@ -152,6 +165,17 @@ def test_children_held_without_a_commit_hold_and_nothing_is_said_lost() -> None:
         assert w.state.hold_created([child("a", "uid-a", "node1", "0,1")]) is True
     assert events(logs, "placement.booking_lost") == []
     assert w.state.view().free_count("node1") == 2
+
+
+def test_children_held_with_their_workloads_commit_commit_its_booking() -> None:
+    w = World()
+    d = w.state.decide(gw("a", gpusPerReplica=2))
+    devices = ",".join(str(x) for x in d.placements[0].devices)
+    assert not w.state.booking("ns/a").committed
+    assert w.state.hold_created([child("a", "uid-a", d.placements[0].node, devices)],
+                                commit="ns/a") is True
+    assert w.state.booking("ns/a").committed
+    assert w.state.hold_created([], commit="ns/gone") is False  # nothing to commit
 
 
 def test_a_state_without_queues_reports_no_queue_usage() -> None:

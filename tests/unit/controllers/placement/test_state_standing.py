@@ -8,6 +8,7 @@ go, and why a node refuses exact devices. Pure: plain dicts, no server."""
 from __future__ import annotations
 
 from controllers.placement.evictions import preempted_message
+from tests.unit.controllers.placement.test_cache_adopt import Book
 from tests.unit.controllers.placement.test_cache_bookings import booked, preempted
 from tests.unit.controllers.placement.test_placement_state import World, child, gw
 
@@ -63,3 +64,27 @@ def test_the_state_says_why_a_node_refuses_exact_devices() -> None:
     assert w.state.check_exact(seed, "Pod:ns/seed", "node1", (2, 3)) is None
     assert w.state.check_exact(seed, "Pod:ns/seed", "node2", (0, 1)) is None
     assert w.state.check_exact(seed, "Pod:ns/seed", "node3", (0, 1)) is not None
+
+
+def test_a_seeds_own_devices_are_exactly_its_own() -> None:
+    w = World(books=(Book(),))  # Pod:ns/seed holds node1's 0 and 1
+    seed = gw("seed", gpusPerReplica=2)
+    assert w.state.check_exact(seed, "Pod:ns/seed", "node1", (0, 1)) is None
+    assert w.state.check_exact(seed, "Pod:ns/other", "node1", (0, 1)) is not None
+
+
+def test_a_workload_blocked_on_pods_is_woken_when_capacity_frees() -> None:
+    w = World()
+    w.state.block("ns/waits-for-pods")
+    w.state.capacity_freed()
+    assert "ns/waits-for-pods" in w.woken
+
+
+def test_unchanged_is_asked_under_the_lock_while_a_section_is_in_progress() -> None:
+    w = World()
+    _, mark = w.state.mark_pass()
+    with w.state._lock:
+        assert w.state.unchanged(mark) is True
+    w.state.events.on_pod(child("b", "uid-b", "node1", "3"))
+    with w.state._lock:
+        assert w.state.unchanged(mark) is False
