@@ -8,12 +8,20 @@ included) and the largest init container (plus the sidecars started before it),
 plus ``spec.overhead``. A container's request is its ``requests`` entry, else its
 ``limits`` entry (the API server defaults one to the other; a template is not
 defaulted). CPU is counted in millicores, everything else in its own unit (bytes,
-counts). ``nvidia.com/gpu`` is left out: the GPU filters place GPUs.
+counts). ``nvidia.com/gpu`` is counted too: the GPU filters pick the devices, this
+checks only what the kubelet would refuse the pod for.
 
 Fit (``fit_reason``): each requested resource against the node's allocatable minus
 what its pods request; one more pod against its ``pods``. A node that does not
 report cpu, memory, ephemeral-storage or pods is not checked for it (a test node
-made by hand); an extended resource it does not report is 0, as the kubelet has it.
+made by hand). An extended resource it does not report is 0: kube-scheduler's rule
+(its NodeResourcesFit), kept for every extended resource but one. ``nvidia.com/gpu``
+is checked as the kubelet admits it (``pkg/kubelet/lifecycle/predicate.go``): a node
+that does not list it is not checked for it (``removeMissingExtendedResources`` drops
+the request), a node that lists it, even at 0 (a device plugin ran there, the kubelet
+keeps its resource at 0), refuses a pod asking more than is left
+(``OutOfnvidia.com/gpu``): our pods bound by name never pass kube-scheduler, only the
+kubelet.
 
 Host ports (kube-scheduler's NodePorts): two ports clash on the same protocol and
 port when their hostIPs are equal or either is unset or ``0.0.0.0``.
@@ -32,6 +40,9 @@ from internal.scheduling.quantity import parse_quantity
 CPU, MEMORY, EPHEMERAL, PODS = "cpu", "memory", "ephemeral-storage", "pods"
 #: resources a node always reports when a kubelet runs it
 STANDARD = frozenset({CPU, MEMORY, EPHEMERAL, PODS})
+#: resources not checked on a node that does not list them (the standard ones: a
+#: test node made by hand; nvidia.com/gpu: the kubelet drops an unlisted one)
+UNCHECKED_UNLISTED = STANDARD | {GPU_RESOURCE}
 WILDCARD_IPS = frozenset({"", "0.0.0.0", "::"})
 
 #: (protocol, hostIP, hostPort)
@@ -51,13 +62,13 @@ def amount(resource: str, value: Any) -> int:
 
 
 def resources(values: Mapping[str, Any] | None) -> dict[str, int]:
-    """A ResourceList (``{"cpu": "500m"}``) in fit's units, GPUs left out."""
+    """A ResourceList (``{"cpu": "500m"}``) in fit's units (a resource of 0 left
+    out)."""
     out: dict[str, int] = {}
     for name, value in (values or {}).items():
-        if name != GPU_RESOURCE:
-            n = amount(name, value)
-            if n:
-                out[name] = n
+        n = amount(name, value)
+        if n:
+            out[name] = n
     return out
 
 
@@ -195,7 +206,8 @@ class PodFit:
     empty: bool = field(init=False, default=True)
     #: the requests in name order (set from the above)
     ordered: tuple[tuple[str, int], ...] = field(init=False, default=())
-    #: (resource, request, a resource every node reports) in name order
+    #: (resource, request, not checked where the node does not list it) in name
+    #: order
     checks: tuple[tuple[str, int, bool], ...] = field(init=False, default=())
     #: has a nodeSelector or required node affinity (set from the above)
     selective: bool = field(init=False, default=False)
@@ -204,7 +216,7 @@ class PodFit:
         object.__setattr__(self, "empty", not self.requests and not self.ports)
         object.__setattr__(self, "ordered", tuple(sorted(self.requests.items())))
         object.__setattr__(self, "checks",
-                           tuple((r, n, r in STANDARD) for r, n in self.ordered))
+                           tuple((r, n, r in UNCHECKED_UNLISTED) for r, n in self.ordered))
         object.__setattr__(self, "selective",
                            bool(self.node_selector) or self.terms is not None)
 
@@ -261,6 +273,16 @@ def quantity_text(resource: str, n: int) -> str:
     return f"{n} {resource}"
 
 
+def gpu_refusal(listed: int, free: int, want: int) -> str:
+    """Why the kubelet would refuse a pod asking ``want`` nvidia.com/gpu on a node
+    that lists ``listed`` of which ``free`` are left."""
+    if listed == 0:
+        return (f"node lists {GPU_RESOURCE}: 0 (a device plugin ran there); the kubelet "
+                f"would refuse the pod (OutOf{GPU_RESOURCE})")
+    return (f"node lists {GPU_RESOURCE}: {free} of {listed} left, needs {want}; the "
+            f"kubelet would refuse the pod (OutOf{GPU_RESOURCE})")
+
+
 def pods_reason(pods: int, cap: int) -> str | None:
     """Why one more pod does not fit beside ``pods`` on a node of ``cap`` pods."""
     return f"too many pods ({pods} of {cap})" if pods >= cap else None
@@ -275,9 +297,9 @@ def room_for(allocatable: Mapping[str, int], used: Mapping[str, int], pods: int,
     cap = allocatable.get(PODS)
     if cap is not None:
         best = (max(0, cap - pods), f"{max(0, cap - pods)} more pods")
-    for r, want, standard in fit.checks:
+    for r, want, unlisted_ok in fit.checks:
         have = allocatable.get(r)
-        if have is None and standard:
+        if have is None and unlisted_ok:
             continue
         free = max(0, (have or 0) - used.get(r, 0))
         if best is None or free // want < best[0]:
@@ -297,10 +319,12 @@ def fit_reason(allocatable: Mapping[str, int], used: Mapping[str, int], pods: in
         return pods_reason(pods + mine, cap)
     for r, want in fit.ordered:
         have = allocatable.get(r)
-        if have is None and r in STANDARD:
+        if have is None and r in UNCHECKED_UNLISTED:
             continue
         free = max(0, (have or 0) - used.get(r, 0) - mine * want)
         if want > free:
+            if r == GPU_RESOURCE:
+                return gpu_refusal(have or 0, free, want)
             return f"{quantity_text(r, free)} free, needs {quantity_text(r, want).split(' ')[0]}"
     if fit.ports:
         clash = next(iter(sorted(fit.ports))) if mine else port_clash(fit.ports, ports)

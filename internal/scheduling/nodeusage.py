@@ -1,10 +1,12 @@
-"""What each node's pods request (CPU, memory, ..., host ports, the pod count):
+"""What each node's pods request (CPU, memory, ..., nvidia.com/gpu, host ports, the
+pod count):
 running sums kept by the pod events, read by the node-fit filter (``nodefit.py``).
 
 Guarantees:
 
-- **Every bound, unfinished pod counts**, whoever made it, GPUs or not, as
-  kube-scheduler counts it (bound until deleted or Succeeded/Failed; a pod being
+- **Every bound, unfinished pod counts**, whoever made it, GPUs or not (its
+  ``nvidia.com/gpu`` requests too, which the kubelet checks), as kube-scheduler
+  counts it (bound until deleted or Succeeded/Failed; a pod being
   deleted still counts). A pod is recorded by UID; an event seen twice changes
   nothing, and a pod's requests are read again only when its node or its
   ``metadata.generation`` changed (a pod's resources change only by a resize).
@@ -24,6 +26,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from api.v1alpha1.keys import GPU_RESOURCE
 from internal.objects import JSON
 from internal.scheduling.nodefit import (
     PODS,
@@ -261,10 +264,10 @@ class NodeUsage:
         cap = allocatable.get(PODS)
         short = (cap is not None and pods + mine >= cap) or bool(fit.ports)
         n = mine + 1
-        for r, want, standard in fit.checks:
+        for r, want, unlisted_ok in fit.checks:
             have = allocatable.get(r)
             if have is None:
-                if standard:
+                if unlisted_ok:
                     continue
                 have = 0
             if requests.get(r, 0) + n * want > have:
@@ -289,8 +292,10 @@ def _nothing(node: str) -> None:
 
 
 def node_allocatable(node: JSON) -> dict[str, int]:
-    """A Node's allocatable (else capacity) in fit's units, GPUs left out; ``pods``
-    as a count. (Read again at each Node update: remembered by what it lists.)"""
+    """A Node's allocatable (else capacity) in fit's units; ``pods`` and
+    ``nvidia.com/gpu`` kept when listed at 0 (a listed GPU count of 0 refuses a GPU
+    pod, an unlisted one does not: ``nodefit.py``). (Read again at each Node update:
+    remembered by what it lists.)"""
     status = node.get("status") or {}
     raw = status.get("allocatable") or status.get("capacity") or {}
     try:
@@ -301,8 +306,9 @@ def node_allocatable(node: JSON) -> dict[str, int]:
     if have is not None:
         return have
     out = resources(raw)
-    if PODS in raw and PODS not in out:
-        out[PODS] = 0
+    for kept in (PODS, GPU_RESOURCE):
+        if kept in raw and kept not in out:
+            out[kept] = 0
     if key is not None:
         if len(_ALLOCATABLE) >= 1024:
             _ALLOCATABLE.clear()

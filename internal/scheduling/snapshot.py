@@ -87,8 +87,8 @@ class NodeInfo:
     dra_driver: str = ""
     #: why the node is refused (it reports too much, ``bounds.py``): nothing offered
     refused: str = ""
-    #: status.allocatable in node fit's units, GPUs left out (``nodeusage.py``; shared
-    #: by nodes that list the same: read only)
+    #: status.allocatable in node fit's units, nvidia.com/gpu kept even at 0
+    #: (``nodeusage.py``; shared by nodes that list the same: read only)
     allocatable: dict[str, int] = field(default_factory=dict)
 
     @property

@@ -18,7 +18,7 @@ from internal.scheduling.nodefit import (
     term_matches,
 )
 from internal.scheduling.nodeusage import NodeUsage, node_allocatable
-from tests.unit.scheduling.helpers import cluster, node, workload
+from tests.unit.scheduling.helpers import cluster, foreign_pod, gpunode, node, workload
 
 
 def sized(name: str, cpu: str = "16", memory: str = "64Gi", pods: str = "110",
@@ -67,9 +67,9 @@ def test_a_sidecar_runs_beside_the_containers_and_the_later_inits() -> None:
     assert pod_requests(spec) == {"cpu": 3000}
 
 
-def test_gpus_are_left_to_the_gpu_filters() -> None:
+def test_gpus_are_counted_as_the_kubelet_counts_them() -> None:
     c = {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2", "example.com/nic": "1"}}}
-    assert pod_requests({"containers": [c]}) == {"example.com/nic": 1}
+    assert pod_requests({"containers": [c]}) == {"nvidia.com/gpu": 2, "example.com/nic": 1}
 
 
 # ------------------------------------------------------------------ ports
@@ -145,7 +145,93 @@ def test_usage_follows_pod_events_and_ignores_finished_and_unbound_pods() -> Non
 
 def test_node_allocatable_in_fit_units() -> None:
     assert node_allocatable(sized("n", cpu="15500m")) == {
-        "cpu": 15500, "memory": 64 << 30, "pods": 110}
+        "cpu": 15500, "memory": 64 << 30, "pods": 110, "nvidia.com/gpu": 4}
+    # listed at 0 (a device plugin ran there) is not the same as not listed
+    assert node_allocatable(sized("n", gpus=0))["nvidia.com/gpu"] == 0
+    assert "nvidia.com/gpu" not in node_allocatable({"status": {"allocatable": {"cpu": "1"}}})
+
+
+# ------------------------------------------------------- nvidia.com/gpu
+
+
+def gpu_ctr(n: int, cpu: str | None = None) -> dict[str, Any]:
+    c = ctr(cpu)
+    c["resources"]["limits"] = {"nvidia.com/gpu": str(n)}
+    return c
+
+
+LISTED_0 = ("node lists nvidia.com/gpu: 0 (a device plugin ran there); the kubelet "
+            "would refuse the pod (OutOfnvidia.com/gpu)")
+
+
+def test_a_gpu_request_is_checked_as_the_kubelet_admits_it() -> None:
+    fit = PodFit.of({"containers": [gpu_ctr(4)]})
+    # listed at 0: the kubelet refuses the pod (OutOfnvidia.com/gpu)
+    assert fit_reason({"nvidia.com/gpu": 0}, {}, 0, (), fit) == LISTED_0
+    # not listed: the kubelet drops the request (removeMissingExtendedResources)
+    assert fit_reason({"cpu": 16000}, {}, 0, (), fit) is None
+    # listed with room, and with too little left
+    assert fit_reason({"nvidia.com/gpu": 8}, {"nvidia.com/gpu": 4}, 1, (), fit) is None
+    assert fit_reason({"nvidia.com/gpu": 8}, {"nvidia.com/gpu": 6}, 1, (), fit) == (
+        "node lists nvidia.com/gpu: 2 of 8 left, needs 4; the kubelet would refuse "
+        "the pod (OutOfnvidia.com/gpu)")
+    # another extended resource keeps kube-scheduler's rule: not listed is 0
+    nic = PodFit.of({"containers": [{"name": "c", "resources": {
+        "limits": {"example.com/nic": "1"}}}]})
+    assert fit_reason({"cpu": 16000}, {}, 0, (), nic) == "0 example.com/nic free, needs 1"
+
+
+def test_the_gpus_of_every_pod_on_the_node_are_summed() -> None:
+    u = NodeUsage([pod("a", "n1", gpu_ctr(3)), pod("b", "n1", gpu_ctr(2), ctr("1")),
+                   pod("c", "n1", gpu_ctr(8), phase="Succeeded"), pod("d", "n2", gpu_ctr(8))])
+    assert u.on("n1").requests == {"nvidia.com/gpu": 5, "cpu": 1000}
+    alloc = node_allocatable(sized("n1", gpus=8))
+    fit = PodFit.of({"containers": [gpu_ctr(2)]})
+    assert u.refusal("n1", alloc, fit, 0, None) is None
+    # beside one more of this decision's own: 5 + 2 + 2 > 8
+    assert u.refusal("n1", alloc, fit, 1, None) == (
+        "node lists nvidia.com/gpu: 1 of 8 left, needs 2; the kubelet would refuse "
+        "the pod (OutOfnvidia.com/gpu)")
+    assert u.room("n1", alloc, fit, None) == (1, "3 nvidia.com/gpu free")
+    u.remove_pod("a")
+    assert u.refusal("n1", alloc, fit, 1, None) is None
+
+
+def test_a_pod_asking_gpus_goes_where_the_kubelet_would_admit_it() -> None:
+    # node1 has a GPUNode of 4 devices but lists nvidia.com/gpu at 0 (a device
+    # plugin ran there before): the GPU filters would pass it, the kubelet would not
+    spec = {"containers": [gpu_ctr(2, "1")]}
+    snap, led = cluster(sized("node1", gpus=0), sized("node2", gpus=4),
+                        gpunodes=(gpunode("node1", 4), gpunode("node2", 4)))
+    w = workload(gpusPerReplica=2, deviceExposure="device-plugin", template={"spec": spec})
+    assert schedule(w, snap, led, "bestFit").nodes == ["node2"]
+    snap, led = cluster(sized("node1", gpus=0), gpunodes=(gpunode("node1", 4),))
+    d = schedule(w, snap, led)
+    assert d.outcome == UNSCHEDULABLE
+    assert d.reasons == {"node1": LISTED_0}
+    assert LISTED_0 in d.message
+    # a node that does not list nvidia.com/gpu at all: the kubelet admits the pod
+    bare = sized("node1")
+    del bare["status"]["allocatable"]["nvidia.com/gpu"]
+    snap, led = cluster(bare, gpunodes=(gpunode("node1", 4),))
+    assert schedule(w, snap, led).nodes == ["node1"]
+
+
+def test_in_device_plugin_mode_what_the_gpus_allow_is_not_refused() -> None:
+    # the node lists its 8 devices; a foreign pod asks 4 of them: two replicas of 2
+    # fit beside it, a third does not (the GPU filters and node fit agree)
+    snap, led = cluster(sized("node1", gpus=8))
+    snap.usage.set_pod(pod("x", "node1", gpu_ctr(4)))
+    foreign_pod(led, "x", "node1", 4)
+    spec = {"containers": [gpu_ctr(2, "1")]}
+    two = workload(gpusPerReplica=2, replicas=2, deviceExposure="device-plugin",
+                   template={"spec": spec})
+    assert [p.node for p in schedule(two, snap, led).placements] == ["node1", "node1"]
+    three = workload(gpusPerReplica=2, replicas=3, deviceExposure="device-plugin",
+                     template={"spec": spec})
+    d = schedule(three, snap, led)
+    assert d.outcome == UNSCHEDULABLE
+    assert d.reasons == {"node1": "4 free GPUs, room for 2 of 3 replicas"}
 
 
 # --------------------------------------------------------- in the filters
