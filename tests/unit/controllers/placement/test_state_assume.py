@@ -299,3 +299,17 @@ def test_a_pass_that_raises_on_unchanged_inputs_is_raised_at_once() -> None:
     with pytest.raises(RuntimeError, match="a bug in the gate"):
         s.decide(gw("a", gpusPerReplica=1))
     assert STALE_DECISIONS.labels("retried")._value.get() == retried  # not taken for stale
+
+
+def test_a_preemption_of_a_seed_pod_and_a_workload_takes_both() -> None:
+    """The seed pod goes through its book (its booking stays till its pod is gone),
+    the workload gives up its booking: both are victims, whichever comes first."""
+    seed = Book(key="Pod:ns/seed", devices=(0, 1))
+    w = World(pods=[child("low", "uid-low", "node1", "2,3"), BUSY_NODE2],
+              workloads=[placed("low", [2, 3])], books=(seed,))
+    d = w.state.decide(gw("high", gpusPerReplica=4, priority="high",
+                          schedulingStrategy="priority"))
+    assert d.outcome == PREEMPT and sorted(d.victims) == ["Pod:ns/seed", "ns/low"]
+    assert seed.evicted == ["Pod:ns/seed"]
+    assert w.state.booking("ns/low") is None and w.state.departing("ns/low")
+    assert w.state.eviction("ns/low") == preempted_message("ns/high", 100)
