@@ -105,11 +105,13 @@ class Context:
     spread: bool = True
     #: node -> the share or MIG instance the latest filter chose there
     portions: dict[str, Any] = field(default_factory=dict)
-    #: what one replica's pod asks of its node beyond GPUs (the template's)
+    #: what one replica's pod asks of its node (the template's; with the device
+    #: plugin, no nvidia.com/gpu: the GPU filters count those GPUs, as before)
     fit: PodFit = field(init=False)
 
     def __post_init__(self) -> None:
-        self.fit = PodFit.of((self.workload.spec.template or {}).get("spec"))
+        fit = PodFit.of((self.workload.spec.template or {}).get("spec"))
+        self.fit = fit.asking_gpus(0) if self.counted else fit
 
     @property
     def key(self) -> str:

@@ -199,11 +199,14 @@ def test_the_gpus_of_every_pod_on_the_node_are_summed() -> None:
 
 def test_a_pod_asking_gpus_goes_where_the_kubelet_would_admit_it() -> None:
     # node1 has a GPUNode of 4 devices but lists nvidia.com/gpu at 0 (a device
-    # plugin ran there before): the GPU filters would pass it, the kubelet would not
+    # plugin ran there before): the GPU filters would pass it, the kubelet would not.
+    # A pod bound with named devices keeps its request (the pod binding's model of a
+    # seed pod or a group member: named devices, the pod's spec as the template)
     spec = {"containers": [gpu_ctr(2, "1")]}
     snap, led = cluster(sized("node1", gpus=0), sized("node2", gpus=4),
                         gpunodes=(gpunode("node1", 4), gpunode("node2", 4)))
-    w = workload(gpusPerReplica=2, deviceExposure="device-plugin", template={"spec": spec})
+    w = workload(gpusPerReplica=2, deviceExposure="cuda-visible-devices",
+                 template={"spec": spec})
     assert schedule(w, snap, led, "bestFit").nodes == ["node2"]
     snap, led = cluster(sized("node1", gpus=0), gpunodes=(gpunode("node1", 4),))
     d = schedule(w, snap, led)
@@ -232,6 +235,11 @@ def test_in_device_plugin_mode_what_the_gpus_allow_is_not_refused() -> None:
     d = schedule(three, snap, led)
     assert d.outcome == UNSCHEDULABLE
     assert d.reasons == {"node1": "4 free GPUs, room for 2 of 3 replicas"}
+    # the template asks more than the replica's GPUs: its pods ask the replica's
+    # (pod_template), so node fit does not refuse it for the template's count
+    more = workload(gpusPerReplica=2, deviceExposure="device-plugin",
+                    template={"spec": {"containers": [gpu_ctr(8, "1")]}})
+    assert schedule(more, snap, led).nodes == ["node1"]
 
 
 # --------------------------------------------------------- in the filters
