@@ -15,6 +15,10 @@ Guarantees:
   each pod of its owner that shows on the node takes one off, and until then the
   missing ones count (``on``). A reservation whose booking the ledger no longer has
   (released before its pods were made) is dropped when its node is next read.
+- **A preemption plan's victims take their pods with them** (``on`` with
+  ``released``): a released owner's pods, and the pods the ledger holds only by a
+  released owner's booking of their devices (a pod group's members, booked by their
+  group: by their own reading each is its own owner).
 - No lock of its own: its owner (the placement cache) calls it under its lock.
 """
 
@@ -26,7 +30,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from api.v1alpha1.keys import GPU_RESOURCE
+from api.v1alpha1.keys import DEVICES_ANNOTATION, GPU_RESOURCE
 from internal.objects import JSON
 from internal.scheduling.nodefit import (
     PODS,
@@ -38,7 +42,7 @@ from internal.scheduling.nodefit import (
     resources,
     room_for,
 )
-from internal.scheduling.pods import pod_is_active, pod_owner, pod_uid
+from internal.scheduling.pods import BadPod, parse_devices, pod_is_active, pod_owner, pod_uid
 
 if TYPE_CHECKING:
     from internal.scheduling.ledger import Ledger
@@ -52,6 +56,7 @@ class _Pod:
     generation: Any
     requests: Mapping[str, int]
     ports: frozenset[Port]
+    devices: frozenset[int] = frozenset()  # its devices annotation's (a preemption reads)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +113,8 @@ class NodeUsage:
         #: (owner, node) -> UIDs of the owner's pods there (its count; a victim's
         #: pods, which a preemption plan takes as gone)
         self._owner_pods: dict[tuple[str, str], set[str]] = {}
+        #: node -> UIDs of its pods
+        self._node_pods: dict[str, set[str]] = {}
         #: node -> booking owner -> its replicas there whose pods do not show yet
         self._pending: dict[str, dict[str, _Reserved]] = {}
         #: told each node whose usage changes (the snapshot stamps it: ``stamps.py``)
@@ -130,7 +137,8 @@ class NodeUsage:
         if have is not None and have.node == node and have.generation == gen:
             return
         self.remove_pod(uid)
-        entry = _Pod(uid, str(node), pod_owner(pod), gen, pod_requests(spec), host_ports(spec))
+        entry = _Pod(uid, str(node), pod_owner(pod), gen, pod_requests(spec), host_ports(spec),
+                     _devices(pod))
         self._pods[uid] = entry
         self._apply(entry, 1)
         if have is None or have.node != entry.node:  # a resize is no new pod there
@@ -149,13 +157,8 @@ class NodeUsage:
             if not sums[k]:
                 del sums[k]
         self._count[e.node] += sign
-        uids = self._owner_pods.setdefault((e.owner, e.node), set())
-        if sign > 0:
-            uids.add(e.uid)
-        else:
-            uids.discard(e.uid)
-            if not uids:
-                del self._owner_pods[(e.owner, e.node)]
+        _index(self._owner_pods, (e.owner, e.node), e.uid, sign)
+        _index(self._node_pods, e.node, e.uid, sign)
         if e.ports:
             ports = self._ports.setdefault(e.node, Counter())
             ports.update({p: sign for p in e.ports})
@@ -232,14 +235,26 @@ class NodeUsage:
         for owner, r in self._reserved(node, ledger):
             if owner not in released:
                 used.add(r.fit, r.missing)
-        for owner in released:
-            for uid in self._owner_pods.get((owner, node), ()):
-                used.take_off(self._pods[uid])
+        for uid in self._released_pods(node, ledger, released):
+            used.take_off(self._pods[uid])
         return used
 
-    def _touches(self, node: str, released: AbstractSet[str]) -> bool:
-        """Has one of the ``released`` owners a pod on ``node``?"""
-        return any((o, node) in self._owner_pods for o in released)
+    def _released_pods(self, node: str, ledger: Ledger | None,
+                       released: AbstractSet[str]) -> set[str]:
+        """The pods on ``node`` that the ``released`` owners (a preemption plan's
+        victims) take with them: theirs by owner, and the pods the ledger holds by
+        no holding of their own but by a released owner's booking of their devices
+        (a pod book's: a pod group's members name no workload, so their owner, by
+        their own reading, is themselves)."""
+        uids = {u for o in released for u in self._owner_pods.get((o, node), ())}
+        if ledger is None or not released:
+            return uids
+        for uid in self._node_pods.get(node, ()):
+            p = self._pods[uid]
+            if p.devices and uid not in uids and ledger.pod(uid) is None and any(
+                    ledger.device_owners(node, d) & released for d in p.devices):
+                uids.add(uid)
+        return uids
 
     def room(self, node: str, allocatable: Mapping[str, int], fit: PodFit,
              ledger: Ledger | None,
@@ -255,7 +270,7 @@ class NodeUsage:
         """Why one more pod of ``fit`` does not fit ``node`` beside its pods, the
         replicas booked there and ``mine`` of this decision's, the ``released``
         owners' pods taken as gone (``fit_reason``)."""
-        if node in self._pending or (released and self._touches(node, released)):
+        if node in self._pending or (released and self._released_pods(node, ledger, released)):
             used = self.on(node, ledger, released)
             return fit_reason(allocatable, used.requests, used.pods, used.ports, fit, mine)
         # the fast way through (every node of every decision): the sums as they are
@@ -285,6 +300,27 @@ _ALLOCATABLE: dict[frozenset[tuple[str, Any]], dict[str, int]] = {}
 def _live(ledger: Ledger, owner: str, r: _Reserved) -> bool:
     a = ledger.allocation(r.key)
     return a is not None and a.owner == owner
+
+
+def _index(index: dict[Any, set[str]], key: Any, uid: str, sign: int) -> None:
+    """Adds (``sign`` > 0) or removes ``uid`` under ``key``; an empty set goes."""
+    uids = index.setdefault(key, set())
+    if sign > 0:
+        uids.add(uid)
+        return
+    uids.discard(uid)
+    if not uids:
+        del index[key]
+
+
+def _devices(pod: JSON) -> frozenset[int]:
+    """The devices ``pod``'s annotation names (none when it names none or cannot be
+    read: the ledger reports such a pod)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        return frozenset(parse_devices(annotations.get(DEVICES_ANNOTATION)) or ())
+    except BadPod:
+        return frozenset()
 
 
 def _nothing(node: str) -> None:

@@ -197,6 +197,36 @@ def test_the_gpus_of_every_pod_on_the_node_are_summed() -> None:
     assert u.refusal("n1", alloc, fit, 1, None) is None
 
 
+def test_a_preemptions_victim_group_takes_its_members_requests_with_it() -> None:
+    """A pod group's members name no workload (their owner, by their own reading, is
+    themselves), and the ledger holds them by their group's booking: a preemption
+    plan releasing that booking's owner takes their GPUs and CPU off the node too."""
+    from api.v1alpha1.types import Placement
+    from internal.scheduling.ledger import Ledger
+
+    def member(uid: str, devices: str) -> dict[str, Any]:
+        p = pod(uid, "n1", gpu_ctr(2, cpu="1"))
+        p["metadata"]["annotations"] = {"gpu.orchestrator.dev/devices": devices}
+        return p
+
+    ledger = Ledger()
+    ledger.set_node_devices("n1", range(4))
+    ledger.assume("Pod:ns/group", [Placement(index=0, node="n1", devices=[0, 1]),
+                                   Placement(index=1, node="n1", devices=[2, 3])],
+                  gpus_per_replica=2, owner="uid-group#0", check_capacity=False)
+    u = NodeUsage([member("m0", "0,1"), member("m1", "2,3"), pod("other", "n1", ctr("1"))])
+    alloc = node_allocatable(sized("n1", gpus=4))
+    fit = PodFit.of({"containers": [gpu_ctr(2, cpu="1")]})
+    assert u.on("n1", ledger).requests == {"nvidia.com/gpu": 4, "cpu": 3000}
+    assert u.refusal("n1", alloc, fit, 0, ledger) is not None  # the group holds it all
+    released = frozenset({"uid-group#0"})
+    left = u.on("n1", ledger, released).requests
+    assert {r: n for r, n in left.items() if n} == {"cpu": 1000}  # the other pod's
+    assert u.refusal("n1", alloc, fit, 1, ledger, released) is None
+    assert u.on("n1", ledger, frozenset({"someone-else#0"})).requests == {
+        "nvidia.com/gpu": 4, "cpu": 3000}
+
+
 def test_a_pod_asking_gpus_goes_where_the_kubelet_would_admit_it() -> None:
     # node1 has a GPUNode of 4 devices but lists nvidia.com/gpu at 0 (a device
     # plugin ran there before): the GPU filters would pass it, the kubelet would not.
