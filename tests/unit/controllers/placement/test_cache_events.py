@@ -18,7 +18,7 @@ from controllers.placement.state import PlacementState
 from internal.metrics.domain import BAD_OBJECTS, DEVICE_CONFLICTS
 from internal.scheduling.bounds import REFUSED_REASON
 from tests.unit.controllers.placement.test_cache_adopt import Book, tried
-from tests.unit.controllers.placement.test_placement_state import World, gw, pod
+from tests.unit.controllers.placement.test_placement_state import World, gw, our_job, pod
 from tests.unit.controllers.placement.test_placement_state_dra import state as dra_state
 from tests.unit.scheduling.helpers import dra_claim, dra_slice, gpunode, node
 
@@ -301,15 +301,7 @@ def test_each_unreadable_pod_is_said_once_and_again_once_it_was_fixed_or_gone() 
 
 
 def test_a_deleted_job_from_a_tombstone_gives_its_devices_back() -> None:
-    ref = {"apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUWorkload",
-           "name": "w", "uid": "uid-w", "controller": True}
-    job = {"apiVersion": "batch/v1", "kind": "Job",
-           "metadata": {"name": "w-0", "namespace": "ns", "uid": "uid-job",
-                        "labels": {"gpu.orchestrator.dev/attempt": "1"},
-                        "ownerReferences": [ref]},
-           "spec": {"template": {"metadata": {"annotations": {
-               "gpu.orchestrator.dev/devices": "1,2"}},
-               "spec": {"nodeName": "node1", "containers": [{"name": "c"}]}}}}
+    job = our_job()
     c = Cluster().fill([node("node1")])
     c.state.events.on_job(job)
     assert c.state.view().free_count("node1") == 2

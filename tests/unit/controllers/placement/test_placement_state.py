@@ -251,16 +251,23 @@ def test_a_restored_nomination_over_seed_pods_is_booked_after_their_book() -> No
     assert w.state.eviction("Pod:ns/check-0") is None  # its pod was asked already
 
 
+OUR_JOB_OWNER = {"apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUWorkload",
+                 "name": "w", "uid": "uid-w", "controller": True}
+
+
+def our_job() -> dict[str, Any]:
+    """Job ``w-0`` of GPUWorkload ``w`` (attempt 1) on node1's devices 1 and 2."""
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "w-0", "namespace": "ns", "uid": "uid-job",
+                         "labels": {"gpu.orchestrator.dev/attempt": "1"},
+                         "ownerReferences": [dict(OUR_JOB_OWNER)]},
+            "spec": {"template": {"metadata": {"annotations": {
+                "gpu.orchestrator.dev/devices": "1,2"}},
+                "spec": {"nodeName": "node1", "containers": [{"name": "c"}]}}}}
+
+
 def test_a_jobs_holding_lasts_until_it_is_gone_or_finished() -> None:
-    ref = {"apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUWorkload",
-           "name": "w", "uid": "uid-w", "controller": True}
-    job = {"apiVersion": "batch/v1", "kind": "Job",
-           "metadata": {"name": "w-0", "namespace": "ns", "uid": "uid-job",
-                        "labels": {"gpu.orchestrator.dev/attempt": "1"},
-                        "ownerReferences": [ref]},
-           "spec": {"template": {"metadata": {"annotations": {
-               "gpu.orchestrator.dev/devices": "1,2"}},
-               "spec": {"nodeName": "node1", "containers": [{"name": "c"}]}}}}
+    ref, job = OUR_JOB_OWNER, our_job()
     w = World()
     w.state.events.on_job(job)
     assert w.owners() == {1: {"uid-w#1"}, 2: {"uid-w#1"}}

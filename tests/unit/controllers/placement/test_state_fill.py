@@ -19,7 +19,13 @@ from internal.metrics.domain import BAD_OBJECTS
 from internal.scheduling.ledger import Ledger
 from internal.scheduling.sharefloor import SHARE_BELOW_MINIMUM, ShareFloors
 from tests.unit.controllers.placement.test_cache_adopt import Book, events, info_logs
-from tests.unit.controllers.placement.test_placement_state import NODES, World, child, gw
+from tests.unit.controllers.placement.test_placement_state import (
+    NODES,
+    World,
+    child,
+    gw,
+    our_job,
+)
 from tests.unit.scheduling.helpers import dra_claim, dra_slice, gpunode, node
 
 EIGHT = [node(f"n{i}", 4) for i in range(8)]
@@ -79,15 +85,7 @@ def test_the_share_floors_are_the_schedulers_after_each_fill() -> None:
 
 
 def test_a_fill_books_what_our_jobs_hold() -> None:
-    ref = {"apiVersion": "gpu.orchestrator.dev/v1alpha1", "kind": "GPUWorkload",
-           "name": "w", "uid": "uid-w", "controller": True}
-    job = {"apiVersion": "batch/v1", "kind": "Job",
-           "metadata": {"name": "w-0", "namespace": "ns", "uid": "uid-job",
-                        "labels": {"gpu.orchestrator.dev/attempt": "1"},
-                        "ownerReferences": [ref]},
-           "spec": {"template": {"metadata": {"annotations": {
-               "gpu.orchestrator.dev/devices": "1,2"}},
-               "spec": {"nodeName": "node1", "containers": [{"name": "c"}]}}}}
+    job = our_job()
     s = PlacementState(CUDA)
     s.rebuild(lambda: (NODES, [], [], []), read_jobs=lambda: [job])
     led = s.view()
