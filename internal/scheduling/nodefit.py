@@ -211,6 +211,8 @@ class PodFit:
     checks: tuple[tuple[str, int, bool], ...] = field(init=False, default=())
     #: has a nodeSelector or required node affinity (set from the above)
     selective: bool = field(init=False, default=False)
+    #: this fit without nvidia.com/gpu, once asked (``without_gpus``)
+    no_gpus: PodFit | None = field(init=False, default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "empty", not self.requests and not self.ports)
@@ -235,26 +237,20 @@ class PodFit:
         _SEEN[id(spec)] = (spec, fit)
         return fit
 
-    def asking_gpus(self, gpus: int) -> PodFit:
-        """This fit with its ``nvidia.com/gpu`` request set to ``gpus`` (0: none).
-        A placement with the device plugin (``Context``) asks none of node fit: its
-        pods ask the replica's GPUs whatever the template says (``pod_template``), and
-        the GPU filters count those against the node's devices; node fit checking the
-        template's count too could refuse what fits, or say it in other words.
-        Remembered per fit and count (a workload's decisions ask it again)."""
-        if self.requests.get(GPU_RESOURCE, 0) == gpus:
+    def without_gpus(self) -> PodFit:
+        """This fit asking no ``nvidia.com/gpu``. A placement with the device plugin
+        (``Context``) asks none of node fit: its pods ask the replica's GPUs whatever
+        the template says (``pod_template``), and the GPU filters count those against
+        the node's devices; node fit checking the template's count too could refuse
+        what fits, or say it in other words. Remembered on the fit (a workload's
+        decisions ask it again)."""
+        if GPU_RESOURCE not in self.requests:
             return self
-        hit = _GPUS.get((id(self), gpus))
-        if hit is not None and hit[0] is self:
-            return hit[1]
-        requests = {k: v for k, v in self.requests.items() if k != GPU_RESOURCE}
-        if gpus > 0:
-            requests[GPU_RESOURCE] = gpus
-        fit = PodFit(requests, self.ports, self.node_selector, self.terms)
-        if len(_GPUS) >= 256:
-            _GPUS.clear()
-        _GPUS[(id(self), gpus)] = (self, fit)
-        return fit
+        if self.no_gpus is None:
+            requests = {k: v for k, v in self.requests.items() if k != GPU_RESOURCE}
+            object.__setattr__(self, "no_gpus",
+                               PodFit(requests, self.ports, self.node_selector, self.terms))
+        return self.no_gpus  # type: ignore[return-value]
 
     @classmethod
     def parse(cls, spec: Mapping[str, Any]) -> PodFit:
@@ -278,8 +274,6 @@ class PodFit:
 _NO_FIT = PodFit({})
 #: id(spec) -> (spec, its fit): the spec is kept, so its id is not reused meanwhile
 _SEEN: dict[int, tuple[Mapping[str, Any], PodFit]] = {}
-#: (id(fit), gpus) -> (fit, it asking gpus): the fit is kept, as above
-_GPUS: dict[tuple[int, int], tuple[PodFit, PodFit]] = {}
 
 
 def quantity_text(resource: str, n: int) -> str:

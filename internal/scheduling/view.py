@@ -111,7 +111,7 @@ class Context:
 
     def __post_init__(self) -> None:
         fit = PodFit.of((self.workload.spec.template or {}).get("spec"))
-        self.fit = fit.asking_gpus(0) if self.counted else fit
+        self.fit = fit.without_gpus() if self.counted else fit
 
     @property
     def key(self) -> str:
