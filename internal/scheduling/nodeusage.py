@@ -67,6 +67,7 @@ class _Reserved:
 
 
 _NONE: Mapping[str, int] = {}
+_NO_PODS: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -230,12 +231,17 @@ class NodeUsage:
         """What node ``node``'s pods take, plus the replicas booked there whose
         pods do not show yet (``reserve``; ``ledger`` says which bookings live),
         less what the ``released`` owners (a preemption plan's victims) take there."""
+        return self._used(node, ledger, released, self._released_pods(node, ledger, released))
+
+    def _used(self, node: str, ledger: Ledger | None, released: AbstractSet[str],
+              gone: AbstractSet[str]) -> Used:
+        """``on``, the released owners' pods there (``_released_pods``) given."""
         used = Used(self._requests.get(node) or {}, self._count.get(node, 0),
                     self._ports.get(node) or ())
         for owner, r in self._reserved(node, ledger):
             if owner not in released:
                 used.add(r.fit, r.missing)
-        for uid in self._released_pods(node, ledger, released):
+        for uid in gone:
             used.take_off(self._pods[uid])
         return used
 
@@ -270,8 +276,9 @@ class NodeUsage:
         """Why one more pod of ``fit`` does not fit ``node`` beside its pods, the
         replicas booked there and ``mine`` of this decision's, the ``released``
         owners' pods taken as gone (``fit_reason``)."""
-        if node in self._pending or (released and self._released_pods(node, ledger, released)):
-            used = self.on(node, ledger, released)
+        gone = self._released_pods(node, ledger, released) if released else _NO_PODS
+        if node in self._pending or gone:
+            used = self._used(node, ledger, released, gone)
             return fit_reason(allocatable, used.requests, used.pods, used.ports, fit, mine)
         # the fast way through (every node of every decision): the sums as they are
         requests = self._requests.get(node) or _NONE
