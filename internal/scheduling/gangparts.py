@@ -84,18 +84,17 @@ def attempt_parts(parts: Sequence[GPUWorkload], snapshot: Snapshot, ledger: Ledg
     (the placements or None, nodes visited in all, the index of the part that did
     not fit in the parts' own order, that part's context; the last context when all
     fit)."""
-    given, *others = _orders(parts)
-    first, visited, at, ctx = _search(parts, given, snapshot, ledger, strat, rng,
-                                      default_exposure, released)
-    if first is not None:
-        return first, visited, at, ctx
-    for order in others:
-        got, seen, n, last = _search(parts, order, snapshot, ledger, strat, rng,
+    visited = 0
+    refused: tuple[int, Context] | None = None  # the first order's: what the user reads
+    for order in _orders(parts):
+        got, seen, at, ctx = _search(parts, order, snapshot, ledger, strat, rng,
                                      default_exposure, released)
         visited += seen
         if got is not None:
-            return got, visited, n, last
-    return None, visited, at, ctx
+            return got, visited, at, ctx
+        refused = refused or (at, ctx)
+    assert refused is not None
+    return None, visited, *refused
 
 
 def attempt_gang(workload: GPUWorkload, then: Sequence[GPUWorkload], snapshot: Snapshot,
