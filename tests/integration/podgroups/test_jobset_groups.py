@@ -114,6 +114,14 @@ def all_bound(admin: Client, ns: str, name: str, count: int, timeout: float,
     return eventually(bound, timeout=timeout, what=what)
 
 
+def where_each(pods: dict[str, Any]) -> dict[str, tuple[str, int]]:
+    """``<replicated job>-<job index>`` -> (its node, how many devices it holds)."""
+    return {p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] + "-" +
+            p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"]:
+            (p["spec"]["nodeName"], len(p["metadata"]["annotations"][DEVICES].split(",")))
+            for p in pods.values()}
+
+
 @pytest.mark.parametrize("how", ["InOrder", "dependsOn"])
 def test_an_in_order_jobset_is_placed_whole_at_its_launcher_and_workers_take_their_slots(
         binder: Running, admin: Client, namespace: str, group: NodeGroup,  # noqa: F811
@@ -184,10 +192,7 @@ def test_an_in_order_jobsets_workers_go_where_their_own_template_says(
     admin.create(js, namespace=namespace)
 
     pods = all_bound(admin, namespace, "pools", 3, 150, "the launcher and its 2 workers bound")
-    where = {p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] + "-" +
-             p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"]:
-             (p["spec"]["nodeName"], len(p["metadata"]["annotations"][DEVICES].split(",")))
-             for p in pods.values()}
+    where = where_each(pods)
     assert where["launcher-0"] == (pool_a[0], 1), where
     assert {where["workers-0"], where["workers-1"]} == {(n, 4) for n in pool_b}, where
 
@@ -213,10 +218,7 @@ def test_a_launcher_of_1_gpu_and_workers_of_4_go_where_only_that_fits(
     admin.create(js, namespace=namespace)
 
     pods = all_bound(admin, namespace, "fits", 4, 90, "the launcher and its 3 workers bound")
-    where = {p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] + "-" +
-             p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"]:
-             (p["spec"]["nodeName"], len(p["metadata"]["annotations"][DEVICES].split(",")))
-             for p in pods.values()}
+    where = where_each(pods)
     assert where.pop("launcher-0") == (nodes[3], 1), where
     assert sorted(where.values()) == [(n, 4) for n in nodes[:3]], where
 
