@@ -15,7 +15,7 @@ policy                             what it refuses
                                    NodeRestriction does with ``system:node:<name>``)
 ``gpunode-capacity``               a GPUNode reporting more devices, or a device index at or
                                    above, the ``nvidia.com/gpu`` capacity of the Node of the
-                                   same name (where that Node has one)
+                                   same name (where that Node lists one above 0)
 ``node-agent``                     a Node update by the agent for any node but its own, or
                                    one that changes anything but our own
                                    ``gpu.orchestrator.dev/`` labels
@@ -38,7 +38,9 @@ its params. ``gpunode-capacity`` therefore takes every Node as a param (``paramK
 Node``, ``paramRef.selector: {}``) and checks the one of the same name; the API server
 evaluates the rule once per Node for each GPUNode write, so its cost grows with the
 number of nodes (see docs/security.md for when to drop it). A Node without an
-``nvidia.com/gpu`` capacity bounds nothing (the agent is then the only source).
+``nvidia.com/gpu`` capacity bounds nothing (the agent is then the only source), nor
+does one that lists it at 0: the kubelet keeps a device plugin's resource at 0 once
+the plugin is gone, which says nothing of how many GPUs the node has.
 """
 
 from __future__ import annotations
@@ -120,9 +122,12 @@ def gpunode_identity() -> list[dict[str, Any]]:
 
 def gpunode_capacity() -> list[dict[str, Any]]:
     cap = f"params.status.capacity['{GPU_RESOURCE}']"
-    bounded = (f"params.metadata.name != object.metadata.name || !has(params.status) || "
-               f"!has(params.status.capacity) || !('{GPU_RESOURCE}' in params.status.capacity)")
     limit = f"quantity({cap}).asInteger()"
+    # a capacity of 0 is a device plugin that ran and is gone (the kubelet keeps the
+    # resource at 0): it counts nothing, so it bounds nothing, as no capacity does
+    bounded = (f"params.metadata.name != object.metadata.name || !has(params.status) || "
+               f"!has(params.status.capacity) || !('{GPU_RESOURCE}' in params.status.capacity) "
+               f"|| {limit} == 0")
     return policy_pair(f"gpunode-capacity.{GROUP}", {
         "paramKind": {"apiVersion": "v1", "kind": "Node"},
         "matchConstraints": {"resourceRules": [

@@ -5,7 +5,10 @@ the pod binding places the group on the other node, and a group that fits nowher
 else waits, its Event naming that node and why (docs/podgroups.md, "A GPU request on
 a named node without the device plugin"). Before, node fit left nvidia.com/gpu to
 the GPU filters, which read the GPUNode's 4 devices: a member was bound there and
-then Failed by the kubelet (the test environment's admitter)."""
+then Failed by the kubelet (the test environment's admitter). The node's agent
+reports its GPUs after the plugin is gone: the gpunode-capacity policy takes a
+capacity of 0 as no bound (before, it refused that GPUNode write, and the agent's
+report went stale)."""
 
 from __future__ import annotations
 
@@ -79,10 +82,10 @@ def member(name: str, i: int, size: int, gpus: int, group: NodeGroup) -> dict[st
 def test_a_member_is_not_bound_where_the_node_lists_zero_gpus(
         binder: Running, admin: Client, namespace: str, group: NodeGroup) -> None:  # noqa: F811
     zero, other = binder.wait_nodes(named_nodes(group, 2, gpus=4))
-    # the GPUNodes are written while the node still lists 4 (the gpunode-capacity
-    # policy bounds a GPUNode write by the Node's capacity), then the plugin goes
+    # the device plugin ran on ``zero`` and is gone; then its agent reports its 4
+    # GPUs (a capacity of 0 bounds no GPUNode write: the gpunode-capacity policy)
+    list_zero_gpus(binder.cluster, zero)
     with gpunodes(admin, [zero, other]):
-        list_zero_gpus(binder.cluster, zero)
         for node in (zero, other):
             binder.sees(node, lambda i: len(i.devices) == 4, "its GPUNode's 4 devices")
         binder.sees(zero, lambda i: not i.allocatable.get(GPU), f"{GPU}: 0 listed")
