@@ -54,6 +54,10 @@ KCM_CONTROLLERS = ",".join([
     "endpoints-controller", "endpointslice-controller", "pod-garbage-collector-controller",
     "ttl-after-finished-controller", "disruption-controller", "resourcequota-controller",
     "node-lifecycle-controller", "clusterrole-aggregation-controller",
+    # makes a pod's ResourceClaims from its templates (pod.status.resourceClaimStatuses),
+    # drops a gone pod from a claim's reservedFor, deallocates an unreserved claim that
+    # carries resource.kubernetes.io/delete-protection and deletes a generated one
+    "resourceclaim-controller",
 ])
 
 

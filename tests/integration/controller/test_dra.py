@@ -374,17 +374,20 @@ def _kube_scheduler_and_us(admin: Client, ns: str, group: NodeGroup, node: str) 
 
 
 def _drop_foreign(admin: Client, ns: str, name: str) -> None:
-    """What kube-controller-manager's resourceclaim controller (not run here) would
-    do once the pod is gone: deallocate, drop kube-scheduler's finalizer, delete."""
+    """Its pod goes: kube-controller-manager's resourceclaim controller takes the pod
+    out of the claim's reservedFor and, as kube-scheduler's finalizer is on it,
+    deallocates it and drops that finalizer; the claim, made by hand, is deleted by
+    hand."""
     with contextlib.suppress(NotFound):
         admin.delete("v1", "Pod", name, namespace=ns, grace_period_seconds=0)
-    with contextlib.suppress(NotFound):
-        claim = admin.get(DRA, "ResourceClaim", name, ns)
-        if (claim.get("status") or {}).get("allocation"):
-            claim = admin.update_status({**claim, "status": {"allocation": None}})
-        admin.patch(DRA, "ResourceClaim", name, {"metadata": {"finalizers": None}},
-                    namespace=ns)
-        admin.delete(DRA, "ResourceClaim", name, namespace=ns)
+
+    def released() -> bool:
+        c = admin.get(DRA, "ResourceClaim", name, ns)
+        return not (c.get("status") or {}).get("allocation") \
+            and not (c.get("status") or {}).get("reservedFor") \
+            and not c["metadata"].get("finalizers")
+    eventually(released, timeout=60, what=f"kube-controller-manager released {name}")
+    admin.delete(DRA, "ResourceClaim", name, namespace=ns)
 
 
 def test_job_mode_reserves_the_claim_for_the_jobs_pod(
