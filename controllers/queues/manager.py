@@ -6,7 +6,9 @@ inline: memory only, under one leaf lock), it holds
 
 - **the queues**, parsed once per spec change (keyed by uid and generation, which
   the queue-status controller's writes leave alone), their ``Quotas``, and a
-  ``generation`` bumped on every spec change (the usage index is rebuilt on it);
+  ``generation`` bumped on every spec change and whenever the queues selecting a
+  namespace change (the placement cache counts each queue's usage again on it,
+  ``controllers/placement/queue_counts.py``);
 - **which queues select each namespace**, by name (the first is its default queue),
   worked out when the namespace's labels or a queue's spec change, never per
   decision; one entry per namespace the cache holds, none of a deleted one;
@@ -177,14 +179,27 @@ class QueueManager:
         with self._lock:
             if self._labels.get(name) == labels:
                 return
+            was = self._selection(name)
             self._labels[name] = labels
             self._selecting[name] = self._select(labels)
+            if self._selecting[name] != was:
+                self.generation += 1  # its holders count against other queues now
 
     def namespace_deleted(self, name: str) -> None:
         """Namespace ``name`` is gone: nothing of it is kept."""
         with self._lock:
             self._labels.pop(name, None)
-            self._selecting.pop(name, None)
+            was = self._selecting.pop(name, None)
+            if was is not None and was != self._selection(name):
+                self.generation += 1  # what it still holds counts by its name alone
+
+    def _selection(self, namespace: str) -> tuple[str, ...]:
+        """Under the lock: the queues selecting ``namespace``, by name (one the
+        cache does not hold: as its name alone)."""
+        found = self._selecting.get(namespace)
+        if found is None:
+            found = self._select(labels_of(namespace, None)) if self._parsed else ()
+        return found
 
     def workload_changed(self, raw: JSON) -> None:
         key, t = object_key(raw), Tracked.of(raw)
@@ -217,10 +232,7 @@ class QueueManager:
         """Every queue whose namespaceSelector selects ``namespace``, by name (one
         the cache does not hold: as its name alone, and not kept)."""
         with self._lock:
-            found = self._selecting.get(namespace)
-            if found is None:
-                found = self._select(labels_of(namespace, None)) if self._parsed else ()
-            return found
+            return self._selection(namespace)
 
     def namespaces(self) -> list[str]:
         with self._lock:
