@@ -5,7 +5,7 @@ lock. Before building it: a cluster of N nodes x 8 GPUs with ``fill`` of its GPU
 booked (``bench.micro.build``), then, timed per repetition (best of rounds, us):
 
 - ``pass``: one ``Scheduler.schedule`` of a one-GPU workload (default strategy);
-- ``deepcopy``: ``copy.deepcopy`` of the ledger (watchers left out) and the nodes;
+- ``deepcopy``: ``copy.deepcopy`` of the ledger (its queue counts left out) and the nodes;
 - ``full``: a structured copy of what a pass reads (each node's holders, counted
   GPUs, usable set, sharing; the allocations; the free index; the node records);
 - ``incremental``: kube-scheduler's way -- the outer maps copied (C-speed dict
@@ -62,7 +62,7 @@ def measure(n: int, gpus: int, fill: float) -> dict:
     sched = Scheduler(snap, ledger, rng=random.Random(1))
     w = _workload("probe")
     reps = 200 if n <= 100 else 20
-    watchers, ledger.watchers = ledger.watchers, []
+    usage, ledger.usage = ledger.usage, None
     try:
         return {
             "nodes": n, "gpus": gpus, "booked": fill, "allocations": len(ledger._allocs),
@@ -73,7 +73,7 @@ def measure(n: int, gpus: int, fill: float) -> dict:
             "incremental_us": _best_us(lambda: _incremental(ledger, snap, free), reps),
         }
     finally:
-        ledger.watchers = watchers
+        ledger.usage = usage
 
 
 def run(sizes: list[int], gpus: int = 8, fill: float = 0.9) -> list[dict]:

@@ -9,7 +9,8 @@ snapshot are private, and every change or question is a method that takes the lo
 for what it reads and changes and calls out (the queue, the pod books) only after
 releasing it. The parts it owns rely on that lock: ``NodeViews`` (what the scheduler
 sees of each node's GPUs), ``Evictions`` (victims to tell, preemptors waiting),
-``PendingSet`` (who waits for capacity). Our own writes the caches have not shown
+``PendingSet`` (who waits for capacity), ``QueueCounts`` (each queue's usage, which
+the ledger counts in its own apply/release). Our own writes the caches have not shown
 yet are the controller's ``OwnWrites`` (a collaborator with a lock of its own, a
 leaf: asked under this lock, it never calls out), so an older cached copy is not
 taken for news. Nothing outside this module,
@@ -43,7 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
@@ -52,6 +53,7 @@ from controllers.placement.evictions import Evictions
 from controllers.placement.node_views import NodeViews
 from controllers.placement.pending import PendingSet, is_placed, is_terminal
 from controllers.placement.pod_book import PodBook
+from controllers.placement.queue_counts import QueueCounts
 from controllers.placement.section_lock import SectionLock
 from controllers.placement.standing import booking_copy, uuids_of
 from controllers.shared.own_writes import OwnWrites
@@ -67,6 +69,9 @@ from internal.scheduling.resourceslices import (
     results_for,
 )
 from internal.scheduling.snapshot import NodeInfo, Snapshot
+
+if TYPE_CHECKING:
+    from controllers.queues.book import QueueBook
 
 log = structlog.get_logger("placement")
 
@@ -89,8 +94,12 @@ class PlacementCache:
                  pod_books: Sequence[PodBook] = (),
                  dra_driver: str | None = None,
                  own_writes: OwnWrites | None = None,
-                 max_gpus_per_node: int = MAX_GPUS_PER_NODE) -> None:
+                 max_gpus_per_node: int = MAX_GPUS_PER_NODE,
+                 queues: QueueBook | None = None) -> None:
         self._lock = SectionLock()
+        self.queues = queues  # the GPUQueues' gate (None: no queues)
+        #: each queue's usage, counted by the ledger itself (``queue_counts.py``)
+        self._counts = QueueCounts(queues)
         #: GPUs a node may report before it is refused (``bounds.py``)
         self.max_gpus_per_node = max_gpus_per_node
         self._nodes = NodeViews(stale_after, clock,
@@ -98,7 +107,7 @@ class PlacementCache:
         self.evictions = Evictions()
         #: our writes the caches have not shown yet (shared with the reconciler)
         self.own_writes = own_writes if own_writes is not None else OwnWrites()
-        self._ledger = Ledger()
+        self._ledger = self._counts.count(Ledger())
         self._snapshot = Snapshot(self._ledger, max_gpus_per_node)
         self.pending = PendingSet()
         self.ready = False
@@ -121,14 +130,12 @@ class PlacementCache:
                                               snap.max_gpus))
                     for raw, why, source in snap.take_refused()]
 
-
     def _sync_claim(self, ledger: Ledger, claim: JSON) -> list[str]:
         """Records in ``ledger`` what ``claim`` holds now (under the lock)."""
         key = claim_holder_key(str((claim.get("metadata") or {}).get("uid") or ""))
         slices = self._nodes.slices
         assert slices is not None
         return ledger.sync(key, lambda: claim_holding(claim, slices), key)
-
 
     def capacity_freed(self) -> None:
         """Devices were released outside ``forget`` (a pod book's own release):
@@ -257,6 +264,21 @@ class PlacementCache:
             return None
         with self._lock:
             return self.pending.higher_fresh(key, priority, current)
+
+    def _queue_counts_current(self) -> None:
+        """Each queue's usage counted again under the lock if a GPUQueue or a
+        namespace's queues changed since (``queue_counts.py``)."""
+        if self._counts.stale():
+            with self._lock:
+                if self._counts.stale():
+                    self._counts.count(self._ledger)
+
+    def queue_usage(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(queue -> GPUs used, owner -> what it holds), copied under the lock."""
+        with self._lock:
+            self._queue_counts_current()
+            usage = self._ledger.usage
+            return (dict(usage.used), dict(usage.owners)) if usage is not None else ({}, {})
 
     def node_gpus(self) -> tuple[dict[str, int], dict[str, int]]:
         """(total usable, allocated) GPUs per node, for the metrics."""

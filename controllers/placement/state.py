@@ -28,7 +28,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 
@@ -88,8 +88,7 @@ class PlacementState(PlacementCache):
                  max_gpus_per_node: int = MAX_GPUS_PER_NODE,
                  share_floors: ShareFloors = DEFAULT_FLOORS) -> None:
         super().__init__(enqueue_waiting, stale_after, clock, pod_books, dra_driver,
-                         own_writes, max_gpus_per_node)
-        self.queues = queues  # the GPUQueues' gate (None: no queues)
+                         own_writes, max_gpus_per_node, queues)
         self.default_exposure = default_exposure
         self.rng = rng or random.Random()
         self.share_floors = share_floors
@@ -153,7 +152,7 @@ class PlacementState(PlacementCache):
             problems += ledger.book_nominations(workloads)
             for book in self.pod_books:
                 book.refill(ledger, pods)
-            self._ledger = ledger
+            self._ledger = self._counts.count(ledger)  # each queue's usage, from its holders
             self.generation += 1
             self.evictions = Evictions()
             self._snapshot = snapshot
@@ -243,7 +242,8 @@ class PlacementState(PlacementCache):
 
     def mark_pass(self) -> tuple[Scheduler, Mark]:
         """The scheduler and where the cache stands (``stamps.Mark``), read without
-        the lock, for a pass made outside it."""
+        the lock, for a pass made outside it (the queues' counts made current first)."""
+        self._queue_counts_current()
         sched = self.scheduler
         return sched, sched.ledger.stamps.mark()
 
@@ -285,6 +285,7 @@ class PlacementState(PlacementCache):
         booked: list[tuple[PodBook, str]] = []  # victims of a pod book: their pods go
         with self._lock:
             queues = self.queues
+            self._queue_counts_current()  # a queue changed during the pass: checked again
             why = stale_reason(self._ledger, (p.node for p in decision.placements),
                                decision.victims, mark, bool(decision.queue),
                                None if queues is None else
@@ -340,11 +341,6 @@ class PlacementState(PlacementCache):
         self._snapshot.usage.reserve(
             w.key, booking_owner(w), PodFit.of((w.spec.template or {}).get("spec")),
             [p.node for p in decision.placements], self._ledger)
-
-    def queue_usage(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(queue -> GPUs used, owner -> what it holds), for the queues' status."""
-        with self._lock:
-            return self.queues.usage(self._ledger) if self.queues else ({}, {})
 
     def standing_of(self, key: str, uid: str | None) -> Standing:
         """Workload ``key``'s standing in the cache, read at the start of its

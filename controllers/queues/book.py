@@ -1,6 +1,7 @@
 """The queue gate: a workload in a GPUQueue is admitted only when it fits its
 queue's quota *and* can be placed now, in the one decision that picks its devices
-(``PlacementState.decide`` calls ``QueueBook.gate`` under the state's lock).
+(``PlacementState.decide``'s pass calls ``QueueBook.gate`` on the cache as it
+stands, outside its lock; what it read is checked when the decision is booked).
 
 | the workload                                   | the decision                               |
 | ---------------------------------------------- | ------------------------------------------ |
@@ -34,7 +35,6 @@ informers' events: a decision lists no informer and sorts nothing. The rules are
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -83,9 +83,6 @@ class QueueBook:
         self.manager.watch(queues, namespaces, workloads)
         self.require_queue = require_queue
         self.floors = floors  # what a share counts at least (sharefloor.py)
-        self._lock = threading.Lock()  # a leaf: guards the usage index
-        self._index: UsageIndex | None = None
-        self._index_seen = -1
 
     # ------------------------------------------------------------ reading
 
@@ -155,19 +152,17 @@ class QueueBook:
         """(queue -> GPUs used, owner -> what it holds). Every holder counts: a
         preemption's victims while their pods terminate, and the preemptor's
         nomination booked over them, so that no queue's live pods exceed its quota
-        at any moment. Kept by a ``UsageIndex`` that follows ``ledger`` (built again
-        for another ledger, or when a GPUQueue changed). Call under the placement
-        state's lock, as every change of the ledger is made."""
-        seen = self.manager.generation
-        with self._lock:
-            index = self._index
-        if index is None or index.ledger is not ledger or self._index_seen != seen:
-            if index is not None:
-                index.close()
-            index = UsageIndex(ledger, self.queue_of, self.floors)
-            with self._lock:
-                self._index, self._index_seen = index, seen
+        at any moment. Read from the counts ``ledger`` keeps itself (``Ledger.usage``,
+        given by the placement cache, ``controllers/placement/queue_counts.py``):
+        this book keeps no index and takes no lock of its own for it."""
+        index = self._index_of(ledger)
         return dict(index.used), index.owners
+
+    def _index_of(self, ledger: Ledger) -> UsageIndex:
+        """The usage ``ledger`` counts, or, for a ledger that counts none (one not
+        the placement cache's), the same summed from scratch."""
+        index = ledger.usage
+        return index if index is not None else UsageIndex(ledger, self.queue_of, self.floors)
 
     def _settled(self, used: Mapping[str, Fraction], owners: Mapping[str, OwnerUse],
                  ledger: Ledger) -> dict[str, Fraction]:
@@ -256,11 +251,12 @@ class QueueBook:
         ``controllers/podbinding/groupquota.py``). Call under the placement state's
         lock."""
         quotas = self.quotas()
-        used, owners = self.usage(ledger)
+        index = self._index_of(ledger)
+        used, owners = dict(index.used), index.owners
         plan = plan_reclaim(w, scheduler.snapshot, ledger, scheduler.strategy(decision.strategy),
                             decision.counted, quotas, q, need,
                             self._settled(used, owners, ledger),
-                            self._candidates(w, key, ledger, owners), then)
+                            self._candidates(w, key, ledger, index), then)
         return None if plan is None else reclaiming(decision, key, q, need, *plan)
 
     def _others_hint(self, w: GPUWorkload, queue: str) -> str:
@@ -294,14 +290,14 @@ class QueueBook:
         return self.manager.remembered()
 
     def _candidates(self, w: GPUWorkload, key: str, ledger: Ledger,
-                    owners: Mapping[str, OwnerUse]) -> list[Candidate]:
+                    index: UsageIndex) -> list[Candidate]:
         """What a reclaim (or a preemption within a queue) may take for ``w``,
         booked as ``key``: each GPUWorkload's booking whose pods hold it, and each
         pod group's whose members are all bound (``PodGroup:...``; taken whole:
         its booking is every member's, and the pod binding evicts them all or none,
         ``PodBindingReconciler.evict_holder``)."""
         out = []
-        index = self._index
+        owners = index.owners
         for a in ledger.bookings():
             if a.job or a.key in (w.key, key) or a.owner not in owners:
                 continue
@@ -310,7 +306,7 @@ class QueueBook:
                 if not a.committed:
                     continue  # a member is still to be bound: it is being placed
             else:
-                if index is None or not index.backed(a.owner):
+                if not index.backed(a.owner):
                     continue  # its pods are still being made: see UsageIndex.backed
                 tracked = self.manager.workload(a.key)
                 if tracked is None:

@@ -13,8 +13,9 @@ re-indexes the free counts of the nodes it touched, ``FreeIndex``):
 GPUs on a node are the largest of what its bookings, its pods and its Jobs count (a
 device-plugin workload's booking, its Job and its pod are the same GPUs, not three
 times as many). What a preemption's victim holds on to (``departing:<key>``,
-``Ledger.depart``) counts as the booking it was. ``watchers`` are told of every
-holder added and gone (the queues' usage index keeps its sums by them).
+``Ledger.depart``) counts as the booking it was. ``usage``, when the placement
+cache gives the ledger one (queues on), is each queue's usage, changed by
+``_apply`` and ``_release`` in the same step as the tables (``queue_usage.UsageIndex``).
 
 The rules of who may hold what beside whom (``assume``'s check, a pod's conflicts,
 a nomination's blockers) are ``DeviceLedger``'s (``ledger_core.py``), over these
@@ -24,10 +25,11 @@ Not thread-safe: callers serialize (one lock in the controller).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from api.v1alpha1.types import Placement
 from internal.scheduling.freeindex import FreeIndex
@@ -35,6 +37,9 @@ from internal.scheduling.jobs import job_holder_key
 from internal.scheduling.pods import pod_holder_key
 from internal.scheduling.shares import Hold, NodeSharing, compatible, hold_of, owner_use
 from internal.scheduling.stamps import Stamps
+
+if TYPE_CHECKING:
+    from internal.scheduling.queue_usage import UsageIndex
 
 #: the key prefix of what a workload holds on to after its booking was released
 #: while its children may still exist (``Ledger.depart``): counted like a booking
@@ -101,9 +106,9 @@ class DeviceHoldings:
         #: when each node's holders and devices last changed (a pass outside the
         #: placement cache's lock is checked against them: ``stamps.py``)
         self.stamps = Stamps()
-        #: called with (holder, True) when a holder is added, (holder, False) when it
-        #: goes (quota's usage index keeps its sums by them)
-        self.watchers: list[Callable[[Allocation, bool], None]] = []
+        #: each queue's usage, counted here as holders come and go (None: no queues;
+        #: the placement cache gives it, ``controllers/placement/queue_counts.py``)
+        self.usage: UsageIndex | None = None
 
     # ------------------------------------------------------------------- nodes
 
@@ -326,8 +331,8 @@ class DeviceHoldings:
         for node in touched:
             self._reindex(node)
         self.stamps.held(touched)
-        for watch in self.watchers:
-            watch(alloc, True)
+        if self.usage is not None:
+            self.usage.apply(alloc)
 
     def _release(self, alloc: Allocation) -> None:
         touched = set()
@@ -354,5 +359,5 @@ class DeviceHoldings:
         for node in touched:
             self._reindex(node)
         self.stamps.held(touched)
-        for watch in self.watchers:
-            watch(alloc, False)
+        if self.usage is not None:
+            self.usage.release(alloc)

@@ -201,17 +201,14 @@ class DeviceLedger(DeviceHoldings):
 
     def end_nomination(self, key: str) -> bool:
         """``key``'s booking is no longer a nomination over anybody (its children
-        are made): its overlap goes, seen by the watchers as the booking going and
-        coming back without it. False when it was none."""
+        are made): its overlap goes, in place. The queues' usage (``usage``) does
+        not read an overlap, so it is the same before and after. False when it was
+        none."""
         a = self._allocs.get(key)
         if a is None or not a.overlap:
             return False
-        for watch in self.watchers:
-            watch(a, False)
         a.overlap = frozenset()
         self.stamps.held(a.nodes)
-        for watch in self.watchers:
-            watch(a, True)
         return True
 
     def forget(self, key: str) -> Allocation | None:

@@ -203,34 +203,41 @@ class _Side:
 
 
 class UsageIndex:
-    """``used_by_queue`` and ``by_owner`` kept current from the ledger's changes
-    (``Ledger.watchers``) instead of summed again at every decision: each holder's
-    GPUs and each owner's queue are worked out when it is added, and its GPUs taken
-    off again, exactly, when it goes.
+    """``used_by_queue`` and ``by_owner`` kept current by the ledger itself instead
+    of summed again at every decision: the ledger that holds it (``Ledger.usage``)
+    calls ``apply`` and ``release`` in its own ``_apply`` and ``_release``, in the
+    same step that changes a holder (no watcher list). Each holder's GPUs and each
+    owner's queue are worked out when it is added, and its GPUs taken off again,
+    exactly, when it goes.
 
     An owner's queue is read when one of its holders changes: a queue created or
-    changed later re-attributes nothing until the index is built again (the queue
-    gate builds a new one whenever a GPUQueue changes).
+    changed later re-attributes nothing until the index is made again from the
+    ledger's holders (the placement cache makes a new one, under its lock, when a
+    GPUQueue or a namespace's queues changed: ``controllers/placement/queue_counts.py``).
     """
 
     def __init__(self, ledger: Ledger, queue_of: QueueOf,
                  floors: ShareFloors = DEFAULT_FLOORS) -> None:
-        self.ledger, self.queue_of, self.floors = ledger, queue_of, floors
+        """Counts what ``ledger`` holds now (it is not told of later changes
+        until it is the ledger's ``usage``)."""
+        self.sharing, self.queue_of, self.floors = ledger.sharing, queue_of, floors
         self.used: dict[str, Fraction] = {}
         self.owners: dict[str, OwnerUse] = {}
         self._holders: dict[str, dict[str, tuple[Allocation, Held]]] = {}
         self._sides: dict[str, dict[str, _Side]] = {}  # owner -> side -> its sums
         self._queue: dict[str, str | None] = {}
         for a in ledger.allocations().values():
-            self.on_change(a, True)
-        ledger.watchers.append(self.on_change)
+            self.apply(a)
 
-    def close(self) -> None:
-        """Stop following the ledger."""
-        if self.on_change in self.ledger.watchers:
-            self.ledger.watchers.remove(self.on_change)
+    def apply(self, a: Allocation) -> None:
+        """``a`` is added (or replaces the holder of its key)."""
+        self._change(a, True)
 
-    def on_change(self, a: Allocation, added: bool) -> None:
+    def release(self, a: Allocation) -> None:
+        """``a`` is gone."""
+        self._change(a, False)
+
+    def _change(self, a: Allocation, added: bool) -> None:
         """``a`` added (or replaced) or gone: its owner's sides change by what it
         holds (in time linear in its devices), then its owner's GPUs and queue."""
         owner = a.owner
@@ -241,7 +248,7 @@ class UsageIndex:
         if old is not None:
             sides[_side(old[0])].add(old[1], -1, self.floors)
         if added:
-            held = holder_held(a, self.ledger.sharing)
+            held = holder_held(a, self.sharing)
             holders[a.key] = (a, held)
             sides.setdefault(_side(a), _Side()).add(held, 1, self.floors)
         if before is not None:

@@ -13,8 +13,9 @@ import pytest
 from api.v1alpha1.keys import ATTEMPT_LABEL, DEVICES_ANNOTATION
 from api.v1alpha1.types import Placement
 from internal.scheduling import Ledger
-from internal.scheduling.ledger import Allocation, LedgerConflict
+from internal.scheduling.ledger import LedgerConflict
 from internal.scheduling.ledger_core import is_conflict
+from internal.scheduling.queue_usage import UsageIndex, used_by_queue
 from internal.scheduling.shares import MigInstance, NodeSharing
 from tests.unit.scheduling.test_pod_holdings import gw_ref, pod
 
@@ -113,14 +114,18 @@ def test_an_ended_nomination_waits_only_for_its_own_devices() -> None:
     led = ledger("n1", "n2")
     nominated(led)
     assert led.blockers("team/hi") == {"n1": ["team/lo-0"], "n2": ["team/lo-1"]}
-    seen: list[tuple[str, bool, frozenset[str]]] = []
-    led.watchers.append(lambda a, added: seen.append((a.key, added, a.overlap)))
+    led.usage = usage = UsageIndex(led, lambda a: "q")
+    before = (dict(usage.used), {o: u.gpus for o, u in usage.owners.items()})
+    holds = led.stamps.holds
     assert led.end_nomination("team/hi")
-    assert seen == [("team/hi", False, frozenset({"lo#0"})),
-                    ("team/hi", True, frozenset())]
+    hi = led.allocation("team/hi")
+    assert hi is not None and hi.overlap == frozenset() and led.stamps.holds == holds + 1
+    # the queues' usage does not read an overlap: the same, and the same as summed again
+    assert (dict(usage.used), {o: u.gpus for o, u in usage.owners.items()}) == before
+    assert usage.used == used_by_queue(led, lambda a: "q")
     assert led.blockers("team/hi") == {"n1": ["team/lo-0"]}
     assert not led.end_nomination("team/hi") and not led.end_nomination("team/none")
-    assert len(seen) == 2
+    assert led.stamps.holds == holds + 1
 
 
 def test_a_nomination_does_not_wait_elsewhere_for_a_victim_booked_again() -> None:
@@ -184,19 +189,15 @@ def test_who_holds_a_node_by_name_and_as_what() -> None:
         ("w#0", True), ("w#0", False)]
 
 
-def test_a_departing_holding_keeps_one_entry_per_holder_for_the_watchers() -> None:
+def test_a_departing_holding_keeps_one_entry_per_holder_in_the_queues_usage() -> None:
     led = ledger()
-    totals: dict[str, int] = {}
-
-    def watch(a: Allocation, added: bool) -> None:
-        totals[a.key] = totals.get(a.key, 0) + (1 if added else -1)
-
-    led.watchers.append(watch)
+    led.usage = usage = UsageIndex(led, lambda a: "q")
     led.assume("team/w", [P("n1", 0)], owner="w#0")
     led.depart("team/w")
     led.assume("team/w", [P("n1", 1)], owner="w#0")
     led.depart("team/w")  # departed twice: both held, under one key
-    assert {k: n for k, n in totals.items() if n} == {"departing:team/w": 1}
+    assert list(led.allocations()) == ["departing:team/w"]
+    assert usage.used == {"q": 2} == used_by_queue(led, lambda a: "q")
     assert led.free_devices("n1") == frozenset({2, 3})
 
 

@@ -121,10 +121,9 @@ def test_an_owners_job_and_its_pods_count_once() -> None:
 
 
 class FakeLedger:
-    """What UsageIndex reads of a ledger: its holders, its watchers, its sharing."""
+    """What UsageIndex reads of a ledger: its holders, its sharing."""
 
     def __init__(self) -> None:
-        self.watchers: list[Any] = []
         self.sharing = sharing
 
     def allocations(self) -> dict[str, Allocation]:
@@ -139,12 +138,12 @@ def index() -> UsageIndex:
 def test_a_booking_is_backed_once_its_pods_or_its_job_hold_as_much() -> None:
     ix = index()
     assert not ix.backed("o") and not ix.backed("nobody")
-    ix.on_change(booking(1), True)
+    ix.apply(booking(1))
     assert not ix.backed("o")  # pods not made yet
-    ix.on_change(job(1), True)
+    ix.apply(job(1))
     assert ix.backed("o")
-    ix.on_change(job(1), False)
-    ix.on_change(pod(1), True)
+    ix.release(job(1))
+    ix.apply(pod(1))
     assert ix.backed("o")
     assert ix.owners["o"].holder.key == "ns-a/w"  # the booking says whose they are
     assert ix.used == {"a": 1}

@@ -78,7 +78,7 @@ def test_an_owners_pods_on_one_device_are_floored_together_as_its_booking() -> N
     led = _led()
     led.assume("ns-a/w", [_share("n1", 0, "memory=1024Mi", i) for i in range(24)],
                owner="uid-w#0")
-    index = UsageIndex(led, lambda a: "a")
+    led.usage = index = UsageIndex(led, lambda a: "a")
     for i in range(24):
         led.set_pod(PodHolding(f"p{i}", f"ns-a/w-{i}", "n1", (0,), 0, "uid-w#0",
                                share="memory=1024Mi"))
@@ -129,7 +129,7 @@ def test_the_index_floors_as_the_sum_done_again_after_any_changes() -> None:
     floor raises most devices' counts): the index always equals the sum done again."""
     rng = random.Random(11)
     led = _led(8)
-    index = UsageIndex(led, lambda a: "a")
+    led.usage = index = UsageIndex(led, lambda a: "a")
     live: list[str] = []
     raised = 0
     shares = ["fraction=0.01", "fraction=0.02", "fraction=0.25", "memory=1024Mi"]

@@ -9,6 +9,7 @@ gone. Pure: plain dicts, no server."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from controllers.placement.state import PlacementState
 from internal.metrics.domain import STALE_DECISIONS
 from internal.scheduling.framework import PREEMPT, SCHEDULED, UNSCHEDULABLE, Decision
 from internal.scheduling.outcome import PREEMPTION_REFUSED
+from internal.scheduling.sharefloor import DEFAULT_FLOORS
 from internal.scheduling.stamps import StaleDecision
 from tests.unit.controllers.placement.test_cache_adopt import Book, events, info_logs, tried
 from tests.unit.controllers.placement.test_cache_bookings import BUSY_NODE2, preempted
@@ -75,6 +77,11 @@ class Queues:
     def __init__(self, admits: bool) -> None:
         self.admits, self.asked, self.across = admits, [], []
         self.decisions: list[Decision] = []
+        # what the cache reads to count each queue's usage (one queue, never changed)
+        self.manager, self.floors = SimpleNamespace(generation=0), DEFAULT_FLOORS
+
+    def queue_of(self, a: Any) -> str:
+        return "q"
 
     def still_admits(self, w: GPUWorkload, decision: Decision, ledger: Any) -> bool:
         assert ledger is not None and ledger.free_count("node1") == 4
