@@ -53,6 +53,8 @@ class View:
 
     def counted_load(self, node: str) -> int:
         c = self.ledger.counted(node)
+        if not c:  # the usual node: nothing held by count (no sum over nothing)
+            return self.taken_count.get(node, 0)
         return sum(v for o, v in c.items() if o != self.owner and o not in self.released) + (
             self.taken_count.get(node, 0)
         )

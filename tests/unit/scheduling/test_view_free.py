@@ -51,3 +51,30 @@ def test_a_node_nobody_holds_anything_on_is_all_free_and_an_unknown_one_has_none
     led = ledger_of([])
     assert View(led, "a").free_devices("n1") == set(range(7))
     assert View(led, "a").free_devices("n9") == set()
+
+
+# counted bookings (device-plugin mode): owner -> how many GPUs of n1 it holds by count
+counted_books = st.lists(st.tuples(st.sampled_from(OWNERS), st.integers(1, 3)), max_size=3)
+
+
+@given(books=counted_books, owner=st.sampled_from(OWNERS),
+       released=st.sets(st.sampled_from(OWNERS)), takes=st.lists(st.integers(1, 2), max_size=3))
+def test_the_counted_load_is_the_other_owners_counted_gpus_and_this_decisions_takes(
+        books: list[tuple[str, int]], owner: str, released: set[str], takes: list[int]) -> None:
+    """What a decision counts as taken by count on a node: every other owner's GPUs
+    held without naming devices, plus the replicas it placed there by count itself;
+    the same on a node nobody holds anything on by count (the usual node)."""
+    led = Ledger()
+    led.set_node_devices("n1", range(8))
+    led.set_node_devices("n2", range(8))
+    for i, (holder, gpus) in enumerate(books):
+        led.assume(f"ns/c{i}", [Placement(index=0, node="n1", devices=[])],
+                   gpus_per_replica=gpus, owner=holder, check_capacity=False)
+    view = View(led, owner, released)
+    for n in takes:
+        view.take("n1", (), n)
+        view.take("n2", (), n)
+    others = sum(g for holder, g in books if holder != owner and holder not in released)
+    assert view.counted_load("n1") == others + sum(takes)
+    assert view.counted_load("n2") == sum(takes)
+    assert view.free_count("n2") == max(0, 8 - sum(takes))
