@@ -168,11 +168,12 @@ class DeviceHoldings:
         """The owners holding ``device`` of ``node`` (empty: free)."""
         return frozenset(self._holders.get(node, {}).get(device, {}).values())
 
-    def held_except(self, node: str, owners: AbstractSet[str]) -> set[int]:
+    def held_except(self, node: str, owners: frozenset[str]) -> set[int]:
         """The devices of ``node`` held by an owner not in ``owners`` (one pass over
-        the node's holders: a decision asks it of every node it visits)."""
+        the node's holders, each device's owners checked at C speed: a decision asks
+        it of every node it visits)."""
         return {d for d, keys in self._holders.get(node, {}).items()
-                if any(o not in owners for o in keys.values())}
+                if not owners.issuperset(keys.values())}
 
     def device_holds(self, node: str, device: int) -> list[tuple[str, bool, Hold]]:
         """(owner, is a booking, what it holds) for each holder of ``device``."""
