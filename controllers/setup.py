@@ -58,6 +58,7 @@ from controllers.placement.source import PlacementStateSource
 from controllers.placement.state import PlacementState
 from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler
 from controllers.podbinding.group_metrics import GroupCounts
+from controllers.podbinding.memberclaims import MemberClaimsReader
 from controllers.podbinding.owners import owner_lookup
 from controllers.podbinding.setup import setup_podbinding_controller
 from controllers.queues.book import QueueBook
@@ -274,8 +275,12 @@ def setup_controllers(mgr: Manager, opts: ControllerOptions,
     if shared.claims is not None and inf.resourceclaims is not None:
         claims = setup_claims(mgr, inf.resourceclaims, inf.pods.indexer, shared.states,
                               shared.claims)[1]
+    member_claims = MemberClaimsReader(
+        mgr.client, inf.resourceclaims.indexer, shared.dra.device_class, shared.dra.driver
+    ) if shared.dra is not None and inf.resourceclaims is not None else None
     binder = setup_podbinding_controller(mgr, shared.states, shared.own_writes, pod_binding,
-                                         shared.queues)[1] if pod_binding is not None else None
+                                         shared.queues, member_claims
+                                         )[1] if pod_binding is not None else None
     if pod_binding is not None:
         POD_GROUPS.set_source(GroupCounts(inf.pods.indexer, pod_binding.scheduler_name,
                                           owner_lookup(mgr)))

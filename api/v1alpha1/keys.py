@@ -63,6 +63,10 @@ CHILDREN_FINALIZER = f"{GROUP}/children"
 #: until no pod uses it and its allocation is removed (a claim must not vanish under
 #: a live pod)
 CLAIM_FINALIZER = f"{GROUP}/claim-in-use"
+#: on a pod group member's ResourceClaim the pod binding allocated (a ``dra``
+#: member's): its group's ledger key (``PodGroup:<ns>/<group>``), so the ledger holds
+#: the claim's devices as its group's (``resourceslices.claim_owner``)
+GROUP_CLAIM_ANNOTATION = f"{GROUP}/pod-group-holder"
 
 #: on a Namespace, written only by the manager (the ``queue-namespace-marks`` policy):
 #: ``"true"`` while a GPUQueue selects it. The queues' admission policies match only

@@ -75,6 +75,7 @@ from controllers.podbinding.groupevict import group_refusal, namespaces_refusal,
 from controllers.podbinding.groupquota import outside_queue
 from controllers.podbinding.groups import DEFAULT_GROUP_TIMEOUT, GroupPath, Recognise
 from controllers.podbinding.mapwarning import MisplacedMaps
+from controllers.podbinding.memberclaims import MemberClaimsReader
 from controllers.podbinding.podevict import evict_pod
 from controllers.podbinding.seedbook import (
     DEFAULT_SCHEDULER_NAME,
@@ -82,6 +83,7 @@ from controllers.podbinding.seedbook import (
     Entry,
     SeedBook,
     devs_text,
+    is_group_key,
     pod_meta,
     pod_spec,
     read_bound,
@@ -139,7 +141,8 @@ class PodBindingReconciler:
                  states: PlacementStateSource, book: SeedBook,
                  options: PodBindingOptions | None = None,
                  own_writes: OwnWrites | None = None,
-                 recognise: Recognise | None = None) -> None:
+                 recognise: Recognise | None = None,
+                 claims: MemberClaimsReader | None = None) -> None:
         self.client = client
         #: our Bindings the cache has not shown yet (the controller's ``OwnWrites``)
         self.own_writes = own_writes if own_writes is not None else OwnWrites()
@@ -153,6 +156,8 @@ class PodBindingReconciler:
         #: other controllers' gangs: a pod's group, placed whole (groups.py)
         self.groups = GroupPath(recognise or (lambda pod: None), book, pods, recorder,
                                 self.options.default_strategy, self.options.group_timeout)
+        if claims is not None:  # dra members' claims (DRA on)
+            self.groups.claims = claims
         self.enqueue_after: Callable[[Request, float], None] = lambda req, delay: None
         self._waiting = _Waiting()
         #: pod key -> (UID, message) of the unreadable annotations last reported
@@ -225,6 +230,15 @@ class PodBindingReconciler:
             if reads_uuids(pod):  # its NVIDIA_VISIBLE_DEVICES reads them (groupexposure)
                 uuids = state.uuids(node, list(devices)) or [str(d) for d in devices]
                 binding["metadata"]["annotations"][DEVICE_UUIDS_ANNOTATION] = ",".join(uuids)
+        # a dra member's claims are allocated to its devices first, as kube-scheduler's
+        # DRA plugin does in PreBind (memberclaims.py): the kubelet starts it only then
+        unallocated = self.groups.claims.allocate(
+            pod, node, list(devices), entry.ledger_key, state.slice_results
+        ) if is_group_key(entry.ledger_key) else ""
+        if unallocated:
+            self._release(state, key)  # never bound: as a failed bind
+            return self._unschedulable(pod, key, f"its ResourceClaim was not allocated, "
+                                                 f"so it is not bound: {unallocated}")
         try:
             self.client.create_subresource("v1", "Pod", name, "binding", binding, namespace=ns)
         except (NotFound, Conflict) as exc:

@@ -21,6 +21,7 @@ from controllers.placement.seeds import GroupPlan, Preemption
 from controllers.placement.state import PlacementView
 from controllers.podbinding.grouppreempt import group_priority, refuses_preemption, was
 from controllers.podbinding.leaderfirst import slot_key
+from controllers.podbinding.memberclaims import dra_gpus
 from controllers.podbinding.seedbook import Entry, pod_meta, pod_priority, pod_spec
 from controllers.podbinding.seedentry import ring_note
 from controllers.podbinding.seedplan import FIT_FIELDS, MAX_GPUS_PER_POD, pod_model
@@ -78,6 +79,10 @@ def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, P
     if requested > MAX_GPUS_PER_POD:
         return None, (f"a member requests {requested} nvidia.com/gpu, more than the "
                       f"{MAX_GPUS_PER_POD} one pod may have"), None
+    claimed = max(dra_gpus(p) or 0 for p in pods)
+    if claimed > MAX_GPUS_PER_POD:
+        return None, (f"a member's ResourceClaims ask {claimed} devices, more than the "
+                      f"{MAX_GPUS_PER_POD} one pod may have"), None
     strategy = (pod_meta(first).get("annotations") or {}).get(STRATEGY_ANNOTATION) \
         or default_strategy
     if strategy == SchedulingStrategy.ANNOTATION_MAP.value:
@@ -131,20 +136,24 @@ def _parts(pods: list[JSON], strategy: str, topology: Topology, priority: int
     """The gang of ``pods`` (in slot order) as GPUWorkload models, one per run of
     pods alike (their GPUs and what node fit and the filters read, ``FIT_FIELDS``),
     each of its run's replicas: one model when all are alike (``gangparts.py``
-    otherwise). A model is made once per run, not per member."""
+    otherwise). A model is made once per run, not per member. A ``dra`` member
+    (``memberclaims.planned``) asks its claims' GPUs in ``dra`` mode: only nodes
+    with ResourceSlices of the driver, as a GPUWorkload in that mode."""
     runs: list[tuple[GPUWorkload, int]] = []
-    last: tuple[int, bytes] | None = None
+    last: tuple[int, bool, bytes] | None = None
     for pod in pods:
-        requested = pod_gpu_request(pod)
-        alike = (requested, _fit_key(pod_spec(pod)))
+        claimed = dra_gpus(pod)  # a dra member: its claims' count, on nodes with slices
+        requested = pod_gpu_request(pod) if claimed is None else claimed
+        alike = (requested, claimed is not None, _fit_key(pod_spec(pod)))
         if alike == last:
             runs[-1] = (runs[-1][0], runs[-1][1] + 1)
             continue
         last = alike
-        only = {DEVICE_AUTHORITY_LABEL: NAMED} if requested else None
-        model, why = pod_model(pod, max(requested, 1), strategy,
-                               DeviceExposure.CUDA_VISIBLE_DEVICES, node_selector=True,
-                               only=only)
+        only = {DEVICE_AUTHORITY_LABEL: NAMED} if requested and claimed is None else None
+        exposure = DeviceExposure.CUDA_VISIBLE_DEVICES if claimed is None else \
+            DeviceExposure.DRA
+        model, why = pod_model(pod, max(requested, 1), strategy, exposure,
+                               node_selector=True, only=only)
         if model is None:
             return None, why
         runs.append((model, 1))

@@ -61,6 +61,7 @@ from api.v1alpha1.types import GPUWorkload
 from controllers.placement.seeds import GroupPlan
 from controllers.placement.state import PlacementState, PlacementView
 from controllers.podbinding.groupplan import group_ledger_key, plan_group, slot_pods
+from controllers.podbinding.memberclaims import member_gpus
 from controllers.podbinding.seedbook import pod_meta, pod_priority
 from internal.objects import JSON
 from internal.scheduling.admission import Waiting
@@ -90,8 +91,9 @@ def outside_queue(state: PlacementState, pod: JSON) -> str | None:
 def group_need(pods: list[JSON]) -> Fraction:
     """GPUs a group's ``pods`` (its unbound members, and its members not made yet as
     their template makes them: ``groupplan.slot_pods``) will hold once placed: each
-    its own request, at least one named device (``plan_group``)."""
-    return Fraction(sum(max(1, pod_gpu_request(p)) for p in pods))
+    its own request (a ``dra`` member's, its claims': ``memberclaims.member_gpus``), at
+    least one named device (``plan_group``)."""
+    return Fraction(sum(max(1, member_gpus(p)) for p in pods))
 
 
 def oldest(members: list[JSON]) -> str:

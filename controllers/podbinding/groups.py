@@ -53,6 +53,7 @@ from controllers.podbinding.leaderfirst import (
     to_place,
     waiting_note,
 )
+from controllers.podbinding.memberclaims import MemberClaimsReader, planned
 from controllers.podbinding.seedbook import (
     Entry,
     SeedBook,
@@ -74,6 +75,11 @@ log = structlog.get_logger("podbinding")
 
 #: ``book_group``'s answer when another member's reconcile booked the group first
 _BOOKED = "booked by another member's reconcile"
+#: the Event reason of a group refused for a member's ResourceClaim
+CLAIM_REFUSED = "PodGroupClaimRefused"
+#: seconds between looks at a group whose members' claims are not all made yet
+#: (kube-controller-manager makes them; a claim's events do not wake its pod)
+CLAIM_POLL = 1.0
 #: seconds between a nominated group's looks at whether its victims are gone, a
 #: fallback: their going wakes its members at once (``GroupWaits.nominated``)
 PREEMPTION_POLL = 10.0
@@ -135,6 +141,8 @@ class GroupPath:
         #: line (``groupquota.forget`` once it is gone)
         self._lined: dict[str, str] = {}
         book.regroup = self.regroup  # a rebuild books bound members under their group
+        #: ``dra`` members' claims (``memberclaims.py``; set by the reconciler)
+        self.claims = MemberClaimsReader()
         #: why the disruption budgets refuse evicting all of these seed-path
         #: victims (ledger keys) at once, or None (set by the reconciler)
         self.budgets: Callable[[list[str]], str | None] = lambda victims: None
@@ -208,6 +216,9 @@ class GroupPath:
         reserve = missing_slots(group, [*bound, *unbound]) if present < group.size else []
         if present < group.size and not reserve:
             return self._wait(pod, group, present)
+        unbound, waits = self._claimed(pod, group, unbound, reserve)
+        if waits is not None:
+            return waits
         members = [p for p, _ in unbound]
         if state.queues is not None:
             self._lined.update((object_key(p), ledger_key) for p in members)
@@ -266,6 +277,33 @@ class GroupPath:
         entry = entries.get(key)
         return self._bind_when_free(state, pod, key, entry, group, bind) \
             if entry is not None else None
+
+    def _claimed(self, pod: JSON, group: PodGroup, unbound: list[tuple[JSON, PodGroup]],
+                 reserve: list[int]) -> tuple[list[tuple[JSON, PodGroup]], Result | None]:
+        """``unbound`` with each ``dra`` member as its plan reads it (its claims' GPUs:
+        ``memberclaims.planned``), or what ``pod`` does instead: wait while a claim is
+        not made yet (said once per wording, nothing booked), or its group refused
+        for a claim it cannot place (``PodGroupClaimRefused``)."""
+        out: list[tuple[JSON, PodGroup]] = []
+        for p, g in unbound:
+            claims = self.claims.read(p)
+            if claims is None:
+                out.append((p, g))
+                continue
+            refused = claims.refused or (
+                "a member not made yet of a group placed at its first members cannot be "
+                "planned in dra mode (its claim does not exist yet)" if reserve else "")
+            if refused:
+                return unbound, self._refused(pod, GroupRefusal(
+                    "dra", CLAIM_REFUSED, f"pod group {group.key}: {refused}", group.key))
+            if claims.waiting:
+                said = (f"waiting for the ResourceClaims of pod group {group.key}'s members: "
+                        f"{claims.waiting}; no GPU is held until every one exists")
+                if self.waits.tell_once(pod_uid(pod), said):
+                    self.recorder.normal(pod, "WaitingForGroup", said)
+                return unbound, Result(requeue_after=CLAIM_POLL)
+            out.append((planned(p, claims.gpus), g))
+        return out, None
 
     def forget(self, state: PlacementState, key: str) -> None:
         """Pod ``key`` is gone or being deleted: its group, incomplete, leaves its

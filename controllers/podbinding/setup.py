@@ -7,6 +7,7 @@ from __future__ import annotations
 from controllers.gpuworkload.setup import only_in
 from controllers.placement.source import PlacementStateSource
 from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler
+from controllers.podbinding.memberclaims import MemberClaimsReader
 from controllers.podbinding.owners import owner_lookup, requeue_members
 from controllers.podbinding.seedbook import SeedBook, pod_meta, pod_spec
 from controllers.queues.book import QueueBook
@@ -37,14 +38,17 @@ def pod_predicate(book: SeedBook) -> Funcs:
 
 def setup_podbinding_controller(mgr: Manager, states: PlacementStateSource,
                                 own_writes: OwnWrites, opts: PodBindingOptions | None = None,
-                                queues: QueueBook | None = None
+                                queues: QueueBook | None = None,
+                                claims: MemberClaimsReader | None = None,
                                 ) -> tuple[Controller, PodBindingReconciler]:
     """Adds the pod-binding controller on the shared Pod informer, booking in the
     manager's one placement state (``states``, the GPUWorkload reconciler's) and
     recording its Bindings in the controller's ``own_writes``. Call before the
     manager starts: its book is registered with the source before the state is
     built (``add_pod_book`` refuses after). With ``queues``, their manager asks it
-    how old a group it did not admit is (``group_dates``)."""
+    how old a group it did not admit is (``group_dates``). ``claims``: the
+    ResourceClaim cache and DRA's options, with DRA on (a ``dra`` member's claims,
+    ``memberclaims.py``)."""
     opts = opts or PodBindingOptions()
     pods = mgr.informer_for("v1", "Pod")
     book = SeedBook(opts.scheduler_name)
@@ -52,7 +56,8 @@ def setup_podbinding_controller(mgr: Manager, states: PlacementStateSource,
     owners = owner_lookup(mgr)
     reconciler = PodBindingReconciler(mgr.client, mgr.event_recorder(opts.scheduler_name),
                                       pods.indexer, states, book, opts, own_writes,
-                                      recognise=lambda pod: pod_group(pod, owners))
+                                      recognise=lambda pod: pod_group(pod, owners),
+                                      claims=claims)
     ctrl = (Builder(mgr).named("podbinding")
             .for_("v1", "Pod", pod_predicate(book))
             .with_options(max_concurrent_reconciles=opts.workers)

@@ -9,7 +9,9 @@ objects, in the same order:
    an unreadable devices annotation holds its ``nvidia.com/gpu`` request, counted;
    what runs wins every conflict);
 2. every allocated ResourceClaim of the DRA driver (``claim_holding``), ours and
-   anybody's, until its allocation is removed;
+   anybody's, until its allocation is removed (a ``dra`` pod group member's claim
+   while its pod is bound: the pod, booked in 3, holds the same devices and names
+   the member);
 3. the seed path's pods (``controllers.podbinding.seedbook.SeedBook``: the devices annotation,
    else the map line, else the request, at least one GPU);
 4. committed placements of workloads still holding devices (``book_placements``);
@@ -42,12 +44,14 @@ from internal.objects import JSON, object_key
 from internal.scheduling.jobs import JobHolding
 from internal.scheduling.ledger import Allocation, Ledger
 from internal.scheduling.podindex import pod_index
-from internal.scheduling.pods import pod_holder_key, pod_is_active, pod_uid
+from internal.scheduling.pods import controller_ref, pod_holder_key, pod_is_active, pod_uid
 from internal.scheduling.resourceslices import (
+    GROUP_KEY_PREFIX,
     ClaimHolding,
     SliceInventory,
     claim_holder_key,
     claim_holding,
+    claim_owner,
     inventory_of,
     with_slices,
 )
@@ -153,8 +157,15 @@ def controller_holdings(
     for job in jobs:
         names[JobHolding(str((job.get("metadata") or {}).get("uid") or object_key(job)),
                          "", "", (), 0, "").key] = _ns_name(object_key(job), "job")
+    # a dra pod group member's claim holds what its bound pod holds (the pod binding
+    # allocated it to the pod's devices): shown as the member, booked below
+    members = {pod_uid(p) for p in pods if book.owns(p) and pod_is_active(p)
+               and (p.get("spec") or {}).get("nodeName")}
     for claim in claims:
         meta = claim.get("metadata") or {}
+        if claim_owner(claim).startswith(GROUP_KEY_PREFIX) and \
+                (controller_ref(claim) or {}).get("uid") in members:
+            continue
         key = claim_holder_key(str(meta.get("uid") or ""))
         problems += ledger.sync(key, lambda c=claim: claim_holding(c, published), key)
         names[key] = f"{meta.get('namespace') or 'default'}/claim/{meta.get('name') or ''}"

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from api.v1alpha1.keys import ATTEMPT_LABEL
+from api.v1alpha1.keys import ATTEMPT_LABEL, GROUP_CLAIM_ANNOTATION
 from internal.objects import JSON, object_key
 from internal.scheduling.inventory import DRA_DRIVER_ANNOTATION, SOURCE_ANNOTATION
 from internal.scheduling.pods import PodHolding, controller_ref, workload_owner
@@ -37,6 +37,9 @@ DEFAULT_DRIVER = "gpu.nvidia.com"
 #: NVIDIA's DRA driver installs a DeviceClass of the driver's name
 DEFAULT_DEVICE_CLASS = "gpu.nvidia.com"
 DRA_API_VERSION = "resource.k8s.io/v1"
+
+#: the ledger keys of pod groups (``controllers/podbinding/groupplan.group_ledger_key``)
+GROUP_KEY_PREFIX = "PodGroup:"
 
 _GPU_NAME = re.compile(r"^gpu-(\d{1,4})$")
 
@@ -282,12 +285,19 @@ def _node_of(rslice: JSON | None) -> str | None:
 
 
 def claim_owner(claim: JSON) -> str:
-    """``<workload uid>#<attempt>`` for a claim a GPUWorkload controls, else the
-    claim itself."""
+    """``<workload uid>#<attempt>`` for a claim a GPUWorkload controls; the pod
+    group's ledger key (``PodGroup:<ns>/<group>``) for a claim a Pod controls that the
+    pod binding allocated for its group (``GROUP_CLAIM_ANNOTATION``, a key of the
+    claim's own namespace: a tenant can name no other namespace's group), so it is
+    its member's, not a conflict with its group's booking; else the claim itself."""
     meta = claim.get("metadata") or {}
     ref = controller_ref(claim)
     if ref is not None and ref.get("kind") == "GPUWorkload" and ref.get("uid"):
         return workload_owner(str(ref["uid"]), (meta.get("labels") or {}).get(ATTEMPT_LABEL))
+    group = str((meta.get("annotations") or {}).get(GROUP_CLAIM_ANNOTATION) or "")
+    if ref is not None and ref.get("kind") == "Pod" and ref.get("apiVersion") == "v1" \
+            and group.startswith(f"{GROUP_KEY_PREFIX}{meta.get('namespace') or 'default'}/"):
+        return group
     return claim_holder_key(str(meta.get("uid") or object_key(claim)))
 
 

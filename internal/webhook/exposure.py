@@ -8,7 +8,8 @@ controller (docs/architecture.md, "How a replica sees its devices").
   ``CUDA_VISIBLE_DEVICES`` = ``0..n-1``.
 - ``device-plugin``: no index env at all; ``nvidia.com/gpu: n`` is requested and the
   kubelet's device plugin picks the devices.
-- ``dra``: refused here (GPUWorkloads only; see controllers/dra/claims.py).
+- ``dra``: refused here (GPUWorkloads only; see controllers/dra/claims.py); a pod
+  group's member names its own claim (``groupexposure.py``).
 """
 
 from __future__ import annotations

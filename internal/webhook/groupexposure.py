@@ -27,7 +27,13 @@ the webhook's ``--device-exposure``:
 | pod's own annotation      | not its group's placement, which holds others               |
 | ``device-plugin``, as the | ``cuda-visible-devices``: a group is always placed on named |
 | webhook's default         | devices, and a cluster default must not refuse every gang  |
-| ``dra`` or unknown        | refused, as for a seed pod (``parse_exposure``)             |
+| ``dra`` (own, or the pod  | nothing: the member names a ResourceClaim (a template's)    |
+| names a claim, asks no    | whose devices the DRA driver shows it, numbered from 0; the |
+| ``nvidia.com/gpu`` and no | binder allocates it to the member's planned devices.        |
+| mode of its own)          | Refused without a claim, or with ``nvidia.com/gpu`` asked   |
+| ``dra`` as the webhook's  | ``cuda-visible-devices``, as ``device-plugin`` above        |
+| default, and no claim     |                                                             |
+| unknown                   | refused, as for a seed pod (``parse_exposure``)             |
 
 | the pod (a CREATE sent to ``/mutate``; with a map too)  | answer                     |
 |---------------------------------------------------------|----------------------------|
@@ -85,19 +91,67 @@ def devices_reference(mode: DeviceExposure = DeviceExposure.CUDA_VISIBLE_DEVICES
             "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
 
 
+def uses_claims(pod: Mapping[str, Any]) -> bool:
+    """Does ``pod`` name a ResourceClaim (``spec.resourceClaims``: a claim, or a
+    template kube-controller-manager makes its claim from)?"""
+    return any(isinstance(c, Mapping) and (c.get("resourceClaimName")
+                                           or c.get("resourceClaimTemplateName"))
+               for c in (pod.get("spec") or {}).get("resourceClaims") or ())
+
+
+def asks_gpus(pod: Mapping[str, Any]) -> bool:
+    """Does a container of ``pod`` request ``nvidia.com/gpu``?"""
+    spec = pod.get("spec") or {}
+    return any(_asks_gpus(c) for kind in CONTAINER_LISTS for c in spec.get(kind) or ()
+               if isinstance(c, Mapping))
+
+
 def member_mode(pod: Mapping[str, Any], default: DeviceExposure) -> DeviceExposure:
     """The mode of group member ``pod`` (the first table); ValueError, in words,
-    for a mode it cannot have."""
+    for a mode it cannot have. A member that names a ResourceClaim, asks no
+    ``nvidia.com/gpu`` and names no mode of its own is in ``dra`` mode (its devices
+    come through its claim)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if REQUESTED_EXPOSURE_ANNOTATION not in annotations:
+        if uses_claims(pod) and not asks_gpus(pod):
+            return DeviceExposure.DRA
         return default if default in REFERENCES else DeviceExposure.CUDA_VISIBLE_DEVICES
-    mode = parse_exposure(str(annotations[REQUESTED_EXPOSURE_ANNOTATION]))
+    raw = str(annotations[REQUESTED_EXPOSURE_ANNOTATION])
+    if raw.strip() == DeviceExposure.DRA.value:
+        return _dra_member(pod)
+    mode = parse_exposure(raw)
     if mode not in REFERENCES:
         raise ValueError(
             f"device exposure {mode.value!r} is not given to a pod group's member: the "
             "device plugin would pick its devices, not the ones its group is placed on "
-            "(use cuda-visible-devices or nvidia-visible-devices)")
+            "(use cuda-visible-devices, nvidia-visible-devices or dra)")
     return mode
+
+
+def dra_member(pod: Mapping[str, Any]) -> bool:
+    """Is group member ``pod`` in ``dra`` mode, as the webhook admitted it (it names a
+    ResourceClaim, asks no ``nvidia.com/gpu``, and no other mode of its own)? The
+    binder allocates its claim."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    own = str(annotations.get(REQUESTED_EXPOSURE_ANNOTATION, DeviceExposure.DRA.value))
+    return uses_claims(pod) and not asks_gpus(pod) and own.strip() == DeviceExposure.DRA.value
+
+
+def _dra_member(pod: Mapping[str, Any]) -> DeviceExposure:
+    """``dra`` for a member whose claim is what shows it its devices; ValueError for
+    one that names no claim, or asks ``nvidia.com/gpu`` beside it."""
+    if not uses_claims(pod):
+        raise ValueError(
+            "device exposure 'dra' for a pod group's member needs its ResourceClaim: "
+            "spec.resourceClaims names none (add one with a resourceClaimTemplateName "
+            "whose template requests exactly N devices of the DRA device class, and "
+            "list it in the GPU containers' resources.claims)")
+    if asks_gpus(pod):
+        raise ValueError(
+            "device exposure 'dra' for a pod group's member that requests nvidia.com/gpu: "
+            "the device plugin would hand it GPUs beside its claim's (ask for the GPUs "
+            "in its ResourceClaim only)")
+    return DeviceExposure.DRA
 
 
 def reads_uuids(pod: Mapping[str, Any]) -> bool:
@@ -177,6 +231,8 @@ def group_patch(pod: Mapping[str, Any], scheduler_name: str,
     if not in_group(pod, scheduler_name):
         return [], []
     mode = member_mode(pod, default_exposure)
+    if mode is DeviceExposure.DRA:
+        return [], []  # the driver shows the container its claim's devices, from 0
     spec = pod.get("spec") or {}
     ops: list[dict[str, Any]] = []
     warnings: list[str] = []

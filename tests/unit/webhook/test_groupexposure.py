@@ -204,8 +204,7 @@ def test_in_nvidia_mode_admitting_a_member_again_changes_nothing() -> None:
 @pytest.mark.parametrize("mode, says", [
     ("device-plugin", "device exposure 'device-plugin' is not given to a pod group's member: "
                       "the device plugin would pick its devices, not the ones its group is "
-                      "placed on (use cuda-visible-devices or nvidia-visible-devices)"),
-    ("dra", "device exposure 'dra' is served by GPUWorkloads only"),
+                      "placed on (use cuda-visible-devices, nvidia-visible-devices or dra)"),
     ("nvidia", "unknown device exposure 'nvidia'"),
 ])
 def test_a_member_asking_a_mode_it_cannot_have_is_refused(mode: str, says: str) -> None:
@@ -222,3 +221,59 @@ def test_a_device_plugin_default_leaves_a_member_its_devices_reference() -> None
     to the device plugin does not refuse every gang's pods."""
     pod, _ = admitted(member(*JOBSET), default_exposure=DeviceExposure.DEVICE_PLUGIN)
     assert envs(pod) == [[REF]]
+
+
+def dra_member(annotations: dict | None = None, *, gpus: bool = False,
+               claims: bool = True) -> dict:
+    """A JobSet member as a user of NVIDIA's DRA driver writes it: a claim made from a
+    template, listed in its container's resources.claims."""
+    labels, base = JOBSET
+    pod = member(labels, {**base, **(annotations or {})}, gpus=[gpus],
+                 env=[{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}])
+    if claims:
+        pod["spec"]["resourceClaims"] = [{"name": "gpus",
+                                          "resourceClaimTemplateName": "two-gpus"}]
+        pod["spec"]["containers"][0].setdefault("resources", {})["claims"] = [
+            {"name": "gpus"}]
+    return pod
+
+
+@pytest.mark.parametrize("annotations, default", [
+    ({MODE: "dra"}, DeviceExposure.CUDA_VISIBLE_DEVICES),
+    ({}, DeviceExposure.DRA),
+    ({}, DeviceExposure.CUDA_VISIBLE_DEVICES),  # it names a claim: its devices come there
+], ids=["own-annotation", "webhook-default", "claim-only"])
+def test_a_dra_member_with_a_claim_is_admitted_without_a_devices_variable(
+        annotations: dict, default: DeviceExposure) -> None:
+    pod = dra_member(annotations)
+    admitted_pod, warnings = admitted(pod, default_exposure=default)
+    # nothing injected, its own env left as it was: the driver shows it its devices
+    assert admitted_pod == pod
+    assert warnings == []
+
+
+def test_a_dra_member_without_a_claim_is_refused_with_the_reason() -> None:
+    response = mutate_review(review(dra_member({MODE: "dra"}, claims=False)))["response"]
+    assert response["allowed"] is False
+    assert "device exposure 'dra' for a pod group's member needs its ResourceClaim: " \
+           "spec.resourceClaims names none" in response["status"]["message"], response
+
+
+def test_a_dra_member_asking_nvidia_gpu_too_is_refused() -> None:
+    response = mutate_review(review(dra_member({MODE: "dra"}, gpus=True)))["response"]
+    assert response["allowed"] is False
+    assert "requests nvidia.com/gpu: the device plugin would hand it GPUs beside its " \
+           "claim's" in response["status"]["message"], response
+
+
+def test_a_dra_default_leaves_a_member_without_a_claim_its_devices_reference() -> None:
+    """A cluster default of dra does not refuse the members that name no claim."""
+    pod, _ = admitted(member(*JOBSET), default_exposure=DeviceExposure.DRA)
+    assert envs(pod) == [[REF]]
+
+
+def test_a_member_with_a_claim_and_nvidia_gpu_and_no_mode_keeps_its_reference() -> None:
+    """Its claim is for something else (a NIC): admitted as before, in the webhook's
+    mode."""
+    pod, _ = admitted(dra_member(gpus=True))
+    assert [e for e in envs(pod)[0] if e["name"] == "CUDA_VISIBLE_DEVICES"] == [REF]
