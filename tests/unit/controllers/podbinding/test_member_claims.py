@@ -10,6 +10,10 @@ from typing import Any
 import pytest
 
 from api.v1alpha1.keys import GROUP_CLAIM_ANNOTATION
+from api.v1alpha1.types import DeviceExposure
+from controllers.placement.source import PlacementStateSource
+from controllers.placement.state import PlacementState
+from controllers.podbinding.controller import PodBindingOptions, PodBindingReconciler
 from controllers.podbinding.memberclaims import (
     DELETE_PROTECTION,
     DRA_OFF,
@@ -18,7 +22,13 @@ from controllers.podbinding.memberclaims import (
     planned,
     read_member,
 )
+from controllers.podbinding.seedbook import SeedBook
 from internal.scheduling.resourceslices import claim_owner
+from runtime.store import Indexer
+from tests.unit.controllers.podbinding.fixtures import GroupEnv, member
+from tests.unit.controllers.podbinding.test_podbinding import NS as GNS
+from tests.unit.controllers.podbinding.test_podbinding import FakeClient
+from tests.unit.scheduling.helpers import dra_slice
 
 CLASS = "gpu.nvidia.com"
 NS = "ml"
@@ -187,3 +197,122 @@ def test_a_group_key_names_a_claims_owner_only_in_its_own_namespace() -> None:
     c["metadata"]["annotations"] = {GROUP_CLAIM_ANNOTATION: HOLDER}
     del c["metadata"]["ownerReferences"]  # a claim no pod controls: its own
     assert claim_owner(c) == "claim:claim-uid"
+
+
+# ------------------------------------------- the pod binding, on slices of 2 nodes
+
+
+class DraClient(FakeClient):
+    """The fake API of the pod binding's tests, with the claims' writes applied to
+    ``claims`` (the manager's cache sees them at once)."""
+
+    def __init__(self, claims: Indexer) -> None:
+        super().__init__()
+        self.claims = claims
+
+    def patch(self, api: str, kind: str, name: str, body: dict[str, Any],
+              namespace: str) -> dict[str, Any]:
+        have = copy.deepcopy(dict(self.claims.get_by_name(name, namespace)))
+        have["metadata"]["finalizers"] = body["metadata"]["finalizers"]
+        have["metadata"].setdefault("annotations", {}).update(body["metadata"]["annotations"])
+        return dict(self.claims.add(have))
+
+    def update_status(self, obj: dict[str, Any]) -> dict[str, Any]:
+        obj = {**obj, "status": {k: v for k, v in obj["status"].items() if v is not None}}
+        return dict(self.claims.add(obj))
+
+
+class DraEnv(GroupEnv):
+    """node1..node4 of 4 GPUs; the DRA driver publishes node3's and node4's."""
+
+    def __init__(self) -> None:
+        self.claims = Indexer()
+        #: (reason, message) of each problem the placement state reported
+        self.problems: list[tuple[str, str]] = []
+        super().__init__()
+        self.client = DraClient(self.claims)
+        self.book = SeedBook()
+        self.states = PlacementStateSource(
+            lambda books: PlacementState(
+                DeviceExposure.CUDA_VISIBLE_DEVICES, pod_books=books, dra_driver=CLASS,
+                on_problem=lambda obj, reason, why: self.problems.append((reason, why))),
+            lambda state: state.rebuild(
+                lambda: (self.nodes, [], [], self.pods.list()),
+                lambda: ([dra_slice("node3", 4), dra_slice("node4", 4)], self.claims.list())))
+        self.states.add_pod_book(self.book)
+        self.rec = self.reconciler()
+
+    def reconciler(self, options: PodBindingOptions | None = None) -> PodBindingReconciler:
+        rec = super().reconciler(options)
+        rec.groups.claims = MemberClaimsReader(self.client, self.claims, CLASS, CLASS)
+        return rec
+
+    def made(self, name: str, *requests: dict[str, Any]) -> None:
+        """kube-controller-manager made pod ``name``'s claim from its template."""
+        p = copy.deepcopy(dict(self.pods.get_by_name(name, GNS)))
+        p["status"] = {**p.get("status", {}), "resourceClaimStatuses": [
+            {"name": "gpus", "resourceClaimName": f"{name}-gpus"}]}
+        self.pods.add(p)
+        c = claim(*(requests or (exactly(3),)), name=f"{name}-gpus")
+        c["metadata"].update(namespace=GNS, uid=f"claim-{name}")
+        c["metadata"]["ownerReferences"][0].update(name=name, uid=p["metadata"]["uid"])
+        self.claims.add(c)
+
+
+def dra_group_member(i: int) -> dict[str, Any]:
+    p = member("train", i, size=2)
+    p["metadata"]["uid"] = f"uid-train-{i}"
+    p["metadata"]["annotations"]["gpu.orchestrator.dev/device-exposure"] = "dra"
+    p["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+    p["spec"]["resourceClaims"] = TEMPLATE
+    return p
+
+
+def test_a_dra_group_waits_for_its_claims_then_goes_to_sliced_nodes_with_them() -> None:
+    env = DraEnv()
+    for i in range(2):
+        env.add(dra_group_member(i))
+    env.made("train-0")
+    for i in range(2):
+        env.reconcile(f"train-{i}")
+    # train-1's claim is not made yet: nothing is held, and it says why
+    assert env.bound() == {} and not any(env.held().values())
+    assert "waiting for the ResourceClaims of pod group" in \
+        env.reasons("train-1", "WaitingForGroup")[0]
+    env.made("train-1")
+    env.reconcile("train-1")
+    for name in list(env.enqueued):
+        env.reconcile(name)
+    bound = env.bound()
+    assert sorted(bound) == ["train-0", "train-1"]
+    # 3 devices each (their claims' count, no nvidia.com/gpu), only where the driver
+    # publishes GPUs
+    assert all(node in ("node3", "node4") and len(devs.split(",")) == 3
+               for node, devs in bound.values()), bound
+    for name, (_, devs) in bound.items():
+        c = env.claims.get_by_name(f"{name}-gpus", GNS)
+        assert [r["device"] for r in c["status"]["allocation"]["devices"]["results"]] == \
+            [f"gpu-{d}" for d in devs.split(",")]
+        assert c["status"]["reservedFor"][0]["name"] == name
+        # the claim is held as its member's group's: no conflict once the cache shows it
+        env.state.events.on_claim(c)
+    assert env.problems == []
+    # a claim of nobody's group on the same devices still is one
+    foreign = copy.deepcopy(dict(c))
+    foreign["metadata"].update(name="theirs", uid="their-uid", annotations={})
+    env.state.events.on_claim(foreign)
+    assert env.problems and {r for r, _ in env.problems} == {"DeviceConflict"}, env.problems
+
+
+def test_a_dra_group_whose_claim_asks_all_devices_is_refused_and_holds_nothing() -> None:
+    env = DraEnv()
+    for i in range(2):
+        env.add(dra_group_member(i))
+        env.made(f"train-{i}", {"name": "gpus", "exactly": {
+            "deviceClassName": CLASS, "allocationMode": "All"}})
+    for i in range(2):
+        env.reconcile(f"train-{i}")
+    assert env.bound() == {} and not any(env.held().values())
+    (said,) = env.reasons("train-1", "PodGroupClaimRefused")
+    assert said.startswith(f"pod group {GNS}/label:train: ResourceClaim {GNS}/train-1-gpus "
+                           f"of pod {GNS}/train-1: request 'gpus' has allocationMode All"), said
