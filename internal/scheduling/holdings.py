@@ -7,7 +7,8 @@ re-indexes the free counts of the nodes it touched, ``FreeIndex``):
 - device -> holder key -> owner, per node: the devices held by name;
 - holder key -> GPUs, per node: what is held without naming devices (device-plugin
   mode), counted;
-- holder key -> ``Allocation``: every holder, pods, Jobs, claims and bookings.
+- holder key -> ``Allocation``: every holder, pods, Jobs, claims and bookings (and
+  per owner, how many of them it owns: ``holds_any``).
 
 ``free_count(node) = |usable - named-held| - counted``, where each owner's counted
 GPUs on a node are the largest of what its bookings, its pods and its Jobs count (a
@@ -101,6 +102,9 @@ class DeviceHoldings:
         self._holders: dict[str, dict[int, dict[str, str]]] = {}  # node -> dev -> key -> owner
         self._counted: dict[str, dict[str, int]] = {}  # node -> key -> GPUs
         self._allocs: dict[str, Allocation] = {}
+        #: owner -> how many of ``_allocs`` it owns (``holds_any``), kept by ``_apply``
+        #: and ``_release``
+        self._owned: dict[str, int] = {}
         self._sharing: dict[str, NodeSharing] = {}
         self.index = FreeIndex()
         #: when each node's holders and devices last changed (a pass outside the
@@ -289,6 +293,11 @@ class DeviceHoldings:
     def held_by_owner(self, owner: str) -> list[Allocation]:
         return [a for a in self._allocs.values() if a.owner == owner]
 
+    def holds_any(self, owners: Iterable[str]) -> bool:
+        """Does any of ``owners`` hold anything: a booking, a pod, a Job, a claim, what
+        a departed booking holds on to (without a pass over every holder)?"""
+        return any(o in self._owned for o in owners)
+
     def is_committed(self, key: str) -> bool:
         a = self._allocs.get(key)
         return a is not None and a.committed
@@ -328,7 +337,11 @@ class DeviceHoldings:
         for node, n in alloc.counted.items():
             self._counted.setdefault(node, {})[alloc.key] = n
             touched.add(node)
+        replaced = self._allocs.get(alloc.key)
+        if replaced is not None:
+            self._disown(replaced)
         self._allocs[alloc.key] = alloc
+        self._owned[alloc.owner] = self._owned.get(alloc.owner, 0) + 1
         for node in touched:
             self._reindex(node)
         self.stamps.held(touched)
@@ -356,9 +369,19 @@ class DeviceHoldings:
                 if not c:
                     del self._counted[node]
             touched.add(node)
-        self._allocs.pop(alloc.key, None)
+        gone = self._allocs.pop(alloc.key, None)
+        if gone is not None:
+            self._disown(gone)
         for node in touched:
             self._reindex(node)
         self.stamps.held(touched)
         if self.usage is not None:
             self.usage.release(alloc)
+
+    def _disown(self, alloc: Allocation) -> None:
+        """``alloc`` leaves ``_allocs``: its owner owns one holder less."""
+        left = self._owned.get(alloc.owner, 0) - 1
+        if left > 0:
+            self._owned[alloc.owner] = left
+        else:
+            self._owned.pop(alloc.owner, None)

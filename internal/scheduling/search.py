@@ -53,10 +53,29 @@ def check_exact(workload: GPUWorkload, snapshot: Snapshot, ledger: Ledger, owner
     return reason
 
 
+def _bounded(strategy: Strategy, ctx: Context, portions: bool) -> bool:
+    """May this search stop before ``limit`` feasible nodes (``Strategy.ceiling``)?
+
+    Only where the nodes come most free first from the free-capacity index, and the
+    index's free count of a node bounds what this decision may take there: no owner
+    of the decision holds anything (the index counts its holdings as taken, the
+    decision does not; a gang's earlier replicas only take more) and no victim is
+    released (their nodes come first, out of order). The choice is the base's (the
+    first of the best scores). A gang that fails does so on a replica that found no
+    node, having filtered every candidate: its reasons and message are those of the
+    search that gathers ``limit``."""
+    cls = type(strategy)
+    return (not portions and strategy.most_free_first
+            and cls.ceiling is not Strategy.ceiling and cls.choose is Strategy.choose
+            and cls.candidates is Strategy.candidates and not ctx.view.released
+            and not ctx.view.ledger.holds_any(ctx.view.mine))
+
+
 def _place_searched(strategy: Strategy, ctx: Context) -> tuple[list[Placement] | None, str]:
     placements: list[Placement] = []
     replicas = ctx.workload.spec.replicas
     portions = wanted(ctx.workload.spec) is not None
+    bounded = _bounded(strategy, ctx, portions)
     for index in range(replicas):
         feasible: list[Candidate] = []
         limit = strategy.limit + len(ctx.view.extra_nodes)
@@ -65,20 +84,31 @@ def _place_searched(strategy: Strategy, ctx: Context) -> tuple[list[Placement] |
             ctx, ctx.view, ctx.snapshot)
         # a strategy that scores no devices has them picked on the chosen node only
         pick = strategy.reads_devices
+        best: Candidate | None = None  # bounded: the first of the best so far
+        best_score: tuple[float, ...] = ()
         for name in names:
+            if best is not None:
+                ceiling = strategy.ceiling(ctx.view.index_free(name), ctx)
+                if ceiling is not None and best_score >= ceiling:
+                    break  # this node and every one after it could at best tie
             reason, devices, free = filter_node(name, ctx, pick=pick)
             if reason is not None:
                 ctx.reasons[name] = reason
                 continue
             node = ctx.snapshot.get(name)
             assert node is not None
-            feasible.append(Candidate(node, devices, free) if devices is not None else
-                            Candidate(node, (), free, deferred=ctx.gpus))
+            cand = Candidate(node, devices, free) if devices is not None else \
+                Candidate(node, (), free, deferred=ctx.gpus)
+            feasible.append(cand)
+            if bounded:
+                score = strategy.score(cand, ctx)
+                if best is None or score > best_score:
+                    best, best_score = cand, score
             if len(feasible) >= limit:
                 break
         if not feasible:
             return None, ""
-        chosen = strategy.choose(feasible, ctx)
+        chosen = best if best is not None else strategy.choose(feasible, ctx)
         if chosen.deferred is not None:
             chosen = Candidate(chosen.node, pick_on(chosen.node, ctx), chosen.free)
         ctx.reasons.pop(chosen.name, None)

@@ -3,9 +3,10 @@
 A strategy decides two things for each replica: which nodes to look at, in which
 order (``candidates``), and which of the feasible ones it gathered to take
 (``score``, higher is better; ties go to the earlier candidate). The framework
-runs the filters, gathers up to ``limit`` feasible nodes, and picks devices: on
-each of them when the strategy ``reads_devices`` (or a topology decides whether a
-node has a set at all), else on the chosen node only.
+runs the filters, gathers up to ``limit`` feasible nodes (fewer where the strategy
+bounds its scores, ``ceiling``: none of the nodes left could win), and picks
+devices: on each of them when the strategy ``reads_devices`` (or a topology
+decides whether a node has a set at all), else on the chosen node only.
 
 Adding a strategy: a new file in this package with a subclass decorated by
 ``@register``; nothing else changes (the package imports every module in it).
@@ -44,6 +45,15 @@ class Strategy:
 
     def score(self, cand: Candidate, ctx: Context) -> tuple[float, ...]:
         return (0.0,)
+
+    def ceiling(self, free: int, ctx: Context) -> tuple[float, ...] | None:
+        """The highest score a candidate with at most ``free`` GPUs free for this
+        decision can get; None (the default): no such bound, and the search gathers
+        ``limit`` feasible nodes. With one, a one-replica search over the
+        free-capacity index, most free first, stops as soon as the best candidate so
+        far scores at least the next node's ceiling: the nodes after it could only
+        tie, and ties go to the earlier candidate (``search.py``)."""
+        return None
 
     def choose(self, feasible: list[Candidate], ctx: Context) -> Candidate:
         best = feasible[0]

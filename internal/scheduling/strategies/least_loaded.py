@@ -21,3 +21,9 @@ class LeastLoaded(Strategy):
 
     def score(self, cand: Candidate, ctx: Context) -> tuple[float, ...]:
         return (-round(cand.node.mean_utilization), cand.free_after)
+
+    def ceiling(self, free: int, ctx: Context) -> tuple[float, ...]:
+        # utilization is 0 to 100 (the GPUNode's schema): -round(mean) is at most 0;
+        # a replica takes its GPUs off ``free`` (counted ones: the device plugin's,
+        # ``free_after`` does not take them)
+        return (0, free - (0 if ctx.counted else ctx.gpus))

@@ -50,14 +50,17 @@ def test_one_pick_per_replica_on_the_chosen_node(monkeypatch: pytest.MonkeyPatch
 
 
 def test_a_topology_set_is_picked_on_every_node(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An NVLink set may not exist where the count fits: each node's pick decides."""
+    """An NVLink set may not exist where the count fits: each node's pick decides
+    (a, the most free, is visited first and has no linked pair free)."""
     links = {0: [1], 1: [0], 2: [3], 3: [2]}
-    snap, led = cluster(node("a"), node("b"), gpunodes=(gpunode("a", links=links),
-                                                        gpunode("b", links=links)))
-    led.assume("x/o", [Placement(index=0, node="a", devices=[1, 2])])  # a: 0, 3 unlinked
+    snap, led = cluster(node("a"), node("b"),
+                        gpunodes=(gpunode("a", links={0: [1], 1: [0]}),
+                                  gpunode("b", links=links)))
+    led.assume("x/o", [Placement(index=0, node="a", devices=[1])])  # a: 0, 2, 3 unlinked
+    led.assume("x/p", [Placement(index=0, node="b", devices=[0, 1])])  # b: 2, 3 linked
     calls = _picks(monkeypatch)
     d = schedule(workload(gpusPerReplica=2, topology="Required"), snap, led, "leastLoaded")
-    assert [(p.node, p.devices) for p in d.placements] == [("b", [0, 1])]
+    assert [(p.node, p.devices) for p in d.placements] == [("b", [2, 3])]
     assert len(calls) == 2
 
 
