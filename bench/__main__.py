@@ -73,6 +73,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true",
                    help="py-spy record the controller during the burst and the steady phase "
                         "of the largest burst's size (needs py-spy; bench/profile.py)")
+    p.add_argument("--profile-rate", type=int, default=100, metavar="HZ",
+                   help="py-spy's samples per second with --profile (a burst of 400 units "
+                        "is about 100 busy samples at the default)")
     p.add_argument("--apiserver-profile", type=int, default=0, metavar="SECONDS",
                    help="record the kube-apiserver's CPU profile for SECONDS from the start "
                         "of each system's burst at the largest burst's size, and write its "
@@ -98,6 +101,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"unknown systems {sorted(unknown)}: one of {', '.join(e2e.SYSTEMS)}")
     if args.apiserver_profile < 0:
         p.error("--apiserver-profile takes a number of seconds above 0")
+    if args.profile_rate < 1:
+        p.error("--profile-rate takes a number of samples per second above 0")
     return args
 
 
@@ -180,7 +185,8 @@ def run_e2e(args: argparse.Namespace, doc: dict[str, Any]) -> list[dict[str, Any
             spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
             if args.profile:
                 if os.path.exists(spy):
-                    bench.profiler = profile.PySpy(spy, args.out / "profile")
+                    bench.profiler = profile.PySpy(spy, args.out / "profile",
+                                                   args.profile_rate)
                 else:
                     progress("profile: py-spy not found, not profiling")
             if args.apiserver_profile:

@@ -2,7 +2,9 @@
 
 ``python -m bench --profile`` records ours during the burst and the steady phase of
 the largest size (``<out>/profile/controller-<phase>.folded``, py-spy's raw format:
-one stack and its sample count a line), sampling only the thread that holds the GIL
+one stack and its sample count a line; ``--profile-rate``, default 100 a second:
+a burst of 400 units is then about 100 busy samples), sampling only the thread that
+holds the GIL
 (``--gil``): where the controller's Python CPU goes (not TLS encryption or socket
 calls, which run with the GIL released). The summary also leaves out
 samples whose leaf is a wait (a lock, a socket read, a select) and gives, of the
@@ -34,14 +36,14 @@ WAITS = ("Condition.wait", "SSLSocket.read", "_PollLikeSelector.select", "Event.
 class PySpy:
     """py-spy record of one process, started and stopped around a phase."""
 
-    def __init__(self, exe: str, out_dir: Path) -> None:
-        self.exe, self.out_dir = exe, out_dir
+    def __init__(self, exe: str, out_dir: Path, rate: int = 100) -> None:
+        self.exe, self.out_dir, self.rate = exe, out_dir, rate
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, pid: int, phase: str = "burst") -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [self.exe, "record", "--pid", str(pid), "--rate", "100", "--format", "raw",
+            [self.exe, "record", "--pid", str(pid), "--rate", str(self.rate), "--format", "raw",
              "--output", str(self.out_dir / f"controller-{phase}.folded"), "--gil",
              "--nonblocking"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
