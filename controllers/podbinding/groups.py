@@ -285,7 +285,8 @@ class GroupPath:
         not made yet (said once per wording, nothing booked), or its group refused
         for a claim it cannot place (``PodGroupClaimRefused``)."""
         out: list[tuple[JSON, PodGroup]] = []
-        for p, g in unbound:
+        # by name, so that the claim a refusal names is the same whichever member asks
+        for p, g in sorted(unbound, key=lambda m: object_key(m[0])):
             claims = self.claims.read(p)
             if claims is None:
                 out.append((p, g))

@@ -313,6 +313,9 @@ def test_a_dra_group_whose_claim_asks_all_devices_is_refused_and_holds_nothing()
     for i in range(2):
         env.reconcile(f"train-{i}")
     assert env.bound() == {} and not any(env.held().values())
-    (said,) = env.reasons("train-1", "PodGroupClaimRefused")
-    assert said.startswith(f"pod group {GNS}/label:train: ResourceClaim {GNS}/train-1-gpus "
-                           f"of pod {GNS}/train-1: request 'gpus' has allocationMode All"), said
+    # each member is told, naming the first member's claim (by name) for both
+    for i in range(2):
+        (said,) = env.reasons(f"train-{i}", "PodGroupClaimRefused")
+        assert said.startswith(f"pod group {GNS}/label:train: ResourceClaim "
+                               f"{GNS}/train-0-gpus of pod {GNS}/train-0: request 'gpus' "
+                               f"has allocationMode All"), said
