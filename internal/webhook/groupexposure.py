@@ -33,6 +33,10 @@ the webhook's ``--device-exposure``:
 | mode of its own)          | Refused without a claim, or with ``nvidia.com/gpu`` asked   |
 | ``dra`` as the webhook's  | ``cuda-visible-devices``, as ``device-plugin`` above        |
 | default, and no claim     |                                                             |
+| ``cuda-visible-devices`` /| refused: the binder allocates only a ``dra`` member's claim,|
+| ``nvidia-visible-devices``| so the kubelet would never start it                         |
+| as the pod's own, and it  |                                                             |
+| names a ResourceClaim     |                                                             |
 | unknown                   | refused, as for a seed pod (``parse_exposure``)             |
 
 | the pod (a CREATE sent to ``/mutate``; with a map too)  | answer                     |
@@ -125,6 +129,11 @@ def member_mode(pod: Mapping[str, Any], default: DeviceExposure) -> DeviceExposu
             f"device exposure {mode.value!r} is not given to a pod group's member: the "
             "device plugin would pick its devices, not the ones its group is placed on "
             "(use cuda-visible-devices, nvidia-visible-devices or dra)")
+    if uses_claims(pod):
+        raise ValueError(
+            f"device exposure {mode.value!r} for a pod group's member that names a "
+            "ResourceClaim: its claim would not be allocated (only a 'dra' member's is), "
+            "so the kubelet would never start it (use dra, or drop the claim)")
     return mode
 
 

@@ -277,3 +277,17 @@ def test_a_member_with_a_claim_and_nvidia_gpu_and_no_mode_keeps_its_reference() 
     mode."""
     pod, _ = admitted(dra_member(gpus=True))
     assert [e for e in envs(pod)[0] if e["name"] == "CUDA_VISIBLE_DEVICES"] == [REF]
+
+
+@pytest.mark.parametrize("mode", ["cuda-visible-devices", "nvidia-visible-devices"])
+@pytest.mark.parametrize("gpus", [False, True], ids=["claim-only", "claim-and-gpu"])
+def test_a_member_naming_a_claim_with_a_mode_of_its_own_other_than_dra_is_refused(
+        mode: str, gpus: bool) -> None:
+    """Only a dra member's claim is allocated by the binder: one in another mode of its
+    own would be bound with its claim unallocated, and the kubelet never starts it."""
+    response = mutate_review(review(dra_member({MODE: mode}, gpus=gpus)))["response"]
+    assert response["allowed"] is False
+    assert f"device exposure {mode!r} for a pod group's member that names a " \
+           "ResourceClaim: its claim would not be allocated" in \
+           response["status"]["message"], response
+    assert "(use dra, or drop the claim)" in response["status"]["message"]
