@@ -96,6 +96,8 @@ class Informers:
     #: DRA on and served; else None
     resourceslices: SharedIndexInformer | None = None
     resourceclaims: SharedIndexInformer | None = None
+    #: a pod group's members not made yet in dra mode: what their templates ask
+    claimtemplates: SharedIndexInformer | None = None
 
     def class_value(self, name: str) -> int | None:
         """A PriorityClass's value by name (None: no such class), from the cache."""
@@ -119,6 +121,8 @@ def make_informers(mgr: Manager, dra: bool) -> Informers:
         classes=mgr.informer_for("scheduling.k8s.io/v1", "PriorityClass"),
         resourceslices=mgr.informer_for(DRA_API_VERSION, "ResourceSlice") if dra else None,
         resourceclaims=mgr.informer_for(DRA_API_VERSION, "ResourceClaim", indexers=owner)
+        if dra else None,
+        claimtemplates=mgr.informer_for(DRA_API_VERSION, "ResourceClaimTemplate")
         if dra else None)
 
 

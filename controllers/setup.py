@@ -276,7 +276,8 @@ def setup_controllers(mgr: Manager, opts: ControllerOptions,
         claims = setup_claims(mgr, inf.resourceclaims, inf.pods.indexer, shared.states,
                               shared.claims)[1]
     member_claims = MemberClaimsReader(
-        mgr.client, inf.resourceclaims.indexer, shared.dra.device_class, shared.dra.driver
+        mgr.client, inf.resourceclaims.indexer, shared.dra.device_class, shared.dra.driver,
+        inf.claimtemplates.indexer if inf.claimtemplates is not None else None,
     ) if shared.dra is not None and inf.resourceclaims is not None else None
     binder = setup_podbinding_controller(mgr, shared.states, shared.own_writes, pod_binding,
                                          shared.queues, member_claims

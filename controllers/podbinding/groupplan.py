@@ -21,7 +21,7 @@ from controllers.placement.seeds import GroupPlan, Preemption
 from controllers.placement.state import PlacementView
 from controllers.podbinding.grouppreempt import group_priority, refuses_preemption, was
 from controllers.podbinding.leaderfirst import slot_key
-from controllers.podbinding.memberclaims import dra_gpus
+from controllers.podbinding.memberclaims import dra_gpus, planned
 from controllers.podbinding.seedbook import Entry, pod_meta, pod_priority, pod_spec
 from controllers.podbinding.seedentry import ring_note
 from controllers.podbinding.seedplan import FIT_FIELDS, MAX_GPUS_PER_POD, pod_model
@@ -122,13 +122,17 @@ def plan_group(view: PlacementView, group: PodGroup, unbound: list[tuple[JSON, P
 def slot_pods(group: PodGroup, members: list[JSON], reserve: list[int]) -> list[JSON]:
     """``members`` (the first of them first), then each member of index in
     ``reserve`` not made yet, as its owner's template will make it (under the first
-    member's metadata; the first member itself where the group does not say)."""
+    member's metadata; the first member itself where the group does not say); a
+    ``dra`` one asking its templates' GPUs (``LaterPart.dra_gpus``)."""
     if not members:
         return []
     first = members[0]
-    later = [group.later_spec(i) for i in reserve]
-    return members + [first if spec is None else {"metadata": pod_meta(first), "spec": spec}
-                      for spec in later]
+    out = list(members)
+    for part in (group.later_part(i) for i in reserve):
+        pod = first if part is None else {"metadata": pod_meta(first), "spec": part.spec}
+        out.append(pod if part is None or part.dra_gpus is None
+                   else planned(pod, part.dra_gpus))
+    return out
 
 
 def _parts(pods: list[JSON], strategy: str, topology: Topology, priority: int

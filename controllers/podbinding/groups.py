@@ -53,7 +53,7 @@ from controllers.podbinding.leaderfirst import (
     to_place,
     waiting_note,
 )
-from controllers.podbinding.memberclaims import MemberClaimsReader, planned
+from controllers.podbinding.memberclaims import MemberClaims, MemberClaimsReader, planned
 from controllers.podbinding.seedbook import (
     Entry,
     SeedBook,
@@ -200,6 +200,10 @@ class GroupPath:
             log.info("group.slot_waits", group=group.key, pod=key, predecessor=going)
             return Result(requeue_after=1.0)
         if self.book.vacancies(ledger_key):  # a member made again: its slot back
+            claims = self.claims.read(pod)  # a dra one's claim is allocated at its Binding
+            if claims is not None and (claims.refused or claims.waiting) \
+                    and self.book.vacancy(ledger_key, group.index, group.generation):
+                return self._claims_wait(pod, group, claims)
             slot, _ = state.seeds.book_seed(self.book, key,
                                       lambda view: take_slot(view, self.book, pod, group))
             if slot is not None:
@@ -216,7 +220,7 @@ class GroupPath:
         reserve = missing_slots(group, [*bound, *unbound]) if present < group.size else []
         if present < group.size and not reserve:
             return self._wait(pod, group, present)
-        unbound, waits = self._claimed(pod, group, unbound, reserve)
+        unbound, group, waits = self._claimed(pod, group, unbound, reserve)
         if waits is not None:
             return waits
         members = [p for p, _ in unbound]
@@ -279,32 +283,41 @@ class GroupPath:
             if entry is not None else None
 
     def _claimed(self, pod: JSON, group: PodGroup, unbound: list[tuple[JSON, PodGroup]],
-                 reserve: list[int]) -> tuple[list[tuple[JSON, PodGroup]], Result | None]:
+                 reserve: list[int]
+                 ) -> tuple[list[tuple[JSON, PodGroup]], PodGroup, Result | None]:
         """``unbound`` with each ``dra`` member as its plan reads it (its claims' GPUs:
-        ``memberclaims.planned``), or what ``pod`` does instead: wait while a claim is
-        not made yet (said once per wording, nothing booked), or its group refused
-        for a claim it cannot place (``PodGroupClaimRefused``)."""
+        ``memberclaims.planned``), and ``group`` with its ``dra`` members not made yet
+        (slots ``reserve``) asking their ResourceClaimTemplates' GPUs
+        (``MemberClaimsReader.read_slots``); or what ``pod`` does instead: wait while
+        a claim is not made yet or a template not cached (said once per wording,
+        nothing booked), or its group refused for a claim it cannot place
+        (``PodGroupClaimRefused``)."""
         out: list[tuple[JSON, PodGroup]] = []
         # by name, so that the claim a refusal names is the same whichever member asks
         for p, g in sorted(unbound, key=lambda m: object_key(m[0])):
             claims = self.claims.read(p)
-            if claims is None:
-                out.append((p, g))
-                continue
-            refused = claims.refused or (
-                "a member not made yet of a group placed at its first members cannot be "
-                "planned in dra mode (its claim does not exist yet)" if reserve else "")
-            if refused:
-                return unbound, self._refused(pod, GroupRefusal(
-                    "dra", CLAIM_REFUSED, f"pod group {group.key}: {refused}", group.key))
-            if claims.waiting:
-                said = (f"waiting for the ResourceClaims of pod group {group.key}'s members: "
-                        f"{claims.waiting}; no GPU is held until every one exists")
-                if self.waits.tell_once(pod_uid(pod), said):
-                    self.recorder.normal(pod, "WaitingForGroup", said)
-                return unbound, Result(requeue_after=CLAIM_POLL)
-            out.append((planned(p, claims.gpus), g))
-        return out, None
+            if claims is not None and not (claims.refused or claims.waiting):
+                p = planned(p, claims.gpus)
+            elif claims is not None:
+                return unbound, group, self._claims_wait(pod, group, claims)
+            out.append((p, g))
+        if reserve:
+            group, slots = self.claims.read_slots(group, reserve)
+            if slots.refused or slots.waiting:
+                return unbound, group, self._claims_wait(pod, group, slots)
+        return out, group, None
+
+    def _claims_wait(self, pod: JSON, group: PodGroup, claims: MemberClaims) -> Result:
+        """``pod``'s group refused for a member's claim (``PodGroupClaimRefused``), or
+        waiting for one (said once per wording)."""
+        if claims.refused:
+            return self._refused(pod, GroupRefusal(
+                "dra", CLAIM_REFUSED, f"pod group {group.key}: {claims.refused}", group.key))
+        said = (f"waiting for the ResourceClaims of pod group {group.key}'s members: "
+                f"{claims.waiting}; no GPU is held until every one exists")
+        if self.waits.tell_once(pod_uid(pod), said):
+            self.recorder.normal(pod, "WaitingForGroup", said)
+        return Result(requeue_after=CLAIM_POLL)
 
     def forget(self, state: PlacementState, key: str) -> None:
         """Pod ``key`` is gone or being deleted: its group, incomplete, leaves its

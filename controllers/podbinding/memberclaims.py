@@ -21,6 +21,14 @@ What ``read_member`` answers for a member (a ``MemberClaims``):
 | anything else (``All``, another class, a selector, | ``refused``: its group is       |
 | ``firstAvailable``, a claim another pod uses)      | refused, not guessed            |
 
+A member not made yet of a group placed at its first members (``leaderfirst.py``: a
+reserved slot) has no claim yet: ``read_slot`` reads what its owner's pod template
+(``PodGroup.later_spec``) will ask from the ResourceClaimTemplates it names, by the
+same rules (a template not in the cache yet: ``waiting``; a ``resourceClaimName``, a
+claim shared by several pods: ``refused``). Once the pod is made and takes its slot,
+its own claim (kube-controller-manager's, from that template) is read and allocated
+as a first member's.
+
 ``allocate`` then writes, per claim, as kube-scheduler does in its PreBind: first
 kube-scheduler's finalizer ``resource.kubernetes.io/delete-protection`` (so
 kube-controller-manager's ``resourceclaim`` controller deallocates the claim once its
@@ -37,12 +45,13 @@ first. Any failure raises ``ClaimNotAllocated``: the member is not bound.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from api.v1alpha1.keys import GROUP_CLAIM_ANNOTATION
 from controllers.dra.claims import node_selector
 from internal.objects import JSON, object_key
+from internal.scheduling.podgroups import LaterPart, PodGroup
 from internal.scheduling.pods import pod_gpu_request, pod_uid
 from internal.scheduling.resourceslices import DRA_API_VERSION
 from internal.webhook.groupexposure import dra_member
@@ -60,6 +69,8 @@ DRA_OFF = ("device exposure 'dra' is unavailable: the controller runs without --
            "(or the API server does not serve resource.k8s.io/v1)")
 #: (namespace, name) -> the cached ResourceClaim, or None
 ClaimOf = Callable[[str, str], JSON | None]
+#: (namespace, name) -> the cached ResourceClaimTemplate, or None
+TemplateOf = Callable[[str, str], JSON | None]
 #: (node, devices, request) -> allocation results naming them, or None (not published)
 ResultsFor = Callable[[str, list[int], str], list[dict[str, Any]] | None]
 
@@ -125,6 +136,40 @@ def read_member(pod: JSON, claim_of: ClaimOf, device_class: str) -> MemberClaims
                 f"exactly N devices of device class {device_class!r} (allocationMode "
                 f"ExactCount, no selector)"))
         asks.append(ClaimAsk(claim, requests))
+    return MemberClaims(tuple(asks), gpus=sum(a.gpus for a in asks))
+
+
+def read_slot(spec: JSON, ns: str, template_of: TemplateOf, device_class: str,
+              who: str) -> MemberClaims | None:
+    """What a member not made yet will ask, its pod ``spec`` its owner's template
+    (``who`` names it in words): None when it is not in ``dra`` mode (it names no
+    claim, or asks ``nvidia.com/gpu``: the webhook's rule for a member with no mode
+    of its own); else its templates' requests (the module's table)."""
+    if not dra_member({"spec": spec}):
+        return None
+    asks: list[ClaimAsk] = []
+    for c in spec.get("resourceClaims") or ():
+        entry = c.get("name")
+        if c.get("resourceClaimName"):
+            return MemberClaims(refused=(
+                f"{who}'s claim {entry!r} names ResourceClaim {ns}/{c['resourceClaimName']}, "
+                f"a claim shared by the pods that name it: it cannot be allocated to each "
+                f"member's own devices (name a resourceClaimTemplateName, one claim per pod)"))
+        name = c.get("resourceClaimTemplateName")
+        if not name:
+            continue
+        template = template_of(ns, str(name))
+        if template is None:
+            return MemberClaims(waiting=f"ResourceClaimTemplate {ns}/{name} of {who}'s claim "
+                                        f"{entry!r} is not in the cache yet")
+        requests, why = _requests({"spec": (template.get("spec") or {}).get("spec") or {}},
+                                  device_class)
+        if why:
+            return MemberClaims(refused=(
+                f"ResourceClaimTemplate {ns}/{name} of {who}: {why}: the group is placed on "
+                f"devices it chooses itself, so a member's claim asks exactly N devices of "
+                f"device class {device_class!r} (allocationMode ExactCount, no selector)"))
+        asks.append(ClaimAsk(template, requests))
     return MemberClaims(tuple(asks), gpus=sum(a.gpus for a in asks))
 
 
@@ -260,8 +305,9 @@ class MemberClaimsReader:
     refused, ``DRA_OFF``)."""
 
     def __init__(self, client: Any = None, claims: Any = None,
-                 device_class: str | None = None, driver: str = "") -> None:
-        self.client, self.claims = client, claims
+                 device_class: str | None = None, driver: str = "",
+                 templates: Any = None) -> None:
+        self.client, self.claims, self.templates = client, claims, templates
         self.device_class, self.driver = device_class, driver
 
     def read(self, pod: JSON) -> MemberClaims | None:
@@ -272,6 +318,33 @@ class MemberClaimsReader:
             return MemberClaims(refused=DRA_OFF)
         return read_member(pod, lambda ns, name: self.claims.get_by_name(name, ns),
                            self.device_class)
+
+    def read_slot(self, spec: JSON, ns: str, who: str) -> MemberClaims | None:
+        """A member not made yet (``read_slot``); None when not in ``dra`` mode."""
+        if not dra_member({"spec": spec}):
+            return None
+        if self.templates is None or self.device_class is None:
+            return MemberClaims(refused=DRA_OFF)
+        return read_slot(spec, ns, lambda n, name: self.templates.get_by_name(name, n),
+                         self.device_class, who)
+
+    def read_slots(self, group: PodGroup, reserve: list[int]) -> tuple[PodGroup, MemberClaims]:
+        """``group`` as its plan reads it, each ``dra`` part of its members not made
+        yet of indices ``reserve`` asking its templates' GPUs (``LaterPart.dra_gpus``),
+        and what they ask together (``waiting`` or ``refused`` for the first that
+        waits or is refused: ``group`` unchanged then)."""
+        ns = group.key.split("/", 1)[0]
+        parts: list[LaterPart] = []
+        gpus = 0
+        for part in group.later:
+            claims = None if not any(part.start <= i < part.stop for i in reserve) else \
+                self.read_slot(part.spec, ns, f"the members {part.start}-{part.stop - 1} of "
+                                              f"pod group {group.key} not made yet")
+            if claims is not None and (claims.waiting or claims.refused):
+                return group, claims
+            parts.append(part if claims is None else replace(part, dra_gpus=claims.gpus))
+            gpus += 0 if claims is None else claims.gpus
+        return replace(group, later=tuple(parts)), MemberClaims(gpus=gpus)
 
     def allocate(self, pod: JSON, node: str, devices: list[int], holder: str,
                  results_for: ResultsFor) -> str:

@@ -80,6 +80,9 @@ class LaterPart:
     start: int
     stop: int
     spec: Mapping[str, Any] = field(compare=False, hash=False)
+    #: a ``dra`` member's GPUs, read from the ResourceClaimTemplates its ``spec``
+    #: names (set by the pod binding for its plan: ``memberclaims.read_slot``)
+    dra_gpus: int | None = field(default=None, compare=False, hash=False)
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,12 @@ class PodGroup:
 
     def later_spec(self, index: int) -> Mapping[str, Any] | None:
         """The pod spec of member ``index`` when it is one made later, else None."""
-        return next((p.spec for p in self.later if p.start <= index < p.stop), None)
+        part = self.later_part(index)
+        return None if part is None else part.spec
+
+    def later_part(self, index: int) -> LaterPart | None:
+        """The ``LaterPart`` of member ``index`` when it is one made later, else None."""
+        return next((p for p in self.later if p.start <= index < p.stop), None)
 
     @property
     def first(self) -> tuple[tuple[int, int], ...]:
