@@ -28,10 +28,11 @@ from tests.integration.controller.conftest import (  # noqa: F401 (fixtures)
     installed,
 )
 from tests.integration.podgroups.controllers import JOBSET, PeerController, jobset
-from tests.integration.podgroups.fixtures import members, nodes_shown, pinned
+from tests.integration.podgroups.fixtures import members, nodes_shown, pinned, slots_of
 from tests.waiting import eventually
 
 DEVICES = "gpu.orchestrator.dev/devices"
+SLOTS = "gpu.orchestrator.dev/group-slots"
 #: kube-scheduler's finalizer, which kube-controller-manager's resourceclaim
 #: controller removes once it deallocated the claim
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
@@ -55,51 +56,69 @@ def binder(installed: ControlPlane, peers: None) -> Iterator[Running]:  # noqa: 
     run.stop()
 
 
-@pytest.fixture
-def sliced(installed: ControlPlane, binder: Running,  # noqa: F811
-           group: NodeGroup) -> Iterator[str]:  # noqa: F811
-    """One node of 4 GPUs whose GPUs NVIDIA's driver publishes; its name."""
+@contextlib.contextmanager
+def sliced_nodes(installed: ControlPlane, binder: Running, group: NodeGroup,  # noqa: F811
+                 count: int) -> Iterator[list[str]]:
+    """``count`` nodes of 4 GPUs whose GPUs NVIDIA's driver publishes; their names."""
     admin = Client.from_kubeconfig(str(installed.kubeconfig))
-    node, = binder.wait_nodes(group.add(1, gpus=4))
-    admin.create(nvidia_slice(node, 4))
+    nodes = binder.wait_nodes(group.add(count, gpus=4))
+    for node in nodes:
+        admin.create(nvidia_slice(node, 4))
 
     def seen() -> bool:
         state = binder.reconciler.state if binder.reconciler is not None else None
         if state is None or not state.ready:
-            return True  # its rebuild reads the slice from the cache
-        info = state.node_info(node)
-        return info is not None and info.dra_driver == DRIVER and len(info.devices) == 4
-    eventually(seen, timeout=30, what="the manager sees the node's ResourceSlice")
-    yield node
-    with contextlib.suppress(NotFound):
-        admin.delete(DRA, "ResourceSlice", f"{node}-{DRIVER}")
+            return True  # its rebuild reads the slices from the cache
+        infos = [state.node_info(node) for node in nodes]
+        return all(info is not None and info.dra_driver == DRIVER and len(info.devices) == 4
+                   for info in infos)
+    eventually(seen, timeout=30, what="the manager sees the nodes' ResourceSlices")
+    yield list(nodes)
+    for node in nodes:
+        with contextlib.suppress(NotFound):
+            admin.delete(DRA, "ResourceSlice", f"{node}-{DRIVER}")
 
 
-def claim_template(ns: str) -> dict[str, Any]:
+@pytest.fixture
+def sliced(installed: ControlPlane, binder: Running,  # noqa: F811
+           group: NodeGroup) -> Iterator[str]:  # noqa: F811
+    """One node of 4 GPUs whose GPUs NVIDIA's driver publishes; its name."""
+    with sliced_nodes(installed, binder, group, 1) as (node,):
+        yield node
+
+
+def claim_template(ns: str, name: str = TEMPLATE, count: int = 2) -> dict[str, Any]:
     return {"apiVersion": DRA, "kind": "ResourceClaimTemplate",
-            "metadata": {"name": TEMPLATE, "namespace": ns},
+            "metadata": {"name": name, "namespace": ns},
             "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
-                "deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 2}}]}}}}
+                "deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": count}}]}}}}
 
 
-def dra_jobset(name: str, group: NodeGroup) -> dict[str, Any]:  # noqa: F811
-    """A JobSet of one Job of 2 pods, each with a claim of 2 GPUs from the template."""
-    js = jobset(name, [("workers", 1, 2)])
-    template = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
-    pinned(template, group)
-    template["metadata"] = {"annotations": {"gpu.orchestrator.dev/device-exposure": "dra"}}
-    template["spec"]["resourceClaims"] = [{"name": "gpus",
-                                           "resourceClaimTemplateName": TEMPLATE}]
-    template["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+def dra_jobset(name: str, group: NodeGroup,  # noqa: F811
+               jobs: list[tuple[str, int, int, str]] | None = None,
+               order: str | None = None) -> dict[str, Any]:
+    """A JobSet of replicated jobs ``(name, replicas, pods per Job, claim template)``,
+    each pod with a claim from its job's template (default: one Job of 2 pods, 2
+    GPUs each from ``TEMPLATE``)."""
+    jobs = jobs or [("workers", 1, 2, TEMPLATE)]
+    js = jobset(name, [j[:3] for j in jobs], order=order)
+    for rj, (*_, claim_template_name) in zip(js["spec"]["replicatedJobs"], jobs, strict=True):
+        template = rj["template"]["spec"]["template"]
+        pinned(template, group)
+        template["metadata"] = {"annotations": {"gpu.orchestrator.dev/device-exposure": "dra"}}
+        template["spec"]["resourceClaims"] = [{"name": "gpus",
+                                               "resourceClaimTemplateName": claim_template_name}]
+        template["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
     return js
 
 
-def bound_members(admin: Client, ns: str, name: str, timeout: float) -> list[dict[str, Any]]:
+def bound_members(admin: Client, ns: str, name: str, timeout: float,
+                  count: int = 2) -> list[dict[str, Any]]:
     def all_bound() -> list[dict[str, Any]] | None:
         pods = members(admin, ns, name)
-        return pods if len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods) \
+        return pods if len(pods) == count and all(p["spec"].get("nodeName") for p in pods) \
             else None
-    return eventually(all_bound, timeout=timeout, what=f"both members of {name} bound")
+    return eventually(all_bound, timeout=timeout, what=f"the {count} members of {name} bound")
 
 
 def claim_of(admin: Client, pod: dict[str, Any]) -> dict[str, Any]:
@@ -115,20 +134,22 @@ def allocated(claim: dict[str, Any]) -> list[tuple[str, str]]:
                   for r in (alloc.get("devices") or {}).get("results") or ())
 
 
-def check_claims(admin: Client, pods: list[dict[str, Any]], node: str) -> list[str]:
+def check_claims(admin: Client, pods: list[dict[str, Any]], node: str | None) -> list[str]:
     """Each member's claim allocated to exactly its devices annotation's devices on
-    its node, reserved for it, with kube-scheduler's finalizer; its devices."""
+    its node (``node``, when given), reserved for it, with kube-scheduler's
+    finalizer; its devices."""
     held: list[str] = []
     for pod in pods:
         devices = pod["metadata"]["annotations"][DEVICES].split(",")
         claim = claim_of(admin, pod)
-        assert pod["spec"]["nodeName"] == node
-        assert allocated(claim) == sorted((node, f"gpu-{d}") for d in devices), claim
+        assert node is None or pod["spec"]["nodeName"] == node
+        node_of = pod["spec"]["nodeName"]
+        assert allocated(claim) == sorted((node_of, f"gpu-{d}") for d in devices), claim
         assert [(r["name"], r["uid"]) for r in claim["status"]["reservedFor"]] == \
             [(pod["metadata"]["name"], pod["metadata"]["uid"])]
         assert DELETE_PROTECTION in claim["metadata"]["finalizers"]
         assert claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0][
-            "matchFields"][0]["values"] == [node]
+            "matchFields"][0]["values"] == [node_of]
         # the driver shows the devices: no host-index variable was given it
         assert not any(e["name"] in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
                        for e in pod["spec"]["containers"][0].get("env") or ())
@@ -176,3 +197,45 @@ def test_a_dra_jobset_gets_its_claims_allocated_to_its_devices_and_frees_them(
         assert "DeviceConflict" not in reasons, reasons
     admin.delete("jobset.x-k8s.io/v1alpha2", "JobSet", "second", namespace=namespace,
                  propagation_policy="Foreground")
+
+
+def test_an_in_order_dra_jobset_is_placed_whole_at_its_launcher_with_every_claim(
+        peers: None, binder: Running, exposure: None, admin: Client, namespace: str,
+        installed: ControlPlane, group: NodeGroup) -> None:  # noqa: F811
+    """startupPolicy InOrder: a launcher of 1 pod x 1 GPU, then 2 workers x 2 GPUs
+    (made by the JobSet controller only once the launcher is ready), all in dra mode,
+    on 2 nodes the driver publishes: the launcher is placed with the workers' devices
+    held as its slots (their GPUs read from their ResourceClaimTemplate), and each
+    worker, once made and its claim made by kube-controller-manager, is bound to its
+    slot with its claim allocated to exactly those devices. (Before, the group was
+    refused: the workers' claims did not exist when the launcher was placed.)"""
+    with sliced_nodes(installed, binder, group, 2):
+        admin.create(claim_template(namespace, "one-gpu", 1))
+        admin.create(claim_template(namespace, TEMPLATE, 2))
+        admin.create(dra_jobset("staged", group, [("launcher", 1, 1, "one-gpu"),
+                                                  ("workers", 1, 2, TEMPLATE)],
+                                order="InOrder"), namespace=namespace)
+        pods = bound_members(admin, namespace, "staged", timeout=150, count=3)
+        held = check_claims(admin, pods, None)
+        (launcher,) = [p for p in pods if p["metadata"]["labels"][
+            "jobset.sigs.k8s.io/replicatedjob-name"] == "launcher"]
+        slots = slots_of(launcher["metadata"]["annotations"][SLOTS])
+        assert sorted(slots) == [1, 2] and all(len(d.split(",")) == 2
+                                               for _, d in slots.values()), slots
+        assert len(launcher["metadata"]["annotations"][DEVICES].split(",")) == 1
+        for pod in pods:  # each worker on the slot of its index
+            if pod is launcher:
+                continue
+            index = 1 + int(pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"])
+            assert (pod["spec"]["nodeName"], pod["metadata"]["annotations"][DEVICES]) == \
+                slots[index], (pod["metadata"]["name"], slots)
+        assert len(held) == 5
+        spots = [(p["spec"]["nodeName"], d) for p in pods
+                 for d in p["metadata"]["annotations"][DEVICES].split(",")]
+        assert len(set(spots)) == 5, spots  # every member's devices its own
+        for pod in pods:
+            reasons = [e["reason"] for e in events_for(admin, namespace, pod["metadata"]["name"])]
+            assert "DeviceConflict" not in reasons and "PodGroupClaimRefused" not in reasons, \
+                reasons
+        admin.delete("jobset.x-k8s.io/v1alpha2", "JobSet", "staged", namespace=namespace,
+                     propagation_policy="Foreground")
