@@ -106,7 +106,9 @@ class Informers:
         return value if isinstance(value, int) else None
 
 
-def make_informers(mgr: Manager, dra: bool) -> Informers:
+def make_informers(mgr: Manager, dra: bool, templates: bool = True) -> Informers:
+    """The informers every controller shares; DRA's with ``dra``, and the
+    ResourceClaimTemplates' too where the manager may read them (``templates``)."""
     owner = {OWNER_UID_INDEX: index_by_owner_uid}
     pods = {**owner, NODE_NAME_INDEX: index_by_node_name}
     if dra:
@@ -123,7 +125,7 @@ def make_informers(mgr: Manager, dra: bool) -> Informers:
         resourceclaims=mgr.informer_for(DRA_API_VERSION, "ResourceClaim", indexers=owner)
         if dra else None,
         claimtemplates=mgr.informer_for(DRA_API_VERSION, "ResourceClaimTemplate")
-        if dra else None)
+        if dra and templates else None)
 
 
 class _PlacementFeed:

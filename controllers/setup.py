@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from controllers.dra.availability import NOT_ENABLED, dra_unavailable
+from controllers.dra.availability import NOT_ENABLED, dra_unavailable, templates_readable
 from controllers.dra.claim_controller import ClaimReconciler, setup_claims
 from controllers.dra.claims import ClaimManager, DraOptions
 from controllers.gpuworkload.intruders import IntruderEvictor
@@ -220,7 +220,8 @@ def _recorder(mgr: Manager, status_client: Client | None) -> EventRecorder:
 def make_shared(mgr: Manager, opts: ControllerOptions) -> Shared:
     """The shared parts, in the order of the module docstring."""
     dra, dra_why = _dra(mgr, opts)
-    informers = make_informers(mgr, dra is not None)
+    informers = make_informers(mgr, dra is not None,
+                               templates=dra is None or templates_readable(mgr.client))
     own_writes = OwnWrites()
     status_client = second_client(mgr) if opts.async_status else None
     recorder = _recorder(mgr, status_client)

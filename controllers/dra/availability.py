@@ -39,7 +39,7 @@ from controllers.status.conditions import SCHEDULED, get_condition
 from internal.objects import JSON
 from internal.scheduling.resourceslices import DRA_API_VERSION
 from runtime import NotFound, Request, Result
-from runtime.errors import ApiError
+from runtime.errors import ApiError, Forbidden
 from runtime.events import EventRecorder
 from runtime.store import Indexer
 
@@ -65,6 +65,30 @@ def dra_unavailable(client: Any) -> str | None:
         log.warning("dra.discovery.failed", api_version=DRA_API_VERSION, code=exc.status,
                     error=str(exc))
     return None
+
+
+#: why a member not made yet cannot be planned in ``dra`` mode when the manager may
+#: not read ResourceClaimTemplates (the DRA role of an older release)
+TEMPLATES_FORBIDDEN = ("the manager may not read ResourceClaimTemplates (apply the current "
+                       "config/rbac/dra_role.yaml), so a member not made yet cannot be "
+                       "planned in dra mode")
+
+
+def templates_readable(client: Any) -> bool:
+    """May the manager list ResourceClaimTemplates? False only on a 403: the DRA role
+    of an older release, applied with this manager (an informer it may not list
+    would never sync, and the manager would stop at its cache-sync timeout: a crash
+    loop). Said once, here; any other failure leaves the informer to retry."""
+    try:
+        client.list(DRA_API_VERSION, "ResourceClaimTemplate", limit=1)
+    except Forbidden as exc:
+        log.warning("dra.templates.forbidden", error=str(exc),
+                    effect="a dra pod group placed before every member exists is "
+                           "refused; apply the current config/rbac/dra_role.yaml")
+        return False
+    except ApiError as exc:
+        log.warning("dra.templates.list_failed", code=exc.status, error=str(exc))
+    return True
 
 
 def _now() -> datetime:

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from api.v1alpha1.keys import GROUP_CLAIM_ANNOTATION
+from controllers.dra.availability import TEMPLATES_FORBIDDEN
 from controllers.dra.claims import node_selector
 from internal.objects import JSON, object_key
 from internal.scheduling.podgroups import LaterPart, PodGroup
@@ -323,8 +324,10 @@ class MemberClaimsReader:
         """A member not made yet (``read_slot``); None when not in ``dra`` mode."""
         if not dra_member({"spec": spec}):
             return None
-        if self.templates is None or self.device_class is None:
+        if self.device_class is None:
             return MemberClaims(refused=DRA_OFF)
+        if self.templates is None:
+            return MemberClaims(refused=TEMPLATES_FORBIDDEN)
         return read_slot(spec, ns, lambda n, name: self.templates.get_by_name(name, n),
                          self.device_class, who)
 

@@ -9,9 +9,15 @@ from typing import Any
 import pytest
 
 from api.v1alpha1.types import DeviceExposure
-from controllers.dra.availability import NOT_ENABLED, DraUnavailableGate, dra_unavailable
+from controllers.dra.availability import (
+    NOT_ENABLED,
+    TEMPLATES_FORBIDDEN,
+    DraUnavailableGate,
+    dra_unavailable,
+    templates_readable,
+)
 from runtime import NotFound, Request
-from runtime.errors import ApiError
+from runtime.errors import ApiError, Forbidden
 from runtime.store import Indexer
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -122,3 +128,43 @@ def test_a_dra_workload_whose_pod_exists_goes_to_the_reconciler_to_be_left_runni
     g.run("no-pod")
     assert g.passed == ["has-pod"]
     assert [e[0] for e in g.events] == ["no-pod"]
+
+
+class Lister:
+    def __init__(self, error: Exception | None) -> None:
+        self.error, self.asked = error, []
+
+    def list(self, api_version: str, kind: str, **kw: Any) -> Any:
+        self.asked.append((api_version, kind, kw.get("limit")))
+        if self.error is not None:
+            raise self.error
+        return {"items": []}
+
+
+@pytest.mark.parametrize("error, readable", [
+    (None, True),
+    (Forbidden(403, "Forbidden", 'resourceclaimtemplates.resource.k8s.io is forbidden: '
+                                 'User "system:serviceaccount:gpu-orchestrator-system:'
+                                 'gpu-orchestrator" cannot list resource'), False),
+    (ApiError(503, "ServiceUnavailable", "try again"), True),  # the informer retries
+])
+def test_only_a_403_leaves_the_claim_templates_unread(error: Exception | None,
+                                                      readable: bool) -> None:
+    """A manager run with an older release's DRA role (no ResourceClaimTemplates)
+    would wait for an informer that never syncs and stop at its cache-sync timeout;
+    it runs without that informer instead, asked once with a one-item list."""
+    client = Lister(error)
+    assert templates_readable(client) is readable
+    assert client.asked == [("resource.k8s.io/v1", "ResourceClaimTemplate", 1)]
+
+
+def test_a_member_not_made_yet_is_refused_with_why_when_templates_are_unread() -> None:
+    from controllers.podbinding.memberclaims import MemberClaimsReader
+
+    reader = MemberClaimsReader(claims=Indexer(), device_class="gpu.nvidia.com",
+                                templates=None)
+    spec = {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "t"}],
+            "containers": [{"name": "c", "resources": {"claims": [{"name": "gpus"}]}}]}
+    claims = reader.read_slot(spec, "team", "pod team/x-1")
+    assert claims is not None and claims.refused == TEMPLATES_FORBIDDEN
+    assert "config/rbac/dra_role.yaml" in claims.refused
