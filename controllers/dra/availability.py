@@ -86,8 +86,8 @@ def templates_readable(client: Any) -> bool:
                     effect="a dra pod group placed before every member exists is "
                            "refused; apply the current config/rbac/dra_role.yaml")
         return False
-    except ApiError as exc:
-        log.warning("dra.templates.list_failed", code=exc.status, error=str(exc))
+    except Exception as exc:  # unreachable for a moment, ...: the informer retries
+        log.warning("dra.templates.list_failed", error=str(exc))
     return True
 
 
