@@ -342,9 +342,7 @@ class CacheEvents:
             before = holder.held(c._ledger, uid)
             problems = holder.sync(c._ledger, obj)
             after = holder.held(c._ledger, uid)
-            # the same record (nothing re-booked) holds no less
-            freed = before is not None and after is not before and (
-                after is None or holds_less(after, before))
+            freed = before is not None and (after is None or holds_less(after, before))
             return problems, list(c.pending.waiting) if freed else None
 
     def _remove_holder(self, uid: str, holder: Holder) -> list[str] | None:
