@@ -312,8 +312,7 @@ class CacheEvents:
             before = c._ledger.holding(key)
             problems = c._sync_claim(c._ledger, claim)
             after = c._ledger.holding(key)
-            freed = before is not None and after is not before and (
-                after is None or holds_less(after, before))
+            freed = before is not None and (after is None or holds_less(after, before))
             return problems, list(c.pending.waiting) if freed else None
 
     def _remove_holder_key(self, key: str) -> list[str] | None:

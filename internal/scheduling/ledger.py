@@ -34,7 +34,6 @@ from internal.scheduling.pods import (
     BadShare,
     PodHolding,
     child_owner,
-    holding_inputs,
     is_controller_pod,
     labelled_owner,
     pod_gpu_request,
@@ -74,17 +73,6 @@ def booking_owner(w: GPUWorkload) -> str:
 
 class Ledger(DeviceLedger):
     """The ledger: the device arithmetic, with API objects read into it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        #: pod UID -> (``holding_inputs`` of its last clean read, the holding it made,
-        #: its ``child_owner``): a pod read again with the same inputs (the event of
-        #: the pod our create returned, its status updates) is not parsed again
-        self._read_as: dict[str, tuple[tuple[Any, ...], PodHolding, str]] = {}
-
-    def remove_pod(self, uid: str) -> bool:
-        self._read_as.pop(uid, None)
-        return super().remove_pod(uid)
 
     def depart(self, key: str) -> Allocation | None:
         """Release the booking ``key`` of a workload whose children may still exist or
@@ -264,40 +252,13 @@ class Ledger(DeviceLedger):
         pod before (a manager's start), so a pod of nobody's that carries a workload's
         child labels is taken for that workload's orphan."""
         uid = str((pod.get("metadata") or {}).get("uid") or object_key(pod))
-        inputs = holding_inputs(pod)
-        read = self._read_as.get(uid)
-        if read is not None and read[0] == inputs and not rebuilding:
-            unchanged = self._still_set(read[1], priority, read[2])
-            if unchanged is not None:
-                return unchanged
-        self._read_as.pop(uid, None)
         old = self.pod(uid)
-        owner = child_owner(pod)
-        child_of = (old.child_of if old is not None else "") or owner or (
+        child_of = (old.child_of if old is not None else "") or child_owner(pod) or (
             labelled_owner(pod) if rebuilding else "")
-        problems, h = self._sync_pod(pod, uid, priority, child_of)
-        if h is not None and not rebuilding:
-            self._read_as[uid] = (inputs, h, owner)
-        return problems
-
-    def _still_set(self, h: PodHolding, priority: int, owner: str) -> list[str] | None:
-        """``set_pod``'s answer when the ledger still records ``h`` as the last clean
-        read of the pod set it (same priority, same ``child_of`` as ``sync_pod`` would
-        give it now: nothing re-booked, its conflicts said again); None when it does
-        not (the pod is read again)."""
-        last = self._set_as.get(h.key)
-        if last is None or last[0][0] is not h or last[0][1] != priority:
-            return None
-        alloc = self._allocs.get(h.key)
-        if last[1] is not alloc or (alloc.child_of or owner) != last[0][2]:
-            return None
-        return [f"pod {h.name}: {c}" for c in self._unchanged(h, alloc, last[0][2])]
+        return self._sync_pod(pod, uid, priority, child_of)
 
     def _sync_pod(self, pod: Mapping[str, Any], uid: str, priority: int,
-                  child_of: str) -> tuple[list[str], PodHolding | None]:
-        """(problems, the holding ``set_pod`` records when the pod was read cleanly:
-        nothing of its own to report, nothing it was first given overridden; else
-        None)."""
+                  child_of: str) -> list[str]:
         given = self._given(pod, uid)
         try:
             h = pod_holding(pod)
@@ -312,7 +273,7 @@ class Ledger(DeviceLedger):
                 self.remove_pod(uid)
             else:
                 self.set_pod(h, priority, child_of=child_of)
-            return [f"pod {object_key(pod)}: {exc}"], None
+            return [f"pod {object_key(pod)}: {exc}"]
         if given is not None and (h is None or h.devices != given[1]):
             now = ",".join(map(str, h.devices)) if h is not None and h.devices else "nothing"
             problem = (f"pod {object_key(pod)}: annotation {DEVICES_ANNOTATION} changed to {now} "
@@ -321,12 +282,11 @@ class Ledger(DeviceLedger):
             h = PodHolding(uid, object_key(pod), given[0], given[1],
                            max(0, pod_gpu_request(pod) - len(given[1])), pod_owner(pod))
             return [problem] + [f"pod {h.name}: {c}"
-                                for c in self.set_pod(h, priority, child_of=child_of)], None
+                                for c in self.set_pod(h, priority, child_of=child_of)]
         if h is None:
             self.remove_pod(uid)
-            return [], None
-        problems = [f"pod {h.name}: {c}" for c in self.set_pod(h, priority, child_of=child_of)]
-        return problems, self._set_as[h.key][0][0]  # the one set_pod keeps (equal to h)
+            return []
+        return [f"pod {h.name}: {c}" for c in self.set_pod(h, priority, child_of=child_of)]
 
     def _given(self, pod: Mapping[str, Any], uid: str) -> tuple[str, tuple[int, ...]] | None:
         """(node, devices) a bound, unfinished pod was first seen holding by name,

@@ -271,14 +271,12 @@ class DeviceLedger(DeviceHoldings):
         what it would report is said again (the conflicts with the other holders as
         they are now, its over-commit verdict kept)."""
         held = self._holders.get(h.node, {})
-        others = [(d, k, o) for d in h.devices for k, o in held.get(d, {}).items()
-                  if k != h.key]
+        mine = {d: hold_of(alloc.placements, h.node, d) for d in h.devices}
         conflicts = sorted({f"{h.node}: device {d} also held by {self._describe({k: o})}"
-                            for d, k, o in others
-                            if not self._kin(k, o, h.owner, child_of)
+                            for d in h.devices for k, o in held.get(d, {}).items()
+                            if k != h.key and not self._kin(k, o, h.owner, child_of)
                             and not self._nominated_over(k, h.owner)
-                            and self._clash(k, h.node, d, hold_of(alloc.placements, h.node, d))}
-                           ) if others else []
+                            and self._clash(k, h.node, d, mine[d])})
         return conflicts + ([alloc.overcommit] if alloc.overcommit else [])
 
     def _overcommit_text(self, node: str, held: int, size: int) -> str:

@@ -164,23 +164,6 @@ def pod_holding(pod: JSON) -> PodHolding | None:
         annotations)
 
 
-def holding_inputs(pod: JSON) -> tuple[Any, ...]:
-    """The values of ``pod`` that ``pod_holding`` and ``child_owner`` read: its node,
-    whether it is active (not its phase: Pending to Running changes no holding), the
-    annotations that name its devices and their portion, its GPU request, its child
-    labels and its controller. Equal inputs, equal holding (``Ledger.sync_pod`` does
-    not parse the pod again then)."""
-    meta = pod.get("metadata") or {}
-    ann = meta.get("annotations") or {}
-    labels = meta.get("labels") or {}
-    ref = controller_ref(pod)
-    return ((pod.get("spec") or {}).get("nodeName"), pod_is_active(pod),
-            ann.get(DEVICES_ANNOTATION), ann.get(SHARE_ANNOTATION), ann.get(MIG_ANNOTATION),
-            pod_gpu_request(pod), labels.get(ATTEMPT_LABEL), labels.get(WORKLOAD_UID_LABEL),
-            None if ref is None else (ref.get("kind"), ref.get("uid")),
-            meta.get("namespace"), meta.get("name"))
-
-
 def with_portion(h: H, annotations: Mapping[str, Any]) -> H:
     """``h`` with the share or MIG instance its annotations name. Raises BadShare
     (carrying ``h``, its devices held whole) when they cannot be read."""
