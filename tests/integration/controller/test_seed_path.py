@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hack.testenv import ControlPlane
-from runtime import Client
+from runtime import Client, NotFound
 from tests.integration.controller.conftest import ROOT, Running
 from tests.integration.controller.test_podbinding import SAMPLE, SEED, holder, wait_gone
 from tests.integration.webhook.helpers import running_webhook
@@ -41,11 +41,20 @@ def test_statefulset_pods_get_their_nodes_and_devices(
     try:
         names = [f"gpu-scheduler-check-{i}" for i in range(5)]
 
-        def running() -> list[dict] | None:
-            pods = [admin.get("v1", "Pod", n, namespace) for n in names]
-            return pods if all(p["status"].get("phase") == "Running" for p in pods) else None
+        def running() -> list[dict]:
+            pods = [_pod(admin, n, namespace) for n in names]
+            if all(p is not None and p["status"].get("phase") == "Running" for p in pods):
+                return [p for p in pods if p is not None]
+            # where each stands, for the failure message
+            raise AssertionError("; ".join(
+                f"{n}: not created yet" if p is None else
+                f"{n}: {p['status'].get('phase')} on {p['spec'].get('nodeName') or 'no node'}"
+                for n, p in zip(names, pods, strict=True)))
 
-        pods = eventually(lambda: _quiet(running), timeout=90, what="5 pods Running")
+        # the StatefulSet makes its pods one at a time, each once the one before it is
+        # Running (OrderedReady), and backs off after a refused create: on the 2 shared
+        # cores with the rest of the suite this has taken over 90 s
+        pods = eventually(running, timeout=180, what="5 pods Running")
         got = []
         for p in pods:
             env = {e["name"]: e.get("value") for e in p["spec"]["containers"][0]["env"]}
@@ -63,8 +72,9 @@ def test_statefulset_pods_get_their_nodes_and_devices(
         wait_gone(admin, namespace, "app=gpu-scheduler-check")
 
 
-def _quiet(fn):
+def _pod(admin: Client, name: str, namespace: str) -> dict | None:
+    """The pod, or None while the StatefulSet controller has not made it yet."""
     try:
-        return fn()
-    except Exception:  # a pod not created yet by the StatefulSet controller
+        return admin.get("v1", "Pod", name, namespace)
+    except NotFound:
         return None
