@@ -131,11 +131,9 @@ def read_member(pod: JSON, claim_of: ClaimOf, device_class: str) -> MemberClaims
         if not why:
             why = _used_by_another(claim, pod)
         if why:
-            return MemberClaims(refused=(
-                f"ResourceClaim {object_key(claim)} of pod {object_key(pod)}: {why}: the "
-                f"group is placed on devices it chooses itself, so a member's claim asks "
-                f"exactly N devices of device class {device_class!r} (allocationMode "
-                f"ExactCount, no selector)"))
+            return MemberClaims(refused=_shape_refusal(
+                f"ResourceClaim {object_key(claim)} of pod {object_key(pod)}", why,
+                device_class))
         asks.append(ClaimAsk(claim, requests))
     return MemberClaims(tuple(asks), gpus=sum(a.gpus for a in asks))
 
@@ -166,12 +164,18 @@ def read_slot(spec: JSON, ns: str, template_of: TemplateOf, device_class: str,
         requests, why = _requests({"spec": (template.get("spec") or {}).get("spec") or {}},
                                   device_class)
         if why:
-            return MemberClaims(refused=(
-                f"ResourceClaimTemplate {ns}/{name} of {who}: {why}: the group is placed on "
-                f"devices it chooses itself, so a member's claim asks exactly N devices of "
-                f"device class {device_class!r} (allocationMode ExactCount, no selector)"))
+            return MemberClaims(refused=_shape_refusal(
+                f"ResourceClaimTemplate {ns}/{name} of {who}", why, device_class))
         asks.append(ClaimAsk(template, requests))
     return MemberClaims(tuple(asks), gpus=sum(a.gpus for a in asks))
+
+
+def _shape_refusal(what: str, why: str, device_class: str) -> str:
+    """Why a member's claim (or template) ``what`` refuses its group: ``why``, and
+    the one shape a member's claim may have."""
+    return (f"{what}: {why}: the group is placed on devices it chooses itself, so a "
+            f"member's claim asks exactly N devices of device class {device_class!r} "
+            f"(allocationMode ExactCount, no selector)")
 
 
 def _requests(claim: JSON, device_class: str) -> tuple[tuple[tuple[str, int], ...], str]:
@@ -234,7 +238,7 @@ def allocate(client: Any, pod: JSON, claims: MemberClaims, node: str, devices: l
     """Allocate ``claims`` (read fresh from the cache) to ``devices`` of ``node``, in
     order, and reserve them for ``pod`` (the module's docstring). Raises
     ClaimNotAllocated."""
-    if sum(a.gpus for a in claims.asks) != len(devices):
+    if claims.gpus != len(devices):
         raise ClaimNotAllocated(f"its claims ask {claims.gpus} device(s), its group "
                                 f"planned {len(devices)}")
     at = 0
@@ -285,9 +289,9 @@ def _write(client: Any, claim: JSON, allocation: JSON, pod: JSON, holder: str) -
             client.update_status({**claim, "status": {**status, "reservedFor": [pod_ref]}})
         return
     if have:  # allocated elsewhere (an earlier plan's) and used by nobody else: undone
-        if _used_by_another(claim, pod):
-            raise ClaimNotAllocated(f"ResourceClaim {object_key(claim)}: "
-                                    f"{_used_by_another(claim, pod)}")
+        other = _used_by_another(claim, pod)
+        if other:
+            raise ClaimNotAllocated(f"ResourceClaim {object_key(claim)}: {other}")
         claim = client.update_status({**claim, "status": {
             **status, "allocation": None, "reservedFor": None}})
         status = dict(claim.get("status") or {})
